@@ -1,0 +1,36 @@
+// Engine configuration, the flags shared by `pagellm generate`, `serve` and `bench`.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace pagellm {
+
+struct EngineArgs {
+  std::string model;              // Hugging Face folder; empty = built-in demo model
+  std::string tokenizer;          // defaults to model
+  std::string load_format = "auto";  // "auto" (safetensors) or "dummy" (random weights)
+  std::string dtype = "auto";     // compute/weight dtype on the device; the CPU computes in fp32
+  uint64_t seed = 0;              // for dummy weights and unseeded sampling
+  std::string device = "cpu";     // "cpu" or "cuda"
+  int max_model_len = 0;          // 0 = from config.json
+  int block_size = 16;            // tokens per KV block, 8..128
+  int num_kv_blocks = 0;          // explicit KV pool size (CPU); 0 = from kv_cache_memory_gib
+  double kv_cache_memory_gib = 1.0;  // CPU KV pool size when num_kv_blocks is 0
+  double gpu_memory_utilization = 0.9;
+  double swap_space_gib = 0.0;
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  bool enable_prefix_caching = true;
+  bool enable_chunked_prefill = true;
+  std::string scheduling_policy = "fcfs";  // or "priority"
+  bool enforce_eager = false;
+  bool log_stats = false;
+  int num_threads = 0;            // CPU threads; 0 = all cores
+  std::string chat_template;      // file overriding tokenizer_config.json's template
+
+  void validate() const;
+};
+
+}  // namespace pagellm

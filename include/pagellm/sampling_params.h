@@ -1,0 +1,40 @@
+// Per-request sampling parameters, mirroring vLLM's SamplingParams. validate() throws
+// pagellm::Error(kInvalidArgument) naming the offending parameter.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pagellm {
+
+struct SamplingParams {
+  int n = 1;                            // samples returned per prompt
+  std::optional<int> best_of;           // samples generated (>= n); the n with best cumulative logprob are returned
+  float temperature = 1.0f;             // 0 = greedy
+  float top_p = 1.0f;                   // (0, 1]
+  int top_k = -1;                       // -1 or 0 = all tokens
+  float min_p = 0.0f;                   // [0, 1]
+  float presence_penalty = 0.0f;        // [-2, 2]
+  float frequency_penalty = 0.0f;       // [-2, 2]
+  float repetition_penalty = 1.0f;      // > 0
+  std::optional<uint64_t> seed;         // same seed => same output, whatever the batch
+  int max_tokens = 16;                  // >= 1
+  int min_tokens = 0;                   // EOS / stop ids suppressed before this many tokens
+  std::vector<std::string> stop;        // stop strings, matched on detokenized text
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  bool include_stop_str_in_output = false;
+  std::optional<int> logprobs;          // top-N logprobs per generated token, N <= 20
+  std::optional<int> prompt_logprobs;   // top-N logprobs per prompt token, N <= 20
+  bool skip_special_tokens = true;
+  bool detokenize = true;
+
+  static constexpr int kMaxLogprobs = 20;
+
+  void validate() const;
+  bool greedy() const { return temperature == 0.0f; }
+};
+
+}  // namespace pagellm

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The whole test suite: CPU build + unit tests, ASan/UBSan unit tests, bounded fuzzing, the CUDA
+# compile (when nvcc is present), and end-to-end tests against the real binary and server.
+# Usage: scripts/test.sh [--fast]   (--fast skips the sanitizer, fuzz and CUDA stages)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+JOBS=${JOBS:-$(nproc)}
+FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+FAST=0
+[ "${1:-}" = "--fast" ] && FAST=1
+
+stage() { echo; echo "=== $* ==="; }
+
+stage "CPU build (Release)"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j "$JOBS"
+
+stage "unit tests"
+(cd build && ctest --output-on-failure -j "$JOBS")
+
+if [ $FAST = 0 ]; then
+  stage "unit tests under ASan + UBSan"
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPAGELLM_SANITIZE=ON >/dev/null
+  cmake --build build-asan -j "$JOBS" --target unit_tests
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+     ctest --output-on-failure -j "$JOBS")
+
+  stage "fuzzing (${FUZZ_SECONDS}s per target)"
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+     -DPAGELLM_FUZZ=ON >/dev/null
+  cmake --build build-fuzz -j "$JOBS"
+  for target in build-fuzz/*_fuzz; do
+    name=$(basename "$target")
+    corpus=$(mktemp -d)
+    seeds="fuzz/corpus/${name%_fuzz}"
+    [ -d "$seeds" ] && cp -r "$seeds"/. "$corpus"/
+    echo "fuzz: $name"
+    "$target" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -timeout=10 \
+       -print_final_stats=0 "$corpus" 2>&1 | tail -n 3
+    rm -rf "$corpus"
+  done
+
+  if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+    if [ -f cmake/cuda.cmake ]; then
+      stage "CUDA build (compile only; no GPU here)"
+      cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGELLM_CUDA=ON \
+         -DPAGELLM_TESTS=OFF -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc >/dev/null
+      cmake --build build-cuda -j "$JOBS"
+    fi
+  fi
+fi
+
+stage "end-to-end tests"
+for t in tests/e2e/*_test.sh; do
+  [ -e "$t" ] || continue
+  echo "e2e: $t"
+  PAGELLM_BIN="$ROOT/build/pagellm" bash "$t"
+done
+if ls tests/e2e/*.test.mjs >/dev/null 2>&1; then
+  PAGELLM_BIN="$ROOT/build/pagellm" node --test --test-concurrency=1 tests/e2e/*.test.mjs
+fi
+echo
+echo "all tests passed"

@@ -1,0 +1,52 @@
+// The plain structs that pass between the scheduler and a model runner each step (vLLM V1's
+// SchedulerOutput / ModelRunnerOutput). The scheduler never touches a device; a runner never touches
+// scheduling state. Spans point into engine-owned memory that stays valid for the step.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "pagellm/outputs.h"
+#include "pagellm/sampling_params.h"
+
+namespace pagellm::engine {
+
+// One sequence's share of a step.
+struct ScheduledSeq {
+  int64_t seq_id = 0;                    // engine-internal, stable while the sequence lives
+  std::span<const int32_t> token_ids;    // tokens to compute this step: [num_scheduled_tokens]
+  int32_t num_computed_tokens = 0;       // position of token_ids[0]; KV for [0, this) is cached
+  std::span<const int32_t> block_table;  // physical KV blocks covering [0, num_computed + num_scheduled)
+  bool needs_sample = false;  // the last scheduled token is the sequence's last known token
+  // Sampling context (read only when needs_sample or prompt_logprobs).
+  const SamplingParams* params = nullptr;
+  uint64_t seed = 0;                           // effective per-sample seed (always set)
+  std::span<const int32_t> prompt_token_ids;   // for repetition penalty
+  std::span<const int32_t> output_token_ids;   // generated so far: penalties, and the RNG counter
+  std::span<const int32_t> banned_token_ids;   // masked to -inf (EOS/stop ids before min_tokens)
+  int prompt_logprobs = 0;  // >0: return logprobs for the prompt positions computed this step
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledSeq> seqs;
+  int32_t num_scheduled_tokens = 0;                     // sum over seqs
+  std::vector<std::pair<int32_t, int32_t>> blocks_to_copy;  // copy-on-write: (src, dst) KV blocks
+  std::vector<std::pair<int32_t, int32_t>> blocks_to_swap_out;  // (device block, host block)
+  std::vector<std::pair<int32_t, int32_t>> blocks_to_swap_in;   // (host block, device block)
+};
+
+struct ModelRunnerOutput {
+  // Per scheduled seq, in SchedulerOutput order; -1 where needs_sample was false.
+  std::vector<int32_t> sampled_token_ids;
+  // Logprob info of the sampled token (top-N filled when params->logprobs is set); empty optional
+  // where nothing was sampled.
+  std::vector<std::optional<TokenLogprobs>> sampled_logprobs;
+  // Per scheduled seq: logprobs of token i+1 given tokens up to i, for each prompt position computed
+  // this step whose next token is a prompt token (only when prompt_logprobs > 0).
+  std::vector<std::vector<TokenLogprobs>> prompt_logprobs;
+};
+
+}  // namespace pagellm::engine

@@ -1,0 +1,68 @@
+// Hugging Face config.json and generation_config.json for the Llama family (Llama, Mistral, Qwen2,
+// Qwen3). Parsing validates every field it reads; a malformed file throws pagellm::Error naming the file
+// and the field.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+
+namespace pagellm::io {
+
+struct RopeScaling {
+  enum class Type { kNone, kLinear, kLlama3 };
+  Type type = Type::kNone;
+  double factor = 1.0;
+  // llama3 only
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+  std::string architecture;  // e.g. "LlamaForCausalLM"
+  std::string model_type;    // e.g. "llama"
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;  // defaults to hidden_size / num_attention_heads
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v projections carry a bias (Qwen2: always)
+  bool qk_norm = false;         // per-head RMSNorm on q and k before RoPE (Qwen3)
+  DType torch_dtype = DType::kF32;
+  std::optional<int64_t> bos_token_id;
+  std::vector<int64_t> eos_token_ids;
+};
+
+// Default sampling values and stop ids from generation_config.json (all optional).
+struct GenerationConfig {
+  std::optional<int64_t> bos_token_id;
+  std::vector<int64_t> eos_token_ids;  // int or list in the file
+  std::optional<double> temperature;
+  std::optional<double> top_p;
+  std::optional<int64_t> top_k;
+  std::optional<double> min_p;
+  std::optional<double> repetition_penalty;
+  std::optional<int64_t> max_new_tokens;
+};
+
+// Parses config.json text; `source` names the file in error messages.
+ModelConfig parse_model_config(const std::string& json_text, const std::string& source);
+ModelConfig load_model_config(const std::filesystem::path& model_dir);
+
+GenerationConfig parse_generation_config(const std::string& json_text, const std::string& source);
+// Returns an empty config when the folder has no generation_config.json.
+GenerationConfig load_generation_config(const std::filesystem::path& model_dir);
+
+}  // namespace pagellm::io

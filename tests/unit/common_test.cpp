@@ -1,0 +1,64 @@
+#include <atomic>
+#include <cmath>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/dtype.h"
+#include "common/error.h"
+#include "common/thread_pool.h"
+
+namespace pagellm {
+namespace {
+
+TEST(DType, Bf16RoundTripAndRounding) {
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.0f)), 1.0f);
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(-2.5f)), -2.5f);
+  // 1 + 2^-8 is a tie between 1 and 1 + 2^-7: rounds to even (1.0).
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.0f + std::ldexp(1.0f, -8))), 1.0f);
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(NAN))));
+}
+
+TEST(DType, F16MatchesKnownEncodings) {
+  EXPECT_EQ(f32_to_f16(1.0f), 0x3c00);
+  EXPECT_EQ(f32_to_f16(-2.0f), 0xc000);
+  EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);
+  EXPECT_EQ(f32_to_f16(1e6f), 0x7c00);
+  EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);
+  EXPECT_EQ(f32_to_f16(std::ldexp(3.0f, -16)), 0x0300);  // subnormal 3 * 2^-16 = 0x300 * 2^-24
+  for (uint32_t h = 0; h < 0x7c00; ++h) {  // every finite positive half round-trips exactly
+    ASSERT_EQ(f32_to_f16(f16_to_f32(static_cast<uint16_t>(h))), h) << h;
+  }
+  EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(NAN))));
+}
+
+TEST(DType, ParsesNames) {
+  EXPECT_EQ(dtype_from_safetensors("BF16"), DType::kBF16);
+  EXPECT_FALSE(dtype_from_safetensors("I8").has_value());
+  EXPECT_EQ(dtype_from_torch_name("bfloat16"), DType::kBF16);
+  EXPECT_EQ(dtype_from_torch_name("float32"), DType::kF32);
+}
+
+TEST(ThreadPool, CoversEveryIndexOnce) {
+  ThreadPool pool(4);
+  for (size_t n : {0u, 1u, 3u, 4u, 17u, 1000u}) {
+    std::vector<std::atomic<int>> hits(n);
+    pool.parallel_for(n, [&](size_t b, size_t e) {
+      for (size_t i = b; i < e; ++i) hits[i]++;
+    });
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1);
+  }
+}
+
+TEST(Error, CarriesKind) {
+  try {
+    invalid_argument("temperature must be >= 0");
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_STREQ(e.what(), "temperature must be >= 0");
+  }
+}
+
+}  // namespace
+}  // namespace pagellm
