@@ -32,6 +32,7 @@ struct SeqOutputState {
   double cumulative_logprob = 0.0;
   std::optional<std::string> stop_reason;
   std::optional<int32_t> stop_token;
+  bool finish_sent = false;          // delta streaming: the finish reason has been reported
 };
 
 struct Sequence {
@@ -80,7 +81,8 @@ struct Request {
   std::vector<std::optional<TokenLogprobs>> prompt_logprobs;  // [num computed so far]; entry 0 empty
   std::optional<Clock::time_point> first_token_time;
   Clock::time_point last_token_time;
-  bool output_final_sent = false;
+  uint64_t touched_step = 0;  // last engine step that produced output for this request
+  bool prompt_sent = false;   // delta streaming: prompt fields go out with the first output only
 
   int num_prompt_tokens() const { return static_cast<int>(prompt_token_ids.size()); }
   bool all_finished() const;
