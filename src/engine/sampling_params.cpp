@@ -14,7 +14,8 @@ std::string fmt_float(float value) {
   if (std::isnan(value)) return "nan";
   if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
   std::string text = std::to_string(value);
-  // to_string prints six decimals; trim trailing zeros for readable messages ("-1" not "-1.000000").
+  // to_string prints six decimals; trim trailing zeros for readable messages ("-1" not
+  // "-1.000000").
   while (text.size() > 1 && text.back() == '0') text.pop_back();
   if (!text.empty() && text.back() == '.') text.pop_back();
   return text;
@@ -55,7 +56,8 @@ void check_distribution(const SamplingParams& p) {
   }
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) reject("top_p", "in (0, 1]", fmt_float(p.top_p));
   // 0 disables top-k like -1 (vLLM accepts both).
-  if (p.top_k < -1) reject("top_k", "-1, 0 (disabled) or a positive count", std::to_string(p.top_k));
+  if (p.top_k < -1)
+    reject("top_k", "-1, 0 (disabled) or a positive count", std::to_string(p.top_k));
   check_float_range("min_p", p.min_p, 0.0f, 1.0f, "in [0, 1]");
   check_float_range("presence_penalty", p.presence_penalty, -2.0f, 2.0f, "in [-2, 2]");
   check_float_range("frequency_penalty", p.frequency_penalty, -2.0f, 2.0f, "in [-2, 2]");

@@ -59,7 +59,8 @@ TEST(SampleUniform, IsCounterIndexedSplitMix64) {
   for (uint64_t seed : {0ULL, 1ULL, 42ULL, ~0ULL}) {
     for (uint64_t counter : {0ULL, 1ULL, 7ULL, 1000000ULL}) {
       const uint64_t bits = ref_mix(ref_mix(seed) + 0x9e3779b97f4a7c15ULL * (counter + 1));
-      EXPECT_EQ(sample_uniform(seed, counter), static_cast<double>(bits >> 11) / 9007199254740992.0);
+      EXPECT_EQ(sample_uniform(seed, counter),
+                static_cast<double>(bits >> 11) / 9007199254740992.0);
     }
   }
 }
@@ -115,18 +116,18 @@ TEST(Sampler, PenaltiesExactValues) {
   seq.params.repetition_penalty = 1.5f;
   seq.params.frequency_penalty = 0.25f;
   seq.params.presence_penalty = 0.5f;
-  seq.prompt = {0, 1, 1, 6};       // token 6 only in the prompt
+  seq.prompt = {0, 1, 1, 6};             // token 6 only in the prompt
   seq.output = {1, 2, 2, 2, 5, 99, -4};  // out-of-vocab ids are ignored
   seq.banned = {4};
   std::vector<float> row = {3.0f, 3.0f, -2.0f, 0.0f, 9.0f, 1.0f, -1.0f, 7.0f};
   sample_token(row, seq.view());
-  EXPECT_FLOAT_EQ(row[0], 3.0f / 1.5f);                       // prompt only: repetition only
-  EXPECT_FLOAT_EQ(row[1], 3.0f / 1.5f - 0.25f * 1 - 0.5f);    // prompt twice + output once
-  EXPECT_FLOAT_EQ(row[2], -2.0f * 1.5f - 0.25f * 3 - 0.5f);   // negative: multiplied
-  EXPECT_FLOAT_EQ(row[3], 0.0f);                              // untouched
-  EXPECT_EQ(row[4], kNegInf);                                 // banned
+  EXPECT_FLOAT_EQ(row[0], 3.0f / 1.5f);                      // prompt only: repetition only
+  EXPECT_FLOAT_EQ(row[1], 3.0f / 1.5f - 0.25f * 1 - 0.5f);   // prompt twice + output once
+  EXPECT_FLOAT_EQ(row[2], -2.0f * 1.5f - 0.25f * 3 - 0.5f);  // negative: multiplied
+  EXPECT_FLOAT_EQ(row[3], 0.0f);                             // untouched
+  EXPECT_EQ(row[4], kNegInf);                                // banned
   EXPECT_FLOAT_EQ(row[5], 1.0f / 1.5f - 0.25f - 0.5f);
-  EXPECT_FLOAT_EQ(row[6], -1.0f * 1.5f);                      // prompt only, negative
+  EXPECT_FLOAT_EQ(row[6], -1.0f * 1.5f);  // prompt only, negative
   EXPECT_FLOAT_EQ(row[7], 7.0f);
 }
 
@@ -271,6 +272,8 @@ TEST(Sampler, EmpiricalDistributionMatchesTruncatedSoftmax) {
       {"min_p", 1.0f, -1, 1.0f, 0.3f, 4},
       {"all_three", 0.8f, 5, 0.9f, 0.2f, 4},
       {"top_p_tiny", 1.0f, -1, 1e-4f, 0.0f, 1},
+      {"min_p_one_keeps_tied_max", 1.0f, -1, 1.0f, 1.0f, 2},
+      {"top_k_beyond_vocab", 1.0f, 100, 1.0f, 0.0f, 8},
   };
   constexpr int kDraws = 20000;
   for (const DistCase& dc : cases) {
@@ -305,15 +308,21 @@ TEST(Sampler, TopKZeroAndMinusOneBothDisable) {
   for (size_t c = 0; c < 100; ++c) EXPECT_EQ(a.draw(row, c), b.draw(row, c));
 }
 
-// The optimised truncation (nth_element, chunked top-p) against the naive full sort on a large
-// vocabulary: the inverse-CDF draw in id order must pick exactly the reference's token.
+// The optimised path (histogram-bounded gather, nth_element, chunked top-p, two-level block draw)
+// against the naive full sort on a vocabulary of many draw blocks: the inverse-CDF draw in id order
+// must pick exactly the reference's token.
 TEST(Sampler, LargeVocabMatchesNaiveReference) {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> row(50000);  // flat-ish: top-p 0.95 needs many chunks
   for (float& v : row) v = std::round(normal(rng) * 64.0f) / 64.0f;  // plenty of exact ties
-  struct P { int top_k; float top_p; float min_p; float temperature; };
-  const P settings[] = {{-1, 0.95f, 0.0f, 1.0f}, {-1, 0.3f, 0.0f, 0.5f}, {40, 1.0f, 0.0f, 1.0f},
+  struct P {
+    int top_k;
+    float top_p;
+    float min_p;
+    float temperature;
+  };
+  const P settings[] = {{-1, 0.95f, 0.0f, 1.0f},  {-1, 0.3f, 0.0f, 0.5f},  {40, 1.0f, 0.0f, 1.0f},
                         {1000, 0.8f, 0.0f, 1.2f}, {-1, 1.0f, 0.05f, 1.0f}, {-1, 1.0f, 0.0f, 1.0f},
                         {7, 0.5f, 0.5f, 0.9f}};
   for (const P& s : settings) {
@@ -331,8 +340,8 @@ TEST(Sampler, LargeVocabMatchesNaiveReference) {
         cum += probs[i];
         if (probs[i] > 0.0 && cum > target) want = static_cast<int32_t>(i);
       }
-      EXPECT_EQ(seq.draw(row, c), want) << "top_k " << s.top_k << " top_p " << s.top_p
-                                        << " min_p " << s.min_p << " counter " << c;
+      EXPECT_EQ(seq.draw(row, c), want) << "top_k " << s.top_k << " top_p " << s.top_p << " min_p "
+                                        << s.min_p << " counter " << c;
     }
   }
 }
