@@ -1,6 +1,5 @@
 // CPU token sampler. The pipeline for one row, in order (vLLM V1 / HF semantics):
-//   1. sanitize: NaN -> -inf, +inf -> FLT_MAX (a broken model must not turn into UB in
-//   comparisons);
+//   1. sanitize: NaN -> -inf, +inf -> FLT_MAX (broken model output must not become UB in sorts);
 //   2. raw logprobs: log_softmax of the row as passed in (chosen token + top-N), kept aside;
 //   3. banned ids -> -inf; repetition penalty over prompt ∪ output (logit > 0 ? /p : *p);
 //      frequency then presence penalty over output tokens (logit -= f * count; logit -= p);
