@@ -41,8 +41,10 @@ class WeightStore {
   static WeightStore open(const std::filesystem::path& model_dir);
 
   const TensorView* find(std::string_view name) const;
-  // Throws "missing tensor NAME" naming the folder.
+  // Throws "FILE: missing tensor NAME" naming the checkpoint file (or the shard index).
   const TensorView& get(std::string_view name) const;
+  // The checkpoint's file for error messages: model.safetensors, or the shard index when sharded.
+  std::string source() const;
   std::vector<std::string> names() const;
   const std::filesystem::path& dir() const { return dir_; }
 
