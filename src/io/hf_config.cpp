@@ -181,11 +181,14 @@ void read_rope(const json& j, const FieldReader& f, const std::string& source, M
 }
 
 // We implement full attention only; a window that can actually cut the context is refused.
-void check_sliding_window(const FieldReader& f, const std::string& source, const ModelConfig& c) {
+void check_sliding_window(const json& j, const FieldReader& f, const std::string& source, const ModelConfig& c) {
   if (!f.has("sliding_window")) return;
   const int64_t window = f.integer("sliding_window", 0);
   const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
-  if (qwen && !f.boolean("use_sliding_window", false)) return;
+  bool sliding_layers = false;  // transformers 5 lists per-layer attention kinds
+  if (f.has("layer_types") && j.at("layer_types").is_array())
+    for (const json& t : j.at("layer_types")) sliding_layers |= t.is_string() && t.get<std::string>() == "sliding_attention";
+  if (qwen && !f.boolean("use_sliding_window", false) && !sliding_layers) return;
   if (window >= c.max_position_embeddings) return;
   unsupported(source + ": sliding-window attention (sliding_window = " + std::to_string(window) +
               " < max_position_embeddings = " + std::to_string(c.max_position_embeddings) +
@@ -250,7 +253,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
       c.hidden_size % c.num_attention_heads != 0)
     invalid_argument(source + ": hidden_size is not a multiple of num_attention_heads and head_dim is not set");
   validate(f, source, c);
-  check_sliding_window(f, source, c);
+  check_sliding_window(j, f, source, c);
   return c;
 }
 

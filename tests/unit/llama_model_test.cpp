@@ -1,5 +1,6 @@
 // The Llama forward pass end to end on real and random weights: stories260K must reproduce llama2.c's
 // published greedy sample, and chunked prefill / batching must not change a sequence's logits.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -8,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "cpu_test_util.h"
+#include "models/llama.h"
 #include "runner/model_loader.h"
 
 namespace pagellm {
@@ -130,6 +132,62 @@ TEST(LlamaModel, BatchingGivesIdenticalLogits) {
   }
   for (int s : step_of) EXPECT_EQ(s, 4);
 }
+
+// Logits of every prompt position through the model-level API (one prefill step).
+std::vector<std::vector<float>> all_position_logits(models::LlamaModel& model, const std::vector<int32_t>& ids) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const int64_t block_size = 16;
+  models::KvCache cache(model.config().num_hidden_layers, (n + block_size - 1) / block_size, block_size,
+                        model.config().num_key_value_heads, model.config().head_dim);
+  std::vector<int32_t> positions, block_table;  // [n], [num_blocks]
+  std::vector<int64_t> slots, rows;             // [n], [n]
+  for (int64_t i = 0; i < n; ++i) {
+    positions.push_back(static_cast<int32_t>(i));
+    slots.push_back(i);
+    rows.push_back(i);
+  }
+  for (int64_t b = 0; b < cache.num_blocks(); ++b) block_table.push_back(static_cast<int32_t>(b));
+  const cpu::AttentionSeq seq{0, n, 0, block_table};
+  const models::ForwardBatch batch{ids, positions, slots, std::span<const cpu::AttentionSeq>(&seq, 1)};
+  const auto hidden = model.forward(batch, cache);
+  const int64_t vocab = model.config().vocab_size;
+  std::vector<float> flat(static_cast<size_t>(n * vocab));  // [n, vocab]
+  model.compute_logits(hidden, rows, flat.data());
+  std::vector<std::vector<float>> out;
+  for (int64_t i = 0; i < n; ++i) out.emplace_back(flat.begin() + i * vocab, flat.begin() + (i + 1) * vocab);
+  return out;
+}
+
+class HfReference : public ::testing::TestWithParam<std::string> {};
+
+// Tiny random-weight models and their logits from HF transformers (float32, eager attention), made by
+// tests/device/make_reference_logits.py.
+TEST_P(HfReference, LogitsMatchTransformers) {
+  const auto dir = std::filesystem::path(PAGELLM_SOURCE_DIR) / "tests/data/hf_reference" / GetParam();
+  const io::ModelConfig config = io::load_model_config(dir);
+  const io::WeightStore store = io::WeightStore::open(dir);
+  models::LlamaModel model(config, models::load_llama_weights(config, store));
+  std::ifstream in(dir / "reference.json");
+  const auto ref = nlohmann::json::parse(in);
+  ASSERT_GE(ref["prompts"].size(), 2u);
+  for (const auto& prompt : ref["prompts"]) {
+    const auto ids = prompt["token_ids"].get<std::vector<int32_t>>();
+    const auto expected = prompt["logits"].get<std::vector<std::vector<float>>>();
+    const auto got = all_position_logits(model, ids);
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t t = 0; t < got.size(); ++t) {
+      ASSERT_EQ(got[t].size(), expected[t].size());
+      float scale = 1.0f, max_err = 0.0f;
+      for (size_t v = 0; v < got[t].size(); ++v) {
+        scale = std::max(scale, std::fabs(expected[t][v]));
+        max_err = std::max(max_err, std::fabs(got[t][v] - expected[t][v]));
+      }
+      EXPECT_LE(max_err, 1e-4f * scale) << GetParam() << " position " << t;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, HfReference, ::testing::Values("llama3_tiny", "qwen3_tiny", "qwen2_tiny"));
 
 }  // namespace
 }  // namespace pagellm
