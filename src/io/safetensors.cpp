@@ -85,7 +85,7 @@ TensorView parse_entry(const std::string& name, const json& e, uint64_t data_len
   const uint64_t end = off[1].get<uint64_t>();
   if (begin > end || end > data_len)
     bad(source, where + ": data offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
-                    ") are outside the data section of " + std::to_string(data_len) + " bytes");
+                    ") are outside the data section of " + std::to_string(data_len) + " bytes (truncated file?)");
   if (end - begin != num_bytes)
     bad(source, where + ": shape and dtype need " + std::to_string(num_bytes) + " bytes but data offsets span " +
                     std::to_string(end - begin));
