@@ -46,7 +46,8 @@ void BM_GreedyDecode(benchmark::State& state) {
     tokens += steps;
     benchmark::DoNotOptimize(ids.data());
   }
-  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
+  state.counters["tok/s"] =
+      benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_GreedyDecode)->Arg(256)->Arg(512)->Unit(benchmark::kMillisecond);
 

@@ -15,7 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const uint64_t data_len = size - 8 - header_len;
     for (const auto& t : tensors) {
       const auto begin = reinterpret_cast<uintptr_t>(t.data);
-      if (begin > data_len || t.num_bytes > data_len - begin) std::abort();  // validation let a bad range through
+      if (begin > data_len || t.num_bytes > data_len - begin)
+        std::abort();  // validation let a bad range through
     }
   } catch (const pagellm::Error&) {
   }

@@ -14,8 +14,9 @@ namespace {
 
 using nlohmann::json;
 
-// Upper bounds that keep every derived size (weights, KV cache, RoPE tables) far from int64 overflow.
-// They are generous for real checkpoints: the largest public models stay well inside them.
+// Upper bounds that keep every derived size (weights, KV cache, RoPE tables) far from int64
+// overflow. They are generous for real checkpoints: the largest public models stay well inside
+// them.
 constexpr int64_t kMaxDim = int64_t{1} << 20;
 constexpr int64_t kMaxVocab = int64_t{1} << 24;
 constexpr int64_t kMaxLayers = 4096;
@@ -54,7 +55,8 @@ class FieldReader {
     // Some exporters write integral values as floats (e.g. 128.0).
     if (v.is_number_float()) {
       const double d = v.get<double>();
-      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) return static_cast<int64_t>(d);
+      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15)
+        return static_cast<int64_t>(d);
     }
     fail(key, "an integer");
   }
@@ -86,7 +88,8 @@ class FieldReader {
     if (!has(key)) return ids;
     const json& v = j_.at(key);
     auto take = [&](const json& e) {
-      if (!e.is_number_integer() || e.get<int64_t>() < 0) fail(key, "a non-negative integer or a list of them");
+      if (!e.is_number_integer() || e.get<int64_t>() < 0)
+        fail(key, "a non-negative integer or a list of them");
       ids.push_back(e.get<int64_t>());
     };
     if (v.is_array()) {
@@ -106,10 +109,11 @@ class FieldReader {
   const std::string& source_;
 };
 
-void check_range(const std::string& source, const char* field, int64_t value, int64_t lo, int64_t hi) {
+void check_range(const std::string& source, const char* field, int64_t value, int64_t lo,
+                 int64_t hi) {
   if (value < lo || value > hi)
-    invalid_argument(source + ": field '" + field + "' = " + std::to_string(value) + " is out of range [" +
-                     std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    invalid_argument(source + ": field '" + field + "' = " + std::to_string(value) +
+                     " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
 }
 
 struct ArchInfo {
@@ -123,7 +127,8 @@ constexpr ArchInfo kArchitectures[] = {
     {"Qwen3ForCausalLM", "qwen3"},
 };
 
-void read_architecture(const json& j, const FieldReader& f, const std::string& source, ModelConfig& c) {
+void read_architecture(const json& j, const FieldReader& f, const std::string& source,
+                       ModelConfig& c) {
   std::string arch;
   if (j.contains("architectures") && !j.at("architectures").is_null()) {
     const json& a = j.at("architectures");
@@ -141,8 +146,9 @@ void read_architecture(const json& j, const FieldReader& f, const std::string& s
   }
   if (arch.empty() && model_type.empty())
     invalid_argument(source + ": neither 'architectures' nor 'model_type' is set");
-  unsupported(source + ": unsupported architecture '" + (arch.empty() ? model_type : arch) +
-              "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+  unsupported(
+      source + ": unsupported architecture '" + (arch.empty() ? model_type : arch) +
+      "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
 }
 
 // rope_scaling (transformers 4.x) or rope_parameters (5.x, which also carries rope_theta).
@@ -164,7 +170,8 @@ void read_rope(const json& j, const FieldReader& f, const std::string& source, M
     return;
   }
   if (type != "linear" && type != "llama3")
-    unsupported(rsource + ": rope type '" + type + "' is not supported (supported: default, linear, llama3)");
+    unsupported(rsource + ": rope type '" + type +
+                "' is not supported (supported: default, linear, llama3)");
   s.factor = rf.number("factor", 1.0);
   if (!(s.factor > 0.0)) invalid_argument(rsource + ": field 'factor' must be positive");
   if (type == "linear") {
@@ -177,17 +184,20 @@ void read_rope(const json& j, const FieldReader& f, const std::string& source, M
   s.original_max_position_embeddings = rf.integer("original_max_position_embeddings", 8192);
   if (!(s.low_freq_factor > 0.0) || !(s.high_freq_factor > s.low_freq_factor))
     invalid_argument(rsource + ": llama3 needs 0 < low_freq_factor < high_freq_factor");
-  check_range(rsource, "original_max_position_embeddings", s.original_max_position_embeddings, 1, kMaxPositions);
+  check_range(rsource, "original_max_position_embeddings", s.original_max_position_embeddings, 1,
+              kMaxPositions);
 }
 
 // We implement full attention only; a window that can actually cut the context is refused.
-void check_sliding_window(const json& j, const FieldReader& f, const std::string& source, const ModelConfig& c) {
+void check_sliding_window(const json& j, const FieldReader& f, const std::string& source,
+                          const ModelConfig& c) {
   if (!f.has("sliding_window")) return;
   const int64_t window = f.integer("sliding_window", 0);
   const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
   bool sliding_layers = false;  // transformers 5 lists per-layer attention kinds
   if (f.has("layer_types") && j.at("layer_types").is_array())
-    for (const json& t : j.at("layer_types")) sliding_layers |= t.is_string() && t.get<std::string>() == "sliding_attention";
+    for (const json& t : j.at("layer_types"))
+      sliding_layers |= t.is_string() && t.get<std::string>() == "sliding_attention";
   if (qwen && !f.boolean("use_sliding_window", false) && !sliding_layers) return;
   if (window >= c.max_position_embeddings) return;
   unsupported(source + ": sliding-window attention (sliding_window = " + std::to_string(window) +
@@ -206,12 +216,15 @@ void validate(const FieldReader& f, const std::string& source, const ModelConfig
   check_range(source, "max_position_embeddings", c.max_position_embeddings, 1, kMaxPositions);
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     invalid_argument(source + ": num_attention_heads (" + std::to_string(c.num_attention_heads) +
-                     ") is not a multiple of num_key_value_heads (" + std::to_string(c.num_key_value_heads) + ")");
-  if (c.head_dim % 2 != 0) invalid_argument(source + ": head_dim must be even for rotary embeddings");
+                     ") is not a multiple of num_key_value_heads (" +
+                     std::to_string(c.num_key_value_heads) + ")");
+  if (c.head_dim % 2 != 0)
+    invalid_argument(source + ": head_dim must be even for rotary embeddings");
   if (!(c.rms_norm_eps > 0.0)) invalid_argument(source + ": field 'rms_norm_eps' must be positive");
   if (!(c.rope_theta > 0.0)) invalid_argument(source + ": field 'rope_theta' must be positive");
   const std::string act = f.string("hidden_act", "silu");
-  if (act != "silu") unsupported(source + ": hidden_act '" + act + "' is not supported (only silu)");
+  if (act != "silu")
+    unsupported(source + ": hidden_act '" + act + "' is not supported (only silu)");
   if (f.boolean("mlp_bias", false)) unsupported(source + ": mlp_bias = true is not supported");
   if (c.bos_token_id && *c.bos_token_id >= c.vocab_size)
     invalid_argument(source + ": bos_token_id is outside the vocabulary");
@@ -230,7 +243,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.num_hidden_layers = f.integer("num_hidden_layers", 0);
   c.num_attention_heads = f.integer("num_attention_heads", 0);
   c.num_key_value_heads = f.integer("num_key_value_heads", c.num_attention_heads);
-  const int64_t default_head_dim = c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0;
+  const int64_t default_head_dim =
+      c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0;
   c.head_dim = f.integer("head_dim", default_head_dim);
   c.max_position_embeddings = f.integer("max_position_embeddings", 2048);
   c.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
@@ -242,7 +256,9 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   const std::string dtype_key = f.has("torch_dtype") ? "torch_dtype" : "dtype";
   const std::string dtype = f.string(dtype_key.c_str(), "float32");
   const auto parsed = dtype_from_torch_name(dtype);
-  if (!parsed) unsupported(source + ": " + dtype_key + " '" + dtype + "' is not supported (float32, float16, bfloat16)");
+  if (!parsed)
+    unsupported(source + ": " + dtype_key + " '" + dtype +
+                "' is not supported (float32, float16, bfloat16)");
   c.torch_dtype = *parsed;
   if (f.has("bos_token_id")) {
     c.bos_token_id = f.integer("bos_token_id", 0);
@@ -251,7 +267,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.eos_token_ids = f.id_list("eos_token_id");
   if (c.num_attention_heads > 0 && c.hidden_size > 0 && !f.has("head_dim") &&
       c.hidden_size % c.num_attention_heads != 0)
-    invalid_argument(source + ": hidden_size is not a multiple of num_attention_heads and head_dim is not set");
+    invalid_argument(
+        source + ": hidden_size is not a multiple of num_attention_heads and head_dim is not set");
   validate(f, source, c);
   check_sliding_window(j, f, source, c);
   return c;
@@ -272,7 +289,8 @@ GenerationConfig parse_generation_config(const std::string& json_text, const std
   if (g.temperature && *g.temperature < 0) f.fail("temperature", "non-negative");
   if (g.top_p && !(*g.top_p > 0 && *g.top_p <= 1)) f.fail("top_p", "in (0, 1]");
   if (g.min_p && !(*g.min_p >= 0 && *g.min_p <= 1)) f.fail("min_p", "in [0, 1]");
-  if (g.repetition_penalty && !(*g.repetition_penalty > 0)) f.fail("repetition_penalty", "positive");
+  if (g.repetition_penalty && !(*g.repetition_penalty > 0))
+    f.fail("repetition_penalty", "positive");
   if (g.max_new_tokens && *g.max_new_tokens < 1) f.fail("max_new_tokens", "positive");
   return g;
 }
@@ -284,8 +302,11 @@ std::string read_text_file(const std::filesystem::path& path) {
   constexpr uintmax_t kMaxConfigBytes = 64u << 20;
   std::error_code ec;
   const uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec) throw_error(ErrorKind::kNotFound, path.string() + ": cannot read file (" + ec.message() + ")");
-  if (size > kMaxConfigBytes) invalid_argument(path.string() + ": file is too large for a config (" + std::to_string(size) + " bytes)");
+  if (ec)
+    throw_error(ErrorKind::kNotFound, path.string() + ": cannot read file (" + ec.message() + ")");
+  if (size > kMaxConfigBytes)
+    invalid_argument(path.string() + ": file is too large for a config (" + std::to_string(size) +
+                     " bytes)");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw_error(ErrorKind::kNotFound, path.string() + ": cannot open file");
   std::ostringstream ss;
@@ -299,7 +320,8 @@ ModelConfig load_model_config(const std::filesystem::path& model_dir) {
   const auto path = model_dir / "config.json";
   if (!std::filesystem::is_directory(model_dir))
     throw_error(ErrorKind::kNotFound, model_dir.string() + ": model folder not found");
-  if (!std::filesystem::exists(path)) throw_error(ErrorKind::kNotFound, path.string() + ": file not found");
+  if (!std::filesystem::exists(path))
+    throw_error(ErrorKind::kNotFound, path.string() + ": file not found");
   return parse_model_config(read_text_file(path), path.string());
 }
 

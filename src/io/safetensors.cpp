@@ -48,11 +48,14 @@ uint64_t read_u64_le(const uint8_t* p) {
 }
 
 // Parses one tensor entry; returns the view with `data` holding the data-section offset.
-TensorView parse_entry(const std::string& name, const json& e, uint64_t data_len, const std::string& source) {
+TensorView parse_entry(const std::string& name, const json& e, uint64_t data_len,
+                       const std::string& source) {
   const std::string where = "tensor '" + name + "'";
   if (!e.is_object()) bad(source, where + ": header entry is not an object");
-  if (!e.contains("dtype") || !e["dtype"].is_string()) bad(source, where + ": missing string field 'dtype'");
-  if (!e.contains("shape") || !e["shape"].is_array()) bad(source, where + ": missing list field 'shape'");
+  if (!e.contains("dtype") || !e["dtype"].is_string())
+    bad(source, where + ": missing string field 'dtype'");
+  if (!e.contains("shape") || !e["shape"].is_array())
+    bad(source, where + ": missing list field 'shape'");
   if (!e.contains("data_offsets") || !e["data_offsets"].is_array() || e["data_offsets"].size() != 2)
     bad(source, where + ": 'data_offsets' must be a list of two integers");
   TensorView t;
@@ -60,21 +63,26 @@ TensorView parse_entry(const std::string& name, const json& e, uint64_t data_len
   t.file = source;
   const std::string tag = e["dtype"].get<std::string>();
   const auto dtype = dtype_from_safetensors(tag);
-  if (!dtype) unsupported(source + ": " + where + " has unsupported dtype " + tag + " (supported: F32, F16, BF16)");
+  if (!dtype)
+    unsupported(source + ": " + where + " has unsupported dtype " + tag +
+                " (supported: F32, F16, BF16)");
   t.dtype = *dtype;
   if (e["shape"].size() > 8) bad(source, where + ": too many dimensions");
   // Products are checked against the data length as they grow, so they never overflow.
   uint64_t num_bytes = dtype_size(t.dtype);
   bool empty = false;
   for (const json& d : e["shape"]) {
-    if (!d.is_number_unsigned()) bad(source, where + ": shape entries must be non-negative integers");
+    if (!d.is_number_unsigned())
+      bad(source, where + ": shape entries must be non-negative integers");
     const uint64_t dim = d.get<uint64_t>();
-    if (dim > data_len) bad(source, where + ": dimension " + std::to_string(dim) + " exceeds the data section");
+    if (dim > data_len)
+      bad(source, where + ": dimension " + std::to_string(dim) + " exceeds the data section");
     t.shape.push_back(static_cast<int64_t>(dim));
     if (dim == 0) empty = true;
     if (!empty) {
       num_bytes *= dim;
-      if (num_bytes > data_len) bad(source, where + ": shape needs more bytes than the data section holds");
+      if (num_bytes > data_len)
+        bad(source, where + ": shape needs more bytes than the data section holds");
     }
   }
   if (empty) num_bytes = 0;
@@ -85,10 +93,11 @@ TensorView parse_entry(const std::string& name, const json& e, uint64_t data_len
   const uint64_t end = off[1].get<uint64_t>();
   if (begin > end || end > data_len)
     bad(source, where + ": data offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
-                    ") are outside the data section of " + std::to_string(data_len) + " bytes (truncated file?)");
+                    ") are outside the data section of " + std::to_string(data_len) +
+                    " bytes (truncated file?)");
   if (end - begin != num_bytes)
-    bad(source, where + ": shape and dtype need " + std::to_string(num_bytes) + " bytes but data offsets span " +
-                    std::to_string(end - begin));
+    bad(source, where + ": shape and dtype need " + std::to_string(num_bytes) +
+                    " bytes but data offsets span " + std::to_string(end - begin));
   t.num_bytes = num_bytes;
   t.data = reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(begin));
   return t;
@@ -98,12 +107,15 @@ TensorView parse_entry(const std::string& name, const json& e, uint64_t data_len
 
 std::vector<TensorView> parse_safetensors_header(const uint8_t* bytes, size_t file_size,
                                                  const std::string& source) {
-  if (file_size < 8) bad(source, "file is too short for a safetensors header (" + std::to_string(file_size) + " bytes)");
+  if (file_size < 8)
+    bad(source,
+        "file is too short for a safetensors header (" + std::to_string(file_size) + " bytes)");
   const uint64_t header_len = read_u64_le(bytes);
   if (header_len > file_size - 8)
     bad(source, "header length " + std::to_string(header_len) + " is larger than the file (" +
                     std::to_string(file_size) + " bytes)");
-  if (header_len > kMaxHeaderBytes) bad(source, "header length " + std::to_string(header_len) + " exceeds 100 MB");
+  if (header_len > kMaxHeaderBytes)
+    bad(source, "header length " + std::to_string(header_len) + " exceeds 100 MB");
   const uint64_t data_len = file_size - 8 - header_len;
   json header;
   try {
@@ -124,11 +136,13 @@ std::vector<TensorView> parse_safetensors_header(const uint8_t* bytes, size_t fi
   std::vector<const TensorView*> order;
   for (const auto& t : tensors)
     if (t.num_bytes > 0) order.push_back(&t);
-  std::sort(order.begin(), order.end(), [](const TensorView* a, const TensorView* b) { return a->data < b->data; });
+  std::sort(order.begin(), order.end(),
+            [](const TensorView* a, const TensorView* b) { return a->data < b->data; });
   for (size_t i = 1; i < order.size(); ++i) {
     const auto prev_end = reinterpret_cast<uintptr_t>(order[i - 1]->data) + order[i - 1]->num_bytes;
     if (reinterpret_cast<uintptr_t>(order[i]->data) < prev_end)
-      bad(source, "data of tensors '" + order[i - 1]->name + "' and '" + order[i]->name + "' overlap");
+      bad(source,
+          "data of tensors '" + order[i - 1]->name + "' and '" + order[i]->name + "' overlap");
   }
   return tensors;
 }
@@ -138,11 +152,14 @@ class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::filesystem::path& path) : path_(path.string()) {
     fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) throw_error(ErrorKind::kNotFound, path_ + ": cannot open (" + std::strerror(errno) + ")");
+    if (fd_ < 0)
+      throw_error(ErrorKind::kNotFound, path_ + ": cannot open (" + std::strerror(errno) + ")");
     struct stat st {};
     if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) close_and_fail("not a regular file");
     size_ = static_cast<size_t>(st.st_size);
-    if (size_ < 8) close_and_fail("file is too short for a safetensors header (" + std::to_string(size_) + " bytes)");
+    if (size_ < 8)
+      close_and_fail("file is too short for a safetensors header (" + std::to_string(size_) +
+                     " bytes)");
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
     if (p == MAP_FAILED) close_and_fail(std::string("mmap failed (") + std::strerror(errno) + ")");
     base_ = static_cast<const uint8_t*>(p);
@@ -187,7 +204,8 @@ std::string read_index(const std::filesystem::path& path) {
   constexpr uintmax_t kMaxIndexBytes = 64u << 20;
   std::error_code ec;
   const uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec) throw_error(ErrorKind::kNotFound, path.string() + ": cannot read file (" + ec.message() + ")");
+  if (ec)
+    throw_error(ErrorKind::kNotFound, path.string() + ": cannot read file (" + ec.message() + ")");
   if (size > kMaxIndexBytes) bad(path.string(), "index file is too large");
   std::ifstream in(path, std::ios::binary);
   std::ostringstream ss;
@@ -211,7 +229,8 @@ std::map<std::string, std::string> parse_index(const std::filesystem::path& path
   for (const auto& [name, file] : j["weight_map"].items()) {
     if (!file.is_string()) bad(source, "weight_map entry '" + name + "' is not a file name");
     const std::string f = file.get<std::string>();
-    if (f.empty() || f.find('/') != std::string::npos || f.find('\\') != std::string::npos || f == "." || f == "..")
+    if (f.empty() || f.find('/') != std::string::npos || f.find('\\') != std::string::npos ||
+        f == "." || f == "..")
       bad(source, "weight_map entry '" + name + "' names an invalid shard file '" + f + "'");
     map.emplace(name, f);
   }
@@ -230,7 +249,8 @@ WeightStore WeightStore::open(const std::filesystem::path& model_dir) {
     store.files_.push_back(std::make_unique<SafetensorsFile>(p));
     for (auto& t : store.files_.back()->tensors()) {
       if (store.tensors_.count(t.name) != 0)
-        bad(p.string(), "tensor '" + t.name + "' also appears in " + store.tensors_.at(t.name).file);
+        bad(p.string(),
+            "tensor '" + t.name + "' also appears in " + store.tensors_.at(t.name).file);
       store.tensors_.emplace(t.name, t);
     }
     return *store.files_.back();
@@ -242,18 +262,22 @@ WeightStore WeightStore::open(const std::filesystem::path& model_dir) {
     for (const auto& shard : shards) {
       const auto p = model_dir / shard;
       if (!std::filesystem::exists(p))
-        throw_error(ErrorKind::kNotFound, p.string() + ": shard named by " + index_path.string() + " not found");
+        throw_error(ErrorKind::kNotFound,
+                    p.string() + ": shard named by " + index_path.string() + " not found");
       add_file(p);
     }
     for (const auto& [name, file] : weight_map) {
       const auto it = store.tensors_.find(name);
       if (it == store.tensors_.end() || std::filesystem::path(it->second.file).filename() != file)
-        bad((model_dir / file).string(), "tensor '" + name + "' listed in " + index_path.filename().string() + " is not in this shard");
+        bad((model_dir / file).string(), "tensor '" + name + "' listed in " +
+                                             index_path.filename().string() +
+                                             " is not in this shard");
     }
   } else if (std::filesystem::exists(single_path)) {
     add_file(single_path);
   } else {
-    throw_error(ErrorKind::kNotFound, single_path.string() + ": not found (nor model.safetensors.index.json)");
+    throw_error(ErrorKind::kNotFound,
+                single_path.string() + ": not found (nor model.safetensors.index.json)");
   }
   return store;
 }
@@ -265,7 +289,8 @@ const TensorView* WeightStore::find(std::string_view name) const {
 
 const TensorView& WeightStore::get(std::string_view name) const {
   const TensorView* t = find(name);
-  if (t == nullptr) throw_error(ErrorKind::kNotFound, source() + ": missing tensor '" + std::string(name) + "'");
+  if (t == nullptr)
+    throw_error(ErrorKind::kNotFound, source() + ": missing tensor '" + std::string(name) + "'");
   return *t;
 }
 

@@ -1,6 +1,7 @@
 // Memory-mapped safetensors checkpoints: one file or shards listed in model.safetensors.index.json.
-// The header is validated completely before any tensor is used: JSON shape, dtypes, shapes, and data
-// offsets (inside the file, matching the shape, not overlapping). Errors name the file and the tensor.
+// The header is validated completely before any tensor is used: JSON shape, dtypes, shapes, and
+// data offsets (inside the file, matching the shape, not overlapping). Errors name the file and the
+// tensor.
 #pragma once
 
 #include <cstdint>

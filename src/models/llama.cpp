@@ -12,17 +12,20 @@ namespace pagellm::models {
 
 void KvCache::FreeDeleter::operator()(float* p) const { std::free(p); }
 
-KvCache::KvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t num_kv_heads, int64_t head_dim)
+KvCache::KvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t num_kv_heads,
+                 int64_t head_dim)
     : num_layers_(num_layers),
       num_blocks_(num_blocks),
       block_size_(block_size),
       num_kv_heads_(num_kv_heads),
       head_dim_(head_dim) {
-  const size_t count = static_cast<size_t>(num_layers * 2 * num_blocks * block_size * num_kv_heads * head_dim);
+  const size_t count =
+      static_cast<size_t>(num_layers * 2 * num_blocks * block_size * num_kv_heads * head_dim);
   data_.reset(static_cast<float*>(std::calloc(count, sizeof(float))));
   if (!data_)
-    throw_error(ErrorKind::kResourceExhausted,
-                "KV cache: cannot allocate " + std::to_string(count * sizeof(float) >> 20) + " MiB");
+    throw_error(
+        ErrorKind::kResourceExhausted,
+        "KV cache: cannot allocate " + std::to_string(count * sizeof(float) >> 20) + " MiB");
 }
 
 cpu::KvLayerView KvCache::layer(int64_t index) {
@@ -32,7 +35,8 @@ cpu::KvLayerView KvCache::layer(int64_t index) {
 }
 
 void KvCache::copy_block(int64_t src, int64_t dst) {
-  const int64_t block_floats = block_size_ * num_kv_heads_ * head_dim_;  // [block_size, kv_heads, head_dim]
+  const int64_t block_floats =
+      block_size_ * num_kv_heads_ * head_dim_;  // [block_size, kv_heads, head_dim]
   for (int64_t l = 0; l < num_layers_; ++l) {
     cpu::KvLayerView v = layer(l);
     std::memcpy(v.k + dst * block_floats, v.k + src * block_floats, block_floats * sizeof(float));
@@ -73,10 +77,10 @@ void LlamaModel::attention_block(int64_t layer, const ForwardBatch& batch, KvCac
   const int64_t qkv_width = (num_heads + 2 * num_kv) * hd;
   const float eps = static_cast<float>(c.rms_norm_eps);
   cpu::rms_norm(hidden_.data(), lw.input_norm.data(), normed_.data(), n, c.hidden_size, eps);
-  cpu::matmul(normed_.data(), lw.qkv.data(), lw.qkv_bias.empty() ? nullptr : lw.qkv_bias.data(), qkv_.data(), n,
-              c.hidden_size, qkv_width);
-  float* q = qkv_.data();                  // [n, qkv_width], q heads first
-  float* k = q + num_heads * hd;           // same rows, after the q heads
+  cpu::matmul(normed_.data(), lw.qkv.data(), lw.qkv_bias.empty() ? nullptr : lw.qkv_bias.data(),
+              qkv_.data(), n, c.hidden_size, qkv_width);
+  float* q = qkv_.data();         // [n, qkv_width], q heads first
+  float* k = q + num_heads * hd;  // same rows, after the q heads
   float* v = k + num_kv * hd;
   if (c.qk_norm) {
     for (int64_t t = 0; t < n; ++t) {
@@ -89,9 +93,10 @@ void LlamaModel::attention_block(int64_t layer, const ForwardBatch& batch, KvCac
   const cpu::KvLayerView kv = cache.layer(layer);
   // K/V of the new tokens go into the cache first, so attention reads every position the same way.
   cpu::write_kv(kv, k, v, qkv_width, batch.slot_mapping.data(), n);
-  cpu::paged_attention(kv, q, qkv_width, batch.seqs, num_heads, 1.0f / std::sqrt(static_cast<float>(hd)),
-                       attn_.data());
-  cpu::matmul(attn_.data(), lw.o_proj.data(), nullptr, proj_.data(), n, num_heads * hd, c.hidden_size);
+  cpu::paged_attention(kv, q, qkv_width, batch.seqs, num_heads,
+                       1.0f / std::sqrt(static_cast<float>(hd)), attn_.data());
+  cpu::matmul(attn_.data(), lw.o_proj.data(), nullptr, proj_.data(), n, num_heads * hd,
+              c.hidden_size);
   cpu::add_inplace(hidden_.data(), proj_.data(), n * c.hidden_size);
 }
 
@@ -100,19 +105,22 @@ void LlamaModel::mlp_block(int64_t layer, int64_t n) {
   const LlamaLayerWeights& lw = w_.layers[static_cast<size_t>(layer)];
   cpu::rms_norm(hidden_.data(), lw.post_norm.data(), normed_.data(), n, c.hidden_size,
                 static_cast<float>(c.rms_norm_eps));
-  cpu::matmul(normed_.data(), lw.gate_up.data(), nullptr, gate_up_.data(), n, c.hidden_size, 2 * c.intermediate_size);
+  cpu::matmul(normed_.data(), lw.gate_up.data(), nullptr, gate_up_.data(), n, c.hidden_size,
+              2 * c.intermediate_size);
   cpu::silu_mul(gate_up_.data(), act_.data(), n, c.intermediate_size);
-  cpu::matmul(act_.data(), lw.down.data(), nullptr, proj_.data(), n, c.intermediate_size, c.hidden_size);
+  cpu::matmul(act_.data(), lw.down.data(), nullptr, proj_.data(), n, c.intermediate_size,
+              c.hidden_size);
   cpu::add_inplace(hidden_.data(), proj_.data(), n * c.hidden_size);
 }
 
-void LlamaModel::compute_logits(std::span<const float> hidden, std::span<const int64_t> rows, float* logits) {
+void LlamaModel::compute_logits(std::span<const float> hidden, std::span<const int64_t> rows,
+                                float* logits) {
   const int64_t dim = config_.hidden_size;
   const int64_t num_rows = static_cast<int64_t>(rows.size());
   std::vector<float> normed(static_cast<size_t>(num_rows * dim));  // [num_rows, hidden]
   for (int64_t r = 0; r < num_rows; ++r)
-    cpu::rms_norm(hidden.data() + rows[r] * dim, w_.final_norm.data(), normed.data() + r * dim, 1, dim,
-                  static_cast<float>(config_.rms_norm_eps));
+    cpu::rms_norm(hidden.data() + rows[r] * dim, w_.final_norm.data(), normed.data() + r * dim, 1,
+                  dim, static_cast<float>(config_.rms_norm_eps));
   const float* head = w_.lm_head.empty() ? w_.embed.data() : w_.lm_head.data();
   cpu::matmul(normed.data(), head, nullptr, logits, num_rows, dim, config_.vocab_size);
 }

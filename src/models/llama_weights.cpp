@@ -1,4 +1,5 @@
-// Weight-name mapping of Hugging Face Llama-family checkpoints onto LlamaWeights, and dummy weights.
+// Weight-name mapping of Hugging Face Llama-family checkpoints onto LlamaWeights, and dummy
+// weights.
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -18,8 +19,8 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-// Where weights come from: a checkpoint or a random generator. fill() writes the tensor `name` of the
-// given HF shape as fp32 into dst.
+// Where weights come from: a checkpoint or a random generator. fill() writes the tensor `name` of
+// the given HF shape as fp32 into dst.
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
@@ -33,10 +34,11 @@ class CheckpointSource : public WeightSource {
   void fill(const std::string& name, const std::vector<int64_t>& shape, float* dst) override {
     const io::TensorView& t = store_.get(name);
     if (t.shape != shape)
-      invalid_argument(t.file + ": tensor '" + name + "' has shape " + shape_str(t.shape) + " but config.json implies " +
-                       shape_str(shape));
+      invalid_argument(t.file + ": tensor '" + name + "' has shape " + shape_str(t.shape) +
+                       " but config.json implies " + shape_str(shape));
     const size_t count = static_cast<size_t>(t.num_elements());
-    // Data offsets inside a file need not be aligned to the element size; convert from an aligned copy.
+    // Data offsets inside a file need not be aligned to the element size; convert from an aligned
+    // copy.
     if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0 && t.dtype != DType::kF32) {
       std::vector<uint16_t> aligned(count);
       std::memcpy(aligned.data(), t.data, t.num_bytes);
@@ -53,8 +55,8 @@ class CheckpointSource : public WeightSource {
       if (used_.count(name) != 0) continue;
       if (name.ends_with("rotary_emb.inv_freq")) continue;  // a buffer older exports saved
       if (name == "lm_head.weight" && config.tie_word_embeddings) continue;
-      invalid_argument(store_.find(name)->file + ": unexpected tensor '" + name + "' for " + config.architecture +
-                       " with this config.json");
+      invalid_argument(store_.find(name)->file + ": unexpected tensor '" + name + "' for " +
+                       config.architecture + " with this config.json");
     }
   }
 
@@ -87,7 +89,10 @@ class RandomSource : public WeightSource {
     uint64_t key = seed_;
     for (char c : name) key = splitmix64(key ^ static_cast<uint8_t>(c));
     float bound = 0.02f;
-    if (shape.size() == 2) bound = name.find("embed_tokens") != std::string::npos ? 1.0f : 1.0f / std::sqrt(static_cast<float>(shape[1]));
+    if (shape.size() == 2)
+      bound = name.find("embed_tokens") != std::string::npos
+                  ? 1.0f
+                  : 1.0f / std::sqrt(static_cast<float>(shape[1]));
     ThreadPool::global().parallel_for(
         static_cast<size_t>(count),
         [&](size_t begin, size_t end) {
@@ -118,7 +123,8 @@ LlamaWeights build_weights(const io::ModelConfig& c, WeightSource& src) {
     l.qkv.resize(static_cast<size_t>((q_rows + 2 * kv_rows) * hidden));
     src.fill(p + "self_attn.q_proj.weight", {q_rows, hidden}, l.qkv.data());
     src.fill(p + "self_attn.k_proj.weight", {kv_rows, hidden}, l.qkv.data() + q_rows * hidden);
-    src.fill(p + "self_attn.v_proj.weight", {kv_rows, hidden}, l.qkv.data() + (q_rows + kv_rows) * hidden);
+    src.fill(p + "self_attn.v_proj.weight", {kv_rows, hidden},
+             l.qkv.data() + (q_rows + kv_rows) * hidden);
     if (c.attention_bias) {
       l.qkv_bias.resize(static_cast<size_t>(q_rows + 2 * kv_rows));
       src.fill(p + "self_attn.q_proj.bias", {q_rows}, l.qkv_bias.data());
@@ -166,12 +172,14 @@ LlamaWeights random_llama_weights(const io::ModelConfig& config, uint64_t seed) 
 
 uint64_t llama_weight_bytes(const io::ModelConfig& c) {
   // Sizes are bounded by parse_model_config, so this cannot overflow.
-  const uint64_t hidden = static_cast<uint64_t>(c.hidden_size), hd = static_cast<uint64_t>(c.head_dim);
+  const uint64_t hidden = static_cast<uint64_t>(c.hidden_size),
+                 hd = static_cast<uint64_t>(c.head_dim);
   const uint64_t q_rows = static_cast<uint64_t>(c.num_attention_heads) * hd;
   const uint64_t kv_rows = static_cast<uint64_t>(c.num_key_value_heads) * hd;
   const uint64_t per_layer = (q_rows + 2 * kv_rows) * hidden + hidden * q_rows +
                              3 * static_cast<uint64_t>(c.intermediate_size) * hidden + 2 * hidden;
-  const uint64_t embed = static_cast<uint64_t>(c.vocab_size) * hidden * (c.tie_word_embeddings ? 1 : 2);
+  const uint64_t embed =
+      static_cast<uint64_t>(c.vocab_size) * hidden * (c.tie_word_embeddings ? 1 : 2);
   return 4 * (per_layer * static_cast<uint64_t>(c.num_hidden_layers) + embed + hidden);
 }
 

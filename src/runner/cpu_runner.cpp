@@ -9,17 +9,20 @@ namespace pagellm::runner {
 
 namespace {
 
-[[noreturn]] void internal(const std::string& message) { throw_error(ErrorKind::kInternal, "cpu runner: " + message); }
+[[noreturn]] void internal(const std::string& message) {
+  throw_error(ErrorKind::kInternal, "cpu runner: " + message);
+}
 
 }  // namespace
 
 CpuRunner::CpuRunner(std::unique_ptr<models::LlamaModel> model, int num_kv_blocks, int block_size)
     : model_(std::move(model)),
-      cache_(model_->config().num_hidden_layers, num_kv_blocks, block_size, model_->config().num_key_value_heads,
-             model_->config().head_dim) {}
+      cache_(model_->config().num_hidden_layers, num_kv_blocks, block_size,
+             model_->config().num_key_value_heads, model_->config().head_dim) {}
 
 int64_t CpuRunner::kv_bytes_per_block(const io::ModelConfig& c, int block_size) {
-  return 2 * c.num_hidden_layers * block_size * c.num_key_value_heads * c.head_dim * static_cast<int64_t>(sizeof(float));
+  return 2 * c.num_hidden_layers * block_size * c.num_key_value_heads * c.head_dim *
+         static_cast<int64_t>(sizeof(float));
 }
 
 std::vector<float> CpuRunner::forward(const engine::SchedulerOutput& batch, bool with_prompt_rows,
@@ -28,7 +31,8 @@ std::vector<float> CpuRunner::forward(const engine::SchedulerOutput& batch, bool
     internal("swap requested but this runner has no swap space");
   const int64_t num_blocks = cache_.num_blocks();
   for (const auto& [src, dst] : batch.blocks_to_copy) {
-    if (src < 0 || src >= num_blocks || dst < 0 || dst >= num_blocks) internal("copy of an invalid KV block");
+    if (src < 0 || src >= num_blocks || dst < 0 || dst >= num_blocks)
+      internal("copy of an invalid KV block");
     cache_.copy_block(src, dst);
   }
   const int64_t bs = cache_.block_size();
@@ -42,15 +46,18 @@ std::vector<float> CpuRunner::forward(const engine::SchedulerOutput& batch, bool
     const engine::ScheduledSeq& seq = batch.seqs[s];
     const int64_t n = static_cast<int64_t>(seq.token_ids.size());
     const int64_t begin = static_cast<int64_t>(token_ids_.size());
-    if (n == 0 || seq.num_computed_tokens < 0) internal("seq " + std::to_string(seq.seq_id) + " has no tokens");
+    if (n == 0 || seq.num_computed_tokens < 0)
+      internal("seq " + std::to_string(seq.seq_id) + " has no tokens");
     if (static_cast<int64_t>(seq.block_table.size()) * bs < seq.num_computed_tokens + n)
       internal("block table of seq " + std::to_string(seq.seq_id) + " is too short");
     for (int32_t b : seq.block_table)
-      if (b < 0 || b >= num_blocks) internal("seq " + std::to_string(seq.seq_id) + " uses an invalid KV block");
+      if (b < 0 || b >= num_blocks)
+        internal("seq " + std::to_string(seq.seq_id) + " uses an invalid KV block");
     for (int64_t i = 0; i < n; ++i) {
       const int32_t id = seq.token_ids[i];
       if (id < 0 || id >= vocab)
-        invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(vocab) + ")");
+        invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary (" +
+                         std::to_string(vocab) + ")");
       const int64_t pos = seq.num_computed_tokens + i;
       token_ids_.push_back(id);
       positions_.push_back(static_cast<int32_t>(pos));
@@ -63,7 +70,9 @@ std::vector<float> CpuRunner::forward(const engine::SchedulerOutput& batch, bool
       for (int64_t i = 0; i < n && seq.num_computed_tokens + i + 1 < prompt_len; ++i)
         rows.push_back({begin + i, s, static_cast<int32_t>(seq.num_computed_tokens + i), false});
     }
-    if (seq.needs_sample) rows.push_back({begin + n - 1, s, static_cast<int32_t>(seq.num_computed_tokens + n - 1), true});
+    if (seq.needs_sample)
+      rows.push_back(
+          {begin + n - 1, s, static_cast<int32_t>(seq.num_computed_tokens + n - 1), true});
   }
   const models::ForwardBatch fb{token_ids_, positions_, slot_mapping_, seqs_};
   const std::span<const float> hidden = model_->forward(fb, cache_);
@@ -97,13 +106,15 @@ engine::ModelRunnerOutput CpuRunner::execute(const engine::SchedulerOutput& batc
     const LogitsRow& row = rows[r];
     const engine::ScheduledSeq& seq = batch.seqs[row.seq];
     const std::span<float> row_logits(logits.data() + r * vocab, vocab);
+    if (seq.params == nullptr) internal("seq " + std::to_string(seq.seq_id) + " has no sampling params");
     if (row.sample) {
       engine::SampleResult result = engine::sample_token(row_logits, seq);
       out.sampled_token_ids[row.seq] = result.token_id;
       out.sampled_logprobs[row.seq] = std::move(result.logprobs);
     } else {
       const int32_t next = seq.prompt_token_ids[static_cast<size_t>(row.position) + 1];
-      out.prompt_logprobs[row.seq].push_back(engine::compute_logprobs(row_logits, next, seq.prompt_logprobs));
+      out.prompt_logprobs[row.seq].push_back(
+          engine::compute_logprobs(row_logits, next, seq.prompt_logprobs));
     }
   }
   return out;

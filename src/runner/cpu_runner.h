@@ -1,6 +1,7 @@
-// The CPU model runner: flattens a step's scheduled tokens, runs the Llama-family forward pass once for
-// the whole batch over the paged KV cache, computes LM-head logits only for the rows that need them,
-// and samples with the shared CPU sampler. Batch-invariant by construction (see backends/cpu/kernels.h).
+// The CPU model runner: flattens a step's scheduled tokens, runs the Llama-family forward pass once
+// for the whole batch over the paged KV cache, computes LM-head logits only for the rows that need
+// them, and samples with the shared CPU sampler. Batch-invariant by construction (see
+// backends/cpu/kernels.h).
 #pragma once
 
 #include <memory>
@@ -23,8 +24,8 @@ class CpuRunner : public ModelRunner {
   // Swap lists must be empty: this runner has no host swap space (num_swap_blocks() == 0).
   engine::ModelRunnerOutput execute(const engine::SchedulerOutput& batch) override;
 
-  // The forward pass of execute() without sampling: per scheduled seq, the logits [vocab] of its last
-  // scheduled token when needs_sample is set (empty otherwise). For tests and benchmarks.
+  // The forward pass of execute() without sampling: per scheduled seq, the logits [vocab] of its
+  // last scheduled token when needs_sample is set (empty otherwise). For tests and benchmarks.
   std::vector<std::vector<float>> execute_logits(const engine::SchedulerOutput& batch);
 
   // Bytes of KV cache per block (all layers, K and V): for sizing the pool.
@@ -39,8 +40,9 @@ class CpuRunner : public ModelRunner {
     bool sample = false;   // the seq's sampling row (else a prompt-logprobs row)
   };
 
-  // Validates and flattens the batch, applies copy-on-write block copies, runs the model, and returns
-  // logits [rows.size(), vocab] for `rows` (collected per seq as described on execute_logits/execute).
+  // Validates and flattens the batch, applies copy-on-write block copies, runs the model, and
+  // returns logits [rows.size(), vocab] for `rows` (collected per seq as described on
+  // execute_logits/execute).
   std::vector<float> forward(const engine::SchedulerOutput& batch, bool with_prompt_rows,
                              std::vector<LogitsRow>& rows);
 

@@ -46,7 +46,8 @@ void write_sharded(const fs::path& dir, const std::string& second_shard_name) {
   json map;
   for (const auto& [name, entry] : a.header.items()) map[name] = "model-00001-of-00002.safetensors";
   map["lm_head.weight"] = second_shard_name;
-  write_file(dir / "model.safetensors.index.json", json{{"metadata", json::object()}, {"weight_map", map}}.dump());
+  write_file(dir / "model.safetensors.index.json",
+             json{{"metadata", json::object()}, {"weight_map", map}}.dump());
   write_file(dir / "model-00002-of-00002.safetensors", b.bytes());
 }
 
@@ -55,16 +56,21 @@ std::vector<BrokenCase> broken_cases() {
   const auto kNotFound = ErrorKind::kNotFound;
   const auto kUnsupported = ErrorKind::kUnsupported;
   return {
-      {"missing_config", [](const fs::path& d) { fs::remove(d / "config.json"); }, "config.json", kNotFound},
-      {"invalid_config_json", [](const fs::path& d) { write_file(d / "config.json", "{\"vocab_size\": 32,"); },
+      {"missing_config", [](const fs::path& d) { fs::remove(d / "config.json"); }, "config.json",
+       kNotFound},
+      {"invalid_config_json",
+       [](const fs::path& d) { write_file(d / "config.json", "{\"vocab_size\": 32,"); },
        "config.json", kInvalid},
       {"unsupported_architecture",
-       [](const fs::path& d) { rewrite_config(d, [](json& c) { c["architectures"] = {"GPT2LMHeadModel"}; }); },
+       [](const fs::path& d) {
+         rewrite_config(d, [](json& c) { c["architectures"] = {"GPT2LMHeadModel"}; });
+       },
        "config.json", kUnsupported},
       {"heads_not_divisible",
-       [](const fs::path& d) { rewrite_config(d, [](json& c) { c["num_key_value_heads"] = 3; }); }, "config.json",
-       kInvalid},
-      {"negative_size", [](const fs::path& d) { rewrite_config(d, [](json& c) { c["hidden_size"] = -16; }); },
+       [](const fs::path& d) { rewrite_config(d, [](json& c) { c["num_key_value_heads"] = 3; }); },
+       "config.json", kInvalid},
+      {"negative_size",
+       [](const fs::path& d) { rewrite_config(d, [](json& c) { c["hidden_size"] = -16; }); },
        "config.json", kInvalid},
       {"sliding_window",
        [](const fs::path& d) {
@@ -76,15 +82,19 @@ std::vector<BrokenCase> broken_cases() {
        "config.json", kUnsupported},
       {"unsupported_rope",
        [](const fs::path& d) {
-         rewrite_config(d, [](json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; });
+         rewrite_config(d, [](json& c) {
+           c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+         });
        },
        "config.json", kUnsupported},
-      {"invalid_generation_config", [](const fs::path& d) { write_file(d / "generation_config.json", "[1, 2"); },
+      {"invalid_generation_config",
+       [](const fs::path& d) { write_file(d / "generation_config.json", "[1, 2"); },
        "generation_config.json", kInvalid},
-      {"missing_safetensors", [](const fs::path& d) { fs::remove(d / "model.safetensors"); }, "model.safetensors",
-       kNotFound},
-      {"file_shorter_than_header", [](const fs::path& d) { write_file(d / "model.safetensors", "abc"); },
-       "model.safetensors", kInvalid},
+      {"missing_safetensors", [](const fs::path& d) { fs::remove(d / "model.safetensors"); },
+       "model.safetensors", kNotFound},
+      {"file_shorter_than_header",
+       [](const fs::path& d) { write_file(d / "model.safetensors", "abc"); }, "model.safetensors",
+       kInvalid},
       {"truncated_safetensors",
        [](const fs::path& d) {
          std::string bytes = testing::read_file(d / "model.safetensors");
@@ -100,26 +110,34 @@ std::vector<BrokenCase> broken_cases() {
        },
        "model.safetensors", kInvalid},
       {"invalid_header_json",
-       [](const fs::path& d) { write_file(d / "model.safetensors", testing::safetensors_bytes("{\"a\": [1,", "")); },
+       [](const fs::path& d) {
+         write_file(d / "model.safetensors", testing::safetensors_bytes("{\"a\": [1,", ""));
+       },
        "model.safetensors", kInvalid},
       {"offsets_out_of_range",
        [](const fs::path& d) {
-         rewrite_weights(d, [](SafetensorsBuilder& b) { b.header["model.norm.weight"]["data_offsets"] = {1u << 30, (1u << 30) + 64}; });
+         rewrite_weights(d, [](SafetensorsBuilder& b) {
+           b.header["model.norm.weight"]["data_offsets"] = {1u << 30, (1u << 30) + 64};
+         });
        },
        "model.safetensors", kInvalid},
       {"overlapping_offsets",
        [](const fs::path& d) {
-         rewrite_weights(d, [](SafetensorsBuilder& b) { b.header["model.norm.weight"]["data_offsets"] = {32, 96}; });
+         rewrite_weights(d, [](SafetensorsBuilder& b) {
+           b.header["model.norm.weight"]["data_offsets"] = {32, 96};
+         });
        },
        "model.safetensors", kInvalid},
       {"byte_length_disagrees_with_shape",
        [](const fs::path& d) {
-         rewrite_weights(d, [](SafetensorsBuilder& b) { b.header["model.norm.weight"]["shape"] = {17}; });
+         rewrite_weights(
+             d, [](SafetensorsBuilder& b) { b.header["model.norm.weight"]["shape"] = {17}; });
        },
        "model.safetensors", kInvalid},
       {"unsupported_dtype",
        [](const fs::path& d) {
-         rewrite_weights(d, [](SafetensorsBuilder& b) { b.header["model.norm.weight"]["dtype"] = "I8"; });
+         rewrite_weights(
+             d, [](SafetensorsBuilder& b) { b.header["model.norm.weight"]["dtype"] = "I8"; });
        },
        "model.safetensors", kUnsupported},
       {"missing_tensor",
@@ -130,15 +148,20 @@ std::vector<BrokenCase> broken_cases() {
        },
        "model.safetensors", kNotFound},
       {"unexpected_tensor",
-       [](const fs::path& d) { rewrite_weights(d, [](SafetensorsBuilder& b) { b.add_f32("model.layers.2.extra", {4}); }); },
+       [](const fs::path& d) {
+         rewrite_weights(d, [](SafetensorsBuilder& b) { b.add_f32("model.layers.2.extra", {4}); });
+       },
        "model.safetensors", kInvalid},
       {"shape_mismatch_vs_config",
        [](const fs::path& d) {
          // Same byte count, wrong shape: only the config comparison can catch it.
-         rewrite_weights(d, [](SafetensorsBuilder& b) { b.header["model.layers.0.self_attn.q_proj.weight"]["shape"] = {8, 32}; });
+         rewrite_weights(d, [](SafetensorsBuilder& b) {
+           b.header["model.layers.0.self_attn.q_proj.weight"]["shape"] = {8, 32};
+         });
        },
        "model.safetensors", kInvalid},
-      {"shard_missing", [](const fs::path& d) { write_sharded(d, "model-00003-of-00002.safetensors"); },
+      {"shard_missing",
+       [](const fs::path& d) { write_sharded(d, "model-00003-of-00002.safetensors"); },
        "model-00003-of-00002.safetensors", kNotFound},
       {"shard_path_escape", [](const fs::path& d) { write_sharded(d, "../evil.safetensors"); },
        "model.safetensors.index.json", kInvalid},
@@ -174,7 +197,9 @@ TEST_P(BrokenModel, GivesOneLineErrorNamingTheFile) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Folders, BrokenModel, ::testing::ValuesIn(broken_cases()),
-                         [](const ::testing::TestParamInfo<BrokenCase>& info) { return info.param.name; });
+                         [](const ::testing::TestParamInfo<BrokenCase>& info) {
+                           return info.param.name;
+                         });
 
 // The valid starting point loads (so every failure above is caused by its damage), sharded too.
 TEST(BrokenModel, UndamagedFoldersLoad) {

@@ -1,5 +1,5 @@
-// CPU kernels against naive double-precision references, plus the batch-invariance property: a row's
-// result is bit-identical whatever else shares the call.
+// CPU kernels against naive double-precision references, plus the batch-invariance property: a
+// row's result is bit-identical whatever else shares the call.
 #include <cmath>
 #include <numbers>
 #include <random>
@@ -26,7 +26,8 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& want
 }
 
 TEST(CpuKernels, MatmulMatchesNaiveForOddShapes) {
-  for (auto [tokens, in, out] : {std::tuple{1, 1, 1}, {3, 7, 5}, {5, 64, 130}, {2, 173, 9}, {17, 40, 300}}) {
+  for (auto [tokens, in, out] :
+       {std::tuple{1, 1, 1}, {3, 7, 5}, {5, 64, 130}, {2, 173, 9}, {17, 40, 300}}) {
     const auto x = random_vec(static_cast<size_t>(tokens * in), 1);
     const auto w = random_vec(static_cast<size_t>(out * in), 2);
     const auto bias = random_vec(static_cast<size_t>(out), 3);
@@ -115,7 +116,8 @@ TEST(CpuKernels, RopeRotatesHalves) {
         EXPECT_NEAR(x[t * stride + h * hd + i + 3], b * std::cos(ang) + a * std::sin(ang), 1e-5);
       }
   for (int t = 0; t < 2; ++t)
-    for (int64_t i = heads * hd; i < stride; ++i) EXPECT_EQ(x[t * stride + i], orig[t * stride + i]);
+    for (int64_t i = heads * hd; i < stride; ++i)
+      EXPECT_EQ(x[t * stride + i], orig[t * stride + i]);
 }
 
 TEST(CpuKernels, SiluMulAndEmbedding) {
@@ -131,7 +133,8 @@ TEST(CpuKernels, SiluMulAndEmbedding) {
   const std::vector<int32_t> ids = {3, 0, 3};
   std::vector<float> emb(9);
   embedding(ids.data(), table.data(), emb.data(), 3, 3);
-  EXPECT_EQ(std::vector<float>(emb.begin(), emb.begin() + 3), std::vector<float>(table.begin() + 9, table.end()));
+  EXPECT_EQ(std::vector<float>(emb.begin(), emb.begin() + 3),
+            std::vector<float>(table.begin() + 9, table.end()));
   EXPECT_EQ(emb[3], table[0]);
 }
 
@@ -140,9 +143,11 @@ TEST(CpuKernels, PagedAttentionMatchesContiguousReference) {
   const int64_t heads = 4, kv_heads = 2, hd = 8, bs = 4, blocks = 8, prefix = 6, n = 5;
   const int64_t ctx = prefix + n;
   const std::vector<int32_t> table = {5, 2, 7};  // ctx 11 needs 3 blocks
-  std::vector<float> k_cache(static_cast<size_t>(blocks * bs * kv_heads * hd)), v_cache(k_cache.size());
+  std::vector<float> k_cache(static_cast<size_t>(blocks * bs * kv_heads * hd)),
+      v_cache(k_cache.size());
   const KvLayerView view{k_cache.data(), v_cache.data(), bs, kv_heads, hd};
-  const auto k_all = random_vec(static_cast<size_t>(ctx * kv_heads * hd), 11);  // [ctx, kv_heads, hd]
+  const auto k_all =
+      random_vec(static_cast<size_t>(ctx * kv_heads * hd), 11);  // [ctx, kv_heads, hd]
   const auto v_all = random_vec(k_all.size(), 12);
   std::vector<int64_t> slots;
   for (int64_t p = 0; p < ctx; ++p) slots.push_back(table[p / bs] * bs + p % bs);
@@ -150,7 +155,8 @@ TEST(CpuKernels, PagedAttentionMatchesContiguousReference) {
   const auto q = random_vec(static_cast<size_t>(n * heads * hd), 13);  // [n, heads, hd]
   const AttentionSeq seq{0, n, prefix, table};
   std::vector<float> got(q.size());
-  paged_attention(view, q.data(), heads * hd, std::span<const AttentionSeq>(&seq, 1), heads, 0.35f, got.data());
+  paged_attention(view, q.data(), heads * hd, std::span<const AttentionSeq>(&seq, 1), heads, 0.35f,
+                  got.data());
   std::vector<double> want(q.size());
   for (int64_t t = 0; t < n; ++t)
     for (int64_t h = 0; h < heads; ++h) {
@@ -159,7 +165,9 @@ TEST(CpuKernels, PagedAttentionMatchesContiguousReference) {
       double m = -1e30, sum = 0;
       for (int64_t j = 0; j <= pos; ++j) {
         double d = 0;
-        for (int64_t i = 0; i < hd; ++i) d += q[(t * heads + h) * hd + i] * static_cast<double>(k_all[(j * kv_heads + g) * hd + i]);
+        for (int64_t i = 0; i < hd; ++i)
+          d +=
+              q[(t * heads + h) * hd + i] * static_cast<double>(k_all[(j * kv_heads + g) * hd + i]);
         s[j] = d * 0.35;
         m = std::max(m, s[j]);
       }

@@ -12,10 +12,11 @@
 namespace pagellm {
 namespace {
 
-using testing::TestSeq;
 using testing::make_batch;
+using testing::TestSeq;
 
-const std::filesystem::path kStories = std::filesystem::path(PAGELLM_SHARED_DIR) / "models/stories260K";
+const std::filesystem::path kStories =
+    std::filesystem::path(PAGELLM_SHARED_DIR) / "models/stories260K";
 
 runner::LoadedModel load(const std::string& model, int num_kv_blocks = 32, int block_size = 4) {
   EngineArgs args;
@@ -25,7 +26,9 @@ runner::LoadedModel load(const std::string& model, int num_kv_blocks = 32, int b
   return runner::load_model(args);
 }
 
-runner::CpuRunner& cpu(runner::LoadedModel& m) { return dynamic_cast<runner::CpuRunner&>(*m.runner); }
+runner::CpuRunner& cpu(runner::LoadedModel& m) {
+  return dynamic_cast<runner::CpuRunner&>(*m.runner);
+}
 
 const std::vector<int32_t> kPrompt = {1, 403, 407, 261, 378, 426, 261, 275};
 
@@ -36,7 +39,8 @@ TEST(CpuRunner, GreedyExecuteMatchesArgmaxAndPromptLogprobs) {
   params.temperature = 0.0f;
   params.prompt_logprobs = 2;
   TestSeq seq(0, 8, kPrompt);
-  // Prefill in two chunks (5 + 3): prompt logprobs come for positions 0..6, the sample from position 7.
+  // Prefill in two chunks (5 + 3): prompt logprobs come for positions 0..6, the sample from
+  // position 7.
   std::vector<TokenLogprobs> prompt_lps;
   for (int chunk : {5, 3}) {
     engine::ScheduledSeq s = seq.schedule(chunk);
@@ -52,7 +56,8 @@ TEST(CpuRunner, GreedyExecuteMatchesArgmaxAndPromptLogprobs) {
       EXPECT_FALSE(out.sampled_logprobs[0].has_value());
       continue;
     }
-    // Same prefix again through execute_logits (fresh blocks) gives the argmax that execute sampled.
+    // Same prefix again through execute_logits (fresh blocks) gives the argmax that execute
+    // sampled.
     TestSeq again(1, 8, kPrompt);
     const auto logits = cpu(m).execute_logits(make_batch({again.schedule()}));
     EXPECT_EQ(out.sampled_token_ids[0], testing::argmax(logits[0]));
@@ -74,8 +79,8 @@ TEST(CpuRunner, CopyOnWriteBlocksCarryTheCachedPrefix) {
   auto& runner = cpu(m);
   TestSeq a(0, 2, kPrompt);  // blocks 0, 1 hold all 8 positions
   const auto solo = runner.execute_logits(make_batch({a.schedule()}))[0];
-  // Seq b reuses a's prefix through copies of its blocks (5 <- 0, 6 <- 1) and computes only the last
-  // token, as after a prefix-cache hit on a block it must write to.
+  // Seq b reuses a's prefix through copies of its blocks (5 <- 0, 6 <- 1) and computes only the
+  // last token, as after a prefix-cache hit on a block it must write to.
   TestSeq b(0, 2, kPrompt);
   b.block_table = {5, 6};
   b.num_computed = static_cast<int32_t>(kPrompt.size()) - 1;
@@ -135,7 +140,8 @@ TEST(ModelLoader, KvPoolFromMemoryAndDummyWeights) {
   args.load_format = "dummy";
   args.kv_cache_memory_gib = 0.001;
   auto m = runner::load_model(args);
-  // stories260K: 2 (K, V) * 5 layers * 16 tokens * 4 kv heads * 8 dims * 4 bytes = 20480 bytes a block.
+  // stories260K: 2 (K, V) * 5 layers * 16 tokens * 4 kv heads * 8 dims * 4 bytes = 20480 bytes a
+  // block.
   EXPECT_EQ(runner::CpuRunner::kv_bytes_per_block(m.config, 16), 20480);
   EXPECT_EQ(m.runner->num_kv_blocks(), static_cast<int>(0.001 * 1073741824.0 / 20480));
   EXPECT_EQ(m.runner->block_size(), 16);
@@ -150,9 +156,13 @@ TEST(ModelLoader, KvPoolFromMemoryAndDummyWeights) {
 
 TEST(ModelLoader, RefusesConfigsLargerThanMemory) {
   testing::TempDir tmp;
-  nlohmann::json c = {{"architectures", {"LlamaForCausalLM"}}, {"vocab_size", 1 << 24},
-                      {"hidden_size", 1 << 20}, {"intermediate_size", 1 << 20}, {"num_hidden_layers", 4096},
-                      {"num_attention_heads", 4096}, {"max_position_embeddings", 4096}};
+  nlohmann::json c = {{"architectures", {"LlamaForCausalLM"}},
+                      {"vocab_size", 1 << 24},
+                      {"hidden_size", 1 << 20},
+                      {"intermediate_size", 1 << 20},
+                      {"num_hidden_layers", 4096},
+                      {"num_attention_heads", 4096},
+                      {"max_position_embeddings", 4096}};
   std::ofstream(tmp.path() / "config.json") << c.dump();
   EngineArgs args;
   args.model = tmp.path().string();

@@ -1,6 +1,6 @@
 // Helpers for tests that drive the CPU runner directly: a fixed per-seq block allocation, one-step
-// SchedulerOutputs, greedy decoding by argmax (independent of the engine's sampler), and a decoder of
-// token ids through a tokenizer.json vocabulary.
+// SchedulerOutputs, greedy decoding by argmax (independent of the engine's sampler), and a decoder
+// of token ids through a tokenizer.json vocabulary.
 #pragma once
 
 #include <algorithm>
@@ -16,18 +16,22 @@
 
 namespace pagellm::testing {
 
-// A sequence with a fixed range of KV blocks: seq `index` owns blocks [index * blocks_per_seq, ...).
+// A sequence with a fixed range of KV blocks: seq `index` owns blocks [index * blocks_per_seq,
+// ...).
 struct TestSeq {
   int64_t id = 0;
   std::vector<int32_t> tokens;       // all tokens known so far
   std::vector<int32_t> block_table;  // [blocks_per_seq]
   int32_t num_computed = 0;
 
-  TestSeq(int64_t index, int blocks_per_seq, std::vector<int32_t> prompt) : id(index), tokens(std::move(prompt)) {
-    for (int b = 0; b < blocks_per_seq; ++b) block_table.push_back(static_cast<int32_t>(index * blocks_per_seq + b));
+  TestSeq(int64_t index, int blocks_per_seq, std::vector<int32_t> prompt)
+      : id(index), tokens(std::move(prompt)) {
+    for (int b = 0; b < blocks_per_seq; ++b)
+      block_table.push_back(static_cast<int32_t>(index * blocks_per_seq + b));
   }
 
-  // Schedules the next `count` uncomputed tokens (all when count < 0); samples when they reach the end.
+  // Schedules the next `count` uncomputed tokens (all when count < 0); samples when they reach the
+  // end.
   engine::ScheduledSeq schedule(int count = -1) const {
     engine::ScheduledSeq s;
     s.seq_id = id;
@@ -53,8 +57,8 @@ inline int32_t argmax(const std::vector<float>& v) {
 }
 
 // Greedy decoding of one sequence, one token per step after the prompt.
-inline std::vector<int32_t> greedy(runner::CpuRunner& runner, std::vector<int32_t> prompt, int max_tokens,
-                                   int blocks_per_seq) {
+inline std::vector<int32_t> greedy(runner::CpuRunner& runner, std::vector<int32_t> prompt,
+                                   int max_tokens, int blocks_per_seq) {
   TestSeq seq(0, blocks_per_seq, std::move(prompt));
   std::vector<int32_t> out;
   while (static_cast<int>(out.size()) < max_tokens) {
@@ -67,9 +71,10 @@ inline std::vector<int32_t> greedy(runner::CpuRunner& runner, std::vector<int32_
   return out;
 }
 
-// Decodes ids the way a SentencePiece tokenizer.json does: "▁" -> space, <0xNN> -> byte, the leading
-// space after BOS stripped.
-inline std::string decode_with_vocab(const std::filesystem::path& tokenizer_json, const std::vector<int32_t>& ids) {
+// Decodes ids the way a SentencePiece tokenizer.json does: "▁" -> space, <0xNN> -> byte, the
+// leading space after BOS stripped.
+inline std::string decode_with_vocab(const std::filesystem::path& tokenizer_json,
+                                     const std::vector<int32_t>& ids) {
   std::ifstream in(tokenizer_json);
   const auto j = nlohmann::json::parse(in);
   std::vector<std::string> pieces(j["model"]["vocab"].size());

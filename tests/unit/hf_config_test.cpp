@@ -12,8 +12,12 @@ namespace {
 using nlohmann::json;
 
 json base() {
-  return {{"architectures", {"LlamaForCausalLM"}}, {"vocab_size", 1000}, {"hidden_size", 256},
-          {"intermediate_size", 512}, {"num_hidden_layers", 2}, {"num_attention_heads", 8},
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"vocab_size", 1000},
+          {"hidden_size", 256},
+          {"intermediate_size", 512},
+          {"num_hidden_layers", 2},
+          {"num_attention_heads", 8},
           {"max_position_embeddings", 4096}};
 }
 
@@ -49,8 +53,11 @@ TEST(HfConfig, Llama3RopeScalingOldAndNewStyle) {
   json j = base();
   j["num_key_value_heads"] = 2;
   j["rope_theta"] = 500000.0;
-  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0},
-                       {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  j["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"factor", 32.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
   j["eos_token_id"] = {128001, 128009};
   j["torch_dtype"] = "bfloat16";
   ModelConfig c = parse(j);
@@ -62,7 +69,9 @@ TEST(HfConfig, Llama3RopeScalingOldAndNewStyle) {
   // transformers 5: rope_parameters carries the theta as well.
   j.erase("rope_scaling");
   j.erase("rope_theta");
-  j["rope_parameters"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"rope_theta", 250000.0},
+  j["rope_parameters"] = {{"rope_type", "llama3"},
+                          {"factor", 8.0},
+                          {"rope_theta", 250000.0},
                           {"original_max_position_embeddings", 2048}};
   c = parse(j);
   EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kLlama3);
@@ -133,10 +142,12 @@ TEST(HfConfig, RangeAndTypeErrors) {
   expect_error(with("num_key_value_heads", 16), ErrorKind::kInvalidArgument, "num_key_value_heads");
   expect_error(with("head_dim", 7), ErrorKind::kInvalidArgument, "head_dim");
   expect_error(with("rms_norm_eps", -1.0), ErrorKind::kInvalidArgument, "rms_norm_eps");
-  expect_error(with("num_hidden_layers", int64_t{1} << 40), ErrorKind::kInvalidArgument, "num_hidden_layers");
+  expect_error(with("num_hidden_layers", int64_t{1} << 40), ErrorKind::kInvalidArgument,
+               "num_hidden_layers");
   expect_error(with("hidden_act", "gelu"), ErrorKind::kUnsupported, "hidden_act");
   expect_error(with("torch_dtype", "int8"), ErrorKind::kUnsupported, "int8");
-  expect_error(with("eos_token_id", json::array({1, "x"})), ErrorKind::kInvalidArgument, "eos_token_id");
+  expect_error(with("eos_token_id", json::array({1, "x"})), ErrorKind::kInvalidArgument,
+               "eos_token_id");
   expect_error(with("hidden_size", 250), ErrorKind::kInvalidArgument, "num_attention_heads");
   expect_error(json::array({1, 2}), ErrorKind::kInvalidArgument, "object");
   try {
@@ -149,8 +160,10 @@ TEST(HfConfig, RangeAndTypeErrors) {
 }
 
 TEST(HfConfig, GenerationConfig) {
-  GenerationConfig g = parse_generation_config(R"({"eos_token_id": 7, "temperature": 0.6, "top_p": 0.9,
-      "top_k": 20, "max_new_tokens": 64, "bos_token_id": 1})", "g.json");
+  GenerationConfig g =
+      parse_generation_config(R"({"eos_token_id": 7, "temperature": 0.6, "top_p": 0.9,
+      "top_k": 20, "max_new_tokens": 64, "bos_token_id": 1})",
+                              "g.json");
   EXPECT_EQ(g.eos_token_ids, (std::vector<int64_t>{7}));
   EXPECT_EQ(g.temperature, 0.6);
   EXPECT_EQ(g.top_p, 0.9);

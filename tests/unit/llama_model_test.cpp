@@ -1,5 +1,6 @@
-// The Llama forward pass end to end on real and random weights: stories260K must reproduce llama2.c's
-// published greedy sample, and chunked prefill / batching must not change a sequence's logits.
+// The Llama forward pass end to end on real and random weights: stories260K must reproduce
+// llama2.c's published greedy sample, and chunked prefill / batching must not change a sequence's
+// logits.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -15,10 +16,11 @@
 namespace pagellm {
 namespace {
 
-using testing::TestSeq;
 using testing::make_batch;
+using testing::TestSeq;
 
-const std::filesystem::path kStories = std::filesystem::path(PAGELLM_SHARED_DIR) / "models/stories260K";
+const std::filesystem::path kStories =
+    std::filesystem::path(PAGELLM_SHARED_DIR) / "models/stories260K";
 
 std::string published_sample() {
   std::ifstream in(kStories / "README.md");
@@ -39,7 +41,8 @@ runner::LoadedModel load_stories() {
 }
 
 TEST(LlamaModel, Stories260KReproducesLlama2cGreedySample) {
-  if (!std::filesystem::exists(kStories / "model.safetensors")) GTEST_SKIP() << "stories260K not present";
+  if (!std::filesystem::exists(kStories / "model.safetensors"))
+    GTEST_SKIP() << "stories260K not present";
   auto model = load_stories();
   auto& runner = dynamic_cast<runner::CpuRunner&>(*model.runner);
   // run.c with -n 256 forwards positions 0..255 and prints the token sampled at each: 256 tokens
@@ -52,7 +55,8 @@ TEST(LlamaModel, Stories260KReproducesLlama2cGreedySample) {
 }
 
 // Runs a prompt through the runner in chunks of `chunk` tokens and returns the last logits.
-std::vector<float> prefill_in_chunks(runner::CpuRunner& runner, const std::vector<int32_t>& prompt, int chunk) {
+std::vector<float> prefill_in_chunks(runner::CpuRunner& runner, const std::vector<int32_t>& prompt,
+                                     int chunk) {
   TestSeq seq(0, 8, prompt);
   std::vector<float> last;
   while (seq.num_computed < static_cast<int>(prompt.size())) {
@@ -83,7 +87,8 @@ TEST(LlamaModel, ChunkedPrefillGivesIdenticalLogits) {
   std::vector<int32_t> prompt;
   for (int i = 0; i < 23; ++i) prompt.push_back((i * 37 + 11) % 256);
   const auto whole = prefill_in_chunks(runner, prompt, -1);
-  for (int chunk : {1, 3, 5, 16}) EXPECT_EQ(prefill_in_chunks(runner, prompt, chunk), whole) << "chunk " << chunk;
+  for (int chunk : {1, 3, 5, 16})
+    EXPECT_EQ(prefill_in_chunks(runner, prompt, chunk), whole) << "chunk " << chunk;
 }
 
 TEST(LlamaModel, BatchingGivesIdenticalLogits) {
@@ -109,7 +114,8 @@ TEST(LlamaModel, BatchingGivesIdenticalLogits) {
   // Together: all seqs in every step, each in its own blocks; seq 2 prefills in two chunks, so it
   // shares steps with the others' decodes.
   std::vector<TestSeq> seqs;
-  for (size_t s = 0; s < prompts.size(); ++s) seqs.emplace_back(static_cast<int64_t>(s), 8, prompts[s]);
+  for (size_t s = 0; s < prompts.size(); ++s)
+    seqs.emplace_back(static_cast<int64_t>(s), 8, prompts[s]);
   std::vector<int> step_of(prompts.size(), 0);
   for (int round = 0; round < 6; ++round) {
     std::vector<engine::ScheduledSeq> batch;
@@ -134,11 +140,12 @@ TEST(LlamaModel, BatchingGivesIdenticalLogits) {
 }
 
 // Logits of every prompt position through the model-level API (one prefill step).
-std::vector<std::vector<float>> all_position_logits(models::LlamaModel& model, const std::vector<int32_t>& ids) {
+std::vector<std::vector<float>> all_position_logits(models::LlamaModel& model,
+                                                    const std::vector<int32_t>& ids) {
   const int64_t n = static_cast<int64_t>(ids.size());
   const int64_t block_size = 16;
-  models::KvCache cache(model.config().num_hidden_layers, (n + block_size - 1) / block_size, block_size,
-                        model.config().num_key_value_heads, model.config().head_dim);
+  models::KvCache cache(model.config().num_hidden_layers, (n + block_size - 1) / block_size,
+                        block_size, model.config().num_key_value_heads, model.config().head_dim);
   std::vector<int32_t> positions, block_table;  // [n], [num_blocks]
   std::vector<int64_t> slots, rows;             // [n], [n]
   for (int64_t i = 0; i < n; ++i) {
@@ -148,22 +155,25 @@ std::vector<std::vector<float>> all_position_logits(models::LlamaModel& model, c
   }
   for (int64_t b = 0; b < cache.num_blocks(); ++b) block_table.push_back(static_cast<int32_t>(b));
   const cpu::AttentionSeq seq{0, n, 0, block_table};
-  const models::ForwardBatch batch{ids, positions, slots, std::span<const cpu::AttentionSeq>(&seq, 1)};
+  const models::ForwardBatch batch{ids, positions, slots,
+                                   std::span<const cpu::AttentionSeq>(&seq, 1)};
   const auto hidden = model.forward(batch, cache);
   const int64_t vocab = model.config().vocab_size;
   std::vector<float> flat(static_cast<size_t>(n * vocab));  // [n, vocab]
   model.compute_logits(hidden, rows, flat.data());
   std::vector<std::vector<float>> out;
-  for (int64_t i = 0; i < n; ++i) out.emplace_back(flat.begin() + i * vocab, flat.begin() + (i + 1) * vocab);
+  for (int64_t i = 0; i < n; ++i)
+    out.emplace_back(flat.begin() + i * vocab, flat.begin() + (i + 1) * vocab);
   return out;
 }
 
 class HfReference : public ::testing::TestWithParam<std::string> {};
 
-// Tiny random-weight models and their logits from HF transformers (float32, eager attention), made by
-// tests/device/make_reference_logits.py.
+// Tiny random-weight models and their logits from HF transformers (float32, eager attention), made
+// by tests/device/make_reference_logits.py.
 TEST_P(HfReference, LogitsMatchTransformers) {
-  const auto dir = std::filesystem::path(PAGELLM_SOURCE_DIR) / "tests/data/hf_reference" / GetParam();
+  const auto dir =
+      std::filesystem::path(PAGELLM_SOURCE_DIR) / "tests/data/hf_reference" / GetParam();
   const io::ModelConfig config = io::load_model_config(dir);
   const io::WeightStore store = io::WeightStore::open(dir);
   models::LlamaModel model(config, models::load_llama_weights(config, store));
@@ -187,7 +197,8 @@ TEST_P(HfReference, LogitsMatchTransformers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, HfReference, ::testing::Values("llama3_tiny", "qwen3_tiny", "qwen2_tiny"));
+INSTANTIATE_TEST_SUITE_P(Tiny, HfReference,
+                         ::testing::Values("llama3_tiny", "qwen3_tiny", "qwen2_tiny"));
 
 }  // namespace
 }  // namespace pagellm

@@ -1,6 +1,6 @@
-// Test helpers that write Hugging Face model folders byte by byte: safetensors files from a header and
-// a data section, and a complete tiny Llama folder that load_model accepts (the starting point the
-// broken-model tests damage one way at a time).
+// Test helpers that write Hugging Face model folders byte by byte: safetensors files from a header
+// and a data section, and a complete tiny Llama folder that load_model accepts (the starting point
+// the broken-model tests damage one way at a time).
 #pragma once
 
 #include <unistd.h>
@@ -50,7 +50,8 @@ inline std::string read_file(const std::filesystem::path& path) {
 inline std::string safetensors_bytes(const std::string& header, const std::string& data) {
   std::string out(8, '\0');
   uint64_t n = header.size();
-  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
   return out + header + data;
 }
 
@@ -59,7 +60,8 @@ struct SafetensorsBuilder {
   nlohmann::json header = nlohmann::json::object();
   std::string data;
 
-  void add_f32(const std::string& name, const std::vector<int64_t>& shape, float fill_base = 0.01f) {
+  void add_f32(const std::string& name, const std::vector<int64_t>& shape,
+               float fill_base = 0.01f) {
     int64_t count = 1;
     for (int64_t d : shape) count *= d;
     const size_t begin = data.size();
@@ -69,7 +71,8 @@ struct SafetensorsBuilder {
     }
     header[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {begin, data.size()}}};
   }
-  void add_bf16(const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& values) {
+  void add_bf16(const std::string& name, const std::vector<int64_t>& shape,
+                const std::vector<float>& values) {
     const size_t begin = data.size();
     for (float v : values) {
       const uint16_t h = f32_to_bf16(v);
@@ -82,10 +85,18 @@ struct SafetensorsBuilder {
 
 // config.json of a tiny Llama that the tiny folder below matches.
 inline nlohmann::json tiny_llama_config() {
-  return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", 32},
-          {"hidden_size", 16},        {"intermediate_size", 24},     {"num_hidden_layers", 2},
-          {"num_attention_heads", 4}, {"num_key_value_heads", 2},    {"max_position_embeddings", 128},
-          {"rms_norm_eps", 1e-5},     {"tie_word_embeddings", false}, {"bos_token_id", 1},
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"model_type", "llama"},
+          {"vocab_size", 32},
+          {"hidden_size", 16},
+          {"intermediate_size", 24},
+          {"num_hidden_layers", 2},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},
+          {"max_position_embeddings", 128},
+          {"rms_norm_eps", 1e-5},
+          {"tie_word_embeddings", false},
+          {"bos_token_id", 1},
           {"eos_token_id", 2}};
 }
 

@@ -11,17 +11,20 @@ using nlohmann::json;
 using testing::safetensors_bytes;
 
 std::vector<TensorView> parse(const std::string& bytes) {
-  return parse_safetensors_header(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "x.safetensors");
+  return parse_safetensors_header(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                                  "x.safetensors");
 }
 
-void expect_invalid(const std::string& bytes, const std::string& needle, ErrorKind kind = ErrorKind::kInvalidArgument) {
+void expect_invalid(const std::string& bytes, const std::string& needle,
+                    ErrorKind kind = ErrorKind::kInvalidArgument) {
   try {
     parse(bytes);
     ADD_FAILURE() << "accepted header";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), kind) << e.what();
     EXPECT_NE(std::string(e.what()).find("x.safetensors"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << needle << " not in: " << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+        << needle << " not in: " << e.what();
     EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
   }
 }
@@ -31,9 +34,10 @@ std::string entry(const char* dtype, json shape, uint64_t begin, uint64_t end) {
 }
 
 TEST(Safetensors, ParsesHeaderWithMetadataAndAllDtypes) {
-  const std::string header = "{\"__metadata__\":{\"format\":\"pt\"},\"a\":" + entry("F32", {2, 3}, 0, 24) +
-                             ",\"b\":" + entry("BF16", {4}, 24, 32) + ",\"c\":" + entry("F16", {1, 1}, 32, 34) +
-                             ",\"e\":" + entry("F32", {0, 5}, 34, 34) + "}";
+  const std::string header =
+      "{\"__metadata__\":{\"format\":\"pt\"},\"a\":" + entry("F32", {2, 3}, 0, 24) +
+      ",\"b\":" + entry("BF16", {4}, 24, 32) + ",\"c\":" + entry("F16", {1, 1}, 32, 34) +
+      ",\"e\":" + entry("F32", {0, 5}, 34, 34) + "}";
   const auto tensors = parse(safetensors_bytes(header, std::string(34, '\0')));
   ASSERT_EQ(tensors.size(), 4u);
   std::map<std::string, TensorView> by_name;
@@ -42,7 +46,8 @@ TEST(Safetensors, ParsesHeaderWithMetadataAndAllDtypes) {
   EXPECT_EQ(by_name["a"].num_elements(), 6);
   EXPECT_EQ(by_name["b"].dtype, DType::kBF16);
   EXPECT_EQ(by_name["c"].dtype, DType::kF16);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(by_name["b"].data), 24u);  // offset until bound to a mapping
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(by_name["b"].data),
+            24u);  // offset until bound to a mapping
   EXPECT_EQ(by_name["e"].num_bytes, 0u);
 }
 
@@ -53,20 +58,34 @@ TEST(Safetensors, RejectsMalformedHeaders) {
   expect_invalid(huge, "larger than the file");
   expect_invalid(safetensors_bytes("{\"a\":", ""), "invalid header JSON");
   expect_invalid(safetensors_bytes("[1,2]", ""), "not an object");
-  expect_invalid(safetensors_bytes("{\"a\":" + entry("F32", {2}, 8, 16) + "}", std::string(8, '\0')), "outside");
-  expect_invalid(safetensors_bytes("{\"a\":" + entry("F32", {4}, 0, 16) + "}", std::string(8, '\0')), "more bytes");
-  expect_invalid(safetensors_bytes("{\"a\":" + entry("F32", {4}, 8, 4) + "}", std::string(16, '\0')), "outside");
-  expect_invalid(safetensors_bytes("{\"a\":" + entry("F32", {3}, 0, 16) + "}", std::string(16, '\0')), "need 12 bytes");
-  expect_invalid(safetensors_bytes("{\"a\":" + entry("I8", {4}, 0, 4) + "}", std::string(4, '\0')), "I8",
-                 ErrorKind::kUnsupported);
-  expect_invalid(safetensors_bytes("{\"a\":" + entry("F32", {2}, 0, 8) + ",\"b\":" + entry("F32", {2}, 4, 12) + "}",
+  expect_invalid(
+      safetensors_bytes("{\"a\":" + entry("F32", {2}, 8, 16) + "}", std::string(8, '\0')),
+      "outside");
+  expect_invalid(
+      safetensors_bytes("{\"a\":" + entry("F32", {4}, 0, 16) + "}", std::string(8, '\0')),
+      "more bytes");
+  expect_invalid(
+      safetensors_bytes("{\"a\":" + entry("F32", {4}, 8, 4) + "}", std::string(16, '\0')),
+      "outside");
+  expect_invalid(
+      safetensors_bytes("{\"a\":" + entry("F32", {3}, 0, 16) + "}", std::string(16, '\0')),
+      "need 12 bytes");
+  expect_invalid(safetensors_bytes("{\"a\":" + entry("I8", {4}, 0, 4) + "}", std::string(4, '\0')),
+                 "I8", ErrorKind::kUnsupported);
+  expect_invalid(safetensors_bytes("{\"a\":" + entry("F32", {2}, 0, 8) +
+                                       ",\"b\":" + entry("F32", {2}, 4, 12) + "}",
                                    std::string(12, '\0')),
                  "overlap");
-  expect_invalid(safetensors_bytes("{\"a\":" + entry("F32", {-2}, 0, 8) + "}", std::string(8, '\0')), "non-negative");
+  expect_invalid(
+      safetensors_bytes("{\"a\":" + entry("F32", {-2}, 0, 8) + "}", std::string(8, '\0')),
+      "non-negative");
   // A shape whose element count overflows 64 bits must not wrap around to a small byte count.
-  expect_invalid(safetensors_bytes("{\"a\":" + entry("F32", {1u << 31, 1u << 31, 1u << 31}, 0, 0) + "}", ""),
-                 "exceeds");
-  expect_invalid(safetensors_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", std::string(4, '\0')), "data_offsets");
+  expect_invalid(
+      safetensors_bytes("{\"a\":" + entry("F32", {1u << 31, 1u << 31, 1u << 31}, 0, 0) + "}", ""),
+      "exceeds");
+  expect_invalid(
+      safetensors_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", std::string(4, '\0')),
+      "data_offsets");
   expect_invalid(safetensors_bytes("{\"a\":5}", ""), "not an object");
   expect_invalid(safetensors_bytes("{\"__metadata__\":3}", ""), "__metadata__");
 }
@@ -89,7 +108,9 @@ TEST(Safetensors, WeightStoreMapsSingleFileAndConvertsNothing) {
     store.get("nope");
     ADD_FAILURE();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("model.safetensors: missing tensor 'nope'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.safetensors: missing tensor 'nope'"),
+              std::string::npos)
+        << e.what();
   }
 }
 

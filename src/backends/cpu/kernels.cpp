@@ -15,7 +15,8 @@ namespace {
 constexpr int64_t kMinWorkPerChunk = 1 << 16;
 
 size_t min_chunk_for(int64_t work_per_unit) {
-  return static_cast<size_t>(std::max<int64_t>(1, kMinWorkPerChunk / std::max<int64_t>(1, work_per_unit)));
+  return static_cast<size_t>(
+      std::max<int64_t>(1, kMinWorkPerChunk / std::max<int64_t>(1, work_per_unit)));
 }
 
 constexpr int kLanes = 8;
@@ -51,8 +52,8 @@ float dot(const float* a, const float* b, int64_t n) {
   return out;
 }
 
-void matmul(const float* x, const float* w, const float* bias, float* out, int64_t num_tokens, int64_t in,
-            int64_t out_features) {
+void matmul(const float* x, const float* w, const float* bias, float* out, int64_t num_tokens,
+            int64_t in, int64_t out_features) {
   constexpr int64_t kRows = 4;
   // Work is split over blocks of kRows weight rows; a row's block never depends on the batch, and
   // each weight block stays in cache while every token passes over it.
@@ -77,10 +78,12 @@ void matmul(const float* x, const float* w, const float* bias, float* out, int64
       }
     }
   };
-  ThreadPool::global().parallel_for(static_cast<size_t>(num_units), run, min_chunk_for(kRows * in * num_tokens));
+  ThreadPool::global().parallel_for(static_cast<size_t>(num_units), run,
+                                    min_chunk_for(kRows * in * num_tokens));
 }
 
-void rms_norm(const float* x, const float* weight, float* out, int64_t num_rows, int64_t dim, float eps) {
+void rms_norm(const float* x, const float* weight, float* out, int64_t num_rows, int64_t dim,
+              float eps) {
   for (int64_t r = 0; r < num_rows; ++r) {
     const float* xr = x + r * dim;
     float* orow = out + r * dim;
@@ -90,8 +93,10 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t num_rows,
   }
 }
 
-void embedding(const int32_t* ids, const float* table, float* out, int64_t num_tokens, int64_t dim) {
-  for (int64_t t = 0; t < num_tokens; ++t) std::copy_n(table + static_cast<int64_t>(ids[t]) * dim, dim, out + t * dim);
+void embedding(const int32_t* ids, const float* table, float* out, int64_t num_tokens,
+               int64_t dim) {
+  for (int64_t t = 0; t < num_tokens; ++t)
+    std::copy_n(table + static_cast<int64_t>(ids[t]) * dim, dim, out + t * dim);
 }
 
 std::vector<float> rope_inv_freq(const io::RopeScaling& scaling, double theta, int64_t head_dim) {
@@ -118,8 +123,9 @@ std::vector<float> rope_inv_freq(const io::RopeScaling& scaling, double theta, i
       if (wavelen < high_wavelen || wavelen > low_wavelen) {
         f = scaled;
       } else {
-        const float smooth = (static_cast<float>(old_len) / wavelen - static_cast<float>(scaling.low_freq_factor)) /
-                             static_cast<float>(scaling.high_freq_factor - scaling.low_freq_factor);
+        const float smooth =
+            (static_cast<float>(old_len) / wavelen - static_cast<float>(scaling.low_freq_factor)) /
+            static_cast<float>(scaling.high_freq_factor - scaling.low_freq_factor);
         f = (1.0f - smooth) * scaled / factor + smooth * scaled;
       }
     }
@@ -127,8 +133,8 @@ std::vector<float> rope_inv_freq(const io::RopeScaling& scaling, double theta, i
   return inv;
 }
 
-void apply_rope(float* x, int64_t row_stride, const int32_t* positions, int64_t num_tokens, int64_t num_heads,
-                int64_t head_dim, const float* inv_freq) {
+void apply_rope(float* x, int64_t row_stride, const int32_t* positions, int64_t num_tokens,
+                int64_t num_heads, int64_t head_dim, const float* inv_freq) {
   const int64_t half = head_dim / 2;
   std::vector<float> cos_t(static_cast<size_t>(half)), sin_t(static_cast<size_t>(half));  // [half]
   for (int64_t t = 0; t < num_tokens; ++t) {
@@ -162,8 +168,8 @@ void add_inplace(float* dst, const float* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
-void write_kv(const KvLayerView& cache, const float* k, const float* v, int64_t row_stride, const int64_t* slots,
-              int64_t num_tokens) {
+void write_kv(const KvLayerView& cache, const float* k, const float* v, int64_t row_stride,
+              const int64_t* slots, int64_t num_tokens) {
   const int64_t width = cache.num_kv_heads * cache.head_dim;  // one slot: [num_kv_heads, head_dim]
   for (int64_t t = 0; t < num_tokens; ++t) {
     std::copy_n(k + t * row_stride, width, cache.k + slots[t] * width);
@@ -174,17 +180,20 @@ void write_kv(const KvLayerView& cache, const float* k, const float* v, int64_t 
 namespace {
 
 // One (row, kv head) unit: the group of query heads sharing that kv head, over positions [0, pos].
-void attend_group(const KvLayerView& c, const float* q, std::span<const int32_t> block_table, int64_t pos,
-                  int64_t first_head, int64_t group, float scale, float* out, std::vector<float>& scores) {
+void attend_group(const KvLayerView& c, const float* q, std::span<const int32_t> block_table,
+                  int64_t pos, int64_t first_head, int64_t group, float scale, float* out,
+                  std::vector<float>& scores) {
   const int64_t hd = c.head_dim;
   const int64_t slot_width = c.num_kv_heads * hd;
   const int64_t kv_head = first_head / group;
   const int64_t ctx = pos + 1;
   scores.resize(static_cast<size_t>(ctx * group));  // [group, ctx]
   for (int64_t j = 0; j < ctx; ++j) {
-    const int64_t slot = static_cast<int64_t>(block_table[j / c.block_size]) * c.block_size + j % c.block_size;
+    const int64_t slot =
+        static_cast<int64_t>(block_table[j / c.block_size]) * c.block_size + j % c.block_size;
     const float* kj = c.k + slot * slot_width + kv_head * hd;
-    for (int64_t g = 0; g < group; ++g) scores[g * ctx + j] = dot(q + (first_head + g) * hd, kj, hd) * scale;
+    for (int64_t g = 0; g < group; ++g)
+      scores[g * ctx + j] = dot(q + (first_head + g) * hd, kj, hd) * scale;
   }
   for (int64_t g = 0; g < group; ++g) {
     float* s = scores.data() + g * ctx;
@@ -199,7 +208,8 @@ void attend_group(const KvLayerView& c, const float* q, std::span<const int32_t>
     std::fill_n(out + (first_head + g) * hd, hd, 0.0f);
   }
   for (int64_t j = 0; j < ctx; ++j) {
-    const int64_t slot = static_cast<int64_t>(block_table[j / c.block_size]) * c.block_size + j % c.block_size;
+    const int64_t slot =
+        static_cast<int64_t>(block_table[j / c.block_size]) * c.block_size + j % c.block_size;
     const float* vj = c.v + slot * slot_width + kv_head * hd;
     for (int64_t g = 0; g < group; ++g) {
       const float p = scores[g * ctx + j];
@@ -211,8 +221,9 @@ void attend_group(const KvLayerView& c, const float* q, std::span<const int32_t>
 
 }  // namespace
 
-void paged_attention(const KvLayerView& cache, const float* q, int64_t q_stride, std::span<const AttentionSeq> seqs,
-                     int64_t num_heads, float scale, float* out) {
+void paged_attention(const KvLayerView& cache, const float* q, int64_t q_stride,
+                     std::span<const AttentionSeq> seqs, int64_t num_heads, float scale,
+                     float* out) {
   const int64_t group = num_heads / cache.num_kv_heads;
   const int64_t out_stride = num_heads * cache.head_dim;
   // Units are (row, kv head); the row -> seq lookup table keeps the threaded loop flat.
@@ -234,7 +245,8 @@ void paged_attention(const KvLayerView& cache, const float* q, int64_t q_stride,
     }
   };
   const int64_t work_per_unit = 2 * group * cache.head_dim * max_ctx;
-  ThreadPool::global().parallel_for(static_cast<size_t>(num_units), run, min_chunk_for(work_per_unit));
+  ThreadPool::global().parallel_for(static_cast<size_t>(num_units), run,
+                                    min_chunk_for(work_per_unit));
 }
 
 }  // namespace pagellm::cpu
