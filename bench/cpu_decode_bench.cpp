@@ -49,7 +49,7 @@ void BM_GreedyDecode(benchmark::State& state) {
   state.counters["tok/s"] =
       benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_GreedyDecode)->Arg(256)->Arg(512)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GreedyDecode)->Arg(256)->Arg(512)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace pagellm

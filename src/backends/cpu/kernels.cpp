@@ -59,22 +59,28 @@ void matmul(const float* x, const float* w, const float* bias, float* out, int64
   // each weight block stays in cache while every token passes over it.
   const int64_t num_full = out_features / kRows;
   const int64_t num_units = num_full + (out_features % kRows != 0 ? 1 : 0);
+  // Tokens go in tiles so a long prefill re-reads a tile of x from cache instead of streaming all
+  // of x once per weight block. Tiling changes only the loop order, never a reduction.
+  constexpr int64_t kTokenTile = 32;
   auto run = [&](size_t begin, size_t end) {
     float tile[kRows];
-    for (int64_t u = static_cast<int64_t>(begin); u < static_cast<int64_t>(end); ++u) {
-      const int64_t o0 = u * kRows;
-      const int64_t rows = std::min(kRows, out_features - o0);
-      for (int64_t t = 0; t < num_tokens; ++t) {
-        const float* xt = x + t * in;
-        float* ot = out + t * out_features + o0;
-        if (rows == kRows) {
-          dot_rows<kRows>(xt, w + o0 * in, in, tile);
-          for (int r = 0; r < kRows; ++r) ot[r] = tile[r];
-        } else {
-          for (int64_t r = 0; r < rows; ++r) dot_rows<1>(xt, w + (o0 + r) * in, in, ot + r);
+    for (int64_t t0 = 0; t0 < num_tokens; t0 += kTokenTile) {
+      const int64_t t1 = std::min(num_tokens, t0 + kTokenTile);
+      for (int64_t u = static_cast<int64_t>(begin); u < static_cast<int64_t>(end); ++u) {
+        const int64_t o0 = u * kRows;
+        const int64_t rows = std::min(kRows, out_features - o0);
+        for (int64_t t = t0; t < t1; ++t) {
+          const float* xt = x + t * in;
+          float* ot = out + t * out_features + o0;
+          if (rows == kRows) {
+            dot_rows<kRows>(xt, w + o0 * in, in, tile);
+            for (int r = 0; r < kRows; ++r) ot[r] = tile[r];
+          } else {
+            for (int64_t r = 0; r < rows; ++r) dot_rows<1>(xt, w + (o0 + r) * in, in, ot + r);
+          }
+          if (bias != nullptr)
+            for (int64_t r = 0; r < rows; ++r) ot[r] += bias[o0 + r];
         }
-        if (bias != nullptr)
-          for (int64_t r = 0; r < rows; ++r) ot[r] += bias[o0 + r];
       }
     }
   };
