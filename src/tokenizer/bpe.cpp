@@ -88,22 +88,45 @@ BpeModel::BpeModel(const nlohmann::json& spec, const TokenizerJson& file, const 
     if (!unk_id_) invalid_argument(where + ": model.unk_token '" + spec["unk_token"].get<std::string>() + "' is not in the vocab");
   }
 
-  // Merges: (left, right) -> (rank, merged id). A later duplicate overwrites an earlier one, as in the
-  // reference implementation's hash map.
+  // Merges: (left, right) -> (rank, merged id).
+  // Lookups run a few merges ahead of their use (hash + prefetch) so cache misses overlap.
   merges_.reserve(file.num_merges());
-  std::string joined;
-  for (size_t i = 0; i < file.num_merges(); ++i) {
+  constexpr size_t kLookahead = 8;
+  struct Pending {
+    std::string joined;
+    uint64_t hashes[3];
+  };
+  std::vector<Pending> pending(kLookahead);  // ring buffer of merges being prefetched
+  auto prepare = [&](size_t i) {
+    Pending& p = pending[i % kLookahead];
     const auto [left, right] = file.merge(i);
-    const auto left_id = vocab_.find(left), right_id = vocab_.find(right);
-    joined.assign(left);
-    joined.append(right);
-    const auto merged_id = vocab_.find(joined);
+    p.joined.assign(left);
+    p.joined.append(right);
+    p.hashes[0] = StringIdMap::hash_of(left);
+    p.hashes[1] = StringIdMap::hash_of(right);
+    p.hashes[2] = StringIdMap::hash_of(p.joined);
+    for (uint64_t h : p.hashes) vocab_.prefetch(h);
+  };
+  const size_t num_merges = file.num_merges();
+  std::vector<uint64_t> keys(num_merges), values(num_merges);  // [num_merges] pair key, (rank, merged id)
+  for (size_t i = 0; i < std::min(kLookahead, num_merges); ++i) prepare(i);
+  for (size_t i = 0; i < num_merges; ++i) {
+    const Pending& p = pending[i % kLookahead];
+    const auto [left, right] = file.merge(i);
+    const auto left_id = vocab_.find(left, p.hashes[0]), right_id = vocab_.find(right, p.hashes[1]);
+    const auto merged_id = vocab_.find(p.joined, p.hashes[2]);
     if (!left_id || !right_id || !merged_id) {
       invalid_argument(where + ": model.merges[" + std::to_string(i) + "] ('" + std::string(left) + "' '" +
                        std::string(right) + "') uses a token missing from the vocab");
     }
-    const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(*left_id)) << 32) | static_cast<uint32_t>(*right_id);
-    merges_.insert(key, (static_cast<uint64_t>(i) << 32) | static_cast<uint32_t>(*merged_id));
+    keys[i] = (static_cast<uint64_t>(static_cast<uint32_t>(*left_id)) << 32) | static_cast<uint32_t>(*right_id);
+    values[i] = (static_cast<uint64_t>(i) << 32) | static_cast<uint32_t>(*merged_id);
+    if (i + kLookahead < num_merges) prepare(i + kLookahead);
+  }
+  // A later duplicate overwrites an earlier one, as in the reference implementation's hash map.
+  for (size_t i = 0; i < num_merges; ++i) {
+    if (i + kLookahead < num_merges) merges_.prefetch(keys[i + kLookahead]);
+    merges_.insert(keys[i], values[i]);
   }
 }
 

@@ -21,73 +21,71 @@ inline size_t table_capacity_for(size_t num_entries) {
   return capacity;
 }
 
-// uint64 key -> uint64 value. The key ~0 is reserved as the empty marker.
+// uint64 key -> uint64 value. The key ~0 is reserved as the empty marker. Key and value share a
+// slot so a hit costs one cache miss.
 class U64Map {
  public:
   static constexpr uint64_t kEmpty = ~0ull;
 
   void reserve(size_t num_entries) {
-    keys_.assign(table_capacity_for(num_entries), kEmpty);
-    values_.assign(keys_.size(), 0);
-    mask_ = keys_.size() - 1;
+    slots_.assign(table_capacity_for(num_entries), Slot{});
+    mask_ = slots_.size() - 1;
   }
   // Inserts or overwrites; grows the table as needed (reserve() up front avoids rehashing).
   void insert(uint64_t key, uint64_t value) {
-    if ((size_ + 1) * 2 > keys_.size()) grow();
+    if ((size_ + 1) * 2 > slots_.size()) grow();
     size_t i = slot(key);
-    while (keys_[i] != kEmpty && keys_[i] != key) i = (i + 1) & mask_;
-    if (keys_[i] == kEmpty) ++size_;
-    keys_[i] = key;
-    values_[i] = value;
+    while (slots_[i].key != kEmpty && slots_[i].key != key) i = (i + 1) & mask_;
+    if (slots_[i].key == kEmpty) ++size_;
+    slots_[i] = Slot{key, value};
   }
-  // Inserts only when absent; returns false when the key was present.
-  bool insert_if_absent(uint64_t key, uint64_t value) {
-    if ((size_ + 1) * 2 > keys_.size()) grow();
-    size_t i = slot(key);
-    while (keys_[i] != kEmpty) {
-      if (keys_[i] == key) return false;
-      i = (i + 1) & mask_;
-    }
-    keys_[i] = key;
-    values_[i] = value;
-    ++size_;
-    return true;
+  void prefetch(uint64_t key) const {
+    if (!slots_.empty()) __builtin_prefetch(&slots_[slot(key)]);
   }
   const uint64_t* find(uint64_t key) const {
-    if (keys_.empty()) return nullptr;
+    if (slots_.empty()) return nullptr;
     size_t i = slot(key);
     while (true) {
-      const uint64_t k = keys_[i];
-      if (k == key) return &values_[i];
-      if (k == kEmpty) return nullptr;
+      const Slot& s = slots_[i];
+      if (s.key == key) return &s.value;
+      if (s.key == kEmpty) return nullptr;
       i = (i + 1) & mask_;
     }
   }
   size_t size() const { return size_; }
 
  private:
-  size_t slot(uint64_t key) const { return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 17) & mask_; }
+  struct Slot {
+    uint64_t key = kEmpty;
+    uint64_t value = 0;
+  };
+  // Both halves of a key (left id << 32 | right id) must reach the low bits: a full 64-bit mix.
+  size_t slot(uint64_t key) const {
+    key ^= key >> 33;
+    key *= 0xFF51AFD7ED558CCDull;
+    key ^= key >> 33;
+    return static_cast<size_t>(key) & mask_;
+  }
   void grow() {
-    std::vector<uint64_t> old_keys = std::move(keys_), old_values = std::move(values_);
-    keys_.assign(table_capacity_for(size_ + 1) * 2, kEmpty);
-    values_.assign(keys_.size(), 0);
-    mask_ = keys_.size() - 1;
-    for (size_t j = 0; j < old_keys.size(); ++j) {
-      if (old_keys[j] == kEmpty) continue;
-      size_t i = slot(old_keys[j]);
-      while (keys_[i] != kEmpty) i = (i + 1) & mask_;
-      keys_[i] = old_keys[j];
-      values_[i] = old_values[j];
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(table_capacity_for(size_ + 1) * 2, Slot{});
+    mask_ = slots_.size() - 1;
+    for (const Slot& s : old) {
+      if (s.key == kEmpty) continue;
+      size_t i = slot(s.key);
+      while (slots_[i].key != kEmpty) i = (i + 1) & mask_;
+      slots_[i] = s;
     }
   }
 
-  std::vector<uint64_t> keys_;    // [capacity]
-  std::vector<uint64_t> values_;  // [capacity]
+  std::vector<Slot> slots_;  // [capacity]
   size_t mask_ = 0;
   size_t size_ = 0;
 };
 
-// string -> int32 id. Keys are copied into one arena.
+// string -> int32 id. Keys are copied into one arena; a 16-byte slot holds the hash tag, id and key
+// location, so a hit costs two cache misses (slot, key bytes). Callers doing many lookups can hash
+// and prefetch ahead (hash_of + prefetch + find(key, hash)).
 class StringIdMap {
  public:
   void reserve(size_t num_entries, size_t num_key_bytes) {
@@ -99,24 +97,30 @@ class StringIdMap {
   void insert(std::string_view key, int32_t id) {
     if ((size_ + 1) * 2 > slots_.size()) grow();
     const uint64_t hash = hash_of(key);
+    const auto tag = static_cast<uint32_t>(hash >> 32);
     size_t i = hash & mask_;
     while (slots_[i].length != kEmptyLength) {
-      if (slots_[i].hash == hash && view(slots_[i]) == key) {
+      if (slots_[i].tag == tag && equal(slots_[i], key)) {
         slots_[i].id = id;
         return;
       }
       i = (i + 1) & mask_;
     }
-    slots_[i] = Slot{hash, static_cast<uint32_t>(arena_.size()), static_cast<uint32_t>(key.size()), id};
+    slots_[i] = Slot{tag, id, static_cast<uint32_t>(arena_.size()), static_cast<uint32_t>(key.size())};
     arena_.append(key);
     ++size_;
   }
-  std::optional<int32_t> find(std::string_view key) const {
+  static uint64_t hash_of(std::string_view key) { return XXH3_64bits(key.data(), key.size()); }
+  void prefetch(uint64_t hash) const {
+    if (!slots_.empty()) __builtin_prefetch(&slots_[hash & mask_]);
+  }
+  std::optional<int32_t> find(std::string_view key) const { return find(key, hash_of(key)); }
+  std::optional<int32_t> find(std::string_view key, uint64_t hash) const {
     if (slots_.empty()) return std::nullopt;
-    const uint64_t hash = hash_of(key);
+    const auto tag = static_cast<uint32_t>(hash >> 32);
     size_t i = hash & mask_;
     while (slots_[i].length != kEmptyLength) {
-      if (slots_[i].hash == hash && view(slots_[i]) == key) return slots_[i].id;
+      if (slots_[i].tag == tag && equal(slots_[i], key)) return slots_[i].id;
       i = (i + 1) & mask_;
     }
     return std::nullopt;
@@ -126,24 +130,26 @@ class StringIdMap {
  private:
   static constexpr uint32_t kEmptyLength = ~0u;
   struct Slot {
-    uint64_t hash = 0;
+    uint32_t tag = 0;  // high half of the key's hash
+    int32_t id = -1;
     uint32_t offset = 0;
     uint32_t length = kEmptyLength;
-    int32_t id = -1;
   };
-  static uint64_t hash_of(std::string_view key) { return XXH3_64bits(key.data(), key.size()); }
+  bool equal(const Slot& s, std::string_view key) const {
+    return s.length == key.size() && std::memcmp(arena_.data() + s.offset, key.data(), key.size()) == 0;
+  }
   void grow() {
     std::vector<Slot> old = std::move(slots_);
     slots_.assign(table_capacity_for(size_ + 1) * 2, Slot{});
     mask_ = slots_.size() - 1;
     for (const Slot& s : old) {
       if (s.length == kEmptyLength) continue;
-      size_t i = s.hash & mask_;
+      const uint64_t hash = hash_of(std::string_view(arena_).substr(s.offset, s.length));
+      size_t i = hash & mask_;
       while (slots_[i].length != kEmptyLength) i = (i + 1) & mask_;
       slots_[i] = s;
     }
   }
-  std::string_view view(const Slot& s) const { return std::string_view(arena_).substr(s.offset, s.length); }
 
   std::vector<Slot> slots_;  // [capacity]
   std::string arena_;        // all keys, concatenated

@@ -1,7 +1,6 @@
 #include "tokenizer/tokenizer.h"
 
 #include <fstream>
-#include <sstream>
 
 #include "common/error.h"
 #include "tokenizer/tokenizer_impl.h"
@@ -13,12 +12,15 @@ namespace pagellm::tok {
 namespace {
 
 std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw_error(ErrorKind::kNotFound, path.string() + ": cannot open");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) invalid_argument(path.string() + ": read failed");
-  return buffer.str();
+  const std::streamoff size = in.tellg();
+  if (size < 0) invalid_argument(path.string() + ": cannot determine the file size");
+  std::string content(static_cast<size_t>(size), '\0');
+  in.seekg(0);
+  in.read(content.data(), size);
+  if (in.gcount() != size) invalid_argument(path.string() + ": read failed");
+  return content;
 }
 
 }  // namespace
