@@ -11,11 +11,11 @@ namespace pagellm::tok::jinja {
 
 namespace {
 
-constexpr std::array<std::string_view, 31> kFilters = {
+constexpr std::array<std::string_view, 33> kFilters = {
     "abs", "bool", "capitalize", "count", "d", "default", "dictsort", "first", "float", "indent",
-    "int", "items", "join", "last", "length", "list", "lower", "map", "rejectattr", "replace",
-    "reverse", "safe", "selectattr", "sort", "string", "title", "tojson", "trim", "unique", "upper",
-    "wordcount"};
+    "int", "items", "join", "last", "length", "list", "lower", "map", "reject", "rejectattr",
+    "replace", "reverse", "safe", "select", "selectattr", "sort", "string", "title", "tojson",
+    "trim", "unique", "upper", "wordcount"};
 
 [[noreturn]] void bad_operand(std::string_view filter, const Value& v, SourcePos pos) {
   template_error(pos, "filter '" + std::string(filter) + "' cannot be applied to a " + type_name(v));
@@ -257,6 +257,25 @@ Value select_attr(const Value& v, const CallArgs& args, bool select, std::string
   return Value(std::move(out));
 }
 
+// select/reject(test, arg...): keeps the items that pass (select) or fail (reject) the test; with no
+// test, truthiness.
+Value select_items(const Value& v, const CallArgs& args, bool select, std::string_view filter) {
+  if (!v.is_array()) bad_operand(filter, v, args.pos);
+  const Value* test = args.get(0, "test");
+  if (test != nullptr && (!test->is_string() || !is_known_test(test->as_string()))) {
+    template_error(args.pos, std::string(filter) + ": unknown test");
+  }
+  CallArgs test_args;
+  test_args.pos = args.pos;
+  if (args.positional.size() > 1) test_args.positional.push_back(args.positional[1]);
+  Array out;
+  for (const Value& item : v.as_array()) {
+    const bool passed = test != nullptr ? run_test(test->as_string(), item, test_args) : truthy(item);
+    if (passed == select) out.push_back(item);
+  }
+  return Value(std::move(out));
+}
+
 Value map_attr(const Value& v, const CallArgs& args) {
   if (!v.is_array()) bad_operand("map", v, args.pos);
   const Value* attr = args.get(99, "attribute");
@@ -366,6 +385,7 @@ Value apply_filter(Interpreter& interp, Scope& scope, const Expr& filter, const 
   if (name == "sort") return sort(v, args);
   if (name == "unique") return unique(v, pos);
   if (name == "map") return map_attr(v, args);
+  if (name == "select" || name == "reject") return select_items(v, args, name == "select", name);
   if (name == "selectattr" || name == "rejectattr") return select_attr(v, args, name == "selectattr", name);
   if (name == "list" || name == "first" || name == "last" || name == "reverse") {
     Array items;
