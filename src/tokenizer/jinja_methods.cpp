@@ -1,5 +1,6 @@
 // Attribute access, str/dict methods, tests and global functions.
 #include <array>
+#include <cmath>
 #include <ctime>
 
 #include "common/error.h"
@@ -9,6 +10,8 @@
 namespace pagellm::tok::jinja {
 
 namespace {
+
+constexpr int64_t kMaxRangeItems = 1 << 20;
 
 constexpr std::array<std::string_view, 11> kStringMethods = {
     "upper", "lower", "strip", "lstrip", "rstrip", "title", "capitalize",
@@ -283,6 +286,12 @@ class GlobalFunction : public Callable {
     }
     const int64_t step = bounds[2];
     if (step == 0) template_error(args.pos, "range() step must not be zero");
+    // The list is built eagerly, so its length is capped before any memory is spent on it.
+    const double num_items = std::ceil((static_cast<double>(bounds[1]) - static_cast<double>(bounds[0])) /
+                                       static_cast<double>(step));
+    if (num_items > static_cast<double>(kMaxRangeItems)) {
+      template_error(args.pos, "range() of more than " + std::to_string(kMaxRangeItems) + " items");
+    }
     Array out;
     for (int64_t i = bounds[0]; step > 0 ? i < bounds[1] : i > bounds[1];) {
       interp.charge_steps(1, args.pos);
