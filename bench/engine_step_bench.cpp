@@ -41,11 +41,12 @@ class NullRunner : public runner::ModelRunner {
   io::ModelConfig config_;
 };
 
-// Steady state: 256 sequences decoding (prompt 128, up to 100k tokens, stop strings on), measured per
-// step.
+// Steady state: 256 sequences decoding (prompt 128 tokens, streaming deltas, a stop string to check),
+// measured per step.
 void BM_EngineStepDecode256(benchmark::State& state) {
   const int num_seqs = static_cast<int>(state.range(0));
   const bool prefix_caching = state.range(1) != 0;
+  const bool detokenize = state.range(2) != 0;
   EngineArgs args;
   args.max_num_seqs = num_seqs;
   args.enable_prefix_caching = prefix_caching;
@@ -56,7 +57,8 @@ void BM_EngineStepDecode256(benchmark::State& state) {
   SamplingParams params;
   params.max_tokens = 1800;
   params.ignore_eos = true;
-  params.stop = {"never-seen-stop"};
+  params.detokenize = detokenize;
+  if (detokenize) params.stop = {"never-seen-stop"};
   for (int i = 0; i < num_seqs; ++i) {
     std::vector<int32_t> prompt(128);
     for (int k = 0; k < 128; ++k) prompt[static_cast<size_t>(k)] = 32 + (i * 7 + k) % 90;
@@ -73,7 +75,13 @@ void BM_EngineStepDecode256(benchmark::State& state) {
   state.counters["outputs/step"] = static_cast<double>(num_outputs) / static_cast<double>(state.iterations());
   state.counters["running"] = core.counters().num_running;
 }
-BENCHMARK(BM_EngineStepDecode256)->Args({256, 1})->Args({256, 0})->Unit(benchmark::kMicrosecond)->Iterations(1500);
+// Args: running sequences, prefix caching, detokenize + stop strings.
+BENCHMARK(BM_EngineStepDecode256)
+    ->Args({256, 1, 1})
+    ->Args({256, 0, 1})
+    ->Args({256, 1, 0})
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(1500);
 
 }  // namespace
 }  // namespace pagellm

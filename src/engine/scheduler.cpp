@@ -96,7 +96,9 @@ const SchedulerOutput& Scheduler::schedule() {
   // A step that had to preempt is short of blocks: admitting more would only thrash.
   if (!preempted_this_step_) {
     schedule_swapped();
-    schedule_waiting();
+    // Swapped-out sequences come back before anything new is admitted, or new prompts could keep
+    // taking the blocks they wait for.
+    if (swapped_.empty()) schedule_waiting();
   }
   compact_running();
   out_.num_scheduled_tokens = config_.max_num_batched_tokens - budget_;
