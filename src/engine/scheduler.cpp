@@ -331,7 +331,11 @@ void Scheduler::finish_seq(Sequence& seq, FinishReason reason) {
   if (seq.finished()) return;
   if (seq.num_scheduled_tokens > 0) unschedule(seq);
   switch (seq.status) {
-    case SeqStatus::kRunning: --num_running_; break;
+    case SeqStatus::kRunning:
+      // Removed now, not at the next compaction: the engine may destroy the request right after.
+      std::erase(running_, &seq);
+      --num_running_;
+      break;
     case SeqStatus::kWaiting: waiting_.erase(&seq); break;
     case SeqStatus::kSwapped: swapped_.erase(&seq); break;
     case SeqStatus::kFinished: break;

@@ -52,7 +52,8 @@ class Scheduler {
   // sampled tokens, forks samples whose prompt is ready) and lists the new tokens.
   void update_from_output(const ModelRunnerOutput& output, std::vector<NewToken>& new_tokens);
 
-  // Ends one sequence (finish reason already set by the caller) and frees its blocks.
+  // Ends one sequence with `reason`, frees its blocks and drops every reference to it, so the caller
+  // may destroy it (and its request) right away.
   void finish_seq(Sequence& seq, FinishReason reason);
   // Ends every sequence of the request with kAbort, wherever it is.
   void abort_request(Request& req);

@@ -324,6 +324,23 @@ TEST(Scheduler, AbortAtEveryStage) {
   h.expect_no_leaks();
 }
 
+TEST(Scheduler, FinishedRequestsMayBeDestroyedBeforeTheNextStep) {
+  Harness h(64);
+  h.add(prompt_of(5, 1), 50);
+  Request& b = h.add(prompt_of(5, 2), 50);
+  h.add(prompt_of(5, 3), 50);
+  h.step();
+  h.step();
+  h.sched.finish_seq(*b.seqs[0], FinishReason::kStop);
+  h.reqs[1].reset();  // the engine frees a finished request at once (ASan checks no one looks at it)
+  h.step();
+  EXPECT_EQ(h.sched.num_running(), 2);
+  for (auto& r : h.reqs) {
+    if (r) h.sched.abort_request(*r);
+  }
+  h.expect_no_leaks();
+}
+
 TEST(Scheduler, RejectsRequestsThatCanNeverFit) {
   SchedulerConfig cfg;
   cfg.max_model_len = 64;
