@@ -35,7 +35,10 @@ bool optional_empty_string(const nlohmann::json& spec, const char* field) {
 }  // namespace
 
 BpeModel::BpeModel(const nlohmann::json& spec, const TokenizerJson& file, const std::string& where) {
-  if (!file.has_vocab) invalid_argument(where + ": model.vocab is missing");
+  // The loader streams model.vocab (an object) and model.merges (an array) out of the DOM; anything
+  // left under those keys had the wrong shape.
+  if (spec.contains("vocab") || !file.has_vocab) invalid_argument(where + ": model.vocab must be an object of ids");
+  if (spec.contains("merges")) invalid_argument(where + ": model.merges must be an array");
   if (spec.contains("dropout") && !spec["dropout"].is_null() && spec["dropout"].get<double>() != 0.0) {
     unsupported(where + ": unsupported: BPE dropout");
   }
