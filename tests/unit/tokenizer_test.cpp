@@ -263,6 +263,8 @@ TEST(TokenizerPipeline, MetaspaceAndDigits) {
   EXPECT_EQ(t->encode("a ab", false), (std::vector<int32_t>{5, 5, 4}));
   EXPECT_EQ(t->encode("12", false), (std::vector<int32_t>{2, 10, 11}));
   EXPECT_EQ(t->decode(std::vector<int32_t>{5, 5, 4}, false), "a ab");
+  // Every replacement character of the first token is dropped, as the reference does.
+  EXPECT_EQ(t->decode(std::vector<int32_t>{2, 2, 5}, false), "  a");
 }
 
 TEST(TokenizerPipeline, UnsupportedComponentsAreNamed) {
