@@ -152,10 +152,11 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
     encode_uncached(word, out);
     return;
   }
-  CacheShard& shard = cache_[std::hash<std::string_view>{}(word) % kNumCacheShards];
+  // The shard comes from high hash bits; the map inside uses the same hash's low bits.
+  CacheShard& shard = cache_[(std::hash<std::string_view>{}(word) >> 56) % kNumCacheShards];
   {
     std::lock_guard<std::mutex> lock(shard.mutex);
-    auto it = shard.words.find(std::string(word));
+    auto it = shard.words.find(word);
     if (it != shard.words.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;

@@ -60,9 +60,14 @@ class BpeModel {
   bool ignore_merges_ = false;
 
   // Encoded-word cache: sharded so concurrent encoders rarely contend; each shard is bounded.
+  // Transparent hashing lets a string_view look up a std::string key without a copy.
+  struct WordHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
   struct CacheShard {
     std::mutex mutex;
-    std::unordered_map<std::string, std::vector<int32_t>> words;
+    std::unordered_map<std::string, std::vector<int32_t>, WordHash, std::equal_to<>> words;
   };
   static constexpr size_t kNumCacheShards = 16;
   static constexpr size_t kMaxCachedPerShard = 8192;
