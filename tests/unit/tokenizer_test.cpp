@@ -146,6 +146,21 @@ TEST(TokenizerPipeline, IgnoreMergesTakesWholeWords) {
   EXPECT_EQ(t->encode("hello world", false), (std::vector<int32_t>{259, 260}));
 }
 
+TEST(TokenizerPipeline, LongTextIsStreamedWithTheSameResult) {
+  const auto t = load(byte_level_spec({"h e", "he l", "hel l", "hell o"}));
+  // "\n" followed by a letter is a boundary no match of this pattern crosses, so the encoding of the
+  // whole equals the concatenated encodings of the paragraphs; the whole (> 16 KB) is streamed.
+  const std::string paragraph = "hello world, he said  \t to  hello\n";
+  std::string text;
+  std::vector<int32_t> expected;
+  const auto one = t->encode(paragraph, false);
+  for (int i = 0; i < 2000; ++i) {
+    text += paragraph;
+    expected.insert(expected.end(), one.begin(), one.end());
+  }
+  EXPECT_EQ(t->encode(text, false), expected);
+}
+
 TEST(TokenizerPipeline, AddedTokensStripAndSingleWord) {
   json spec = byte_level_spec({"h e"});
   spec["added_tokens"] = {
