@@ -175,6 +175,17 @@ class Handler : public nlohmann::json_sax<json> {
 }  // namespace
 
 TokenizerJson parse_tokenizer_json(std::string_view text, const std::string& source) {
+  {
+    TokenizerJson fast;
+    if (parse_tokenizer_json_fast(text, fast) && fast.token_bytes.size() <= 0xFFFFFFF0u &&
+        fast.merge_bytes.size() <= 0xFFFFFFF0u) {
+      return fast;
+    }
+  }
+  return parse_tokenizer_json_sax(text, source);
+}
+
+TokenizerJson parse_tokenizer_json_sax(std::string_view text, const std::string& source) {
   TokenizerJson out;
   Handler handler(out);
   bool ok = false;

@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_json.h"
 #include "tokenizer/unicode.h"
 
 namespace pagellm::tok {
@@ -332,6 +333,42 @@ TEST(TokenizerPipeline, MalformedFilesAreInvalidArgument) {
   expect_invalid(R"({"model": {"type": "BPE", "vocab": {"a": 99999999}, "merges": []}})", "too large");
   expect_invalid(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "("}}})",
                  "does not compile");
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+TEST(TokenizerJsonLoad, FastScannerAgreesWithSaxLoader) {
+  std::vector<fs::path> files = {kStories / "tokenizer.json"};
+  for (const char* name : {"llama3", "qwen3", "llama2"}) {
+    if (fs::exists(npm_tokenizer(name) / "tokenizer.json")) files.push_back(npm_tokenizer(name) / "tokenizer.json");
+  }
+  for (const auto& file : files) {
+    const std::string text = read_text(file);
+    TokenizerJson fast;
+    ASSERT_TRUE(parse_tokenizer_json_fast(text, fast)) << file;
+    const TokenizerJson sax = parse_tokenizer_json_sax(text, file.string());
+    EXPECT_TRUE(fast == sax) << file;
+    EXPECT_GT(fast.num_vocab(), 0u);
+  }
+  // Escapes, surrogate pairs and both merge forms.
+  const std::string tricky = R"({"model": {"type": "BPE", "merges": [["a\"", "\u00e9"], "x \/y"],
+      "vocab": {"a\"": 0, "\u00e9": 1, "a\"\u00e9": 2, "x": 3, "/y": 4, "x/y": 5, "\ud83e\udd17\n": 6}}, "added_tokens": []})";
+  TokenizerJson fast;
+  ASSERT_TRUE(parse_tokenizer_json_fast(tricky, fast));
+  EXPECT_TRUE(fast == parse_tokenizer_json_sax(tricky, "tricky"));
+  EXPECT_EQ(fast.token(6), "\xF0\x9F\xA4\x97\n");
+  EXPECT_EQ(fast.merge(1).second, "/y");
+  // Layouts the scanner leaves to the SAX loader.
+  for (const char* odd : {R"({"model": {"vocab": {"a": 01}, "merges": []}})", R"({"model": {"vocab": {"a": -1}, "merges": []}})",
+                          R"({"model": {"vocab": {"a": 1.0}, "merges": []}})", R"({"model": {"vocab": {}}})", "{} x"}) {
+    TokenizerJson out;
+    EXPECT_FALSE(parse_tokenizer_json_fast(odd, out)) << odd;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
