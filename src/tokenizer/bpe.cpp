@@ -92,15 +92,18 @@ BpeModel::BpeModel(const nlohmann::json& spec, const TokenizerJson& file, const 
   }
 
   // Merges: (left, right) -> (rank, merged id).
-  // Lookups run a few merges ahead of their use (hash + prefetch) so cache misses overlap.
+  // Lookups run a few merges ahead of their use (hash + prefetch) so cache misses overlap: vocab slots
+  // are prefetched kLookahead merges ahead, the merge table slot kLookahead / 2 ahead.
   merges_.reserve(file.num_merges());
-  constexpr size_t kLookahead = 8;
+  constexpr size_t kLookahead = 16;
   struct Pending {
     std::string joined;
     uint64_t hashes[3];
+    uint64_t key = 0, value = 0;
   };
-  std::vector<Pending> pending(kLookahead);  // ring buffer of merges being prefetched
-  auto prepare = [&](size_t i) {
+  std::vector<Pending> pending(kLookahead);  // ring buffer of merges in flight
+  const size_t num_merges = file.num_merges();
+  auto prepare = [&](size_t i) {  // stage 1: hash the three tokens, prefetch their vocab slots
     Pending& p = pending[i % kLookahead];
     const auto [left, right] = file.merge(i);
     p.joined.assign(left);
@@ -110,11 +113,8 @@ BpeModel::BpeModel(const nlohmann::json& spec, const TokenizerJson& file, const 
     p.hashes[2] = StringIdMap::hash_of(p.joined);
     for (uint64_t h : p.hashes) vocab_.prefetch(h);
   };
-  const size_t num_merges = file.num_merges();
-  std::vector<uint64_t> keys(num_merges), values(num_merges);  // [num_merges] pair key, (rank, merged id)
-  for (size_t i = 0; i < std::min(kLookahead, num_merges); ++i) prepare(i);
-  for (size_t i = 0; i < num_merges; ++i) {
-    const Pending& p = pending[i % kLookahead];
+  auto resolve = [&](size_t i) {  // stage 2: look the ids up, prefetch the merge table slot
+    Pending& p = pending[i % kLookahead];
     const auto [left, right] = file.merge(i);
     const auto left_id = vocab_.find(left, p.hashes[0]), right_id = vocab_.find(right, p.hashes[1]);
     const auto merged_id = vocab_.find(p.joined, p.hashes[2]);
@@ -122,14 +122,19 @@ BpeModel::BpeModel(const nlohmann::json& spec, const TokenizerJson& file, const 
       invalid_argument(where + ": model.merges[" + std::to_string(i) + "] ('" + std::string(left) + "' '" +
                        std::string(right) + "') uses a token missing from the vocab");
     }
-    keys[i] = (static_cast<uint64_t>(static_cast<uint32_t>(*left_id)) << 32) | static_cast<uint32_t>(*right_id);
-    values[i] = (static_cast<uint64_t>(i) << 32) | static_cast<uint32_t>(*merged_id);
-    if (i + kLookahead < num_merges) prepare(i + kLookahead);
-  }
-  // A later duplicate overwrites an earlier one, as in the reference implementation's hash map.
-  for (size_t i = 0; i < num_merges; ++i) {
-    if (i + kLookahead < num_merges) merges_.prefetch(keys[i + kLookahead]);
-    merges_.insert(keys[i], values[i]);
+    p.key = (static_cast<uint64_t>(static_cast<uint32_t>(*left_id)) << 32) | static_cast<uint32_t>(*right_id);
+    p.value = (static_cast<uint64_t>(i) << 32) | static_cast<uint32_t>(*merged_id);
+    merges_.prefetch(p.key);
+  };
+  constexpr size_t kHalf = kLookahead / 2;
+  for (size_t i = 0; i < num_merges + kLookahead; ++i) {
+    if (i < num_merges) prepare(i);
+    if (i >= kHalf && i - kHalf < num_merges) resolve(i - kHalf);
+    if (i >= kLookahead - 1 && i - (kLookahead - 1) < num_merges) {
+      // Stage 3. A later duplicate overwrites an earlier one, as in the reference's hash map.
+      const Pending& p = pending[(i - (kLookahead - 1)) % kLookahead];
+      merges_.insert(p.key, p.value);
+    }
   }
 }
 
