@@ -49,8 +49,16 @@ BpeModel::BpeModel(const nlohmann::json& spec, const TokenizerJson& file, const 
   byte_fallback_ = spec.value("byte_fallback", false);
   fuse_unk_ = spec.value("fuse_unk", false);
   ignore_merges_ = spec.value("ignore_merges", false);
+  load_vocab(file, where);
+  if (spec.contains("unk_token") && spec["unk_token"].is_string()) {
+    unk_id_ = vocab_.find(spec["unk_token"].get<std::string>());
+    if (!unk_id_) invalid_argument(where + ": model.unk_token '" + spec["unk_token"].get<std::string>() + "' is not in the vocab");
+  }
+  load_merges(file, where);
+}
 
-  // Vocab: token -> id map, and tokens laid out by id for decoding.
+// Vocab: token -> id map, and tokens laid out by id for decoding.
+void BpeModel::load_vocab(const TokenizerJson& file, const std::string& where) {
   int64_t max_id = -1;
   for (size_t i = 0; i < file.num_vocab(); ++i) {
     if (file.token_ids[i] >= kMaxTokenId) {
@@ -86,12 +94,10 @@ BpeModel::BpeModel(const nlohmann::json& spec, const TokenizerJson& file, const 
   for (int b = 0; b < 256; ++b) {
     if (auto id = vocab_.find(byte_fallback_token(b))) byte_fallback_id_[b] = *id;
   }
-  if (spec.contains("unk_token") && spec["unk_token"].is_string()) {
-    unk_id_ = vocab_.find(spec["unk_token"].get<std::string>());
-    if (!unk_id_) invalid_argument(where + ": model.unk_token '" + spec["unk_token"].get<std::string>() + "' is not in the vocab");
-  }
+}
 
-  // Merges: (left, right) -> (rank, merged id).
+// Merges: (left, right) -> (rank, merged id).
+void BpeModel::load_merges(const TokenizerJson& file, const std::string& where) {
   // Lookups run a few merges ahead of their use (hash + prefetch) so cache misses overlap: vocab slots
   // are prefetched kLookahead merges ahead, the merge table slot kLookahead / 2 ahead.
   merges_.reserve(file.num_merges());

@@ -39,6 +39,8 @@ class BpeModel {
     int32_t id;
     uint32_t length;  // bytes of word covered
   };
+  void load_vocab(const TokenizerJson& file, const std::string& where);
+  void load_merges(const TokenizerJson& file, const std::string& where);
   void encode_uncached(std::string_view word, std::vector<int32_t>& out) const;
   void initial_symbols(std::string_view word, std::vector<Symbol>& symbols) const;
   void merge_short(std::vector<Symbol>& symbols) const;
