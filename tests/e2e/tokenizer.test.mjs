@@ -43,10 +43,14 @@ function pagellm(args) {
     .split("\n").filter((l) => l.length > 0).map((l) => JSON.parse(l));
 }
 
+const references = new Map();  // dir -> reference tokenizer (loading Llama-3's takes seconds in JS)
 function loadReference(dir) {
-  const json = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer.json"), "utf8"));
-  const config = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer_config.json"), "utf8"));
-  return new Tokenizer(json, config);
+  if (!references.has(dir)) {
+    const json = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer.json"), "utf8"));
+    const config = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer_config.json"), "utf8"));
+    references.set(dir, new Tokenizer(json, config));
+  }
+  return references.get(dir);
 }
 
 function refDecode(ref, ids, skip) {
@@ -108,6 +112,32 @@ for (const [name, dir] of Object.entries(TOKENIZERS)) {
     assert.ok(lossless >= corpus.length * 0.75, `${name}: only ${lossless}/${corpus.length} lines are lossless`);
   });
 }
+
+// Random strings from pieces that stress the edges (special-token text, byte-fallback look-alikes,
+// U+0085 / U+180E / U+FEFF whitespace classes, combining marks, ZWJ emoji), seeded: ids only.
+function randomStrings(count, seed) {
+  const pieces = ["a", "b", "Z", "é", "e\u0301", "ß", "你", "好", "😀", "👨‍👩‍👧", "🇺🇸", " ", "  ", "\t", "\n", "\r\n",
+    "\u00a0", "\u200b", "\ufeff", "\u3000", "\u0085", "\u180e", "0", "12", "3456", "'s", "'LL", "!", "...", "<s>", "</s>",
+    "<|im_start|>", "<|begin_of_text|>", "<|eot_id|>", "▁", "Ġ", "<0x41>", "ا", "д", "\\", "\"", "{", "#"];
+  let state = seed;
+  const next = () => (state = (Math.imul(state, 1103515245) + 12345) >>> 0) / 2 ** 32;
+  return Array.from({ length: count }, () =>
+    Array.from({ length: Math.floor(next() * 30) }, () => pieces[Math.floor(next() * pieces.length)]).join(""));
+}
+
+test("random edge-case strings: token ids match the reference", (t) => {
+  const strings = randomStrings(800, 7);
+  const file = path.join(tmp, "random.jsonl");
+  fs.writeFileSync(file, strings.map((s) => JSON.stringify(s)).join("\n") + "\n");
+  for (const [name, dir] of Object.entries(TOKENIZERS)) {
+    if (!fs.existsSync(path.join(dir, "tokenizer.json"))) continue;
+    const ref = loadReference(dir);
+    const ours = pagellm(["tokenize", "--tokenizer", dir, "--jsonl", file, "--add-special-tokens"]);
+    strings.forEach((text, i) => {
+      assert.deepEqual(ours[i].ids, ref.encode(text, { add_special_tokens: true }).ids, `${name}: ${show(text)}`);
+    });
+  }
+});
 
 test("streaming after a prompt keeps the leading space (Llama-2, vLLM semantics)", (t) => {
   const dir = TOKENIZERS.llama2;
