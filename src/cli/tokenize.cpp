@@ -83,7 +83,7 @@ int run_tokenize(int argc, char** argv) {
   app.add_option("--input-file", input_file, "encode the whole content of FILE as one text");
   app.add_flag("--stats", stats, "print load time and encoding speed to stderr (with --input-file, no ids printed)");
   app.add_option("text", text, "text to encode");
-  app.parse(argc, argv);
+  PAGELLM_PARSE(app, argc, argv);
 
   const auto load_start = std::chrono::steady_clock::now();
   const double load_cpu_start = cpu_seconds();
@@ -146,7 +146,7 @@ int run_detokenize(int argc, char** argv) {
   app.add_option("--jsonl", jsonl,
                  "decode each line of FILE: an id array, or {\"prompt_ids\": [...], \"ids\": [...]}");
   app.add_option("ids", id_args, "token ids");
-  app.parse(argc, argv);
+  PAGELLM_PARSE(app, argc, argv);
   const auto tokenizer = flags.load();
 
   auto decode_one = [&](const std::vector<int32_t>& prompt_ids, const std::vector<int32_t>& ids) {
