@@ -36,6 +36,13 @@ if(PAGELLM_CUDA_RUNNER_SOURCES)
   target_compile_options(pagellm_cuda PRIVATE ${PAGELLM_WARNINGS})
   target_compile_definitions(pagellm_cuda PUBLIC PAGELLM_HAVE_CUDA=1)
   target_link_libraries(pagellm_cuda PUBLIC pagellm_core pagellm_cuda_kernels)
+  # The loader (in pagellm_core) builds the CUDA runner for --device cuda.
+  target_compile_definitions(pagellm_core PRIVATE PAGELLM_HAVE_CUDA=1)
+  target_include_directories(pagellm_core PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+  # End-to-end runner checks and first performance numbers, run on the GPU machine.
+  add_executable(cuda_runner_check ${CMAKE_SOURCE_DIR}/tests/device/runner_check.cpp)
+  target_compile_options(cuda_runner_check PRIVATE ${PAGELLM_WARNINGS})
+  target_link_libraries(cuda_runner_check PRIVATE pagellm_cuda)
 else()
   add_library(pagellm_cuda INTERFACE)
   target_link_libraries(pagellm_cuda INTERFACE pagellm_cuda_kernels)

@@ -544,6 +544,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // logs survive a timeout
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   g_num_sms = prop.multiProcessorCount;

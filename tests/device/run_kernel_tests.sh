@@ -13,9 +13,12 @@ mkdir -p "$LOGS"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv | tee "$LOGS/gpu.txt"
 "$BIN/cuda_probe" 2>&1 | tee "$LOGS/probe.log"
-"$BIN/cuda_kernel_tests" "$@" > "$LOGS/kernel_tests.log" 2>&1
+# Separate, bounded runs so that a hang in one part still leaves the other's results.
+timeout "${TEST_TIMEOUT:-300}" "$BIN/cuda_kernel_tests" "$@" > "$LOGS/kernel_tests.log" 2>&1
 status=$?
+timeout "${BENCH_TIMEOUT:-200}" "$BIN/cuda_kernel_tests" --bench-only > "$LOGS/kernel_bench.log" 2>&1
+bench_status=$?
 grep -E "FAIL|kernel tests:|error" "$LOGS/kernel_tests.log" | head -40
-sed -n '/== benchmarks/,$p' "$LOGS/kernel_tests.log"
-echo "cuda_kernel_tests exit status: $status"
+cat "$LOGS/kernel_bench.log"
+echo "cuda_kernel_tests exit status: tests $status, bench $bench_status"
 exit $status

@@ -17,7 +17,7 @@ class GemmContext {
   void* workspace = nullptr;  // [workspace_bytes] device scratch for split-K and friends
   std::size_t workspace_bytes = 0;
   // Heuristic choice per shape: the query costs tens of microseconds, a step issues ~7 GEMMs per layer.
-  using Key = std::tuple<int, int, int, int, bool>;
+  using Key = std::tuple<int, int, int, int, bool, bool>;
   std::map<Key, cublasLtMatmulAlgo_t> algos;
 };
 
@@ -81,12 +81,19 @@ cudaError_t gemm(GemmContext* ctx, const GemmParams& p, cudaStream_t stream) {
   const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
   cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof trans_a);
   cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof trans_b);
+  if (p.bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t bias_type = type;
+    cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
+    cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof p.bias);
+    cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type);
+  }
   if (cublasLtMatrixLayoutCreate(&d.a, type, p.k, p.n, p.k) != CUBLAS_STATUS_SUCCESS ||
       cublasLtMatrixLayoutCreate(&d.b, type, p.k, p.m, p.k) != CUBLAS_STATUS_SUCCESS ||
       cublasLtMatrixLayoutCreate(&d.c, type, p.n, p.m, p.n) != CUBLAS_STATUS_SUCCESS)
     return cudaErrorUnknown;
 
-  const GemmContext::Key key{static_cast<int>(p.dtype), p.m, p.n, p.k, p.accumulate};
+  const GemmContext::Key key{static_cast<int>(p.dtype), p.m, p.n, p.k, p.accumulate, p.bias != nullptr};
   auto it = ctx->algos.find(key);
   if (it == ctx->algos.end()) {
     cublasLtMatmulPreference_t pref = nullptr;

@@ -44,6 +44,11 @@ struct RmsNormParams {
   int num_rows = 0;
   int hidden = 0;
   float eps = 1e-6f;
+  // Rows in groups (per-head norms inside a fused qkv row): row r sits at element
+  // (r / rows_per_group) * group_stride + (r % rows_per_group) * hidden of x, residual and out.
+  // 0 = contiguous rows.
+  int rows_per_group = 0;
+  int64_t group_stride = 0;
 };
 cudaError_t rms_norm(const RmsNormParams& p, cudaStream_t stream);
 
@@ -169,6 +174,14 @@ cudaError_t plan_attention(const AttentionParams& p, const int32_t* query_start_
 cudaError_t run_attention(const AttentionParams& p, const AttentionPlan& plan, void* workspace,
                           cudaStream_t stream);
 
+// ---- fill.cu -----------------------------------------------------------------------------------
+// Dummy weights (--load-format dummy) generated on the device with the CPU loader's counter-based
+// scheme (models/llama_weights.cpp): out[i] = (2u - 1) * bound with u = (splitmix64(key + i) >> 11)
+// * 2^-53, so CPU and GPU runners build the same random model up to dtype rounding.
+cudaError_t fill_uniform(DType dtype, void* out, int64_t count, uint64_t key, double bound,
+                         cudaStream_t stream);
+cudaError_t fill_constant(DType dtype, void* out, int64_t count, float value, cudaStream_t stream);
+
 // ---- gemm.cpp (cuBLASLt) -----------------------------------------------------------------------
 // y = x · wᵀ (+ y when accumulate), the layout of a Hugging Face Linear: x [m, k], w [n, k], y [m, n],
 // all row-major and of one dtype; fp32 accumulation (no TF32 for fp32 inputs, so fp32 runs stay exact).
@@ -184,6 +197,7 @@ struct GemmParams {
   int n = 0;
   int k = 0;
   bool accumulate = false;  // y += x · wᵀ (residual fused into the GEMM)
+  const void* bias = nullptr;  // [n] added to every row (cuBLASLt epilogue), or null
 };
 cudaError_t gemm(GemmContext* ctx, const GemmParams& p, cudaStream_t stream);
 

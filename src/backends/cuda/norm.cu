@@ -9,10 +9,13 @@ namespace {
 template <typename T, int VEC>
 __global__ void rms_norm_kernel(const __grid_constant__ RmsNormParams p) {
   __shared__ float scratch[32];
-  const int64_t row = blockIdx.x;
-  const T* x = static_cast<const T*>(p.x) + row * p.hidden;                     // [hidden]
-  T* res = p.residual ? static_cast<T*>(p.residual) + row * p.hidden : nullptr;  // [hidden]
-  T* out = static_cast<T*>(p.out) + row * p.hidden;                             // [hidden]
+  const int64_t offset = p.rows_per_group > 0
+                             ? (blockIdx.x / p.rows_per_group) * p.group_stride +
+                                   int64_t(blockIdx.x % p.rows_per_group) * p.hidden
+                             : int64_t(blockIdx.x) * p.hidden;
+  const T* x = static_cast<const T*>(p.x) + offset;                           // [hidden]
+  T* res = p.residual ? static_cast<T*>(p.residual) + offset : nullptr;        // [hidden]
+  T* out = static_cast<T*>(p.out) + offset;                                   // [hidden]
   const T* w = static_cast<const T*>(p.weight);                                 // [hidden]
 
   float sumsq = 0.f;

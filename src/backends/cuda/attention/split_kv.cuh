@@ -107,12 +107,14 @@ __global__ void __launch_bounds__(kSplitKvThreads)
   const T* k_base = static_cast<const T*>(p.k_cache) + static_cast<int64_t>(kv_head) * p.head_dim;
   const T* v_base = static_cast<const T*>(p.v_cache) + static_cast<int64_t>(kv_head) * p.head_dim;
 
-  for (int k0 = k_begin + group; k0 < k_end; k0 += kGroups * U) {
+  // The loop bound is block-uniform: lanes of one warp take different keys but must all reach the
+  // shuffles of the dot-product reduction together.
+  for (int base = k_begin; base < k_end; base += kGroups * U) {
     float kr[U][ELEMS], vr[U][ELEMS];
     bool valid[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int key = k0 + u * kGroups;
+      const int key = base + u * kGroups + group;
       valid[u] = key < k_end;
       if (valid[u]) {
         const int64_t slot =
@@ -139,7 +141,7 @@ __global__ void __launch_bounds__(kSplitKvThreads)
       float mx = m[g];
 #pragma unroll
       for (int u = 0; u < U; ++u) mx = fmaxf(mx, s[u]);
-      // mx is finite: key k0 is always valid.
+      if (mx == -INFINITY) continue;  // this group has seen no key yet
       const float corr = exp2f(m[g] - mx);
       m[g] = mx;
       l[g] *= corr;
@@ -147,7 +149,7 @@ __global__ void __launch_bounds__(kSplitKvThreads)
       for (int e = 0; e < ELEMS; ++e) acc[g][e] *= corr;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const float pr = valid[u] ? exp2f(s[u] - mx) : 0.f;
+        const float pr = exp2f(s[u] - mx);  // 0 for invalid keys
         l[g] += pr;
 #pragma unroll
         for (int e = 0; e < ELEMS; ++e) acc[g][e] += pr * vr[u][e];

@@ -1,0 +1,174 @@
+// CudaRunner::execute: flattening a SchedulerOutput into the step inputs, running it (a captured
+// decode graph when one fits, else eagerly), and sampling on the host with the shared sampler.
+#include <algorithm>
+#include <cstring>
+#include <span>
+
+#include "engine/sampler.h"
+#include "runner/cuda_runner_impl.h"
+
+namespace pagellm::runner {
+
+namespace {
+
+// A row of the flattened batch whose logits are needed (as in the CPU runner).
+struct LogitsRow {
+  int32_t row = 0;       // index into the flattened tokens
+  size_t seq = 0;        // index into batch.seqs
+  int32_t position = 0;  // the row's position in its sequence
+  bool sample = false;   // the seq's sampling row (else a prompt-logprobs row)
+};
+
+struct Flat {
+  std::vector<int32_t> ids, pos, qsl{0}, lens;
+  std::vector<int64_t> slots;
+  std::vector<const int32_t*> tables;
+  std::vector<int> table_lens;
+  std::vector<LogitsRow> rows;
+};
+
+}  // namespace
+
+// Shared by execute and execute_logits: validates and flattens, copies blocks, runs the forward
+// pass and returns the logits of `rows` as fp32 [rows, vocab].
+static std::vector<float> run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& batch, bool with_prompt_rows,
+                                   std::vector<LogitsRow>& rows_out) {
+  if (!batch.blocks_to_swap_in.empty() || !batch.blocks_to_swap_out.empty())
+    internal("swap requested but this runner has no swap space");
+  const int64_t bs = m.opt.block_size;
+  const size_t layer_bytes = size_t(m.num_blocks) * m.block_bytes;
+  for (const auto& [src, dst] : batch.blocks_to_copy) {
+    if (src < 0 || src >= m.num_blocks || dst < 0 || dst >= m.num_blocks) internal("copy of an invalid KV block");
+    for (int l = 0; l < 2 * m.num_layers; ++l) {
+      unsigned char* base = m.kv_pool.as<unsigned char>() + size_t(l) * layer_bytes;
+      check(cudaMemcpyAsync(base + size_t(dst) * m.block_bytes, base + size_t(src) * m.block_bytes, m.block_bytes,
+                            cudaMemcpyDeviceToDevice, m.stream), "copying a KV block");
+    }
+  }
+  Flat f;
+  bool decode_only = true;
+  for (size_t s = 0; s < batch.seqs.size(); ++s) {
+    const engine::ScheduledSeq& seq = batch.seqs[s];
+    const int64_t n = int64_t(seq.token_ids.size());
+    const int32_t begin = int32_t(f.ids.size());
+    if (n == 0 || seq.num_computed_tokens < 0) internal("seq " + std::to_string(seq.seq_id) + " has no tokens");
+    const int64_t ctx = seq.num_computed_tokens + n;
+    if (int64_t(seq.block_table.size()) * bs < ctx)
+      internal("block table of seq " + std::to_string(seq.seq_id) + " is too short");
+    if (ctx > int64_t(m.max_blocks) * bs)
+      invalid_argument("sequence of " + std::to_string(ctx) + " tokens exceeds the max model length " +
+                       std::to_string(m.opt.max_model_len));
+    for (int32_t b : seq.block_table)
+      if (b < 0 || b >= m.num_blocks) internal("seq " + std::to_string(seq.seq_id) + " uses an invalid KV block");
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t id = seq.token_ids[size_t(i)];
+      if (id < 0 || id >= m.vocab)
+        invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(m.vocab) + ")");
+      const int64_t p = seq.num_computed_tokens + i;
+      f.ids.push_back(id);
+      f.pos.push_back(int32_t(p));
+      f.slots.push_back(int64_t(seq.block_table[size_t(p / bs)]) * bs + p % bs);
+    }
+    f.qsl.push_back(int32_t(f.ids.size()));
+    f.lens.push_back(int32_t(ctx));
+    f.tables.push_back(seq.block_table.data());
+    f.table_lens.push_back(int(seq.block_table.size()));
+    if (with_prompt_rows && seq.prompt_logprobs > 0) {
+      const int64_t prompt_len = int64_t(seq.prompt_token_ids.size());
+      for (int64_t i = 0; i < n && seq.num_computed_tokens + i + 1 < prompt_len; ++i)
+        f.rows.push_back({int32_t(begin + i), s, int32_t(seq.num_computed_tokens + i), false});
+    }
+    if (seq.needs_sample) f.rows.push_back({int32_t(begin + n - 1), s, int32_t(ctx - 1), true});
+    decode_only = decode_only && n == 1 && seq.needs_sample && !(with_prompt_rows && seq.prompt_logprobs > 0);
+  }
+  rows_out = f.rows;
+  const int num_seqs = int(f.lens.size());
+  const int num_rows = int(f.rows.size());
+  const size_t row_bytes = size_t(m.vocab) * m.esz;
+  std::vector<float> logits(size_t(num_rows) * size_t(m.vocab));  // [num_rows, vocab]
+  if (num_seqs == 0) return logits;
+
+  auto fetch = [&](int first, int count) {
+    check(cudaMemcpyAsync(m.logits_host, m.x_logits.get(), size_t(count) * row_bytes, cudaMemcpyDeviceToHost, m.stream),
+          "downloading logits");
+    check(cudaStreamSynchronize(m.stream), "running the step");
+    const size_t total = size_t(count) * size_t(m.vocab);
+    float* out = logits.data() + size_t(first) * size_t(m.vocab);
+    if (m.dt == DType::kF32) {
+      std::memcpy(out, m.logits_host, total * 4);
+    } else {
+      const auto* in = static_cast<const uint16_t*>(m.logits_host);
+      for (size_t i = 0; i < total; ++i) out[i] = m.dt == DType::kBF16 ? bf16_to_f32(in[i]) : f16_to_f32(in[i]);
+    }
+  };
+
+  auto graph = decode_only ? m.graphs.lower_bound(num_seqs) : m.graphs.end();
+  if (graph != m.graphs.end()) {
+    // Pad to the graph's batch size with 1-token seqs that write nothing and read block 0.
+    const int b = graph->first;
+    static const int32_t kZeroBlock = 0;
+    for (int i = num_seqs; i < b; ++i) {
+      f.ids.push_back(0);
+      f.pos.push_back(0);
+      f.slots.push_back(-1);
+      f.qsl.push_back(i + 1);
+      f.lens.push_back(1);
+      f.tables.push_back(&kZeroBlock);
+      f.table_lens.push_back(1);
+    }
+    m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables, f.table_lens, m.graph_splits[b]);
+    for (int r = 0; r < b; ++r) m.host<int32_t>(m.lay.rows)[r] = r;
+    m.upload_inputs();
+    check(cudaGraphLaunch(graph->second, m.stream), "launching a decode graph");
+    fetch(0, num_rows);
+    return logits;
+  }
+  CudaRunner::Impl::Staged st = m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables, f.table_lens, 0);
+  for (int r = 0; r < num_rows; ++r) m.host<int32_t>(m.lay.rows)[r] = f.rows[size_t(r)].row;
+  m.upload_inputs();
+  m.forward(st, m.kv_pool.get());
+  for (int first = 0; first < num_rows; first += m.max_seqs) {
+    const int count = std::min(m.max_seqs, num_rows - first);
+    m.compute_logits(first, count);
+    fetch(first, count);
+  }
+  if (num_rows == 0) check(cudaStreamSynchronize(m.stream), "running the step");
+  return logits;
+}
+
+engine::ModelRunnerOutput CudaRunner::execute(const engine::SchedulerOutput& batch) {
+  std::vector<LogitsRow> rows;
+  std::vector<float> logits = run_step(*impl_, batch, true, rows);
+  const size_t vocab = size_t(impl_->vocab);
+  engine::ModelRunnerOutput out;
+  out.sampled_token_ids.assign(batch.seqs.size(), -1);
+  out.sampled_logprobs.resize(batch.seqs.size());
+  out.prompt_logprobs.resize(batch.seqs.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const LogitsRow& row = rows[r];
+    const engine::ScheduledSeq& seq = batch.seqs[row.seq];
+    const std::span<float> row_logits(logits.data() + r * vocab, vocab);
+    if (seq.params == nullptr) internal("seq " + std::to_string(seq.seq_id) + " has no sampling params");
+    if (row.sample) {
+      engine::SampleResult result = engine::sample_token(row_logits, seq);
+      out.sampled_token_ids[row.seq] = result.token_id;
+      out.sampled_logprobs[row.seq] = std::move(result.logprobs);
+    } else {
+      const int32_t next = seq.prompt_token_ids[size_t(row.position) + 1];
+      out.prompt_logprobs[row.seq].push_back(engine::compute_logprobs(row_logits, next, seq.prompt_logprobs));
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<float>> CudaRunner::execute_logits(const engine::SchedulerOutput& batch) {
+  std::vector<LogitsRow> rows;
+  const std::vector<float> logits = run_step(*impl_, batch, false, rows);
+  const size_t vocab = size_t(impl_->vocab);
+  std::vector<std::vector<float>> out(batch.seqs.size());
+  for (size_t r = 0; r < rows.size(); ++r)
+    out[rows[r].seq].assign(logits.begin() + ptrdiff_t(r * vocab), logits.begin() + ptrdiff_t((r + 1) * vocab));
+  return out;
+}
+
+}  // namespace pagellm::runner
