@@ -182,28 +182,42 @@ void bench_main() {
                   c.heads, c.kv_heads, c.head_dim);
     std::printf("%-52s %9.3f %10.1f\n", label, ms, flops / (ms * 1e9));
   }
-  // Decode-shaped GEMMs of Llama-3.1-8B (m = batch): weight-read bandwidth.
-  std::printf("%-52s %9s %10s %8s\n", "gemm bf16 (cuBLASLt)", "ms", "W GB/s", "TFLOP/s");
+  // Decode-shaped GEMMs of Llama-3.1-8B (m = batch): weight-read bandwidth. Weights rotate over
+  // >= 512 MB of copies so that L2 (50 MB) cannot serve them.
+  std::printf("%-52s %9s %10s %8s\n", "gemm bf16 (gemv for m<=8 / cuBLASLt)", "ms", "W GB/s", "TFLOP/s");
   cudaError_t err;
   GemmContext* ctx = gemm_create(32 << 20, &err);
   BK(err);
   struct G { int m, n, k; };
-  for (G g : {G{1, 6144, 4096}, G{1, 28672, 4096}, G{1, 4096, 14336}, G{64, 28672, 4096}, G{4096, 4096, 4096},
-              G{8192, 14336, 4096}}) {
-    void *x, *w, *y;
+  for (G g : {G{1, 6144, 4096}, G{1, 4096, 4096}, G{1, 28672, 4096}, G{1, 4096, 14336}, G{1, 128256, 4096},
+              G{8, 28672, 4096}, G{8, 4096, 14336}, G{64, 28672, 4096}, G{4096, 4096, 4096}, G{8192, 14336, 4096}}) {
+    const size_t wbytes = size_t(g.n) * g.k * 2;
+    const int copies = int(std::max<size_t>(1, (size_t(512) << 20) / wbytes + 1));
+    void *x, *y;
+    std::vector<void*> ws(static_cast<size_t>(copies));
     BK(cudaMalloc(&x, size_t(g.m) * g.k * 2));
-    BK(cudaMalloc(&w, size_t(g.n) * g.k * 2));
     BK(cudaMalloc(&y, size_t(g.m) * g.n * 2));
     fill(x, size_t(g.m) * g.k, 11);
-    fill(w, size_t(g.n) * g.k, 12);
-    const double ms = time_ms([&] { BK(gemm(ctx, {DType::kBF16, x, w, y, g.m, g.n, g.k, false}, nullptr)); });
-    char label[96];
-    std::snprintf(label, sizeof label, "m=%d n=%d k=%d", g.m, g.n, g.k);
-    std::printf("%-52s %9.3f %10.0f %8.1f\n", label, ms, double(g.n) * g.k * 2 / (ms * 1e6),
-                2.0 * g.m * g.n * g.k / (ms * 1e9));
+    for (int c = 0; c < copies; ++c) {
+      BK(cudaMalloc(&ws[size_t(c)], wbytes));
+      fill(ws[size_t(c)], wbytes / 2, 12 + c);
+    }
+    for (bool use_gemv : {true, false}) {
+      if (!use_gemv && g.m > 8) continue;
+      gemm_set_use_gemv(ctx, use_gemv);
+      int next = 0;
+      const double ms = time_ms([&] {
+        BK(gemm(ctx, {DType::kBF16, x, ws[size_t(next++ % copies)], y, g.m, g.n, g.k, false}, nullptr));
+      });
+      char label[96];
+      std::snprintf(label, sizeof label, "m=%d n=%d k=%d%s", g.m, g.n, g.k,
+                    g.m > 8 ? "" : use_gemv ? " gemv" : " cuBLASLt");
+      std::printf("%-52s %9.3f %10.0f %8.1f\n", label, ms, double(wbytes) / (ms * 1e6), 2.0 * g.m * g.n * g.k / (ms * 1e9));
+    }
+    gemm_set_use_gemv(ctx, true);
     cudaFree(x);
-    cudaFree(w);
     cudaFree(y);
+    for (void* w : ws) cudaFree(w);
   }
   gemm_destroy(ctx);
 }

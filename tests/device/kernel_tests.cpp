@@ -476,18 +476,26 @@ void test_kv_write(DType t, int tokens, int kv_heads, int d, int block_size) {
   check(std::string(name) + " V", download(vcb, t, vc.size()), vc, {0, 0});
 }
 
-void test_gemm(GemmContext* ctx, DType t, int m, int n, int k, bool accumulate) {
+void test_gemm(GemmContext* ctx, DType t, int m, int n, int k, bool accumulate, bool bias, bool gemv) {
   char name[128];
-  std::snprintf(name, sizeof name, "gemm %s m=%d n=%d k=%d%s", dname(t), m, n, k, accumulate ? " +acc" : "");
+  std::snprintf(name, sizeof name, "gemm %s m=%d n=%d k=%d%s%s%s", dname(t), m, n, k, accumulate ? " +acc" : "",
+                bias ? " +bias" : "", gemv ? "" : " (cuBLASLt only)");
   if (!selected(name)) return;
   std::vector<float> x = random_vec(t, size_t(m) * k), w = random_vec(t, size_t(n) * k), y = random_vec(t, size_t(m) * n);
-  DevBuf xb(x.size() * dsize(t)), wb(w.size() * dsize(t)), yb(y.size() * dsize(t));
+  std::vector<float> b = random_vec(t, size_t(n));
+  DevBuf xb(x.size() * dsize(t)), wb(w.size() * dsize(t)), yb(y.size() * dsize(t)), bb(b.size() * dsize(t));
   upload(xb, t, x);
   upload(wb, t, w);
+  upload(bb, t, b);
   if (accumulate) upload(yb, t, y); else yb.poison();
-  CK(gemm(ctx, {t, xb.ptr, wb.ptr, yb.ptr, m, n, k, accumulate}, nullptr));
+  gemm_set_use_gemv(ctx, gemv);
+  CK(gemm(ctx, {t, xb.ptr, wb.ptr, yb.ptr, m, n, k, accumulate, bias ? bb.ptr : nullptr}, nullptr));
   CK(cudaDeviceSynchronize());
+  gemm_set_use_gemv(ctx, true);
   ref_gemm(x.data(), w.data(), y.data(), m, n, k, accumulate);
+  if (bias)
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) y[size_t(i) * n + j] += b[size_t(j)];
   check(name, download(yb, t, y.size()), y, t == DType::kF32 ? Tol{1e-5, 1e-4} : tol_for(t, false));
 }
 
@@ -517,10 +525,14 @@ void elementwise_suite() {
   GemmContext* ctx = gemm_create(32 << 20, &err);
   CK(err);
   for (DType t : {DType::kBF16, DType::kF16, DType::kF32}) {
-    test_gemm(ctx, t, 1, 1024, 4096, false);
-    test_gemm(ctx, t, 7, 512, 64, false);
-    test_gemm(ctx, t, 300, 768, 1024, false);
-    test_gemm(ctx, t, 33, 256, 512, true);
+    for (bool gemv : {true, false}) {
+      test_gemm(ctx, t, 1, 1024, 4096, false, false, gemv);
+      test_gemm(ctx, t, 3, 1000, 1000, true, true, gemv);
+      test_gemm(ctx, t, 7, 512, 64, false, true, gemv);
+      test_gemm(ctx, t, 8, 258, 176, false, false, gemv);
+      test_gemm(ctx, t, 300, 768, 1024, false, false, gemv);
+      test_gemm(ctx, t, 33, 256, 512, true, true, gemv);
+    }
   }
   gemm_destroy(ctx);
 }

@@ -7,6 +7,7 @@
 #include <map>
 #include <tuple>
 
+#include "backends/cuda/gemv.h"
 #include "backends/cuda/kernels.h"
 
 namespace pagellm::cuda {
@@ -16,6 +17,7 @@ class GemmContext {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;  // [workspace_bytes] device scratch for split-K and friends
   std::size_t workspace_bytes = 0;
+  bool use_gemv = true;  // decode-sized m through gemv.cu
   // Heuristic choice per shape: the query costs tens of microseconds, a step issues ~7 GEMMs per layer.
   using Key = std::tuple<int, int, int, int, bool, bool>;
   std::map<Key, cublasLtMatmulAlgo_t> algos;
@@ -35,6 +37,10 @@ GemmContext* gemm_create(std::size_t workspace_bytes, cudaError_t* error) {
     return nullptr;
   }
   return ctx;
+}
+
+void gemm_set_use_gemv(GemmContext* ctx, bool use) {
+  if (ctx) ctx->use_gemv = use;
 }
 
 void gemm_destroy(GemmContext* ctx) {
@@ -73,6 +79,7 @@ cudaError_t gemm(GemmContext* ctx, const GemmParams& p, cudaStream_t stream) {
   if (!ctx || p.m < 0 || p.n <= 0 || p.k <= 0) return cudaErrorInvalidValue;
   if (p.m == 0) return cudaSuccess;
   if (!p.x || !p.w || !p.y) return cudaErrorInvalidValue;
+  if (ctx->use_gemv && gemv_applies(p)) return gemv(p, stream);
   const cudaDataType_t type = cuda_type(p.dtype);
   LtDescs d;
   // fp32 inputs use plain fp32 compute (never TF32) so that fp32 models stay exact.

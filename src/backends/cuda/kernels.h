@@ -199,6 +199,8 @@ struct GemmParams {
   bool accumulate = false;  // y += x · wᵀ (residual fused into the GEMM)
   const void* bias = nullptr;  // [n] added to every row (cuBLASLt epilogue), or null
 };
+// m <= 8 goes to pagellm's own skinny kernel (weight-bandwidth bound decode) unless disabled here.
 cudaError_t gemm(GemmContext* ctx, const GemmParams& p, cudaStream_t stream);
+void gemm_set_use_gemv(GemmContext* ctx, bool use);
 
 }  // namespace pagellm::cuda
