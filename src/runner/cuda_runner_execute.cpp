@@ -4,6 +4,7 @@
 #include <cstring>
 #include <span>
 
+#include "common/thread_pool.h"
 #include "engine/sampler.h"
 #include "runner/cuda_runner_impl.h"
 
@@ -98,7 +99,10 @@ static std::vector<float> run_step(CudaRunner::Impl& m, const engine::SchedulerO
       std::memcpy(out, m.logits_host, total * 4);
     } else {
       const auto* in = static_cast<const uint16_t*>(m.logits_host);
-      for (size_t i = 0; i < total; ++i) out[i] = m.dt == DType::kBF16 ? bf16_to_f32(in[i]) : f16_to_f32(in[i]);
+      const bool bf16 = m.dt == DType::kBF16;
+      ThreadPool::global().parallel_for(total, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) out[i] = bf16 ? bf16_to_f32(in[i]) : f16_to_f32(in[i]);
+      }, size_t(1) << 16);
     }
   };
 
@@ -144,18 +148,33 @@ engine::ModelRunnerOutput CudaRunner::execute(const engine::SchedulerOutput& bat
   out.sampled_token_ids.assign(batch.seqs.size(), -1);
   out.sampled_logprobs.resize(batch.seqs.size());
   out.prompt_logprobs.resize(batch.seqs.size());
+  for (const LogitsRow& row : rows)
+    if (batch.seqs[row.seq].params == nullptr)
+      internal("seq " + std::to_string(batch.seqs[row.seq].seq_id) + " has no sampling params");
+  // Rows are independent (each draw depends only on its row, params, seed and counter), so they are
+  // sampled in parallel; results land in per-row slots and are gathered in order.
+  std::vector<engine::SampleResult> sampled(rows.size());
+  std::vector<TokenLogprobs> prompt_lp(rows.size());
+  ThreadPool::global().parallel_for(rows.size(), [&](size_t b, size_t e) {
+    for (size_t r = b; r < e; ++r) {
+      const LogitsRow& row = rows[r];
+      const engine::ScheduledSeq& seq = batch.seqs[row.seq];
+      const std::span<float> row_logits(logits.data() + r * vocab, vocab);
+      if (row.sample) {
+        sampled[r] = engine::sample_token(row_logits, seq);
+      } else {
+        const int32_t next = seq.prompt_token_ids[size_t(row.position) + 1];
+        prompt_lp[r] = engine::compute_logprobs(row_logits, next, seq.prompt_logprobs);
+      }
+    }
+  });
   for (size_t r = 0; r < rows.size(); ++r) {
     const LogitsRow& row = rows[r];
-    const engine::ScheduledSeq& seq = batch.seqs[row.seq];
-    const std::span<float> row_logits(logits.data() + r * vocab, vocab);
-    if (seq.params == nullptr) internal("seq " + std::to_string(seq.seq_id) + " has no sampling params");
     if (row.sample) {
-      engine::SampleResult result = engine::sample_token(row_logits, seq);
-      out.sampled_token_ids[row.seq] = result.token_id;
-      out.sampled_logprobs[row.seq] = std::move(result.logprobs);
+      out.sampled_token_ids[row.seq] = sampled[r].token_id;
+      out.sampled_logprobs[row.seq] = std::move(sampled[r].logprobs);
     } else {
-      const int32_t next = seq.prompt_token_ids[size_t(row.position) + 1];
-      out.prompt_logprobs[row.seq].push_back(engine::compute_logprobs(row_logits, next, seq.prompt_logprobs));
+      out.prompt_logprobs[row.seq].push_back(std::move(prompt_lp[r]));
     }
   }
   return out;

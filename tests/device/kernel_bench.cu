@@ -158,13 +158,16 @@ void bench_main() {
       {64, 1, 4096, 32, 32, 128, 16},  {64, 1, 4096, 32, 4, 128, 16},  {64, 1, 4096, 16, 16, 64, 16},
       {64, 1, 4096, 32, 8, 128, 32},
   };
-  for (const auto& c : decode) {
+  for (const auto& c : decode) for (bool tc : {true, false}) {
+    if (!tc && c.heads == c.kv_heads) continue;  // MHA always runs on CUDA cores
+    attention_set_decode_tensor_cores(tc);
     double bytes, flops;
     int splits;
     const double ms = bench_attention(c, &bytes, &flops, &splits);
+    attention_set_decode_tensor_cores(true);
     char label[96];
-    std::snprintf(label, sizeof label, "batch=%d ctx=%d H=%d/%d D=%d bs=%d", c.batch, c.ctx, c.heads,
-                  c.kv_heads, c.head_dim, c.block_size);
+    std::snprintf(label, sizeof label, "batch=%d ctx=%d H=%d/%d D=%d bs=%d %s", c.batch, c.ctx, c.heads,
+                  c.kv_heads, c.head_dim, c.block_size, c.heads == c.kv_heads ? "" : tc ? "tc" : "cores");
     const double gbs = bytes / (ms * 1e6);
     std::printf("%-52s %9.3f %10.0f %7.1f%% %9d\n", label, ms, gbs, 100.0 * gbs / copy, splits);
   }

@@ -301,7 +301,18 @@ void attention_suite() {
   const DType dtypes[] = {DType::kBF16, DType::kF16, DType::kF32};
   struct Heads { int h, kv; };
   const Heads heads[] = {{8, 8}, {16, 4}, {32, 4}};
-  // Decode: context lengths across block boundaries, batch sizes 1..256.
+  // Decode: context lengths across block boundaries, batch sizes 1..256; GQA decode in bf16 / f16
+  // also through the CUDA-core kernel (the default is tensor cores).
+  attention_set_decode_tensor_cores(false);
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    for (int d : {64, 128}) {
+      for (int batch : {1, 64}) {
+        test_attention({t, 32, 4, d, 16, std::vector<int>(batch, 1), pick({1, 15, 16, 17, 33, 1000}, batch), 0,
+                        "decode cuda-cores"});
+      }
+    }
+  }
+  attention_set_decode_tensor_cores(true);
   for (DType t : dtypes) {
     for (int d : {8, 64, 128}) {
       for (Heads hd : heads) {
@@ -322,6 +333,8 @@ void attention_suite() {
     test_attention({t, 16, 4, 128, 16, {1, 1, 1}, {1, 17, 100}, 64, "decode empty splits"});
     test_attention({t, 8, 4, 8, 16, {1, 1, 1, 1}, {1, 15, 16, 256}, 0, "decode stories-shape"});
     test_attention({t, 12, 12, 96, 16, {1, 1}, {300, 31}, 0, "decode generic D96"});
+    test_attention({t, 32, 2, 128, 16, {1, 1, 1}, {3000, 64, 65}, 0, "decode G16"});
+    test_attention({t, 8, 4, 64, 32, {1, 1, 1, 1, 1}, {1, 2, 63, 64, 6000}, 0, "decode G2"});
   }
   // Prefill and chunked prefill (cached prefix + new tokens), mixed with decode tokens.
   for (DType t : dtypes) {

@@ -5,7 +5,9 @@
 
 namespace pagellm::cuda {
 
-constexpr int kGemvMaxRows = 8;
+// Measured on H100 (docs/PERF.md): faster than cuBLASLt at m = 1 (weight reads 1.1-1.2x), slower at
+// m = 8; so only the smallest batches take it.
+constexpr int kGemvMaxRows = 2;
 
 // m in [1, kGemvMaxRows], k a multiple of one 16-byte vector, x and w 16-byte aligned.
 bool gemv_applies(const GemmParams& p);

@@ -182,6 +182,10 @@ cudaError_t fill_uniform(DType dtype, void* out, int64_t count, uint64_t key, do
                          cudaStream_t stream);
 cudaError_t fill_constant(DType dtype, void* out, int64_t count, float value, cudaStream_t stream);
 
+// Decode tokens of GQA models (bf16 / f16, head_dim 64 or 128) use tensor cores unless this turns
+// them off (process-wide; for benchmarks and tests of the CUDA-core path).
+void attention_set_decode_tensor_cores(bool enabled);
+
 // ---- gemm.cpp (cuBLASLt) -----------------------------------------------------------------------
 // y = x · wᵀ (+ y when accumulate), the layout of a Hugging Face Linear: x [m, k], w [n, k], y [m, n],
 // all row-major and of one dtype; fp32 accumulation (no TF32 for fp32 inputs, so fp32 runs stay exact).

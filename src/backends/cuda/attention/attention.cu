@@ -2,11 +2,20 @@
 // tensor-core tile kernel when it serves the dtype and head_dim; every other token goes to the
 // split-KV kernel, with the split count chosen to fill the GPU.
 #include <algorithm>
+#include <atomic>
 
 #include "backends/cuda/attention/attention_internal.h"
 #include "backends/cuda/common.cuh"
 
 namespace pagellm::cuda {
+
+namespace {
+std::atomic<bool> g_decode_tensor_cores{true};
+}  // namespace
+
+void attention_set_decode_tensor_cores(bool enabled) { g_decode_tensor_cores = enabled; }
+bool attention::decode_tensor_cores_enabled() { return g_decode_tensor_cores; }
+
 namespace {
 
 bool valid_shapes(const AttentionParams& p) {

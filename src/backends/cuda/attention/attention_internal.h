@@ -24,6 +24,9 @@ inline bool tile_supported(DType dtype, int head_dim) {
   return (dtype == DType::kBF16 || dtype == DType::kF16) && (head_dim == 64 || head_dim == 128);
 }
 
+// Process-wide switch of the tensor-core GQA decode path (benchmarks compare both paths).
+bool decode_tensor_cores_enabled();
+
 // Split-KV kernel over plan.split_items (+ the combine kernel when num_splits > 1). partial_out:
 // [num_split_items, num_heads, num_splits, head_dim] f32, partial_lse: [num_split_items, num_heads,
 // num_splits] f32 (log2 domain); unused when num_splits == 1.

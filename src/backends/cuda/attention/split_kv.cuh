@@ -263,8 +263,8 @@ cudaError_t launch_split_kv_config(const AttentionParams& p, const AttentionPlan
 }
 
 template <typename T>
-cudaError_t launch_split_kv(const AttentionParams& p, const AttentionPlan& plan, float* partial_out,
-                            float* partial_lse, cudaStream_t stream) {
+cudaError_t launch_split_kv_cuda_cores(const AttentionParams& p, const AttentionPlan& plan, float* partial_out,
+                                       float* partial_lse, cudaStream_t stream) {
   constexpr int kVec = 16 / sizeof(T);
   const int group_size = p.num_heads / p.num_kv_heads;
   const bool aligned = aligned16(p.q) && aligned16(p.k_cache) && aligned16(p.v_cache) &&
