@@ -197,6 +197,9 @@ void CudaRunner::Impl::alloc_activations() {
   ints_dev = DevMem(lay.total, "step inputs");
   check(cudaMallocHost(reinterpret_cast<void**>(&ints_host), lay.total), "pinned step inputs");
   check(cudaMallocHost(&logits_host, S * vocab * esz), "pinned logits");
+  x_greedy_tokens = DevMem(S * 4, "greedy tokens");
+  x_greedy_logprobs = DevMem(S * 4, "greedy logprobs");
+  check(cudaMallocHost(&greedy_host, S * 8), "pinned greedy results");
   stats.activation_bytes = int64_t(x_hidden.bytes() * 3 + x_qkv.bytes() + x_attn.bytes() + x_gate_up.bytes() +
                                    x_act.bytes() + x_rows.bytes() + x_logits.bytes() + attn_ws.bytes() + lay.total);
 }
@@ -352,6 +355,11 @@ void CudaRunner::Impl::compute_logits(int first, int num_rows) {
   const DevMem& head = lm_head.get() ? lm_head : embed;
   cuda::GemmParams p{dt, x_rows.get(), head.get(), x_logits.get(), num_rows, vocab, hidden, false, nullptr};
   check(cuda::gemm(gemm, p, stream), "lm head");
+  // Greedy choices ride along (a second read of the logits, tiny next to the LM head): steps whose
+  // rows are all plain greedy download 8 bytes per row instead of the logits.
+  cuda::GreedySampleParams g{dt, x_logits.get(), num_rows, vocab, x_greedy_tokens.as<int32_t>(),
+                             x_greedy_logprobs.as<float>()};
+  check(cuda::greedy_sample(g, stream), "greedy sampling");
 }
 
 void CudaRunner::Impl::profile_and_alloc_kv() {

@@ -28,12 +28,26 @@ struct Flat {
   std::vector<LogitsRow> rows;
 };
 
+// What a step brings back: logits of every row, or (greedy steps) only each row's choice.
+struct StepResult {
+  std::vector<float> logits;    // [rows, vocab] fp32; empty for greedy steps
+  std::vector<int32_t> tokens;  // [rows] greedy steps only
+  std::vector<float> logprobs;  // [rows] greedy steps only
+};
+
+// A row the GPU's greedy choice serves exactly as engine::sample_token would.
+bool plain_greedy(const engine::ScheduledSeq& seq) {
+  const SamplingParams* p = seq.params;
+  return p && p->greedy() && !p->logprobs && p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f &&
+         p->frequency_penalty == 0.0f && seq.banned_token_ids.empty() && seq.prompt_logprobs == 0;
+}
+
 }  // namespace
 
 // Shared by execute and execute_logits: validates and flattens, copies blocks, runs the forward
-// pass and returns the logits of `rows` as fp32 [rows, vocab].
-static std::vector<float> run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& batch, bool with_prompt_rows,
-                                   std::vector<LogitsRow>& rows_out) {
+// pass and returns the logits of `rows` as fp32 [rows, vocab], or with `greedy` only the choices.
+static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& batch, bool with_prompt_rows,
+                           bool greedy, std::vector<LogitsRow>& rows_out) {
   if (!batch.blocks_to_swap_in.empty() || !batch.blocks_to_swap_out.empty())
     internal("swap requested but this runner has no swap space");
   const int64_t bs = m.opt.block_size;
@@ -86,10 +100,24 @@ static std::vector<float> run_step(CudaRunner::Impl& m, const engine::SchedulerO
   const int num_seqs = int(f.lens.size());
   const int num_rows = int(f.rows.size());
   const size_t row_bytes = size_t(m.vocab) * m.esz;
-  std::vector<float> logits(size_t(num_rows) * size_t(m.vocab));  // [num_rows, vocab]
-  if (num_seqs == 0) return logits;
+  StepResult result;
+  if (!greedy) result.logits.resize(size_t(num_rows) * size_t(m.vocab));  // [num_rows, vocab]
+  std::vector<float>& logits = result.logits;
+  if (num_seqs == 0) return result;
 
   auto fetch = [&](int first, int count) {
+    if (greedy) {
+      check(cudaMemcpyAsync(m.greedy_host, m.x_greedy_tokens.get(), size_t(count) * 4, cudaMemcpyDeviceToHost, m.stream),
+            "downloading greedy tokens");
+      check(cudaMemcpyAsync(static_cast<char*>(m.greedy_host) + size_t(m.max_seqs) * 4, m.x_greedy_logprobs.get(),
+                            size_t(count) * 4, cudaMemcpyDeviceToHost, m.stream), "downloading greedy logprobs");
+      check(cudaStreamSynchronize(m.stream), "running the step");
+      const auto* tok = static_cast<const int32_t*>(m.greedy_host);
+      const auto* lp = reinterpret_cast<const float*>(static_cast<const char*>(m.greedy_host) + size_t(m.max_seqs) * 4);
+      result.tokens.insert(result.tokens.end(), tok, tok + count);
+      result.logprobs.insert(result.logprobs.end(), lp, lp + count);
+      return;
+    }
     check(cudaMemcpyAsync(m.logits_host, m.x_logits.get(), size_t(count) * row_bytes, cudaMemcpyDeviceToHost, m.stream),
           "downloading logits");
     check(cudaStreamSynchronize(m.stream), "running the step");
@@ -125,7 +153,7 @@ static std::vector<float> run_step(CudaRunner::Impl& m, const engine::SchedulerO
     m.upload_inputs();
     check(cudaGraphLaunch(graph->second, m.stream), "launching a decode graph");
     fetch(0, num_rows);
-    return logits;
+    return result;
   }
   CudaRunner::Impl::Staged st = m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables, f.table_lens, 0);
   for (int r = 0; r < num_rows; ++r) m.host<int32_t>(m.lay.rows)[r] = f.rows[size_t(r)].row;
@@ -137,20 +165,36 @@ static std::vector<float> run_step(CudaRunner::Impl& m, const engine::SchedulerO
     fetch(first, count);
   }
   if (num_rows == 0) check(cudaStreamSynchronize(m.stream), "running the step");
-  return logits;
+  return result;
 }
 
 engine::ModelRunnerOutput CudaRunner::execute(const engine::SchedulerOutput& batch) {
+  for (const engine::ScheduledSeq& seq : batch.seqs)
+    if ((seq.needs_sample || seq.prompt_logprobs > 0) && seq.params == nullptr)
+      internal("seq " + std::to_string(seq.seq_id) + " has no sampling params");
+  bool greedy = true;
+  for (const engine::ScheduledSeq& seq : batch.seqs)
+    greedy = greedy && seq.prompt_logprobs == 0 && (!seq.needs_sample || plain_greedy(seq));
   std::vector<LogitsRow> rows;
-  std::vector<float> logits = run_step(*impl_, batch, true, rows);
+  StepResult step = run_step(*impl_, batch, true, greedy, rows);
   const size_t vocab = size_t(impl_->vocab);
   engine::ModelRunnerOutput out;
   out.sampled_token_ids.assign(batch.seqs.size(), -1);
   out.sampled_logprobs.resize(batch.seqs.size());
   out.prompt_logprobs.resize(batch.seqs.size());
-  for (const LogitsRow& row : rows)
-    if (batch.seqs[row.seq].params == nullptr)
-      internal("seq " + std::to_string(batch.seqs[row.seq].seq_id) + " has no sampling params");
+  if (greedy) {
+    for (size_t r = 0; r < rows.size(); ++r) {
+      // Token -1: every logit was -inf; the CPU sampler's fallback is then token 0 (nothing banned).
+      const int32_t token = step.tokens[r] >= 0 ? step.tokens[r] : 0;
+      TokenLogprobs lp;
+      lp.token_id = token;
+      lp.logprob = step.logprobs[r];
+      out.sampled_token_ids[rows[r].seq] = token;
+      out.sampled_logprobs[rows[r].seq] = std::move(lp);
+    }
+    return out;
+  }
+  std::vector<float>& logits = step.logits;
   // Rows are independent (each draw depends only on its row, params, seed and counter), so they are
   // sampled in parallel; results land in per-row slots and are gathered in order.
   std::vector<engine::SampleResult> sampled(rows.size());
@@ -182,7 +226,7 @@ engine::ModelRunnerOutput CudaRunner::execute(const engine::SchedulerOutput& bat
 
 std::vector<std::vector<float>> CudaRunner::execute_logits(const engine::SchedulerOutput& batch) {
   std::vector<LogitsRow> rows;
-  const std::vector<float> logits = run_step(*impl_, batch, false, rows);
+  const std::vector<float> logits = run_step(*impl_, batch, false, false, rows).logits;
   const size_t vocab = size_t(impl_->vocab);
   std::vector<std::vector<float>> out(batch.seqs.size());
   for (size_t r = 0; r < rows.size(); ++r)

@@ -115,6 +115,9 @@ struct CudaRunner::Impl {
   DevMem x_rows;    // [max_seqs, hidden] normed rows that need logits
   DevMem x_logits;  // [max_seqs, vocab]
   DevMem attn_ws;   // split-KV partials
+  DevMem x_greedy_tokens;    // [max_seqs] int32, greedy choice per logits row
+  DevMem x_greedy_logprobs;  // [max_seqs] float
+  void* greedy_host = nullptr;  // pinned [max_seqs] int32 then [max_seqs] float
 
   // Step inputs: one pinned host block mirrored by one device block, uploaded with one copy.
   struct Layout {
@@ -136,6 +139,7 @@ struct CudaRunner::Impl {
     for (auto& [b, g] : graphs) cudaGraphExecDestroy(g);
     if (ints_host) cudaFreeHost(ints_host);
     if (logits_host) cudaFreeHost(logits_host);
+    if (greedy_host) cudaFreeHost(greedy_host);
     cuda::gemm_destroy(gemm);
     if (stream) cudaStreamDestroy(stream);
   }

@@ -174,6 +174,19 @@ cudaError_t plan_attention(const AttentionParams& p, const int32_t* query_start_
 cudaError_t run_attention(const AttentionParams& p, const AttentionPlan& plan, void* workspace,
                           cudaStream_t stream);
 
+// ---- sampling.cu -------------------------------------------------------------------------------
+// Greedy choice per row with engine::sample_token's semantics for rows without bans, penalties or
+// top-N logprobs (see sampling.cu); token -1 where every logit is -inf (the host decides).
+struct GreedySampleParams {
+  DType dtype = DType::kBF16;
+  const void* logits = nullptr;  // [num_rows, vocab]
+  int num_rows = 0;
+  int vocab = 0;
+  int32_t* tokens = nullptr;  // [num_rows]
+  float* logprobs = nullptr;  // [num_rows] raw-model logprob of the chosen token
+};
+cudaError_t greedy_sample(const GreedySampleParams& p, cudaStream_t stream);
+
 // ---- fill.cu -----------------------------------------------------------------------------------
 // Dummy weights (--load-format dummy) generated on the device with the CPU loader's counter-based
 // scheme (models/llama_weights.cpp): out[i] = (2u - 1) * bound with u = (splitmix64(key + i) >> 11)
