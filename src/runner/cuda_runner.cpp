@@ -26,17 +26,21 @@ void CudaRunner::Impl::init(const models::LlamaWeights* weights) {
   cudaDeviceProp prop;
   check(cudaGetDeviceProperties(&prop, 0), "reading device properties");
   if (prop.major < 8)
-    unsupported(std::string("--device cuda: ") + prop.name + " is sm_" + std::to_string(prop.major * 10 + prop.minor) +
+    unsupported(std::string("--device cuda: ") + prop.name + " is sm_" +
+                std::to_string(prop.major * 10 + prop.minor) +
                 "; pagellm's kernels need sm_80 or newer");
   num_sms = prop.multiProcessorCount;
   const auto& c = config;
-  hidden = int(c.hidden_size), num_heads = int(c.num_attention_heads), num_kv_heads = int(c.num_key_value_heads);
-  head_dim = int(c.head_dim), inter = int(c.intermediate_size), vocab = int(c.vocab_size), num_layers = int(c.num_hidden_layers);
+  hidden = int(c.hidden_size), num_heads = int(c.num_attention_heads),
+  num_kv_heads = int(c.num_key_value_heads);
+  head_dim = int(c.head_dim), inter = int(c.intermediate_size), vocab = int(c.vocab_size),
+  num_layers = int(c.num_hidden_layers);
   qkv_width = (num_heads + 2 * num_kv_heads) * head_dim;
   dt = opt.dtype;
   esz = dtype_size(dt);
   if (opt.block_size < 1 || opt.max_num_seqs < 1 || opt.max_num_batched_tokens < 1)
-    invalid_argument("cuda runner: block size, max_num_seqs and max_num_batched_tokens must be positive");
+    invalid_argument(
+        "cuda runner: block size, max_num_seqs and max_num_batched_tokens must be positive");
   const int max_len = opt.max_model_len > 0 ? opt.max_model_len : int(c.max_position_embeddings);
   if (max_len < 1) invalid_argument("cuda runner: max model length must be positive");
   opt.max_model_len = max_len;
@@ -83,10 +87,12 @@ DevMem CudaRunner::Impl::weight(const std::string& name, std::vector<int64_t> sh
         std::memcpy(staging, in, size_t(n) * 4);
       } else {
         auto* out = static_cast<uint16_t*>(staging);
-        for (int64_t i = 0; i < n; ++i) out[i] = dt == DType::kBF16 ? f32_to_bf16(in[i]) : f32_to_f16(in[i]);
+        for (int64_t i = 0; i < n; ++i)
+          out[i] = dt == DType::kBF16 ? f32_to_bf16(in[i]) : f32_to_f16(in[i]);
       }
       check(cudaMemcpy(mem.as<unsigned char>() + size_t(off) * esz, staging, size_t(n) * esz,
-                       cudaMemcpyHostToDevice), "uploading " + name);
+                       cudaMemcpyHostToDevice),
+            "uploading " + name);
     }
     cudaFreeHost(staging);
     return mem;
@@ -99,7 +105,9 @@ DevMem CudaRunner::Impl::weight(const std::string& name, std::vector<int64_t> sh
   for (char ch : name) key = splitmix64(key ^ static_cast<uint8_t>(ch));
   float bound = 0.02f;
   if (shape.size() == 2)
-    bound = name.find("embed_tokens") != std::string::npos ? 1.0f : 1.0f / std::sqrt(static_cast<float>(shape[1]));
+    bound = name.find("embed_tokens") != std::string::npos
+                ? 1.0f
+                : 1.0f / std::sqrt(static_cast<float>(shape[1]));
   check(cuda::fill_uniform(dt, mem.get(), count, key, bound, stream), "filling " + name);
   return mem;
 }
@@ -112,14 +120,18 @@ void CudaRunner::Impl::load_weights(const models::LlamaWeights* w) {
                    const std::vector<float>* src, const std::string& label) {
     int64_t rows = 0;
     for (auto& p : parts) rows += p.second;
-    if (src) return weight(label, cols ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows}, src);
+    if (src)
+      return weight(label, cols ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows},
+                    src);
     DevMem mem(size_t(rows * std::max<int64_t>(cols, 1)) * esz, label);
     int64_t off = 0;
     for (auto& [name, r] : parts) {
-      DevMem part = weight(name, cols ? std::vector<int64_t>{r, cols} : std::vector<int64_t>{r}, nullptr);
+      DevMem part =
+          weight(name, cols ? std::vector<int64_t>{r, cols} : std::vector<int64_t>{r}, nullptr);
       stats.weight_bytes -= int64_t(part.bytes());
       check(cudaMemcpyAsync(mem.as<unsigned char>() + size_t(off) * esz, part.get(), part.bytes(),
-                            cudaMemcpyDeviceToDevice, stream), "assembling " + label);
+                            cudaMemcpyDeviceToDevice, stream),
+            "assembling " + label);
       check(cudaStreamSynchronize(stream), "assembling " + label);
       off += r * std::max<int64_t>(cols, 1);
     }
@@ -132,11 +144,13 @@ void CudaRunner::Impl::load_weights(const models::LlamaWeights* w) {
     const models::LlamaLayerWeights* lw = w ? &w->layers[size_t(i)] : nullptr;
     LayerWeights& l = layers.emplace_back();
     l.input_norm = weight(p + "input_layernorm.weight", {hidden}, lw ? &lw->input_norm : nullptr);
-    l.qkv = fused({{p + "self_attn.q_proj.weight", q_rows}, {p + "self_attn.k_proj.weight", kv_rows},
+    l.qkv = fused({{p + "self_attn.q_proj.weight", q_rows},
+                   {p + "self_attn.k_proj.weight", kv_rows},
                    {p + "self_attn.v_proj.weight", kv_rows}},
                   hidden, lw ? &lw->qkv : nullptr, p + "qkv");
     if (c.attention_bias)
-      l.qkv_bias = fused({{p + "self_attn.q_proj.bias", q_rows}, {p + "self_attn.k_proj.bias", kv_rows},
+      l.qkv_bias = fused({{p + "self_attn.q_proj.bias", q_rows},
+                          {p + "self_attn.k_proj.bias", kv_rows},
                           {p + "self_attn.v_proj.bias", kv_rows}},
                          0, lw ? &lw->qkv_bias : nullptr, p + "qkv_bias");
     if (c.qk_norm) {
@@ -144,26 +158,30 @@ void CudaRunner::Impl::load_weights(const models::LlamaWeights* w) {
       l.k_norm = weight(p + "self_attn.k_norm.weight", {head_dim}, lw ? &lw->k_norm : nullptr);
     }
     l.o_proj = weight(p + "self_attn.o_proj.weight", {hidden, q_rows}, lw ? &lw->o_proj : nullptr);
-    l.post_norm = weight(p + "post_attention_layernorm.weight", {hidden}, lw ? &lw->post_norm : nullptr);
-    l.gate_up = fused({{p + "mlp.gate_proj.weight", inter}, {p + "mlp.up_proj.weight", inter}}, hidden,
-                      lw ? &lw->gate_up : nullptr, p + "gate_up");
+    l.post_norm =
+        weight(p + "post_attention_layernorm.weight", {hidden}, lw ? &lw->post_norm : nullptr);
+    l.gate_up = fused({{p + "mlp.gate_proj.weight", inter}, {p + "mlp.up_proj.weight", inter}},
+                      hidden, lw ? &lw->gate_up : nullptr, p + "gate_up");
     l.down = weight(p + "mlp.down_proj.weight", {hidden, inter}, lw ? &lw->down : nullptr);
   }
   final_norm = weight("model.norm.weight", {hidden}, w ? &w->final_norm : nullptr);
-  if (!c.tie_word_embeddings) lm_head = weight("lm_head.weight", {c.vocab_size, hidden}, w ? &w->lm_head : nullptr);
+  if (!c.tie_word_embeddings)
+    lm_head = weight("lm_head.weight", {c.vocab_size, hidden}, w ? &w->lm_head : nullptr);
 
   std::vector<float> freqs(size_t(head_dim / 2));
   cuda::RopeScalingSpec spec;
-  spec.type = c.rope_scaling.type == io::RopeScaling::Type::kLinear   ? cuda::RopeScalingType::kLinear
-              : c.rope_scaling.type == io::RopeScaling::Type::kLlama3 ? cuda::RopeScalingType::kLlama3
-                                                                       : cuda::RopeScalingType::kNone;
+  spec.type = c.rope_scaling.type == io::RopeScaling::Type::kLinear ? cuda::RopeScalingType::kLinear
+              : c.rope_scaling.type == io::RopeScaling::Type::kLlama3
+                  ? cuda::RopeScalingType::kLlama3
+                  : cuda::RopeScalingType::kNone;
   spec.factor = c.rope_scaling.factor;
   spec.low_freq_factor = c.rope_scaling.low_freq_factor;
   spec.high_freq_factor = c.rope_scaling.high_freq_factor;
   spec.original_max_position_embeddings = double(c.rope_scaling.original_max_position_embeddings);
   cuda::rope_inv_freq(head_dim, c.rope_theta, spec, freqs.data());
   inv_freq = DevMem(freqs.size() * 4, "rope frequencies");
-  check(cudaMemcpy(inv_freq.get(), freqs.data(), freqs.size() * 4, cudaMemcpyHostToDevice), "uploading rope frequencies");
+  check(cudaMemcpy(inv_freq.get(), freqs.data(), freqs.size() * 4, cudaMemcpyHostToDevice),
+        "uploading rope frequencies");
   check(cudaStreamSynchronize(stream), "generating weights");
 }
 
@@ -179,10 +197,15 @@ void CudaRunner::Impl::alloc_activations() {
   x_rows = DevMem(size_t(max_seqs) * hidden * esz, "activations");
   x_logits = DevMem(size_t(max_seqs) * vocab * esz, "logits");
   // Split partials: items * splits <= items + 2 * num_sms (see plan_attention) for any plan.
-  attn_ws = DevMem((T + 2 * size_t(num_sms) + 64) * 4 * num_heads * (head_dim + 1) * sizeof(float), "attention workspace");
+  attn_ws = DevMem((T + 2 * size_t(num_sms) + 64) * 4 * num_heads * (head_dim + 1) * sizeof(float),
+                   "attention workspace");
   auto align = [](size_t v) { return (v + 15) / 16 * 16; };
   size_t off = 0;
-  auto take = [&](size_t bytes) { const size_t o = off; off = align(off + bytes); return o; };
+  auto take = [&](size_t bytes) {
+    const size_t o = off;
+    off = align(off + bytes);
+    return o;
+  };
   const size_t S = size_t(max_seqs);
   lay.token_ids = take(T * 4);
   lay.positions = take(T * 4);
@@ -200,20 +223,18 @@ void CudaRunner::Impl::alloc_activations() {
   x_greedy_tokens = DevMem(S * 4, "greedy tokens");
   x_greedy_logprobs = DevMem(S * 4, "greedy logprobs");
   check(cudaMallocHost(&greedy_host, S * 8), "pinned greedy results");
-  stats.activation_bytes = int64_t(x_hidden.bytes() * 3 + x_qkv.bytes() + x_attn.bytes() + x_gate_up.bytes() +
-                                   x_act.bytes() + x_rows.bytes() + x_logits.bytes() + attn_ws.bytes() + lay.total);
+  stats.activation_bytes =
+      int64_t(x_hidden.bytes() * 3 + x_qkv.bytes() + x_attn.bytes() + x_gate_up.bytes() +
+              x_act.bytes() + x_rows.bytes() + x_logits.bytes() + attn_ws.bytes() + lay.total);
 }
-
 
 // ---- one step --------------------------------------------------------------------------------
 
-CudaRunner::Impl::Staged CudaRunner::Impl::stage(const std::vector<int32_t>& token_ids,
-                                                 const std::vector<int32_t>& positions,
-                                                 const std::vector<int64_t>& slots,
-                                                 const std::vector<int32_t>& qsl,
-                                                 const std::vector<int32_t>& seq_lens,
-                                                 const std::vector<const int32_t*>& tables,
-                                                 const std::vector<int>& table_lens, int fixed_splits) {
+CudaRunner::Impl::Staged CudaRunner::Impl::stage(
+    const std::vector<int32_t>& token_ids, const std::vector<int32_t>& positions,
+    const std::vector<int64_t>& slots, const std::vector<int32_t>& qsl,
+    const std::vector<int32_t>& seq_lens, const std::vector<const int32_t*>& tables,
+    const std::vector<int>& table_lens, int fixed_splits) {
   Staged s;
   s.num_tokens = int(token_ids.size());
   s.num_seqs = int(seq_lens.size());
@@ -246,7 +267,8 @@ CudaRunner::Impl::Staged CudaRunner::Impl::stage(const std::vector<int32_t>& tok
   ap.max_blocks_per_seq = max_blocks;
   ap.q_token_stride = qkv_width;
   cuda::AttentionPlanHost ph;
-  check(cuda::plan_attention(ap, qsl.data(), seq_lens.data(), num_sms, fixed_splits, &ph), "planning attention");
+  check(cuda::plan_attention(ap, qsl.data(), seq_lens.data(), num_sms, fixed_splits, &ph),
+        "planning attention");
   std::memcpy(host<int32_t>(lay.split_items), ph.split_items.data(), ph.split_items.size() * 4);
   std::memcpy(host<int32_t>(lay.tile_items), ph.tile_items.data(), ph.tile_items.size() * 4);
   s.plan.split_items = dev<int32_t>(lay.split_items);
@@ -259,7 +281,8 @@ CudaRunner::Impl::Staged CudaRunner::Impl::stage(const std::vector<int32_t>& tok
 }
 
 void CudaRunner::Impl::upload_inputs() {
-  check(cudaMemcpyAsync(ints_dev.get(), ints_host, lay.total, cudaMemcpyHostToDevice, stream), "uploading step inputs");
+  check(cudaMemcpyAsync(ints_dev.get(), ints_host, lay.total, cudaMemcpyHostToDevice, stream),
+        "uploading step inputs");
 }
 
 // Enqueues the whole forward pass of a staged step on `stream` (graph-capturable: no sync, no
@@ -273,22 +296,32 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
     cuda::RmsNormParams p{dt, x, residual, w.get(), out, n, hidden, eps};
     check(cuda::rms_norm(p, stream), "rms_norm");
   };
-  auto gemm = [&](const void* x, const DevMem& w, void* y, int out_features, int in_features, const DevMem* bias) {
-    cuda::GemmParams p{dt, x, w.get(), y, n, out_features, in_features, false, bias && bias->get() ? bias->get() : nullptr};
+  auto gemm = [&](const void* x, const DevMem& w, void* y, int out_features, int in_features,
+                  const DevMem* bias) {
+    cuda::GemmParams p{dt,          x,     w.get(),
+                       y,           n,     out_features,
+                       in_features, false, bias && bias->get() ? bias->get() : nullptr};
     check(cuda::gemm(this->gemm, p, stream), "gemm");
   };
-  check(cuda::embedding({dt, dev<int32_t>(lay.token_ids), embed.get(), x_hidden.get(), n, hidden, vocab}, stream), "embedding");
+  check(
+      cuda::embedding(
+          {dt, dev<int32_t>(lay.token_ids), embed.get(), x_hidden.get(), n, hidden, vocab}, stream),
+      "embedding");
   for (int l = 0; l < num_layers; ++l) {
     const LayerWeights& w = layers[size_t(l)];
-    if (l == 0) norm(x_hidden.get(), nullptr, w.input_norm, x_normed.get());
-    else norm(x_proj.get(), x_hidden.get(), w.input_norm, x_normed.get());
+    if (l == 0)
+      norm(x_hidden.get(), nullptr, w.input_norm, x_normed.get());
+    else
+      norm(x_proj.get(), x_hidden.get(), w.input_norm, x_normed.get());
     gemm(x_normed.get(), w.qkv, x_qkv.get(), qkv_width, hidden, &w.qkv_bias);
     void* q = x_qkv.get();
     void* k = at(x_qkv, size_t(num_heads) * head_dim);
     void* v = at(x_qkv, size_t(num_heads + num_kv_heads) * head_dim);
     if (config.qk_norm) {
-      cuda::RmsNormParams qn{dt, q, nullptr, w.q_norm.get(), q, n * num_heads, head_dim, eps, num_heads, qkv_width};
-      cuda::RmsNormParams kn{dt, k, nullptr, w.k_norm.get(), k, n * num_kv_heads, head_dim, eps, num_kv_heads, qkv_width};
+      cuda::RmsNormParams qn{dt,       q,   nullptr,   w.q_norm.get(), q, n * num_heads,
+                             head_dim, eps, num_heads, qkv_width};
+      cuda::RmsNormParams kn{dt,       k,   nullptr,      w.k_norm.get(), k, n * num_kv_heads,
+                             head_dim, eps, num_kv_heads, qkv_width};
       check(cuda::rms_norm(qn, stream), "q norm");
       check(cuda::rms_norm(kn, stream), "k norm");
     }
@@ -350,14 +383,21 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
 // Logits [num_rows, vocab] (into x_logits) of the rows listed at rows[first, first + num_rows).
 void CudaRunner::Impl::compute_logits(int first, int num_rows) {
   // Gathering rows is an embedding lookup with the hidden states as the table.
-  check(cuda::embedding({dt, dev<int32_t>(lay.rows) + first, x_normed.get(), x_rows.get(), num_rows, hidden, max_tokens},
-                        stream), "gathering logits rows");
+  check(cuda::embedding({dt, dev<int32_t>(lay.rows) + first, x_normed.get(), x_rows.get(), num_rows,
+                         hidden, max_tokens},
+                        stream),
+        "gathering logits rows");
   const DevMem& head = lm_head.get() ? lm_head : embed;
-  cuda::GemmParams p{dt, x_rows.get(), head.get(), x_logits.get(), num_rows, vocab, hidden, false, nullptr};
+  cuda::GemmParams p{dt,    x_rows.get(), head.get(), x_logits.get(), num_rows,
+                     vocab, hidden,       false,      nullptr};
   check(cuda::gemm(gemm, p, stream), "lm head");
   // Greedy choices ride along (a second read of the logits, tiny next to the LM head): steps whose
   // rows are all plain greedy download 8 bytes per row instead of the logits.
-  cuda::GreedySampleParams g{dt, x_logits.get(), num_rows, vocab, x_greedy_tokens.as<int32_t>(),
+  cuda::GreedySampleParams g{dt,
+                             x_logits.get(),
+                             num_rows,
+                             vocab,
+                             x_greedy_tokens.as<int32_t>(),
                              x_greedy_logprobs.as<float>()};
   check(cuda::greedy_sample(g, stream), "greedy sampling");
 }
@@ -406,13 +446,16 @@ void CudaRunner::Impl::profile_and_alloc_kv() {
   check(cudaMemGetInfo(&free_bytes, &total_bytes), "reading free memory");
   int64_t blocks = opt.num_kv_blocks;
   if (blocks <= 0) {
-    const double budget = opt.gpu_memory_utilization * double(total_bytes) - double(total_bytes - free_bytes);
+    const double budget =
+        opt.gpu_memory_utilization * double(total_bytes) - double(total_bytes - free_bytes);
     blocks = budget > 0 ? int64_t(budget / double(per_block_all_layers)) : 0;
     if (blocks < 1)
       throw_error(ErrorKind::kResourceExhausted,
-                  "--gpu-memory-utilization " + std::to_string(opt.gpu_memory_utilization) + ": weights (" +
-                      std::to_string(stats.weight_bytes >> 20) + " MiB) and activations leave no room for a KV block of " +
-                      std::to_string(per_block_all_layers >> 10) + " KiB on a GPU of " + std::to_string(total_bytes >> 20) + " MiB");
+                  "--gpu-memory-utilization " + std::to_string(opt.gpu_memory_utilization) +
+                      ": weights (" + std::to_string(stats.weight_bytes >> 20) +
+                      " MiB) and activations leave no room for a KV block of " +
+                      std::to_string(per_block_all_layers >> 10) + " KiB on a GPU of " +
+                      std::to_string(total_bytes >> 20) + " MiB");
   }
   blocks = std::min<int64_t>(blocks, INT32_MAX / 2 / bs);
   num_blocks = int(blocks);
@@ -423,7 +466,8 @@ void CudaRunner::Impl::profile_and_alloc_kv() {
 void CudaRunner::Impl::capture_graphs() {
   for (int b : graph_batch_sizes(max_seqs)) {
     // Splits are fixed per graph: chosen for the longest context the graph will see.
-    std::vector<int32_t> ids(size_t(b), 0), pos(size_t(b), 0), qsl(size_t(b) + 1), lens(size_t(b), opt.max_model_len);
+    std::vector<int32_t> ids(size_t(b), 0), pos(size_t(b), 0), qsl(size_t(b) + 1),
+        lens(size_t(b), opt.max_model_len);
     std::vector<int64_t> slots(size_t(b), -1);
     const int32_t zero_block = 0;
     std::vector<const int32_t*> tptr(size_t(b), &zero_block);
@@ -439,7 +483,8 @@ void CudaRunner::Impl::capture_graphs() {
     compute_logits(0, b);
     check(cudaStreamSynchronize(stream), "graph warm-up");
     cudaGraph_t graph = nullptr;
-    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "beginning graph capture");
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+          "beginning graph capture");
     forward(st, kv_pool.get());
     compute_logits(0, b);
     check(cudaStreamEndCapture(stream, &graph), "ending graph capture");
@@ -455,7 +500,8 @@ void CudaRunner::Impl::capture_graphs() {
 
 // ---- CudaRunner --------------------------------------------------------------------------------
 
-CudaRunner::CudaRunner(io::ModelConfig config, const models::LlamaWeights* weights, const CudaRunnerOptions& options)
+CudaRunner::CudaRunner(io::ModelConfig config, const models::LlamaWeights* weights,
+                       const CudaRunnerOptions& options)
     : impl_(std::make_unique<Impl>()) {
   impl_->config = std::move(config);
   impl_->opt = options;

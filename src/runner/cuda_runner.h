@@ -1,9 +1,9 @@
 // The CUDA model runner for the Llama family (Llama 1-3, Mistral, Qwen2, Qwen3): weights on the GPU
-// in bf16 / f16 / f32, GEMMs through cuBLASLt, pagellm's own kernels for everything else, a paged KV
-// pool sized by --gpu-memory-utilization after a maximum-size dummy step, and CUDA graphs for
-// decode-only steps (captured per padded batch size unless --enforce-eager). Logits of the rows that
-// need them come back to the host, where the shared CPU sampler draws (so the random stream is the
-// CPU runner's by construction).
+// in bf16 / f16 / f32, GEMMs through cuBLASLt, pagellm's own kernels for everything else, a paged
+// KV pool sized by --gpu-memory-utilization after a maximum-size dummy step, and CUDA graphs for
+// decode-only steps (captured per padded batch size unless --enforce-eager). Logits of the rows
+// that need them come back to the host, where the shared CPU sampler draws (so the random stream is
+// the CPU runner's by construction).
 #pragma once
 
 #include <memory>
@@ -36,10 +36,11 @@ struct CudaStartupStats {
 
 class CudaRunner : public ModelRunner {
  public:
-  // weights: host fp32 weights of a checkpoint, converted and uploaded; null = dummy weights made on
-  // the GPU with the CPU loader's random scheme. Throws pagellm::Error when there is no usable GPU,
-  // the model does not fit, or no KV block is left.
-  CudaRunner(io::ModelConfig config, const models::LlamaWeights* weights, const CudaRunnerOptions& options);
+  // weights: host fp32 weights of a checkpoint, converted and uploaded; null = dummy weights made
+  // on the GPU with the CPU loader's random scheme. Throws pagellm::Error when there is no usable
+  // GPU, the model does not fit, or no KV block is left.
+  CudaRunner(io::ModelConfig config, const models::LlamaWeights* weights,
+             const CudaRunnerOptions& options);
   ~CudaRunner() override;
 
   int num_kv_blocks() const override;

@@ -38,26 +38,29 @@ struct StepResult {
 // A row the GPU's greedy choice serves exactly as engine::sample_token would.
 bool plain_greedy(const engine::ScheduledSeq& seq) {
   const SamplingParams* p = seq.params;
-  return p && p->greedy() && !p->logprobs && p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f &&
-         p->frequency_penalty == 0.0f && seq.banned_token_ids.empty() && seq.prompt_logprobs == 0;
+  return p && p->greedy() && !p->logprobs && p->repetition_penalty == 1.0f &&
+         p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f &&
+         seq.banned_token_ids.empty() && seq.prompt_logprobs == 0;
 }
 
 }  // namespace
 
 // Shared by execute and execute_logits: validates and flattens, copies blocks, runs the forward
 // pass and returns the logits of `rows` as fp32 [rows, vocab], or with `greedy` only the choices.
-static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& batch, bool with_prompt_rows,
-                           bool greedy, std::vector<LogitsRow>& rows_out) {
+static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& batch,
+                           bool with_prompt_rows, bool greedy, std::vector<LogitsRow>& rows_out) {
   if (!batch.blocks_to_swap_in.empty() || !batch.blocks_to_swap_out.empty())
     internal("swap requested but this runner has no swap space");
   const int64_t bs = m.opt.block_size;
   const size_t layer_bytes = size_t(m.num_blocks) * m.block_bytes;
   for (const auto& [src, dst] : batch.blocks_to_copy) {
-    if (src < 0 || src >= m.num_blocks || dst < 0 || dst >= m.num_blocks) internal("copy of an invalid KV block");
+    if (src < 0 || src >= m.num_blocks || dst < 0 || dst >= m.num_blocks)
+      internal("copy of an invalid KV block");
     for (int l = 0; l < 2 * m.num_layers; ++l) {
       unsigned char* base = m.kv_pool.as<unsigned char>() + size_t(l) * layer_bytes;
-      check(cudaMemcpyAsync(base + size_t(dst) * m.block_bytes, base + size_t(src) * m.block_bytes, m.block_bytes,
-                            cudaMemcpyDeviceToDevice, m.stream), "copying a KV block");
+      check(cudaMemcpyAsync(base + size_t(dst) * m.block_bytes, base + size_t(src) * m.block_bytes,
+                            m.block_bytes, cudaMemcpyDeviceToDevice, m.stream),
+            "copying a KV block");
     }
   }
   Flat f;
@@ -66,19 +69,23 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
     const engine::ScheduledSeq& seq = batch.seqs[s];
     const int64_t n = int64_t(seq.token_ids.size());
     const int32_t begin = int32_t(f.ids.size());
-    if (n == 0 || seq.num_computed_tokens < 0) internal("seq " + std::to_string(seq.seq_id) + " has no tokens");
+    if (n == 0 || seq.num_computed_tokens < 0)
+      internal("seq " + std::to_string(seq.seq_id) + " has no tokens");
     const int64_t ctx = seq.num_computed_tokens + n;
     if (int64_t(seq.block_table.size()) * bs < ctx)
       internal("block table of seq " + std::to_string(seq.seq_id) + " is too short");
     if (ctx > int64_t(m.max_blocks) * bs)
-      invalid_argument("sequence of " + std::to_string(ctx) + " tokens exceeds the max model length " +
+      invalid_argument("sequence of " + std::to_string(ctx) +
+                       " tokens exceeds the max model length " +
                        std::to_string(m.opt.max_model_len));
     for (int32_t b : seq.block_table)
-      if (b < 0 || b >= m.num_blocks) internal("seq " + std::to_string(seq.seq_id) + " uses an invalid KV block");
+      if (b < 0 || b >= m.num_blocks)
+        internal("seq " + std::to_string(seq.seq_id) + " uses an invalid KV block");
     for (int64_t i = 0; i < n; ++i) {
       const int32_t id = seq.token_ids[size_t(i)];
       if (id < 0 || id >= m.vocab)
-        invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(m.vocab) + ")");
+        invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary (" +
+                         std::to_string(m.vocab) + ")");
       const int64_t p = seq.num_computed_tokens + i;
       f.ids.push_back(id);
       f.pos.push_back(int32_t(p));
@@ -94,7 +101,8 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
         f.rows.push_back({int32_t(begin + i), s, int32_t(seq.num_computed_tokens + i), false});
     }
     if (seq.needs_sample) f.rows.push_back({int32_t(begin + n - 1), s, int32_t(ctx - 1), true});
-    decode_only = decode_only && n == 1 && seq.needs_sample && !(with_prompt_rows && seq.prompt_logprobs > 0);
+    decode_only =
+        decode_only && n == 1 && seq.needs_sample && !(with_prompt_rows && seq.prompt_logprobs > 0);
   }
   rows_out = f.rows;
   const int num_seqs = int(f.lens.size());
@@ -107,18 +115,23 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
 
   auto fetch = [&](int first, int count) {
     if (greedy) {
-      check(cudaMemcpyAsync(m.greedy_host, m.x_greedy_tokens.get(), size_t(count) * 4, cudaMemcpyDeviceToHost, m.stream),
+      check(cudaMemcpyAsync(m.greedy_host, m.x_greedy_tokens.get(), size_t(count) * 4,
+                            cudaMemcpyDeviceToHost, m.stream),
             "downloading greedy tokens");
-      check(cudaMemcpyAsync(static_cast<char*>(m.greedy_host) + size_t(m.max_seqs) * 4, m.x_greedy_logprobs.get(),
-                            size_t(count) * 4, cudaMemcpyDeviceToHost, m.stream), "downloading greedy logprobs");
+      check(cudaMemcpyAsync(static_cast<char*>(m.greedy_host) + size_t(m.max_seqs) * 4,
+                            m.x_greedy_logprobs.get(), size_t(count) * 4, cudaMemcpyDeviceToHost,
+                            m.stream),
+            "downloading greedy logprobs");
       check(cudaStreamSynchronize(m.stream), "running the step");
       const auto* tok = static_cast<const int32_t*>(m.greedy_host);
-      const auto* lp = reinterpret_cast<const float*>(static_cast<const char*>(m.greedy_host) + size_t(m.max_seqs) * 4);
+      const auto* lp = reinterpret_cast<const float*>(static_cast<const char*>(m.greedy_host) +
+                                                      size_t(m.max_seqs) * 4);
       result.tokens.insert(result.tokens.end(), tok, tok + count);
       result.logprobs.insert(result.logprobs.end(), lp, lp + count);
       return;
     }
-    check(cudaMemcpyAsync(m.logits_host, m.x_logits.get(), size_t(count) * row_bytes, cudaMemcpyDeviceToHost, m.stream),
+    check(cudaMemcpyAsync(m.logits_host, m.x_logits.get(), size_t(count) * row_bytes,
+                          cudaMemcpyDeviceToHost, m.stream),
           "downloading logits");
     check(cudaStreamSynchronize(m.stream), "running the step");
     const size_t total = size_t(count) * size_t(m.vocab);
@@ -128,9 +141,12 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
     } else {
       const auto* in = static_cast<const uint16_t*>(m.logits_host);
       const bool bf16 = m.dt == DType::kBF16;
-      ThreadPool::global().parallel_for(total, [&](size_t b, size_t e) {
-        for (size_t i = b; i < e; ++i) out[i] = bf16 ? bf16_to_f32(in[i]) : f16_to_f32(in[i]);
-      }, size_t(1) << 16);
+      ThreadPool::global().parallel_for(
+          total,
+          [&](size_t b, size_t e) {
+            for (size_t i = b; i < e; ++i) out[i] = bf16 ? bf16_to_f32(in[i]) : f16_to_f32(in[i]);
+          },
+          size_t(1) << 16);
     }
   };
 
@@ -155,7 +171,8 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
     fetch(0, num_rows);
     return result;
   }
-  CudaRunner::Impl::Staged st = m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables, f.table_lens, 0);
+  CudaRunner::Impl::Staged st =
+      m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables, f.table_lens, 0);
   for (int r = 0; r < num_rows; ++r) m.host<int32_t>(m.lay.rows)[r] = f.rows[size_t(r)].row;
   m.upload_inputs();
   m.forward(st, m.kv_pool.get());
@@ -184,7 +201,8 @@ engine::ModelRunnerOutput CudaRunner::execute(const engine::SchedulerOutput& bat
   out.prompt_logprobs.resize(batch.seqs.size());
   if (greedy) {
     for (size_t r = 0; r < rows.size(); ++r) {
-      // Token -1: every logit was -inf; the CPU sampler's fallback is then token 0 (nothing banned).
+      // Token -1: every logit was -inf; the CPU sampler's fallback is then token 0 (nothing
+      // banned).
       const int32_t token = step.tokens[r] >= 0 ? step.tokens[r] : 0;
       TokenLogprobs lp;
       lp.token_id = token;
@@ -230,7 +248,8 @@ std::vector<std::vector<float>> CudaRunner::execute_logits(const engine::Schedul
   const size_t vocab = size_t(impl_->vocab);
   std::vector<std::vector<float>> out(batch.seqs.size());
   for (size_t r = 0; r < rows.size(); ++r)
-    out[rows[r].seq].assign(logits.begin() + ptrdiff_t(r * vocab), logits.begin() + ptrdiff_t((r + 1) * vocab));
+    out[rows[r].seq].assign(logits.begin() + ptrdiff_t(r * vocab),
+                            logits.begin() + ptrdiff_t((r + 1) * vocab));
   return out;
 }
 

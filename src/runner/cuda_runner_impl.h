@@ -35,7 +35,9 @@ class DevMem {
  public:
   DevMem() = default;
   DevMem(size_t bytes, const std::string& what) : bytes_(bytes) {
-    if (bytes > 0) check(cudaMalloc(&ptr_, bytes), "allocating " + what + " (" + std::to_string(bytes >> 20) + " MiB)");
+    if (bytes > 0)
+      check(cudaMalloc(&ptr_, bytes),
+            "allocating " + what + " (" + std::to_string(bytes >> 20) + " MiB)");
   }
   DevMem(DevMem&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; }
   DevMem& operator=(DevMem&& o) noexcept {
@@ -49,7 +51,9 @@ class DevMem {
   void* get() const { return ptr_; }
   size_t bytes() const { return bytes_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
 
  private:
   void* ptr_ = nullptr;
@@ -90,33 +94,35 @@ struct CudaRunner::Impl {
   CudaRunnerOptions opt;
   DType dt = DType::kBF16;
   size_t esz = 2;
-  int hidden = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, inter = 0, vocab = 0, num_layers = 0;
+  int hidden = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, inter = 0, vocab = 0,
+      num_layers = 0;
   int qkv_width = 0;
-  int max_tokens = 0;   // activation rows: max(max_num_batched_tokens, max_num_seqs)
-  int max_seqs = 0;     // max_num_seqs
-  int max_blocks = 0;   // block-table columns: ceil(max_model_len / block_size)
+  int max_tokens = 0;  // activation rows: max(max_num_batched_tokens, max_num_seqs)
+  int max_seqs = 0;    // max_num_seqs
+  int max_blocks = 0;  // block-table columns: ceil(max_model_len / block_size)
   int num_sms = 0;
   cudaStream_t stream = nullptr;
   cuda::GemmContext* gemm = nullptr;
   CudaStartupStats stats;
 
   // Weights.
-  DevMem embed, final_norm, lm_head, inv_freq;  // [vocab, hidden], [hidden], [vocab, hidden] or empty, [D/2]
+  DevMem embed, final_norm, lm_head,
+      inv_freq;  // [vocab, hidden], [hidden], [vocab, hidden] or empty, [D/2]
   std::vector<LayerWeights> layers;
 
   // Activations, sized for max_tokens rows.
-  DevMem x_hidden;  // [T, hidden] residual stream
-  DevMem x_normed;  // [T, hidden]
-  DevMem x_proj;    // [T, hidden]
-  DevMem x_qkv;     // [T, qkv_width]
-  DevMem x_attn;    // [T, H * D]
-  DevMem x_gate_up; // [T, 2 * inter]
-  DevMem x_act;     // [T, inter]
-  DevMem x_rows;    // [max_seqs, hidden] normed rows that need logits
-  DevMem x_logits;  // [max_seqs, vocab]
-  DevMem attn_ws;   // split-KV partials
-  DevMem x_greedy_tokens;    // [max_seqs] int32, greedy choice per logits row
-  DevMem x_greedy_logprobs;  // [max_seqs] float
+  DevMem x_hidden;              // [T, hidden] residual stream
+  DevMem x_normed;              // [T, hidden]
+  DevMem x_proj;                // [T, hidden]
+  DevMem x_qkv;                 // [T, qkv_width]
+  DevMem x_attn;                // [T, H * D]
+  DevMem x_gate_up;             // [T, 2 * inter]
+  DevMem x_act;                 // [T, inter]
+  DevMem x_rows;                // [max_seqs, hidden] normed rows that need logits
+  DevMem x_logits;              // [max_seqs, vocab]
+  DevMem attn_ws;               // split-KV partials
+  DevMem x_greedy_tokens;       // [max_seqs] int32, greedy choice per logits row
+  DevMem x_greedy_logprobs;     // [max_seqs] float
   void* greedy_host = nullptr;  // pinned [max_seqs] int32 then [max_seqs] float
 
   // Step inputs: one pinned host block mirrored by one device block, uploaded with one copy.
@@ -145,9 +151,13 @@ struct CudaRunner::Impl {
   }
 
   template <typename T>
-  T* host(size_t off) { return reinterpret_cast<T*>(ints_host + off); }
+  T* host(size_t off) {
+    return reinterpret_cast<T*>(ints_host + off);
+  }
   template <typename T>
-  T* dev(size_t off) { return reinterpret_cast<T*>(ints_dev.as<unsigned char>() + off); }
+  T* dev(size_t off) {
+    return reinterpret_cast<T*>(ints_dev.as<unsigned char>() + off);
+  }
 
   void init(const models::LlamaWeights* weights);
   void load_weights(const models::LlamaWeights* weights);

@@ -1,6 +1,6 @@
 // Kernel benchmarks for the device run: decode attention bandwidth against a device-to-device copy
-// measured in the same process, tile (prefill) attention FLOP rate, and decode-shaped GEMM bandwidth.
-// Inputs are random (never zeros); every timed buffer set is larger than L2.
+// measured in the same process, tile (prefill) attention FLOP rate, and decode-shaped GEMM
+// bandwidth. Inputs are random (never zeros); every timed buffer set is larger than L2.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -16,17 +16,19 @@
 namespace pagellm::cuda::test {
 namespace {
 
-#define BK(expr)                                                                                  \
-  do {                                                                                            \
-    cudaError_t e_ = (expr);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(2);                                                                               \
-    }                                                                                             \
+#define BK(expr)                                                                         \
+  do {                                                                                   \
+    cudaError_t e_ = (expr);                                                             \
+    if (e_ != cudaSuccess) {                                                             \
+      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, \
+                   __LINE__);                                                            \
+      std::exit(2);                                                                      \
+    }                                                                                    \
   } while (0)
 
 __global__ void fill_random_bf16(__nv_bfloat16* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
     uint32_t h = uint32_t(i) * 2654435761u ^ seed;
     h ^= h >> 15;
     h *= 2246822519u;
@@ -67,7 +69,8 @@ double copy_bandwidth_gbs() {
   BK(cudaMalloc(&a, bytes));
   BK(cudaMalloc(&b, bytes));
   fill(a, bytes / 2, 7);
-  const double ms = time_ms([&] { BK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); }, 10);
+  const double ms =
+      time_ms([&] { BK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); }, 10);
   cudaFree(a);
   cudaFree(b);
   return 2.0 * bytes / (ms * 1e6);
@@ -131,7 +134,8 @@ double bench_attention(const AttnBench& c, double* kv_bytes, double* flops, int*
   if (ph.workspace_bytes) BK(cudaMalloc(&ws, ph.workspace_bytes));
   BK(cudaMemcpy(d_si, ph.split_items.data(), ph.split_items.size() * 4, cudaMemcpyHostToDevice));
   BK(cudaMemcpy(d_ti, ph.tile_items.data(), ph.tile_items.size() * 4, cudaMemcpyHostToDevice));
-  AttentionPlan plan{d_si, int(ph.split_items.size() / 2), ph.num_splits, d_ti, int(ph.tile_items.size() / 2)};
+  AttentionPlan plan{d_si, int(ph.split_items.size() / 2), ph.num_splits, d_ti,
+                     int(ph.tile_items.size() / 2)};
   const double ms = time_ms([&] { BK(run_attention(p, plan, ws, nullptr)); });
   *kv_bytes = 2.0 * c.batch * double(c.ctx) * row * 2;
   // Causal: each query row attends to (ctx - q_len + i + 1) keys; QK and PV are 2·D flops per key.
@@ -139,8 +143,9 @@ double bench_attention(const AttnBench& c, double* kv_bytes, double* flops, int*
   for (int i = 0; i < c.q_len; ++i) keys += c.ctx - c.q_len + i + 1;
   *flops = 4.0 * c.batch * c.heads * c.head_dim * keys;
   *splits = ph.num_splits;
-  for (void* ptr : {q, kc, vc, out, static_cast<void*>(d_qsl), static_cast<void*>(d_lens),
-                    static_cast<void*>(d_table), static_cast<void*>(d_si), static_cast<void*>(d_ti), ws})
+  for (void* ptr :
+       {q, kc, vc, out, static_cast<void*>(d_qsl), static_cast<void*>(d_lens),
+        static_cast<void*>(d_table), static_cast<void*>(d_si), static_cast<void*>(d_ti), ws})
     if (ptr) cudaFree(ptr);
   return ms;
 }
@@ -151,29 +156,37 @@ void bench_main() {
   std::printf("== benchmarks (bf16)\n");
   const double copy = copy_bandwidth_gbs();
   std::printf("d2d copy bandwidth (read+write): %.0f GB/s\n", copy);
-  std::printf("%-52s %9s %10s %8s %9s\n", "decode attention (split-KV)", "ms", "KV GB/s", "of copy", "splits");
+  std::printf("%-52s %9s %10s %8s %9s\n", "decode attention (split-KV)", "ms", "KV GB/s", "of copy",
+              "splits");
   const AttnBench decode[] = {
-      {1, 1, 32768, 32, 8, 128, 16},   {1, 1, 131072, 32, 8, 128, 16}, {16, 1, 4096, 32, 8, 128, 16},
-      {64, 1, 4096, 32, 8, 128, 16},   {256, 1, 1024, 32, 8, 128, 16}, {128, 1, 8192, 32, 8, 128, 16},
-      {64, 1, 4096, 32, 32, 128, 16},  {64, 1, 4096, 32, 4, 128, 16},  {64, 1, 4096, 16, 16, 64, 16},
-      {64, 1, 4096, 32, 8, 128, 32},
+      {1, 1, 32768, 32, 8, 128, 16},  {1, 1, 131072, 32, 8, 128, 16},
+      {16, 1, 4096, 32, 8, 128, 16},  {64, 1, 4096, 32, 8, 128, 16},
+      {256, 1, 1024, 32, 8, 128, 16}, {128, 1, 8192, 32, 8, 128, 16},
+      {64, 1, 4096, 32, 32, 128, 16}, {64, 1, 4096, 32, 4, 128, 16},
+      {64, 1, 4096, 16, 16, 64, 16},  {64, 1, 4096, 32, 8, 128, 32},
   };
-  for (const auto& c : decode) for (bool tc : {true, false}) {
-    if (!tc && c.heads == c.kv_heads) continue;  // MHA always runs on CUDA cores
-    attention_set_decode_tensor_cores(tc);
-    double bytes, flops;
-    int splits;
-    const double ms = bench_attention(c, &bytes, &flops, &splits);
-    attention_set_decode_tensor_cores(true);
-    char label[96];
-    std::snprintf(label, sizeof label, "batch=%d ctx=%d H=%d/%d D=%d bs=%d %s", c.batch, c.ctx, c.heads,
-                  c.kv_heads, c.head_dim, c.block_size, c.heads == c.kv_heads ? "" : tc ? "tc" : "cores");
-    const double gbs = bytes / (ms * 1e6);
-    std::printf("%-52s %9.3f %10.0f %7.1f%% %9d\n", label, ms, gbs, 100.0 * gbs / copy, splits);
-  }
+  for (const auto& c : decode)
+    for (bool tc : {true, false}) {
+      if (!tc && c.heads == c.kv_heads) continue;  // MHA always runs on CUDA cores
+      attention_set_decode_tensor_cores(tc);
+      double bytes, flops;
+      int splits;
+      const double ms = bench_attention(c, &bytes, &flops, &splits);
+      attention_set_decode_tensor_cores(true);
+      char label[96];
+      std::snprintf(label, sizeof label, "batch=%d ctx=%d H=%d/%d D=%d bs=%d %s", c.batch, c.ctx,
+                    c.heads, c.kv_heads, c.head_dim, c.block_size,
+                    c.heads == c.kv_heads ? ""
+                    : tc                  ? "tc"
+                                          : "cores");
+      const double gbs = bytes / (ms * 1e6);
+      std::printf("%-52s %9.3f %10.0f %7.1f%% %9d\n", label, ms, gbs, 100.0 * gbs / copy, splits);
+    }
   std::printf("%-52s %9s %10s\n", "prefill attention (tensor-core tiles)", "ms", "TFLOP/s");
   const AttnBench prefill[] = {
-      {1, 4096, 4096, 32, 8, 128, 16}, {4, 2048, 2048, 32, 8, 128, 16}, {1, 2048, 8192, 32, 8, 128, 16},
+      {1, 4096, 4096, 32, 8, 128, 16},
+      {4, 2048, 2048, 32, 8, 128, 16},
+      {1, 2048, 8192, 32, 8, 128, 16},
       {8, 1024, 1024, 32, 32, 64, 16},
   };
   for (const auto& c : prefill) {
@@ -187,13 +200,17 @@ void bench_main() {
   }
   // Decode-shaped GEMMs of Llama-3.1-8B (m = batch): weight-read bandwidth. Weights rotate over
   // >= 512 MB of copies so that L2 (50 MB) cannot serve them.
-  std::printf("%-52s %9s %10s %8s\n", "gemm bf16 (gemv for m<=8 / cuBLASLt)", "ms", "W GB/s", "TFLOP/s");
+  std::printf("%-52s %9s %10s %8s\n", "gemm bf16 (gemv for m<=8 / cuBLASLt)", "ms", "W GB/s",
+              "TFLOP/s");
   cudaError_t err;
   GemmContext* ctx = gemm_create(32 << 20, &err);
   BK(err);
-  struct G { int m, n, k; };
-  for (G g : {G{1, 6144, 4096}, G{1, 4096, 4096}, G{1, 28672, 4096}, G{1, 4096, 14336}, G{1, 128256, 4096},
-              G{8, 28672, 4096}, G{8, 4096, 14336}, G{64, 28672, 4096}, G{4096, 4096, 4096}, G{8192, 14336, 4096}}) {
+  struct G {
+    int m, n, k;
+  };
+  for (G g : {G{1, 6144, 4096}, G{1, 4096, 4096}, G{1, 28672, 4096}, G{1, 4096, 14336},
+              G{1, 128256, 4096}, G{8, 28672, 4096}, G{8, 4096, 14336}, G{64, 28672, 4096},
+              G{4096, 4096, 4096}, G{8192, 14336, 4096}}) {
     const size_t wbytes = size_t(g.n) * g.k * 2;
     const int copies = int(std::max<size_t>(1, (size_t(512) << 20) / wbytes + 1));
     void *x, *y;
@@ -210,12 +227,16 @@ void bench_main() {
       gemm_set_use_gemv(ctx, use_gemv);
       int next = 0;
       const double ms = time_ms([&] {
-        BK(gemm(ctx, {DType::kBF16, x, ws[size_t(next++ % copies)], y, g.m, g.n, g.k, false}, nullptr));
+        BK(gemm(ctx, {DType::kBF16, x, ws[size_t(next++ % copies)], y, g.m, g.n, g.k, false},
+                nullptr));
       });
       char label[96];
       std::snprintf(label, sizeof label, "m=%d n=%d k=%d%s", g.m, g.n, g.k,
-                    g.m > 8 ? "" : use_gemv ? " gemv" : " cuBLASLt");
-      std::printf("%-52s %9.3f %10.0f %8.1f\n", label, ms, double(wbytes) / (ms * 1e6), 2.0 * g.m * g.n * g.k / (ms * 1e9));
+                    g.m > 8    ? ""
+                    : use_gemv ? " gemv"
+                               : " cuBLASLt");
+      std::printf("%-52s %9.3f %10.0f %8.1f\n", label, ms, double(wbytes) / (ms * 1e6),
+                  2.0 * g.m * g.n * g.k / (ms * 1e9));
     }
     gemm_set_use_gemv(ctx, true);
     cudaFree(x);

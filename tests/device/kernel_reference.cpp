@@ -36,8 +36,11 @@ void ref_attention(const RefAttention& a, float* out) {
       const float* q = a.q + (static_cast<int64_t>(t) * a.num_heads + h) * a.head_dim;
       double mx = -INFINITY;
       for (int j = 0; j <= pos; ++j) {
-        const int64_t block = a.block_tables[static_cast<int64_t>(s) * a.max_blocks_per_seq + j / a.block_size];
-        const float* k = a.k_cache + ((block * a.block_size + j % a.block_size) * a.num_kv_heads + kvh) * a.head_dim;
+        const int64_t block =
+            a.block_tables[static_cast<int64_t>(s) * a.max_blocks_per_seq + j / a.block_size];
+        const float* k =
+            a.k_cache +
+            ((block * a.block_size + j % a.block_size) * a.num_kv_heads + kvh) * a.head_dim;
         double dot = 0;
         for (int d = 0; d < a.head_dim; ++d) dot += double(q[d]) * k[d];
         scores[j] = dot * a.scale;
@@ -48,8 +51,11 @@ void ref_attention(const RefAttention& a, float* out) {
       for (int j = 0; j <= pos; ++j) {
         const double p = std::exp(scores[j] - mx);
         sum += p;
-        const int64_t block = a.block_tables[static_cast<int64_t>(s) * a.max_blocks_per_seq + j / a.block_size];
-        const float* v = a.v_cache + ((block * a.block_size + j % a.block_size) * a.num_kv_heads + kvh) * a.head_dim;
+        const int64_t block =
+            a.block_tables[static_cast<int64_t>(s) * a.max_blocks_per_seq + j / a.block_size];
+        const float* v =
+            a.v_cache +
+            ((block * a.block_size + j % a.block_size) * a.num_kv_heads + kvh) * a.head_dim;
         for (int d = 0; d < a.head_dim; ++d) acc[d] += p * v[d];
       }
       float* o = out + (static_cast<int64_t>(t) * a.num_heads + h) * a.head_dim;
@@ -96,7 +102,8 @@ void ref_rope(float* q, float* k, const int32_t* positions, const float* inv_fre
   }
 }
 
-void ref_silu_and_mul(const float* x, float* out, int num_tokens, int inner, const RoundFn& round_fn) {
+void ref_silu_and_mul(const float* x, float* out, int num_tokens, int inner,
+                      const RoundFn& round_fn) {
   for (int t = 0; t < num_tokens; ++t) {
     for (int i = 0; i < inner; ++i) {
       const double g = x[int64_t{t} * 2 * inner + i];

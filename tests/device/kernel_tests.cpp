@@ -1,8 +1,8 @@
 // Self-checking tests and benchmarks of pagellm's CUDA kernels against the CPU references in
 // kernel_reference.cpp. Runs on the GPU machine (no gtest, no Debian libraries there):
 //   cuda_kernel_tests [--filter SUBSTRING] [--bench]
-// Every output buffer is poisoned with NaN before the kernel runs, every input is fresh random data,
-// and NaN never passes. Exit status 0 only if every case passed.
+// Every output buffer is poisoned with NaN before the kernel runs, every input is fresh random
+// data, and NaN never passes. Exit status 0 only if every case passed.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -28,14 +28,14 @@ std::string g_filter;
 int g_failed = 0, g_passed = 0;
 int g_num_sms = 132;
 
-#define CK(expr)                                                                          \
-  do {                                                                                    \
-    cudaError_t e_ = (expr);                                                              \
-    if (e_ != cudaSuccess) {                                                              \
+#define CK(expr)                                                                             \
+  do {                                                                                       \
+    cudaError_t e_ = (expr);                                                                 \
+    if (e_ != cudaSuccess) {                                                                 \
       std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, \
-                   __LINE__, #expr);                                                      \
-      std::exit(2);                                                                       \
-    }                                                                                     \
+                   __LINE__, #expr);                                                         \
+      std::exit(2);                                                                          \
+    }                                                                                        \
   } while (0)
 
 const char* dname(DType t) { return t == DType::kF32 ? "f32" : t == DType::kF16 ? "f16" : "bf16"; }
@@ -58,7 +58,9 @@ struct DevBuf {
   explicit DevBuf(size_t b) : bytes(b) { CK(cudaMalloc(&ptr, std::max<size_t>(b, 16))); }
   DevBuf(const DevBuf&) = delete;
   DevBuf& operator=(const DevBuf&) = delete;
-  ~DevBuf() { if (ptr) cudaFree(ptr); }
+  ~DevBuf() {
+    if (ptr) cudaFree(ptr);
+  }
   void poison() { CK(cudaMemset(ptr, 0xff, bytes)); }  // all-ones bits: NaN in f32, f16 and bf16
 };
 
@@ -127,7 +129,8 @@ Tol tol_for(DType t, bool attention) {
   return {attention ? 1.2e-2 : 8e-3, attention ? 4e-2 : 2e-2};
 }
 
-bool check(const std::string& name, const std::vector<float>& out, const std::vector<float>& ref, Tol tol) {
+bool check(const std::string& name, const std::vector<float>& out, const std::vector<float>& ref,
+           Tol tol) {
   double num = 0, den = 0, max_err = 0, max_ref = 0;
   size_t nan_at = SIZE_MAX;
   for (size_t i = 0; i < ref.size(); ++i) {
@@ -150,15 +153,18 @@ bool check(const std::string& name, const std::vector<float>& out, const std::ve
   } else {
     ++g_failed;
     if (nan_at != SIZE_MAX)
-      std::printf("  FAIL %-70s non-finite output at %zu (ref %g)\n", name.c_str(), nan_at, ref[nan_at]);
+      std::printf("  FAIL %-70s non-finite output at %zu (ref %g)\n", name.c_str(), nan_at,
+                  ref[nan_at]);
     else
-      std::printf("  FAIL %-70s rel_l2=%.2e (tol %.1e) max_rel=%.2e (tol %.1e)\n", name.c_str(), rel,
-                  tol.rel_l2, mrel, tol.max_rel);
+      std::printf("  FAIL %-70s rel_l2=%.2e (tol %.1e) max_rel=%.2e (tol %.1e)\n", name.c_str(),
+                  rel, tol.rel_l2, mrel, tol.max_rel);
   }
   return ok;
 }
 
-bool selected(const std::string& name) { return g_filter.empty() || name.find(g_filter) != std::string::npos; }
+bool selected(const std::string& name) {
+  return g_filter.empty() || name.find(g_filter) != std::string::npos;
+}
 
 // ---- attention ---------------------------------------------------------------------------------
 
@@ -189,7 +195,8 @@ PagedSetup make_paged(const AttnCase& c) {
     needed += nb;
     s.max_blocks = std::max(s.max_blocks, nb);
   }
-  s.max_blocks = std::max(s.max_blocks, 1) + 1;  // one spare column to prove tables are not over-read
+  s.max_blocks =
+      std::max(s.max_blocks, 1) + 1;  // one spare column to prove tables are not over-read
   s.num_tokens = s.qsl[num_seqs];
   s.num_blocks = needed + needed / 8 + 2;
   std::vector<int32_t> perm(s.num_blocks);
@@ -207,8 +214,9 @@ PagedSetup make_paged(const AttnCase& c) {
     const int nb = (c.ctx_lens[i] + c.block_size - 1) / c.block_size;
     for (int b = 0; b < nb; ++b) s.block_tables[size_t(i) * s.max_blocks + b] = perm[next++];
     for (int j = 0; j < c.ctx_lens[i]; ++j) {
-      const size_t slot = size_t(s.block_tables[size_t(i) * s.max_blocks + j / c.block_size]) * c.block_size +
-                          j % c.block_size;
+      const size_t slot =
+          size_t(s.block_tables[size_t(i) * s.max_blocks + j / c.block_size]) * c.block_size +
+          j % c.block_size;
       for (size_t e = 0; e < row; ++e) {
         s.k_cache[slot * row + e] = round_to(c.dtype, dist(g_rng));
         s.v_cache[slot * row + e] = round_to(c.dtype, dist(g_rng));
@@ -279,13 +287,18 @@ void test_attention(const AttnCase& c) {
   CK(cudaDeviceSynchronize());
   std::vector<float> got = download(out, c.dtype, out_n);
 
-  RefAttention r{s.q.data(), s.k_cache.data(), s.v_cache.data(), s.qsl.data(), s.seq_lens.data(),
-                 s.block_tables.data(), num_seqs, s.num_tokens, c.num_heads, c.num_kv_heads,
-                 c.head_dim, c.block_size, s.max_blocks, p.scale};
+  RefAttention r{s.q.data(),        s.k_cache.data(),
+                 s.v_cache.data(),  s.qsl.data(),
+                 s.seq_lens.data(), s.block_tables.data(),
+                 num_seqs,          s.num_tokens,
+                 c.num_heads,       c.num_kv_heads,
+                 c.head_dim,        c.block_size,
+                 s.max_blocks,      p.scale};
   std::vector<float> ref(out_n);
   ref_attention(r, ref.data());
   std::string full = std::string(name) + " [split items " + std::to_string(plan.num_split_items) +
-                     " x" + std::to_string(plan.num_splits) + ", tiles " + std::to_string(plan.num_tile_items) + "]";
+                     " x" + std::to_string(plan.num_splits) + ", tiles " +
+                     std::to_string(plan.num_tile_items) + "]";
   check(full, got, ref, tol_for(c.dtype, true));
 }
 
@@ -299,7 +312,9 @@ std::vector<int> pick(std::initializer_list<int> choices, int n) {
 void attention_suite() {
   std::printf("== attention\n");
   const DType dtypes[] = {DType::kBF16, DType::kF16, DType::kF32};
-  struct Heads { int h, kv; };
+  struct Heads {
+    int h, kv;
+  };
   const Heads heads[] = {{8, 8}, {16, 4}, {32, 4}};
   // Decode: context lengths across block boundaries, batch sizes 1..256; GQA decode in bf16 / f16
   // also through the CUDA-core kernel (the default is tensor cores).
@@ -307,8 +322,8 @@ void attention_suite() {
   for (DType t : {DType::kBF16, DType::kF16}) {
     for (int d : {64, 128}) {
       for (int batch : {1, 64}) {
-        test_attention({t, 32, 4, d, 16, std::vector<int>(batch, 1), pick({1, 15, 16, 17, 33, 1000}, batch), 0,
-                        "decode cuda-cores"});
+        test_attention({t, 32, 4, d, 16, std::vector<int>(batch, 1),
+                        pick({1, 15, 16, 17, 33, 1000}, batch), 0, "decode cuda-cores"});
       }
     }
   }
@@ -318,8 +333,15 @@ void attention_suite() {
       for (Heads hd : heads) {
         for (int bs : {16, 32}) {
           for (int batch : {1, 7, 64}) {
-            AttnCase c{t, hd.h, hd.kv, d, bs, std::vector<int>(batch, 1),
-                       pick({1, 15, 16, 17, 33, 1000}, batch), 0, "decode"};
+            AttnCase c{t,
+                       hd.h,
+                       hd.kv,
+                       d,
+                       bs,
+                       std::vector<int>(batch, 1),
+                       pick({1, 15, 16, 17, 33, 1000}, batch),
+                       0,
+                       "decode"};
             test_attention(c);
           }
         }
@@ -327,7 +349,8 @@ void attention_suite() {
     }
   }
   for (DType t : dtypes) {
-    test_attention({t, 32, 8, 128, 16, std::vector<int>(256, 1), pick({1, 15, 16, 17, 200, 1000}, 256), 0, "decode b256"});
+    test_attention({t, 32, 8, 128, 16, std::vector<int>(256, 1),
+                    pick({1, 15, 16, 17, 200, 1000}, 256), 0, "decode b256"});
     test_attention({t, 8, 1, 64, 16, {1, 1}, {8191, 4000}, 0, "decode ctx8191 G8"});
     test_attention({t, 16, 4, 128, 32, {1, 1, 1}, {8191, 17, 1}, 0, "decode ctx8191"});
     test_attention({t, 16, 4, 128, 16, {1, 1, 1}, {1, 17, 100}, 64, "decode empty splits"});
@@ -341,8 +364,15 @@ void attention_suite() {
     for (int d : {8, 64, 128}) {
       for (Heads hd : heads) {
         for (int bs : {16, 32}) {
-          test_attention({t, hd.h, hd.kv, d, bs, {1, 17, 64, 65, 100, 37, 1},
-                          {1, 17, 64, 65, 116, 1037, 33}, 0, "prefill+chunked+decode"});
+          test_attention({t,
+                          hd.h,
+                          hd.kv,
+                          d,
+                          bs,
+                          {1, 17, 64, 65, 100, 37, 1},
+                          {1, 17, 64, 65, 116, 1037, 33},
+                          0,
+                          "prefill+chunked+decode"});
         }
       }
     }
@@ -352,18 +382,21 @@ void attention_suite() {
   }
 }
 
-// ---- elementwise kernels -------------------------------------------------------------------------
+// ---- elementwise kernels
+// -------------------------------------------------------------------------
 
 void test_embedding(DType t, int num_tokens, int hidden, int vocab) {
   char name[128];
-  std::snprintf(name, sizeof name, "embedding %s tokens=%d hidden=%d", dname(t), num_tokens, hidden);
+  std::snprintf(name, sizeof name, "embedding %s tokens=%d hidden=%d", dname(t), num_tokens,
+                hidden);
   if (!selected(name)) return;
   std::vector<float> table = random_vec(t, size_t(vocab) * hidden);
   std::vector<int32_t> ids(num_tokens);
   std::uniform_int_distribution<int> d(0, vocab - 1);
   for (auto& i : ids) i = d(g_rng);
   ids[0] = vocab;  // out of range: zero row
-  DevBuf tb(table.size() * dsize(t)), ib(ids.size() * 4), ob(size_t(num_tokens) * hidden * dsize(t));
+  DevBuf tb(table.size() * dsize(t)), ib(ids.size() * 4),
+      ob(size_t(num_tokens) * hidden * dsize(t));
   upload(tb, t, table);
   upload_raw(ib, ids);
   ob.poison();
@@ -381,9 +414,10 @@ void test_rms_norm(DType t, int rows, int hidden, bool with_residual) {
   std::snprintf(name, sizeof name, "rms_norm %s rows=%d hidden=%d%s", dname(t), rows, hidden,
                 with_residual ? " +residual" : "");
   if (!selected(name)) return;
-  std::vector<float> x = random_vec(t, size_t(rows) * hidden, 2.f), res = random_vec(t, x.size(), 2.f),
-                     w = random_vec(t, hidden);
-  DevBuf xb(x.size() * dsize(t)), rb(x.size() * dsize(t)), wb(w.size() * dsize(t)), ob(x.size() * dsize(t));
+  std::vector<float> x = random_vec(t, size_t(rows) * hidden, 2.f),
+                     res = random_vec(t, x.size(), 2.f), w = random_vec(t, hidden);
+  DevBuf xb(x.size() * dsize(t)), rb(x.size() * dsize(t)), wb(w.size() * dsize(t)),
+      ob(x.size() * dsize(t));
   upload(xb, t, x);
   upload(rb, t, res);
   upload(wb, t, w);
@@ -392,16 +426,21 @@ void test_rms_norm(DType t, int rows, int hidden, bool with_residual) {
   CK(rms_norm(p, nullptr));
   CK(cudaDeviceSynchronize());
   std::vector<float> ref(x.size());
-  ref_rms_norm(x.data(), with_residual ? res.data() : nullptr, w.data(), ref.data(), rows, hidden, 1e-5f, rounder(t));
+  ref_rms_norm(x.data(), with_residual ? res.data() : nullptr, w.data(), ref.data(), rows, hidden,
+               1e-5f, rounder(t));
   check(name, download(ob, t, x.size()), ref, tol_for(t, false));
-  if (with_residual) check(std::string(name) + " (residual out)", download(rb, t, x.size()), res, {0, 0});
+  if (with_residual)
+    check(std::string(name) + " (residual out)", download(rb, t, x.size()), res, {0, 0});
 }
 
-void test_rope(DType t, int tokens, int heads, int kv_heads, int d, RopeScalingSpec sc, const char* label) {
+void test_rope(DType t, int tokens, int heads, int kv_heads, int d, RopeScalingSpec sc,
+               const char* label) {
   char name[128];
-  std::snprintf(name, sizeof name, "rope %s tokens=%d H=%d/%d D=%d %s", dname(t), tokens, heads, kv_heads, d, label);
+  std::snprintf(name, sizeof name, "rope %s tokens=%d H=%d/%d D=%d %s", dname(t), tokens, heads,
+                kv_heads, d, label);
   if (!selected(name)) return;
-  std::vector<float> q = random_vec(t, size_t(tokens) * heads * d), k = random_vec(t, size_t(tokens) * kv_heads * d);
+  std::vector<float> q = random_vec(t, size_t(tokens) * heads * d),
+                     k = random_vec(t, size_t(tokens) * kv_heads * d);
   std::vector<int32_t> pos(tokens);
   std::uniform_int_distribution<int> dp(0, 131071);
   for (auto& x : pos) x = dp(g_rng);
@@ -449,7 +488,8 @@ void test_silu(DType t, int tokens, int inner) {
 
 void test_kv_write(DType t, int tokens, int kv_heads, int d, int block_size) {
   char name[128];
-  std::snprintf(name, sizeof name, "write_kv_cache %s tokens=%d Hkv=%d D=%d bs=%d", dname(t), tokens, kv_heads, d, block_size);
+  std::snprintf(name, sizeof name, "write_kv_cache %s tokens=%d Hkv=%d D=%d bs=%d", dname(t),
+                tokens, kv_heads, d, block_size);
   if (!selected(name)) return;
   const int num_blocks = (tokens + block_size - 1) / block_size + 3;
   const size_t row = size_t(kv_heads) * d, slots = size_t(num_blocks) * block_size;
@@ -460,8 +500,8 @@ void test_kv_write(DType t, int tokens, int kv_heads, int d, int block_size) {
   std::shuffle(slot.begin(), slot.end(), g_rng);
   slot.resize(tokens);
   slot[tokens / 2] = -1;  // padding token: skipped
-  DevBuf kb(k.size() * dsize(t)), vb(v.size() * dsize(t)), kcb(kc.size() * dsize(t)), vcb(vc.size() * dsize(t)),
-      sb(slot.size() * 8);
+  DevBuf kb(k.size() * dsize(t)), vb(v.size() * dsize(t)), kcb(kc.size() * dsize(t)),
+      vcb(vc.size() * dsize(t)), sb(slot.size() * 8);
   upload(kb, t, k);
   upload(vb, t, v);
   upload(kcb, t, kc);
@@ -489,18 +529,24 @@ void test_kv_write(DType t, int tokens, int kv_heads, int d, int block_size) {
   check(std::string(name) + " V", download(vcb, t, vc.size()), vc, {0, 0});
 }
 
-void test_gemm(GemmContext* ctx, DType t, int m, int n, int k, bool accumulate, bool bias, bool gemv) {
+void test_gemm(GemmContext* ctx, DType t, int m, int n, int k, bool accumulate, bool bias,
+               bool gemv) {
   char name[128];
-  std::snprintf(name, sizeof name, "gemm %s m=%d n=%d k=%d%s%s%s", dname(t), m, n, k, accumulate ? " +acc" : "",
-                bias ? " +bias" : "", gemv ? "" : " (cuBLASLt only)");
+  std::snprintf(name, sizeof name, "gemm %s m=%d n=%d k=%d%s%s%s", dname(t), m, n, k,
+                accumulate ? " +acc" : "", bias ? " +bias" : "", gemv ? "" : " (cuBLASLt only)");
   if (!selected(name)) return;
-  std::vector<float> x = random_vec(t, size_t(m) * k), w = random_vec(t, size_t(n) * k), y = random_vec(t, size_t(m) * n);
+  std::vector<float> x = random_vec(t, size_t(m) * k), w = random_vec(t, size_t(n) * k),
+                     y = random_vec(t, size_t(m) * n);
   std::vector<float> b = random_vec(t, size_t(n));
-  DevBuf xb(x.size() * dsize(t)), wb(w.size() * dsize(t)), yb(y.size() * dsize(t)), bb(b.size() * dsize(t));
+  DevBuf xb(x.size() * dsize(t)), wb(w.size() * dsize(t)), yb(y.size() * dsize(t)),
+      bb(b.size() * dsize(t));
   upload(xb, t, x);
   upload(wb, t, w);
   upload(bb, t, b);
-  if (accumulate) upload(yb, t, y); else yb.poison();
+  if (accumulate)
+    upload(yb, t, y);
+  else
+    yb.poison();
   gemm_set_use_gemv(ctx, gemv);
   CK(gemm(ctx, {t, xb.ptr, wb.ptr, yb.ptr, m, n, k, accumulate, bias ? bb.ptr : nullptr}, nullptr));
   CK(cudaDeviceSynchronize());
@@ -522,8 +568,8 @@ void test_greedy(DType t, int rows, int vocab) {
   for (int r = 0; r < rows; ++r) {
     float* row = &x[size_t(r) * vocab];
     const int a = col(g_rng), b = col(g_rng);
-    row[a] = row[b] = 9.f;  // a tie: the lower id must win
-    row[col(g_rng)] = NAN;  // NaN counts as -inf
+    row[a] = row[b] = 9.f;                       // a tie: the lower id must win
+    row[col(g_rng)] = NAN;                       // NaN counts as -inf
     if (r % 3 == 1) row[col(g_rng)] = INFINITY;  // +inf counts as the largest float
     if (r % 3 == 2) row[col(g_rng)] = -INFINITY;
   }
@@ -532,7 +578,9 @@ void test_greedy(DType t, int rows, int vocab) {
   upload(xb, t, x);
   tb.poison();
   lb.poison();
-  CK(greedy_sample({t, xb.ptr, rows, vocab, static_cast<int32_t*>(tb.ptr), static_cast<float*>(lb.ptr)}, nullptr));
+  CK(greedy_sample(
+      {t, xb.ptr, rows, vocab, static_cast<int32_t*>(tb.ptr), static_cast<float*>(lb.ptr)},
+      nullptr));
   CK(cudaDeviceSynchronize());
   std::vector<int32_t> tok(rows);
   std::vector<float> lp(rows);
@@ -559,7 +607,8 @@ void test_greedy(DType t, int rows, int vocab) {
   }
   const bool ok = bad == 0 && max_err < 1e-4;
   (ok ? g_passed : g_failed) += 1;
-  std::printf("  %s %-70s wrong tokens %d, max logprob error %.2e\n", ok ? "ok  " : "FAIL", name, bad, max_err);
+  std::printf("  %s %-70s wrong tokens %d, max logprob error %.2e\n", ok ? "ok  " : "FAIL", name,
+              bad, max_err);
 }
 
 void elementwise_suite() {
@@ -616,10 +665,14 @@ int main(int argc, char** argv) {
   bool bench = false, tests = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--filter" && i + 1 < argc) g_filter = argv[++i];
-    else if (a == "--bench") bench = true;
-    else if (a == "--bench-only") { bench = true; tests = false; }
-    else {
+    if (a == "--filter" && i + 1 < argc)
+      g_filter = argv[++i];
+    else if (a == "--bench")
+      bench = true;
+    else if (a == "--bench-only") {
+      bench = true;
+      tests = false;
+    } else {
       std::fprintf(stderr, "usage: %s [--filter SUBSTRING] [--bench | --bench-only]\n", argv[0]);
       return 2;
     }
@@ -633,7 +686,8 @@ int main(int argc, char** argv) {
   if (tests) {
     elementwise_suite();
     attention_suite();
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("kernel tests: %d passed, %d failed (%.1f s)\n", g_passed, g_failed, secs);
   }
   if (bench) bench_main();

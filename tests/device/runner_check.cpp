@@ -3,8 +3,8 @@
 // 1. stories260K in fp32 on the GPU: 256 greedy tokens equal the CPU runner's (which reproduces
 //    llama2.c), with CUDA graphs and without.
 // 2. A random tiny model with every optional path (bias, q/k norm, GQA, untied head, llama3 RoPE),
-//    head_dim 16 and 64: fp32 GPU logits match the CPU runner's over chunked prefill + batched decode;
-//    bf16/f16 obey the top-5 logprob-closeness rule.
+//    head_dim 16 and 64: fp32 GPU logits match the CPU runner's over chunked prefill + batched
+//    decode; bf16/f16 obey the top-5 logprob-closeness rule.
 // 3. Llama-3.1-8B shapes with dummy bf16 weights: decode tokens/s at batch 1/16/64, next to the
 //    device-to-device copy bandwidth measured in the same process (the HBM roofline).
 #include <cuda_runtime.h>
@@ -78,7 +78,8 @@ void check_stories(const std::filesystem::path& dir) {
     const auto ids = greedy(gpu, {1}, 256, 17);
     size_t same = 0;
     while (same < ids.size() && ids[same] == cpu_ids[same]) ++same;
-    report(same == ids.size(), std::string(eager ? "eager" : "graphs") + ": " + std::to_string(same) +
+    report(same == ids.size(), std::string(eager ? "eager" : "graphs") + ": " +
+                                   std::to_string(same) +
                                    "/256 greedy tokens equal the CPU runner's");
     {
       // execute() with greedy params samples on the GPU: same tokens, and logprobs equal to the
@@ -94,19 +95,23 @@ void check_stories(const std::filesystem::path& dir) {
         sch.block_table = std::span<const int32_t>(seq.block_table.data(), seq.block_table.size());
         const auto batch = testing::make_batch({sch});
         const auto out = gpu.execute(batch);
-        const std::vector<float> row = gpu.execute_logits(batch)[0];  // recompute: same inputs, same KV
+        const std::vector<float> row =
+            gpu.execute_logits(batch)[0];  // recompute: same inputs, same KV
         const TokenLogprobs ref = engine::compute_logprobs(row, out.sampled_token_ids[0], 0);
-        max_lp_err = std::max(max_lp_err, double(std::fabs(ref.logprob - out.sampled_logprobs[0]->logprob)));
+        max_lp_err =
+            std::max(max_lp_err, double(std::fabs(ref.logprob - out.sampled_logprobs[0]->logprob)));
         seq.num_computed = int32_t(seq.tokens.size());
         gpu_ids.push_back(out.sampled_token_ids[0]);
         seq.tokens.push_back(out.sampled_token_ids[0]);
       }
       const bool same = std::equal(gpu_ids.begin(), gpu_ids.end(), ids.begin());
-      report(same && max_lp_err < 1e-4, std::string(eager ? "eager" : "graphs") + ": GPU greedy sampling: 64 tokens " +
-                                           (same ? "equal" : "DIFFER") + ", max logprob error " + std::to_string(max_lp_err));
+      report(same && max_lp_err < 1e-4,
+             std::string(eager ? "eager" : "graphs") + ": GPU greedy sampling: 64 tokens " +
+                 (same ? "equal" : "DIFFER") + ", max logprob error " + std::to_string(max_lp_err));
     }
     const std::string text = testing::decode_with_vocab(dir / "tokenizer.json", ids);
-    report(text == readme_sample(dir), std::string(eager ? "eager" : "graphs") + ": text equals llama2.c's published sample");
+    report(text == readme_sample(dir),
+           std::string(eager ? "eager" : "graphs") + ": text equals llama2.c's published sample");
   }
 }
 
@@ -133,7 +138,8 @@ bool in_top5(const std::vector<float>& row, int32_t token) {
 // GPU logits with the CPU runner's at every sampled row.
 void check_tiny(int head_dim, DType dtype) {
   const io::ModelConfig c = tiny_config(head_dim);
-  runner::CpuRunner cpu(std::make_unique<models::LlamaModel>(c, models::random_llama_weights(c, 7)), 64, 4);
+  runner::CpuRunner cpu(std::make_unique<models::LlamaModel>(c, models::random_llama_weights(c, 7)),
+                        64, 4);
   const models::LlamaWeights w = models::random_llama_weights(c, 7);
   runner::CudaRunnerOptions o;
   o.dtype = dtype;
@@ -175,8 +181,11 @@ void check_tiny(int head_dim, DType dtype) {
     }
   }
   char line[200];
-  std::snprintf(line, sizeof line, "tiny D=%d %s: %d rows, max |dlogit| %.2e (max |logit| %.2f), argmax agree %d, top-5 close %d",
-                head_dim, std::string(dtype_name(dtype)).c_str(), rows, max_err, max_logit, agree, close);
+  std::snprintf(line, sizeof line,
+                "tiny D=%d %s: %d rows, max |dlogit| %.2e (max |logit| %.2f), argmax agree %d, "
+                "top-5 close %d",
+                head_dim, std::string(dtype_name(dtype)).c_str(), rows, max_err, max_logit, agree,
+                close);
   const bool ok = dtype == DType::kF32 ? max_err <= 1e-4 * std::max(1.0, max_logit) : close == rows;
   report(ok && std::isfinite(max_err), line);
 }
@@ -233,7 +242,8 @@ double decode_tokens_per_s(runner::CudaRunner& r, int batch, int prompt_len, int
   std::vector<testing::TestSeq> seqs;
   for (int i = 0; i < batch; ++i) {
     std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
-    for (int t = 0; t < prompt_len; ++t) prompt[size_t(t)] = int32_t((t * 7919 + i * 104729) % 128000);
+    for (int t = 0; t < prompt_len; ++t)
+      prompt[size_t(t)] = int32_t((t * 7919 + i * 104729) % 128000);
     seqs.emplace_back(i, blocks_per_seq, prompt);
   }
   auto step = [&](int chunk) {
@@ -271,17 +281,20 @@ void perf() {
     o.enforce_eager = eager;
     runner::CudaRunner r(llama31_8b(), nullptr, o);
     const auto& st = r.startup_stats();
-    std::printf("%s: weights %.2f GB, KV %d blocks (%.1f GB), activations %.2f GB; load %.0f ms, profile %.0f ms, %d graphs in %.0f ms\n",
-                eager ? "eager " : "graphs", st.weight_bytes / 1e9, r.num_kv_blocks(), st.kv_bytes / 1e9,
-                st.activation_bytes / 1e9, st.load_ms, st.profile_ms, st.num_graphs, st.graph_ms);
+    std::printf(
+        "%s: weights %.2f GB, KV %d blocks (%.1f GB), activations %.2f GB; load %.0f ms, profile "
+        "%.0f ms, %d graphs in %.0f ms\n",
+        eager ? "eager " : "graphs", st.weight_bytes / 1e9, r.num_kv_blocks(), st.kv_bytes / 1e9,
+        st.activation_bytes / 1e9, st.load_ms, st.profile_ms, st.num_graphs, st.graph_ms);
     for (int batch : eager ? std::vector<int>{1} : std::vector<int>{1, 16, 64}) {
       const int prompt = 1024;
       const double tps = decode_tokens_per_s(r, batch, prompt, 64);
       // Roofline: every step reads all weights plus each seq's KV once.
       const double kv = 2.0 * 32 * 8 * 128 * 2 * (prompt + 32) * batch;
       const double ceiling = batch / ((st.weight_bytes + kv) / (copy * 1e9));
-      std::printf("  %s batch %3d, ctx ~%d: %8.1f tok/s  (HBM roofline %8.1f tok/s: %.0f%%)\n", eager ? "eager " : "graphs",
-                  batch, prompt + 32, tps, ceiling, 100.0 * tps / ceiling);
+      std::printf("  %s batch %3d, ctx ~%d: %8.1f tok/s  (HBM roofline %8.1f tok/s: %.0f%%)\n",
+                  eager ? "eager " : "graphs", batch, prompt + 32, tps, ceiling,
+                  100.0 * tps / ceiling);
     }
   }
 }

@@ -15,25 +15,39 @@ namespace pagellm::cuda {
 template <typename T>
 __device__ __forceinline__ float to_float(T v);
 template <>
-__device__ __forceinline__ float to_float<float>(float v) { return v; }
+__device__ __forceinline__ float to_float<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
 template <>
-__device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float<__half>(__half v) {
+  return __half2float(v);
+}
 
 template <typename T>
 __device__ __forceinline__ T from_float(float v);
 template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
 
 // Rounds v to T's precision and back: the place where Hugging Face stores an intermediate in the
 // model dtype.
 template <typename T>
-__device__ __forceinline__ float round_to(float v) { return to_float(from_float<T>(v)); }
+__device__ __forceinline__ float round_to(float v) {
+  return to_float(from_float<T>(v));
+}
 
 // 16 bytes of T, loaded or stored in one instruction.
 template <typename T>
@@ -91,21 +105,21 @@ inline cudaError_t launch_status() { return cudaGetLastError(); }
 }  // namespace pagellm::cuda
 
 // Calls BODY with `scalar_t` bound to the device type of `dtype`.
-#define PAGELLM_DISPATCH_DTYPE(dtype, ...)                            \
-  [&]() -> cudaError_t {                                              \
-    switch (dtype) {                                                  \
-      case ::pagellm::DType::kF32: {                                  \
-        using scalar_t = float;                                       \
-        return __VA_ARGS__();                                         \
-      }                                                               \
-      case ::pagellm::DType::kF16: {                                  \
-        using scalar_t = __half;                                      \
-        return __VA_ARGS__();                                         \
-      }                                                               \
-      case ::pagellm::DType::kBF16: {                                 \
-        using scalar_t = __nv_bfloat16;                               \
-        return __VA_ARGS__();                                         \
-      }                                                               \
-    }                                                                 \
-    return cudaErrorNotSupported;                                     \
+#define PAGELLM_DISPATCH_DTYPE(dtype, ...) \
+  [&]() -> cudaError_t {                   \
+    switch (dtype) {                       \
+      case ::pagellm::DType::kF32: {       \
+        using scalar_t = float;            \
+        return __VA_ARGS__();              \
+      }                                    \
+      case ::pagellm::DType::kF16: {       \
+        using scalar_t = __half;           \
+        return __VA_ARGS__();              \
+      }                                    \
+      case ::pagellm::DType::kBF16: {      \
+        using scalar_t = __nv_bfloat16;    \
+        return __VA_ARGS__();              \
+      }                                    \
+    }                                      \
+    return cudaErrorNotSupported;          \
   }()

@@ -34,7 +34,8 @@ cudaError_t fill_uniform(DType dtype, void* out, int64_t count, uint64_t key, do
   if (count < 0 || (count > 0 && !out)) return cudaErrorInvalidValue;
   if (count == 0) return cudaSuccess;
   return PAGELLM_DISPATCH_DTYPE(dtype, [&] {
-    fill_uniform_kernel<scalar_t><<<2048, 256, 0, stream>>>(static_cast<scalar_t*>(out), count, key, bound);
+    fill_uniform_kernel<scalar_t>
+        <<<2048, 256, 0, stream>>>(static_cast<scalar_t*>(out), count, key, bound);
     return launch_status();
   });
 }
@@ -43,7 +44,8 @@ cudaError_t fill_constant(DType dtype, void* out, int64_t count, float value, cu
   if (count < 0 || (count > 0 && !out)) return cudaErrorInvalidValue;
   if (count == 0) return cudaSuccess;
   return PAGELLM_DISPATCH_DTYPE(dtype, [&] {
-    fill_constant_kernel<scalar_t><<<1024, 256, 0, stream>>>(static_cast<scalar_t*>(out), count, value);
+    fill_constant_kernel<scalar_t>
+        <<<1024, 256, 0, stream>>>(static_cast<scalar_t*>(out), count, value);
     return launch_status();
   });
 }

@@ -1,6 +1,7 @@
-// Dense GEMMs through cuBLASLt: y[m, n] = x[m, k] · w[n, k]ᵀ in Hugging Face Linear layout, one dtype
-// for all three, fp32 accumulation. cuBLASLt is column-major, so the row-major product is computed as
-// yᵀ = w · xᵀ: A = w read transposed, B = x, C = y, all with their row-major strides as leading dims.
+// Dense GEMMs through cuBLASLt: y[m, n] = x[m, k] · w[n, k]ᵀ in Hugging Face Linear layout, one
+// dtype for all three, fp32 accumulation. cuBLASLt is column-major, so the row-major product is
+// computed as yᵀ = w · xᵀ: A = w read transposed, B = x, C = y, all with their row-major strides as
+// leading dims.
 #include <cublasLt.h>
 
 #include <cstring>
@@ -18,7 +19,8 @@ class GemmContext {
   void* workspace = nullptr;  // [workspace_bytes] device scratch for split-K and friends
   std::size_t workspace_bytes = 0;
   bool use_gemv = true;  // decode-sized m through gemv.cu
-  // Heuristic choice per shape: the query costs tens of microseconds, a step issues ~7 GEMMs per layer.
+  // Heuristic choice per shape: the query costs tens of microseconds, a step issues ~7 GEMMs per
+  // layer.
   using Key = std::tuple<int, int, int, int, bool, bool>;
   std::map<Key, cublasLtMatmulAlgo_t> algos;
 };
@@ -54,9 +56,12 @@ namespace {
 
 cudaDataType_t cuda_type(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return CUDA_R_32F;
-    case DType::kF16: return CUDA_R_16F;
-    case DType::kBF16: return CUDA_R_16BF;
+    case DType::kF32:
+      return CUDA_R_32F;
+    case DType::kF16:
+      return CUDA_R_16F;
+    case DType::kBF16:
+      return CUDA_R_16BF;
   }
   return CUDA_R_32F;
 }
@@ -93,14 +98,16 @@ cudaError_t gemm(GemmContext* ctx, const GemmParams& p, cudaStream_t stream) {
     const cudaDataType_t bias_type = type;
     cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
     cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof p.bias);
-    cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type);
+    cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                   sizeof bias_type);
   }
   if (cublasLtMatrixLayoutCreate(&d.a, type, p.k, p.n, p.k) != CUBLAS_STATUS_SUCCESS ||
       cublasLtMatrixLayoutCreate(&d.b, type, p.k, p.m, p.k) != CUBLAS_STATUS_SUCCESS ||
       cublasLtMatrixLayoutCreate(&d.c, type, p.n, p.m, p.n) != CUBLAS_STATUS_SUCCESS)
     return cudaErrorUnknown;
 
-  const GemmContext::Key key{static_cast<int>(p.dtype), p.m, p.n, p.k, p.accumulate, p.bias != nullptr};
+  const GemmContext::Key key{static_cast<int>(p.dtype), p.m, p.n, p.k, p.accumulate,
+                             p.bias != nullptr};
   auto it = ctx->algos.find(key);
   if (it == ctx->algos.end()) {
     cublasLtMatmulPreference_t pref = nullptr;

@@ -19,7 +19,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int row0 = (blockIdx.x * (kGemvThreads / 32) + warp) * kRowsPerWarp;
-  if (row0 >= p.n) return;  // whole warp: no barrier below
+  if (row0 >= p.n) return;                  // whole warp: no barrier below
   const T* w = static_cast<const T*>(p.w);  // rows of M beyond p.m re-read row p.m - 1 (discarded)
   const T* x = static_cast<const T*>(p.x);
   float acc[kRowsPerWarp][M];
@@ -29,7 +29,8 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
     for (int m = 0; m < M; ++m) acc[r][m] = 0.f;
   const T* wr[kRowsPerWarp];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) wr[r] = w + static_cast<int64_t>(min(row0 + r, p.n - 1)) * p.k;
+  for (int r = 0; r < kRowsPerWarp; ++r)
+    wr[r] = w + static_cast<int64_t>(min(row0 + r, p.n - 1)) * p.k;
 
   constexpr int kStep = 32 * kVec;
   int k0 = lane * kVec;
@@ -40,7 +41,8 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
     for (int r = 0; r < kRowsPerWarp; ++r)
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        *reinterpret_cast<int4*>(&wv[r][u]) = __ldcs(reinterpret_cast<const int4*>(wr[r] + k0 + u * kStep));
+        *reinterpret_cast<int4*>(&wv[r][u]) =
+            __ldcs(reinterpret_cast<const int4*>(wr[r] + k0 + u * kStep));
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
@@ -97,10 +99,18 @@ cudaError_t launch_gemv(const GemmParams& p, cudaStream_t stream) {
   const int rows_per_block = (kGemvThreads / 32) * kRowsPerWarp;
   const dim3 grid((p.n + rows_per_block - 1) / rows_per_block);
   switch (p.m <= 1 ? 1 : p.m <= 2 ? 2 : p.m <= 4 ? 4 : 8) {
-    case 1: gemv_kernel<T, 1><<<grid, kGemvThreads, 0, stream>>>(p); break;
-    case 2: gemv_kernel<T, 2><<<grid, kGemvThreads, 0, stream>>>(p); break;
-    case 4: gemv_kernel<T, 4><<<grid, kGemvThreads, 0, stream>>>(p); break;
-    default: gemv_kernel<T, 8><<<grid, kGemvThreads, 0, stream>>>(p); break;
+    case 1:
+      gemv_kernel<T, 1><<<grid, kGemvThreads, 0, stream>>>(p);
+      break;
+    case 2:
+      gemv_kernel<T, 2><<<grid, kGemvThreads, 0, stream>>>(p);
+      break;
+    case 4:
+      gemv_kernel<T, 4><<<grid, kGemvThreads, 0, stream>>>(p);
+      break;
+    default:
+      gemv_kernel<T, 8><<<grid, kGemvThreads, 0, stream>>>(p);
+      break;
   }
   return cudaGetLastError();
 }

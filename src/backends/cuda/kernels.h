@@ -1,12 +1,12 @@
 // Host API of pagellm's CUDA kernels. Every kernel takes raw device pointers and one Params struct,
 // runs on the given stream, and returns cudaSuccess, cudaErrorInvalidValue (bad shape or pointer),
-// cudaErrorNotSupported (a dtype / shape this kernel has no path for) or the launch error. No launcher
-// synchronizes or allocates, so all of them can be captured into CUDA graphs.
+// cudaErrorNotSupported (a dtype / shape this kernel has no path for) or the launch error. No
+// launcher synchronizes or allocates, so all of them can be captured into CUDA graphs.
 //
-// Activations and weights share one element type per call (`dtype`: f32, f16 or bf16); arithmetic is
-// fp32. Where Hugging Face rounds an intermediate to the model dtype (residual sums, the normalized row
-// before the weight multiply, silu(gate) before the product), the kernels round at the same place so
-// that bf16 results track transformers' as closely as possible.
+// Activations and weights share one element type per call (`dtype`: f32, f16 or bf16); arithmetic
+// is fp32. Where Hugging Face rounds an intermediate to the model dtype (residual sums, the
+// normalized row before the weight multiply, silu(gate) before the product), the kernels round at
+// the same place so that bf16 results track transformers' as closely as possible.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -53,27 +53,27 @@ struct RmsNormParams {
 cudaError_t rms_norm(const RmsNormParams& p, cudaStream_t stream);
 
 // ---- rope.cu -----------------------------------------------------------------------------------
-// Rotate-half (GPT-NeoX / HF Llama) rotary embedding applied in place to q and k. The angle of pair i
-// at position p is float(p) * inv_freq[i], one fp32 product like transformers' rotary module, so that
-// long positions round the same way.
+// Rotate-half (GPT-NeoX / HF Llama) rotary embedding applied in place to q and k. The angle of pair
+// i at position p is float(p) * inv_freq[i], one fp32 product like transformers' rotary module, so
+// that long positions round the same way.
 struct RopeParams {
   DType dtype = DType::kBF16;
-  void* q = nullptr;                  // [num_tokens, num_heads, head_dim]
-  void* k = nullptr;                  // [num_tokens, num_kv_heads, head_dim]
+  void* q = nullptr;                   // [num_tokens, num_heads, head_dim]
+  void* k = nullptr;                   // [num_tokens, num_kv_heads, head_dim]
   const int32_t* positions = nullptr;  // [num_tokens]
   const float* inv_freq = nullptr;     // [head_dim / 2], from rope_inv_freq()
   int num_tokens = 0;
   int num_heads = 0;
   int num_kv_heads = 0;
-  int head_dim = 0;  // even
+  int head_dim = 0;            // even
   int64_t q_token_stride = 0;  // elements between tokens in q (0 = num_heads * head_dim)
   int64_t k_token_stride = 0;  // elements between tokens in k (0 = num_kv_heads * head_dim)
 };
 cudaError_t rope(const RopeParams& p, cudaStream_t stream);
 
 // Host helper: inverse frequencies [head_dim / 2] for theta and the config's scaling (none, linear,
-// llama3), computed in double and rounded to float. Declared with plain numbers so this header does not
-// depend on io/.
+// llama3), computed in double and rounded to float. Declared with plain numbers so this header does
+// not depend on io/.
 enum class RopeScalingType { kNone, kLinear, kLlama3 };
 struct RopeScalingSpec {
   RopeScalingType type = RopeScalingType::kNone;
@@ -100,15 +100,15 @@ cudaError_t silu_and_mul(const SiluAndMulParams& p, cudaStream_t stream);
 // slot / block_size, offset = slot % block_size); a negative slot skips the token (padding).
 struct KvCacheWriteParams {
   DType dtype = DType::kBF16;
-  const void* key = nullptr;            // [num_tokens, num_kv_heads, head_dim] (row stride below)
-  const void* value = nullptr;          // [num_tokens, num_kv_heads, head_dim]
-  void* k_cache = nullptr;              // [num_blocks, block_size, num_kv_heads, head_dim]
-  void* v_cache = nullptr;              // [num_blocks, block_size, num_kv_heads, head_dim]
+  const void* key = nullptr;              // [num_tokens, num_kv_heads, head_dim] (row stride below)
+  const void* value = nullptr;            // [num_tokens, num_kv_heads, head_dim]
+  void* k_cache = nullptr;                // [num_blocks, block_size, num_kv_heads, head_dim]
+  void* v_cache = nullptr;                // [num_blocks, block_size, num_kv_heads, head_dim]
   const int64_t* slot_mapping = nullptr;  // [num_tokens]
   int num_tokens = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
-  int64_t num_slots = 0;  // num_blocks * block_size; slots >= this are skipped
+  int64_t num_slots = 0;           // num_blocks * block_size; slots >= this are skipped
   int64_t key_token_stride = 0;    // elements between tokens in key (0 = num_kv_heads * head_dim)
   int64_t value_token_stride = 0;  // likewise for value
 };
@@ -117,9 +117,9 @@ cudaError_t write_kv_cache(const KvCacheWriteParams& p, cudaStream_t stream);
 // ---- attention/ --------------------------------------------------------------------------------
 // Paged attention over a mixed batch. Sequence s owns query tokens [query_start_loc[s],
 // query_start_loc[s+1]); its context after this step is seq_lens[s] tokens, whose K/V (the new ones
-// included: write_kv_cache runs first) sit in the cache blocks block_tables[s]. Query i of s sits at
-// position seq_lens[s] - q_len + i and attends causally to keys [0, position]. GQA: query head h reads
-// kv head h / (num_heads / num_kv_heads).
+// included: write_kv_cache runs first) sit in the cache blocks block_tables[s]. Query i of s sits
+// at position seq_lens[s] - q_len + i and attends causally to keys [0, position]. GQA: query head h
+// reads kv head h / (num_heads / num_kv_heads).
 struct AttentionParams {
   DType dtype = DType::kBF16;
   const void* q = nullptr;        // [num_tokens, num_heads, head_dim] (token stride q_token_stride)
@@ -141,9 +141,9 @@ struct AttentionParams {
 };
 
 // Host-side plan of one attention call (FlashInfer's plan/run split): which tokens go to the
-// split-KV kernel, which query tiles go to the tensor-core tile kernel, and how many KV splits. Built
-// from host copies of query_start_loc / seq_lens; the caller uploads the item lists (plain int32) and
-// fills AttentionPlan's pointers, so run_attention itself is graph-capturable.
+// split-KV kernel, which query tiles go to the tensor-core tile kernel, and how many KV splits.
+// Built from host copies of query_start_loc / seq_lens; the caller uploads the item lists (plain
+// int32) and fills AttentionPlan's pointers, so run_attention itself is graph-capturable.
 struct AttentionPlanHost {
   std::vector<int32_t> split_items;  // [num_split_items, 2]: (token, seq)
   std::vector<int32_t> tile_items;   // [num_tile_items, 2]: (seq, first query row of the tile)
@@ -200,8 +200,9 @@ cudaError_t fill_constant(DType dtype, void* out, int64_t count, float value, cu
 void attention_set_decode_tensor_cores(bool enabled);
 
 // ---- gemm.cpp (cuBLASLt) -----------------------------------------------------------------------
-// y = x · wᵀ (+ y when accumulate), the layout of a Hugging Face Linear: x [m, k], w [n, k], y [m, n],
-// all row-major and of one dtype; fp32 accumulation (no TF32 for fp32 inputs, so fp32 runs stay exact).
+// y = x · wᵀ (+ y when accumulate), the layout of a Hugging Face Linear: x [m, k], w [n, k], y [m,
+// n], all row-major and of one dtype; fp32 accumulation (no TF32 for fp32 inputs, so fp32 runs stay
+// exact).
 class GemmContext;
 GemmContext* gemm_create(std::size_t workspace_bytes, cudaError_t* error);
 void gemm_destroy(GemmContext* ctx);
@@ -213,7 +214,7 @@ struct GemmParams {
   int m = 0;
   int n = 0;
   int k = 0;
-  bool accumulate = false;  // y += x · wᵀ (residual fused into the GEMM)
+  bool accumulate = false;     // y += x · wᵀ (residual fused into the GEMM)
   const void* bias = nullptr;  // [n] added to every row (cuBLASLt epilogue), or null
 };
 // m <= 8 goes to pagellm's own skinny kernel (weight-bandwidth bound decode) unless disabled here.

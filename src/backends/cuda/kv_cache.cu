@@ -12,9 +12,10 @@ __global__ void write_kv_cache_kernel(const __grid_constant__ KvCacheWriteParams
   const int64_t slot = p.slot_mapping[t];
   if (slot < 0 || slot >= p.num_slots) return;
   const int row = p.num_kv_heads * p.head_dim;
-  const T* k = static_cast<const T*>(p.key) + t * p.key_token_stride;      // [num_kv_heads, head_dim]
-  const T* v = static_cast<const T*>(p.value) + t * p.value_token_stride;  // [num_kv_heads, head_dim]
-  T* kc = static_cast<T*>(p.k_cache) + slot * row;                          // [num_kv_heads, head_dim]
+  const T* k = static_cast<const T*>(p.key) + t * p.key_token_stride;  // [num_kv_heads, head_dim]
+  const T* v =
+      static_cast<const T*>(p.value) + t * p.value_token_stride;  // [num_kv_heads, head_dim]
+  T* kc = static_cast<T*>(p.k_cache) + slot * row;                // [num_kv_heads, head_dim]
   T* vc = static_cast<T*>(p.v_cache) + slot * row;
   for (int i = threadIdx.x * VEC; i < row; i += blockDim.x * VEC) {
     if constexpr (VEC > 1) {
@@ -33,7 +34,8 @@ cudaError_t write_kv_cache(const KvCacheWriteParams& in, cudaStream_t stream) {
   KvCacheWriteParams p = in;
   if (p.num_tokens < 0 || p.num_kv_heads <= 0 || p.head_dim <= 0) return cudaErrorInvalidValue;
   if (p.num_tokens == 0) return cudaSuccess;
-  if (!p.key || !p.value || !p.k_cache || !p.v_cache || !p.slot_mapping) return cudaErrorInvalidValue;
+  if (!p.key || !p.value || !p.k_cache || !p.v_cache || !p.slot_mapping)
+    return cudaErrorInvalidValue;
   const int row = p.num_kv_heads * p.head_dim;
   if (p.key_token_stride == 0) p.key_token_stride = row;
   if (p.value_token_stride == 0) p.value_token_stride = row;

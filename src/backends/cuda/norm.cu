@@ -4,8 +4,8 @@
 namespace pagellm::cuda {
 namespace {
 
-// One block per row; each thread owns the same VEC-wide slices in both passes, so `out` may alias `x`
-// and the second pass re-reads only this thread's own writes.
+// One block per row; each thread owns the same VEC-wide slices in both passes, so `out` may alias
+// `x` and the second pass re-reads only this thread's own writes.
 template <typename T, int VEC>
 __global__ void rms_norm_kernel(const __grid_constant__ RmsNormParams p) {
   __shared__ float scratch[32];
@@ -13,10 +13,10 @@ __global__ void rms_norm_kernel(const __grid_constant__ RmsNormParams p) {
                              ? (blockIdx.x / p.rows_per_group) * p.group_stride +
                                    int64_t(blockIdx.x % p.rows_per_group) * p.hidden
                              : int64_t(blockIdx.x) * p.hidden;
-  const T* x = static_cast<const T*>(p.x) + offset;                           // [hidden]
-  T* res = p.residual ? static_cast<T*>(p.residual) + offset : nullptr;        // [hidden]
-  T* out = static_cast<T*>(p.out) + offset;                                   // [hidden]
-  const T* w = static_cast<const T*>(p.weight);                                 // [hidden]
+  const T* x = static_cast<const T*>(p.x) + offset;                      // [hidden]
+  T* res = p.residual ? static_cast<T*>(p.residual) + offset : nullptr;  // [hidden]
+  T* out = static_cast<T*>(p.out) + offset;                              // [hidden]
+  const T* w = static_cast<const T*>(p.weight);                          // [hidden]
 
   float sumsq = 0.f;
   for (int i = threadIdx.x * VEC; i < p.hidden; i += blockDim.x * VEC) {

@@ -18,10 +18,11 @@ __global__ void rope_kernel(const __grid_constant__ RopeParams p) {
   for (int j = threadIdx.x; j < num_pairs; j += blockDim.x) {
     const int head = j / half;
     const int i = j % half;
-    T* x = head < p.num_heads
-               ? static_cast<T*>(p.q) + t * p.q_token_stride + static_cast<int64_t>(head) * p.head_dim
-               : static_cast<T*>(p.k) + t * p.k_token_stride +
-                     static_cast<int64_t>(head - p.num_heads) * p.head_dim;  // [head_dim]
+    T* x =
+        head < p.num_heads
+            ? static_cast<T*>(p.q) + t * p.q_token_stride + static_cast<int64_t>(head) * p.head_dim
+            : static_cast<T*>(p.k) + t * p.k_token_stride +
+                  static_cast<int64_t>(head - p.num_heads) * p.head_dim;  // [head_dim]
     const float angle = pos * p.inv_freq[i];
     const float c = round_to<T>(cosf(angle));
     const float s = round_to<T>(sinf(angle));

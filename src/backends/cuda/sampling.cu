@@ -27,18 +27,22 @@ __device__ __forceinline__ void better(float& v, int& id, float v2, int id2) {
 
 // One block per row: [vocab] logits of T.
 template <typename T>
-__global__ void __launch_bounds__(kSampleThreads) greedy_kernel(const __grid_constant__ GreedySampleParams p) {
+__global__ void __launch_bounds__(kSampleThreads)
+    greedy_kernel(const __grid_constant__ GreedySampleParams p) {
   __shared__ float s_v[32];
   __shared__ int s_id[32];
   __shared__ double s_sum[32];
-  const T* x = static_cast<const T*>(p.logits) + static_cast<int64_t>(blockIdx.x) * p.vocab;  // [vocab]
+  const T* x =
+      static_cast<const T*>(p.logits) + static_cast<int64_t>(blockIdx.x) * p.vocab;  // [vocab]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float best = -INFINITY;
   int best_id = INT_MAX;
-  for (int i = threadIdx.x; i < p.vocab; i += blockDim.x) better(best, best_id, clean(to_float(x[i])), i);
+  for (int i = threadIdx.x; i < p.vocab; i += blockDim.x)
+    better(best, best_id, clean(to_float(x[i])), i);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1)
-    better(best, best_id, __shfl_xor_sync(0xffffffffu, best, o), __shfl_xor_sync(0xffffffffu, best_id, o));
+    better(best, best_id, __shfl_xor_sync(0xffffffffu, best, o),
+           __shfl_xor_sync(0xffffffffu, best_id, o));
   if (lane == 0) {
     s_v[warp] = best;
     s_id[warp] = best_id;
@@ -55,7 +59,8 @@ __global__ void __launch_bounds__(kSampleThreads) greedy_kernel(const __grid_con
     return;
   }
   double sum = 0.0;
-  for (int i = threadIdx.x; i < p.vocab; i += blockDim.x) sum += double(expf(clean(to_float(x[i])) - best));
+  for (int i = threadIdx.x; i < p.vocab; i += blockDim.x)
+    sum += double(expf(clean(to_float(x[i])) - best));
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   if (lane == 0) s_sum[warp] = sum;

@@ -90,7 +90,8 @@ cudaError_t run_attention(const AttentionParams& in, const AttentionPlan& plan, 
   if (!valid_shapes(p) || plan.num_splits < 1) return cudaErrorInvalidValue;
   if (p.q_token_stride == 0) p.q_token_stride = int64_t{p.num_heads} * p.head_dim;
   if (plan.num_split_items + plan.num_tile_items == 0) return cudaSuccess;
-  if (!p.q || !p.k_cache || !p.v_cache || !p.out || !p.query_start_loc || !p.seq_lens || !p.block_tables)
+  if (!p.q || !p.k_cache || !p.v_cache || !p.out || !p.query_start_loc || !p.seq_lens ||
+      !p.block_tables)
     return cudaErrorInvalidValue;
   if (plan.num_tile_items > 0) {
     if (!plan.tile_items) return cudaErrorInvalidValue;
@@ -106,8 +107,9 @@ cudaError_t run_attention(const AttentionParams& in, const AttentionPlan& plan, 
   if (plan.num_split_items > 0) {
     if (!plan.split_items || (plan.num_splits > 1 && !workspace)) return cudaErrorInvalidValue;
     float* partial_out = static_cast<float*>(workspace);  // [items, num_heads, splits, head_dim]
-    float* partial_lse =                                   // [items, num_heads, splits]
-        partial_out ? partial_out + size_t(plan.num_split_items) * p.num_heads * plan.num_splits * p.head_dim
+    float* partial_lse =                                  // [items, num_heads, splits]
+        partial_out ? partial_out +
+                          size_t(plan.num_split_items) * p.num_heads * plan.num_splits * p.head_dim
                     : nullptr;
     return PAGELLM_DISPATCH_DTYPE(p.dtype, [&] {
       return attention::launch_split_kv<scalar_t>(p, plan, partial_out, partial_lse, stream);

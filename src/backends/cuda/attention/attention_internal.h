@@ -1,5 +1,5 @@
-// Declarations shared by the attention translation units (one per kernel family and dtype, so that the
-// CI compile parallelises and each TU holds few instantiations).
+// Declarations shared by the attention translation units (one per kernel family and dtype, so that
+// the CI compile parallelises and each TU holds few instantiations).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -4,8 +4,8 @@
 // the 16 rows of an m16n8k16 tile, so each K/V element costs one tensor-core pass and the kernel
 // streams the cache. One block = (token, KV head, KV split); K/V tiles of 64 keys arrive through a
 // three-stage cp.async pipeline; warp w owns keys [16w, 16w + 16) of every tile with its own online
-// softmax state, and the four warps merge at the end. Partial results use the split-KV layout, so the
-// same combine kernel merges splits.
+// softmax state, and the four warps merge at the end. Partial results use the split-KV layout, so
+// the same combine kernel merges splits.
 #pragma once
 
 #include "backends/cuda/attention/split_kv.cuh"
@@ -24,8 +24,9 @@ constexpr int decode_mma_smem_bytes() {
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kTileThreads)
-    decode_mma_kernel(const __grid_constant__ AttentionParams p, const __grid_constant__ AttentionPlan plan,
-                      float* __restrict__ partial_out, float* __restrict__ partial_lse) {
+    decode_mma_kernel(const __grid_constant__ AttentionParams p,
+                      const __grid_constant__ AttentionPlan plan, float* __restrict__ partial_out,
+                      float* __restrict__ partial_lse) {
   constexpr int kChunks = D / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* s_q = reinterpret_cast<T*>(smem_raw);  // [16, D]
@@ -66,7 +67,8 @@ __global__ void __launch_bounds__(kTileThreads)
       const bool valid = key < k_end;
       int64_t off = 0;
       if (valid) {
-        const int64_t slot = static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
+        const int64_t slot =
+            static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
         off = slot * slot_stride + ch * 8;
       }
       cp_async16(sk + swz<D>(r, ch), k_base + off, valid ? 16 : 0);
@@ -104,7 +106,8 @@ __global__ void __launch_bounds__(kTileThreads)
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t b[4];
-      ldmatrix_x4(b, sk + swz<D>(warp * 16 + (lane >> 4) * 8 + (lane & 7), 2 * kk + ((lane >> 3) & 1)));
+      ldmatrix_x4(
+          b, sk + swz<D>(warp * 16 + (lane >> 4) * 8 + (lane & 7), 2 * kk + ((lane >> 3) & 1)));
       mma16816<T>(s[0], qf[kk], b[0], b[1]);
       mma16816<T>(s[1], qf[kk], b[2], b[3]);
     }
@@ -143,8 +146,8 @@ __global__ void __launch_bounds__(kTileThreads)
     }
     l_a = l_a * corr_a + sum_a;
     l_b = l_b * corr_b + sum_b;
-    uint32_t a[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]), pack2<T>(s[1][0], s[1][1]),
-                     pack2<T>(s[1][2], s[1][3])};
+    uint32_t a[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]),
+                     pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][2], s[1][3])};
 #pragma unroll
     for (int dp = 0; dp < D / 16; ++dp) {
       o[2 * dp][0] *= corr_a;
@@ -156,7 +159,8 @@ __global__ void __launch_bounds__(kTileThreads)
       o[2 * dp + 1][2] *= corr_b;
       o[2 * dp + 1][3] *= corr_b;
       uint32_t b[4];
-      ldmatrix_x4_trans(b, sv + swz<D>(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * dp + (lane >> 4)));
+      ldmatrix_x4_trans(
+          b, sv + swz<D>(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * dp + (lane >> 4)));
       mma16816<T>(o[2 * dp], a, b[0], b[1]);
       mma16816<T>(o[2 * dp + 1], a, b[2], b[3]);
     }
@@ -207,9 +211,11 @@ __global__ void __launch_bounds__(kTileThreads)
     const float out_v = sum_l > 0.f ? sum_o / sum_l : 0.f;
     const int head = head0 + r;
     if (!split) {
-      static_cast<T*>(p.out)[(static_cast<int64_t>(token) * p.num_heads + head) * D + d] = from_float<T>(out_v);
+      static_cast<T*>(p.out)[(static_cast<int64_t>(token) * p.num_heads + head) * D + d] =
+          from_float<T>(out_v);
     } else {
-      const int64_t row = (static_cast<int64_t>(item) * p.num_heads + head) * plan.num_splits + blockIdx.z;
+      const int64_t row =
+          (static_cast<int64_t>(item) * p.num_heads + head) * plan.num_splits + blockIdx.z;
       partial_out[row * D + d] = out_v;
       if (d == 0) partial_lse[row] = sum_l > 0.f ? mx + log2f(sum_l) : -INFINITY;
     }
@@ -217,12 +223,13 @@ __global__ void __launch_bounds__(kTileThreads)
 }
 
 template <typename T, int D>
-cudaError_t launch_decode_mma_config(const AttentionParams& p, const AttentionPlan& plan, float* partial_out,
-                                     float* partial_lse, cudaStream_t stream) {
+cudaError_t launch_decode_mma_config(const AttentionParams& p, const AttentionPlan& plan,
+                                     float* partial_out, float* partial_lse, cudaStream_t stream) {
   constexpr int kSmem = decode_mma_smem_bytes<D>();
-  static_assert(4 * 16 * D * 4 + 2 * 4 * 16 * 4 <= kDecodeMmaStages * 2 * kTileN * D * 2, "merge area fits");
-  static const cudaError_t attr = cudaFuncSetAttribute(decode_mma_kernel<T, D>,
-                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  static_assert(4 * 16 * D * 4 + 2 * 4 * 16 * 4 <= kDecodeMmaStages * 2 * kTileN * D * 2,
+                "merge area fits");
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      decode_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
   if (plan.num_splits > 65535 || p.num_kv_heads > 65535) return cudaErrorInvalidValue;
   dim3 grid(plan.num_split_items, p.num_kv_heads, plan.num_splits);
@@ -237,15 +244,17 @@ cudaError_t launch_decode_mma_config(const AttentionParams& p, const AttentionPl
 // Whether launch_decode_mma serves this call (else the CUDA-core split-KV kernel does).
 inline bool decode_mma_applies(const AttentionParams& p) {
   const int group = p.num_heads / p.num_kv_heads;
-  return (p.dtype == DType::kBF16 || p.dtype == DType::kF16) && (p.head_dim == 64 || p.head_dim == 128) &&
-         group >= 2 && group <= kDecodeMmaMaxGroup && aligned16(p.q) && aligned16(p.k_cache) &&
-         aligned16(p.v_cache) && (p.q_token_stride * 2) % 16 == 0;
+  return (p.dtype == DType::kBF16 || p.dtype == DType::kF16) &&
+         (p.head_dim == 64 || p.head_dim == 128) && group >= 2 && group <= kDecodeMmaMaxGroup &&
+         aligned16(p.q) && aligned16(p.k_cache) && aligned16(p.v_cache) &&
+         (p.q_token_stride * 2) % 16 == 0;
 }
 
 template <typename T>
-cudaError_t launch_decode_mma(const AttentionParams& p, const AttentionPlan& plan, float* partial_out,
-                              float* partial_lse, cudaStream_t stream) {
-  if (p.head_dim == 64) return launch_decode_mma_config<T, 64>(p, plan, partial_out, partial_lse, stream);
+cudaError_t launch_decode_mma(const AttentionParams& p, const AttentionPlan& plan,
+                              float* partial_out, float* partial_lse, cudaStream_t stream) {
+  if (p.head_dim == 64)
+    return launch_decode_mma_config<T, 64>(p, plan, partial_out, partial_lse, stream);
   return launch_decode_mma_config<T, 128>(p, plan, partial_out, partial_lse, stream);
 }
 

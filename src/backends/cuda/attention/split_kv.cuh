@@ -1,7 +1,7 @@
 // Split-KV ("flash-decoding") paged attention on CUDA cores: one query token per block row of work,
 // its context split into num_splits ranges that run as separate blocks, then merged by their
-// log-sum-exp. Serves decode tokens (and any token whose dtype / head_dim the tile kernel lacks), so it
-// must be right for every shape; GQA heads of one KV head share each K/V load.
+// log-sum-exp. Serves decode tokens (and any token whose dtype / head_dim the tile kernel lacks),
+// so it must be right for every shape; GQA heads of one KV head share each K/V load.
 //
 // Included once per dtype by split_kv_<dtype>.cu.
 #pragma once
@@ -45,8 +45,9 @@ struct RowAccess {
 // 16-byte loads are in flight per lane before the first use.
 template <typename T, int LANES, int ELEMS, bool CONTIG, int G_TILE>
 __global__ void __launch_bounds__(kSplitKvThreads)
-    split_kv_kernel(const __grid_constant__ AttentionParams p, const __grid_constant__ AttentionPlan plan,
-                    float* __restrict__ partial_out, float* __restrict__ partial_lse) {
+    split_kv_kernel(const __grid_constant__ AttentionParams p,
+                    const __grid_constant__ AttentionPlan plan, float* __restrict__ partial_out,
+                    float* __restrict__ partial_lse) {
   using Row = RowAccess<T, LANES, ELEMS, CONTIG>;
   constexpr int kGroupsPerWarp = 32 / LANES;
   constexpr int kGroups = kSplitKvWarps * kGroupsPerWarp;
@@ -157,7 +158,8 @@ __global__ void __launch_bounds__(kSplitKvThreads)
     }
   }
 
-  // Merge the key groups of each warp (lanes lig, lig + LANES, ...), then the warps via shared memory.
+  // Merge the key groups of each warp (lanes lig, lig + LANES, ...), then the warps via shared
+  // memory.
 #pragma unroll
   for (int g = 0; g < G_TILE; ++g) {
 #pragma unroll
@@ -209,10 +211,12 @@ __global__ void __launch_bounds__(kSplitKvThreads)
     const float o = sum_l > 0.f ? sum_a / sum_l : 0.f;
     const int head = head0 + g;
     if (!split) {
-      T* out = static_cast<T*>(p.out) + (static_cast<int64_t>(token) * p.num_heads + head) * p.head_dim;
+      T* out =
+          static_cast<T*>(p.out) + (static_cast<int64_t>(token) * p.num_heads + head) * p.head_dim;
       out[d] = from_float<T>(o);
     } else {
-      const int64_t row = (static_cast<int64_t>(item) * p.num_heads + head) * plan.num_splits + blockIdx.z;
+      const int64_t row =
+          (static_cast<int64_t>(item) * p.num_heads + head) * plan.num_splits + blockIdx.z;
       partial_out[row * p.head_dim + d] = o;
       if (d == 0) partial_lse[row] = sum_l > 0.f ? mx + log2f(sum_l) : -INFINITY;
     }
@@ -223,7 +227,8 @@ __global__ void __launch_bounds__(kSplitKvThreads)
 template <typename T>
 __global__ void __launch_bounds__(128)
     split_kv_combine_kernel(const __grid_constant__ AttentionParams p,
-                            const __grid_constant__ AttentionPlan plan, const float* __restrict__ partial_out,
+                            const __grid_constant__ AttentionPlan plan,
+                            const float* __restrict__ partial_out,
                             const float* __restrict__ partial_lse) {
   const int item = blockIdx.x;
   const int head = blockIdx.y;
@@ -263,8 +268,9 @@ cudaError_t launch_split_kv_config(const AttentionParams& p, const AttentionPlan
 }
 
 template <typename T>
-cudaError_t launch_split_kv_cuda_cores(const AttentionParams& p, const AttentionPlan& plan, float* partial_out,
-                                       float* partial_lse, cudaStream_t stream) {
+cudaError_t launch_split_kv_cuda_cores(const AttentionParams& p, const AttentionPlan& plan,
+                                       float* partial_out, float* partial_lse,
+                                       cudaStream_t stream) {
   constexpr int kVec = 16 / sizeof(T);
   const int group_size = p.num_heads / p.num_kv_heads;
   const bool aligned = aligned16(p.q) && aligned16(p.k_cache) && aligned16(p.v_cache) &&
@@ -274,18 +280,31 @@ cudaError_t launch_split_kv_cuda_cores(const AttentionParams& p, const Attention
   if (fast) {
     if (p.head_dim == 64) {
       constexpr int kLanes = 64 / kVec;
-      if (g_tile == 1) return launch_split_kv_config<T, kLanes, kVec, true, 1>(p, plan, partial_out, partial_lse, stream);
-      if (g_tile == 4) return launch_split_kv_config<T, kLanes, kVec, true, 4>(p, plan, partial_out, partial_lse, stream);
-      return launch_split_kv_config<T, kLanes, kVec, true, 8>(p, plan, partial_out, partial_lse, stream);
+      if (g_tile == 1)
+        return launch_split_kv_config<T, kLanes, kVec, true, 1>(p, plan, partial_out, partial_lse,
+                                                                stream);
+      if (g_tile == 4)
+        return launch_split_kv_config<T, kLanes, kVec, true, 4>(p, plan, partial_out, partial_lse,
+                                                                stream);
+      return launch_split_kv_config<T, kLanes, kVec, true, 8>(p, plan, partial_out, partial_lse,
+                                                              stream);
     }
     constexpr int kLanes = 128 / kVec;
-    if (g_tile == 1) return launch_split_kv_config<T, kLanes, kVec, true, 1>(p, plan, partial_out, partial_lse, stream);
-    if (g_tile == 4) return launch_split_kv_config<T, kLanes, kVec, true, 4>(p, plan, partial_out, partial_lse, stream);
-    return launch_split_kv_config<T, kLanes, kVec, true, 8>(p, plan, partial_out, partial_lse, stream);
+    if (g_tile == 1)
+      return launch_split_kv_config<T, kLanes, kVec, true, 1>(p, plan, partial_out, partial_lse,
+                                                              stream);
+    if (g_tile == 4)
+      return launch_split_kv_config<T, kLanes, kVec, true, 4>(p, plan, partial_out, partial_lse,
+                                                              stream);
+    return launch_split_kv_config<T, kLanes, kVec, true, 8>(p, plan, partial_out, partial_lse,
+                                                            stream);
   }
-  if (p.head_dim <= 32) return launch_split_kv_config<T, 32, 1, false, 8>(p, plan, partial_out, partial_lse, stream);
-  if (p.head_dim <= 128) return launch_split_kv_config<T, 32, 4, false, 8>(p, plan, partial_out, partial_lse, stream);
-  if (p.head_dim <= kMaxGenericHeadDim) return launch_split_kv_config<T, 32, 8, false, 8>(p, plan, partial_out, partial_lse, stream);
+  if (p.head_dim <= 32)
+    return launch_split_kv_config<T, 32, 1, false, 8>(p, plan, partial_out, partial_lse, stream);
+  if (p.head_dim <= 128)
+    return launch_split_kv_config<T, 32, 4, false, 8>(p, plan, partial_out, partial_lse, stream);
+  if (p.head_dim <= kMaxGenericHeadDim)
+    return launch_split_kv_config<T, 32, 8, false, 8>(p, plan, partial_out, partial_lse, stream);
   return cudaErrorNotSupported;
 }
 

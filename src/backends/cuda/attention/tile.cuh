@@ -1,8 +1,8 @@
 // FlashAttention-2-style paged attention for prefill and chunked prefill on tensor cores
 // (mma.sync m16n8k16, bf16 / f16 in, f32 accumulate; sm_80 and later). One block computes 64 query
 // rows of one sequence and one query head against the sequence's whole causal context, which may
-// start with cached prefix blocks: K/V tiles of 64 keys are gathered from the paged cache row by row
-// with cp.async (double-buffered), scores and the online softmax stay in registers, and the
+// start with cached prefix blocks: K/V tiles of 64 keys are gathered from the paged cache row by
+// row with cp.async (double-buffered), scores and the online softmax stay in registers, and the
 // probabilities feed the P·V product straight from the score accumulators (FA2's register reuse).
 //
 // Included once per dtype by tile_<dtype>.cu.
@@ -49,10 +49,12 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 
 // d += a · b for one m16n8k16 tile.
 template <typename T>
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -77,7 +79,8 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 }
 
 // Shared-memory tiles are [rows, D] of T with the 16-byte chunks of each row XOR-swizzled by
-// (row & 7): ldmatrix reads 8 rows at one logical chunk, and the swizzle spreads them over all banks.
+// (row & 7): ldmatrix reads 8 rows at one logical chunk, and the swizzle spreads them over all
+// banks.
 template <int D>
 __device__ __forceinline__ int swz(int row, int chunk) {
   return row * D + ((chunk ^ (row & 7)) << 3);
@@ -85,7 +88,8 @@ __device__ __forceinline__ int swz(int row, int chunk) {
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kTileThreads)
-    tile_attention_kernel(const __grid_constant__ AttentionParams p, const __grid_constant__ AttentionPlan plan) {
+    tile_attention_kernel(const __grid_constant__ AttentionParams p,
+                          const __grid_constant__ AttentionPlan plan) {
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* s_q = reinterpret_cast<T*>(smem_raw);  // [kTileM, D]
@@ -116,7 +120,9 @@ __global__ void __launch_bounds__(kTileThreads)
   for (int c = tid; c < kTileM * kChunks; c += kTileThreads) {
     const int r = c / kChunks, ch = c % kChunks;
     const bool valid = row0 + r < q_len;
-    const T* src = valid ? q_base + static_cast<int64_t>(q_begin + row0 + r) * p.q_token_stride + ch * 8 : q_base;
+    const T* src =
+        valid ? q_base + static_cast<int64_t>(q_begin + row0 + r) * p.q_token_stride + ch * 8
+              : q_base;
     cp_async16(s_q + swz<D>(r, ch), src, valid ? 16 : 0);
   }
   auto load_kv = [&](int tile, int stage) {
@@ -128,7 +134,8 @@ __global__ void __launch_bounds__(kTileThreads)
       const bool valid = key < n_keys;
       int64_t off = 0;
       if (valid) {
-        const int64_t slot = static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
+        const int64_t slot =
+            static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
         off = slot * slot_stride + ch * 8;
       }
       cp_async16(sk + swz<D>(r, ch), k_base + off, valid ? 16 : 0);
@@ -182,7 +189,8 @@ __global__ void __launch_bounds__(kTileThreads)
       }
     }
 
-    // Scale, causal mask (only tiles that reach past the first row's position need it), online softmax.
+    // Scale, causal mask (only tiles that reach past the first row's position need it), online
+    // softmax.
     const int key0 = j * kTileN;
     const bool need_mask = key0 + kTileN - 1 > pos0 + row0;
     float mx_a = m_a, mx_b = m_b;
@@ -275,7 +283,8 @@ __global__ void __launch_bounds__(kTileThreads)
 }
 
 template <typename T, int D>
-cudaError_t launch_tile_config(const AttentionParams& p, const AttentionPlan& plan, cudaStream_t stream) {
+cudaError_t launch_tile_config(const AttentionParams& p, const AttentionPlan& plan,
+                               cudaStream_t stream) {
   constexpr int kSmem = (kTileM + 4 * kTileN) * D * static_cast<int>(sizeof(T));
   // Raising the dynamic shared-memory limit is a host-side attribute, safe during graph capture.
   static const cudaError_t attr = cudaFuncSetAttribute(
