@@ -10,6 +10,9 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "runner/cpu_runner.h"
+#ifdef PAGELLM_HAVE_CUDA
+#include "runner/cuda_runner.h"
+#endif
 
 namespace pagellm::runner {
 
@@ -76,12 +79,64 @@ void check_fits_in_memory(const io::ModelConfig& config, int num_blocks, int blo
                     " MiB) exceed this machine's memory (" + std::to_string(limit >> 20) + " MiB)");
 }
 
+#ifdef PAGELLM_HAVE_CUDA
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The CUDA runner: weights in the --dtype (default: config.json's torch_dtype), dummy weights made on
+// the GPU, the KV pool sized by --gpu-memory-utilization unless --num-kv-blocks is given.
+LoadedModel load_cuda_model(const EngineArgs& args, LoadedModel m, bool demo,
+                            std::chrono::steady_clock::time_point start) {
+  CudaRunnerOptions o;
+  o.dtype = m.config.torch_dtype;
+  if (args.dtype != "auto") {
+    const auto dt = dtype_from_torch_name(args.dtype);
+    if (!dt) invalid_argument("--dtype '" + args.dtype + "' is not supported (float32, float16, bfloat16)");
+    o.dtype = *dt;
+  }
+  if (!(args.gpu_memory_utilization > 0 && args.gpu_memory_utilization <= 1))
+    invalid_argument("--gpu-memory-utilization must be in (0, 1]");
+  o.block_size = args.block_size;
+  o.gpu_memory_utilization = args.gpu_memory_utilization;
+  o.num_kv_blocks = args.num_kv_blocks;
+  o.max_num_seqs = args.max_num_seqs;
+  o.max_num_batched_tokens = args.max_num_batched_tokens;
+  o.max_model_len = args.max_model_len;
+  o.enforce_eager = args.enforce_eager;
+  o.seed = args.seed;
+  std::unique_ptr<CudaRunner> runner;
+  if (demo || args.load_format == "dummy") {
+    runner = std::make_unique<CudaRunner>(m.config, nullptr, o);
+  } else {
+    const io::WeightStore store = io::WeightStore::open(args.model);
+    const models::LlamaWeights weights = models::load_llama_weights(m.config, store);
+    runner = std::make_unique<CudaRunner>(m.config, &weights, o);
+  }
+  const CudaStartupStats& st = runner->startup_stats();
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "loaded %s on cuda (%s, %s, %.2f GB of weights) in %.0f ms: weights %.0f ms, memory "
+                "profiling %.0f ms, %d CUDA graphs %.0f ms; KV cache %d blocks x %d tokens (%.2f GB)",
+                m.name.c_str(), m.config.architecture.c_str(), std::string(dtype_name(o.dtype)).c_str(),
+                double(st.weight_bytes) / 1e9, ms_since(start), st.load_ms, st.profile_ms, st.num_graphs,
+                st.graph_ms, runner->num_kv_blocks(), runner->block_size(), double(st.kv_bytes) / 1e9);
+  log::info(line);
+  m.runner = std::move(runner);
+  return m;
+}
+#endif
+
 }  // namespace
 
 LoadedModel load_model(const EngineArgs& args) {
   const auto start = std::chrono::steady_clock::now();
-  if (args.device != "cpu")
-    unsupported("--device " + args.device + ": only the cpu runner is available in this build");
+  if (args.device != "cpu" && args.device != "cuda")
+    invalid_argument("--device " + args.device + ": expected cpu or cuda");
+#ifndef PAGELLM_HAVE_CUDA
+  if (args.device == "cuda")
+    unsupported("--device cuda: this build has no CUDA backend (configure with -DPAGELLM_CUDA=ON)");
+#endif
   LoadedModel m;
   std::string source;
   const bool demo = args.model.empty();
@@ -103,6 +158,9 @@ LoadedModel load_model(const EngineArgs& args) {
       args.load_format != "dummy")
     invalid_argument("--load-format '" + args.load_format +
                      "' is not supported (auto, safetensors, dummy)");
+#ifdef PAGELLM_HAVE_CUDA
+  if (args.device == "cuda") return load_cuda_model(args, std::move(m), demo, start);
+#endif
   const int num_blocks = kv_block_count(args, m.config);
   check_fits_in_memory(m.config, num_blocks, args.block_size, source);
   models::LlamaWeights weights;

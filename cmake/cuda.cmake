@@ -1,0 +1,58 @@
+# The CUDA backend, included by CMakeLists.txt when PAGELLM_CUDA=ON. The CPU build never reads this file.
+#
+# Targets:
+#   pagellm_cuda_kernels  static library of the kernels in src/backends/cuda/**/*.cu; depends only on the
+#                         CUDA runtime, cuBLASLt and cuBLAS (so device-side test binaries stay portable)
+#   pagellm_cuda          the CUDA runner (src/runner/cuda_*.cpp) on top of the kernels and pagellm_core
+#   cuda_kernel_tests     self-checking kernel tests + benchmarks against CPU references (tests/device/)
+#
+# Each kernel family and dtype lives in its own translation unit with few template instantiations so
+# that the CI compile (2 cores, no GPU) stays within a few minutes.
+enable_language(CUDA)
+find_package(CUDAToolkit REQUIRED)
+
+# CMake 3.25 cannot pass C++20 to nvcc; the kernels need only C++17.
+set(CMAKE_CUDA_STANDARD 17)
+set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+# sm_90a for H100/H200 (wgmma-capable), sm_80 for A100. Set explicitly rather than through
+# CMAKE_CUDA_ARCHITECTURES so the arch-specific "a" target is used with the -gencode form.
+set(CMAKE_CUDA_ARCHITECTURES OFF)
+set(PAGELLM_CUDA_GENCODE
+    "-gencode=arch=compute_90a,code=sm_90a"
+    "-gencode=arch=compute_80,code=sm_80")
+
+file(GLOB_RECURSE PAGELLM_CUDA_KERNEL_SOURCES CONFIGURE_DEPENDS
+     ${CMAKE_SOURCE_DIR}/src/backends/cuda/*.cu ${CMAKE_SOURCE_DIR}/src/backends/cuda/*.cpp)
+add_library(pagellm_cuda_kernels STATIC ${PAGELLM_CUDA_KERNEL_SOURCES})
+target_include_directories(pagellm_cuda_kernels PUBLIC ${CMAKE_SOURCE_DIR}/src)
+target_compile_options(pagellm_cuda_kernels PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:${PAGELLM_CUDA_GENCODE} --expt-relaxed-constexpr -Xcompiler=-Wall,-Wextra,-Werror,-Wno-unused-parameter -Werror=all-warnings>
+    $<$<COMPILE_LANGUAGE:CXX>:${PAGELLM_WARNINGS}>)
+target_link_libraries(pagellm_cuda_kernels PUBLIC CUDA::cudart CUDA::cublasLt CUDA::cublas)
+
+file(GLOB PAGELLM_CUDA_RUNNER_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/runner/cuda_*.cpp)
+if(PAGELLM_CUDA_RUNNER_SOURCES)
+  add_library(pagellm_cuda STATIC ${PAGELLM_CUDA_RUNNER_SOURCES})
+  target_compile_options(pagellm_cuda PRIVATE ${PAGELLM_WARNINGS})
+  target_compile_definitions(pagellm_cuda PUBLIC PAGELLM_HAVE_CUDA=1)
+  target_link_libraries(pagellm_cuda PUBLIC pagellm_core pagellm_cuda_kernels)
+  # The loader (in pagellm_core) builds the CUDA runner for --device cuda.
+  target_compile_definitions(pagellm_core PRIVATE PAGELLM_HAVE_CUDA=1)
+  target_include_directories(pagellm_core PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+  # End-to-end runner checks and first performance numbers, run on the GPU machine.
+  add_executable(cuda_runner_check ${CMAKE_SOURCE_DIR}/tests/device/runner_check.cpp)
+  target_compile_options(cuda_runner_check PRIVATE ${PAGELLM_WARNINGS})
+  target_link_libraries(cuda_runner_check PRIVATE pagellm_cuda)
+else()
+  add_library(pagellm_cuda INTERFACE)
+  target_link_libraries(pagellm_cuda INTERFACE pagellm_cuda_kernels)
+endif()
+
+# Device tests: a standalone driver (no gtest, no Debian libraries) so it runs on the GPU machine.
+add_executable(cuda_kernel_tests ${CMAKE_SOURCE_DIR}/tests/device/kernel_tests.cpp
+                                 ${CMAKE_SOURCE_DIR}/tests/device/kernel_reference.cpp
+                                 ${CMAKE_SOURCE_DIR}/tests/device/kernel_bench.cu)
+target_compile_options(cuda_kernel_tests PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:${PAGELLM_CUDA_GENCODE}>
+    $<$<COMPILE_LANGUAGE:CXX>:${PAGELLM_WARNINGS}>)
+target_link_libraries(cuda_kernel_tests PRIVATE pagellm_cuda_kernels Threads::Threads)

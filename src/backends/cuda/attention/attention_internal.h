@@ -1,0 +1,41 @@
+// Declarations shared by the attention translation units (one per kernel family and dtype, so that
+// the CI compile parallelises and each TU holds few instantiations).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backends/cuda/kernels.h"
+
+namespace pagellm::cuda::attention {
+
+// Query heads of one GQA group handled by one split-KV block: 1, 4 or 8 (the generic head-dim path
+// always uses 8). Groups larger than the tile are covered by several blocks.
+inline int split_kv_head_tile(int group_size, bool fast_path) {
+  if (!fast_path) return 8;
+  return group_size == 1 ? 1 : group_size <= 4 ? 4 : 8;
+}
+
+// Whether the split-KV kernel has its vectorized path for this head_dim (64 or 128).
+inline bool split_kv_fast_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
+constexpr int kMaxGenericHeadDim = 256;
+
+// Whether the tensor-core tile kernel serves this dtype / head_dim.
+inline bool tile_supported(DType dtype, int head_dim) {
+  return (dtype == DType::kBF16 || dtype == DType::kF16) && (head_dim == 64 || head_dim == 128);
+}
+
+// Process-wide switch of the tensor-core GQA decode path (benchmarks compare both paths).
+bool decode_tensor_cores_enabled();
+
+// Split-KV kernel over plan.split_items (+ the combine kernel when num_splits > 1). partial_out:
+// [num_split_items, num_heads, num_splits, head_dim] f32, partial_lse: [num_split_items, num_heads,
+// num_splits] f32 (log2 domain); unused when num_splits == 1.
+template <typename T>
+cudaError_t launch_split_kv(const AttentionParams& p, const AttentionPlan& plan, float* partial_out,
+                            float* partial_lse, cudaStream_t stream);
+
+// Tensor-core tile kernel over plan.tile_items (bf16 / f16, head_dim 64 or 128).
+template <typename T>
+cudaError_t launch_tile(const AttentionParams& p, const AttentionPlan& plan, cudaStream_t stream);
+
+}  // namespace pagellm::cuda::attention

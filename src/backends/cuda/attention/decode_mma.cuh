@@ -1,0 +1,271 @@
+// Decode attention for GQA on tensor cores (bf16 / f16, head_dim 64 or 128, 2..16 query heads per
+// KV head). The split-KV CUDA-core kernel spends 4-8 dot products and their shuffles on every K/V
+// element it loads for a GQA group and ends up arithmetic-bound; here the group's query heads form
+// the 16 rows of an m16n8k16 tile, so each K/V element costs one tensor-core pass and the kernel
+// streams the cache. One block = (token, KV head, KV split); K/V tiles of 64 keys arrive through a
+// three-stage cp.async pipeline; warp w owns keys [16w, 16w + 16) of every tile with its own online
+// softmax state, and the four warps merge at the end. Partial results use the split-KV layout, so
+// the same combine kernel merges splits.
+#pragma once
+
+#include "backends/cuda/attention/split_kv.cuh"
+#include "backends/cuda/attention/tile.cuh"
+
+namespace pagellm::cuda::attention {
+
+constexpr int kDecodeMmaStages = 3;
+constexpr int kDecodeMmaMaxGroup = 16;
+
+template <int D>
+constexpr int decode_mma_smem_bytes() {
+  // Q [16, D] + stages × (K, V) [64, D], 2-byte elements; the final merge reuses the K/V area.
+  return (16 + kDecodeMmaStages * 2 * kTileN) * D * 2;
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kTileThreads)
+    decode_mma_kernel(const __grid_constant__ AttentionParams p,
+                      const __grid_constant__ AttentionPlan plan, float* __restrict__ partial_out,
+                      float* __restrict__ partial_lse) {
+  constexpr int kChunks = D / 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* s_q = reinterpret_cast<T*>(smem_raw);  // [16, D]
+  T* s_kv = s_q + 16 * D;                   // [stages, 2, kTileN, D]
+
+  const int item = blockIdx.x;
+  const int token = plan.split_items[2 * item];
+  const int seq = plan.split_items[2 * item + 1];
+  const int group = p.num_heads / p.num_kv_heads;
+  const int kv_head = blockIdx.y;
+  const int head0 = kv_head * group;
+  const int n_keys = p.seq_lens[seq] - (p.query_start_loc[seq + 1] - token) + 1;
+  const int per_split = (n_keys + plan.num_splits - 1) / plan.num_splits;
+  const int k_begin = blockIdx.z * per_split;
+  const int k_end = min(n_keys, k_begin + per_split);
+  const int n_tiles = k_end > k_begin ? (k_end - k_begin + kTileN - 1) / kTileN : 0;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
+  const int64_t slot_stride = static_cast<int64_t>(p.num_kv_heads) * D;
+  const T* k_base = static_cast<const T*>(p.k_cache) + static_cast<int64_t>(kv_head) * D;
+  const T* v_base = static_cast<const T*>(p.v_cache) + static_cast<int64_t>(kv_head) * D;
+
+  // Q rows: the group's heads; rows past the group are zero.
+  const T* q_row0 = static_cast<const T*>(p.q) + static_cast<int64_t>(token) * p.q_token_stride +
+                    static_cast<int64_t>(head0) * D;
+  for (int c = tid; c < 16 * kChunks; c += kTileThreads) {
+    const int r = c / kChunks, ch = c % kChunks;
+    const bool valid = r < group;
+    cp_async16(s_q + swz<D>(r, ch), valid ? q_row0 + r * D + ch * 8 : q_row0, valid ? 16 : 0);
+  }
+  auto load_tile = [&](int tile) {
+    T* sk = s_kv + (tile % kDecodeMmaStages) * 2 * kTileN * D;
+    T* sv = sk + kTileN * D;
+    for (int c = tid; c < kTileN * kChunks; c += kTileThreads) {
+      const int r = c / kChunks, ch = c % kChunks;
+      const int key = k_begin + tile * kTileN + r;
+      const bool valid = key < k_end;
+      int64_t off = 0;
+      if (valid) {
+        const int64_t slot =
+            static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
+        off = slot * slot_stride + ch * 8;
+      }
+      cp_async16(sk + swz<D>(r, ch), k_base + off, valid ? 16 : 0);
+      cp_async16(sv + swz<D>(r, ch), v_base + off, valid ? 16 : 0);
+    }
+  };
+  // Group 0 holds Q and tile 0; one group per tile after that (possibly empty).
+  if (n_tiles > 0) load_tile(0);
+  cp_async_commit();
+  if (n_tiles > 1) load_tile(1);
+  cp_async_commit();
+
+  const int g = lane >> 2, t4 = lane & 3;
+  const float qscale = p.scale * kLog2e;
+  uint32_t qf[D / 16][4];
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
+
+  for (int j = 0; j < n_tiles; ++j) {
+    if (j + 2 < n_tiles) load_tile(j + 2);
+    cp_async_commit();
+    cp_async_wait<2>();
+    __syncthreads();
+    if (j == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        ldmatrix_x4(qf[kk], s_q + swz<D>((lane & 7) + ((lane >> 3) & 1) * 8, 2 * kk + (lane >> 4)));
+    }
+    const T* sk = s_kv + (j % kDecodeMmaStages) * 2 * kTileN * D;
+    const T* sv = sk + kTileN * D;
+    // S = Q Kᵀ over this warp's 16 keys (two n-tiles of 8).
+    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t b[4];
+      ldmatrix_x4(
+          b, sk + swz<D>(warp * 16 + (lane >> 4) * 8 + (lane & 7), 2 * kk + ((lane >> 3) & 1)));
+      mma16816<T>(s[0], qf[kk], b[0], b[1]);
+      mma16816<T>(s[1], qf[kk], b[2], b[3]);
+    }
+    const int key0 = k_begin + j * kTileN + warp * 16;
+    float mx_a = m_a, mx_b = m_b;
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + n * 8 + 2 * t4 + (e & 1);
+        s[n][e] = key < k_end ? s[n][e] * qscale : -INFINITY;
+      }
+      mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
+      mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
+    }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
+    }
+    // A warp whose keys of this tile are all past k_end keeps -inf: base 0 avoids inf - inf.
+    const float base_a = mx_a == -INFINITY ? 0.f : mx_a;
+    const float base_b = mx_b == -INFINITY ? 0.f : mx_b;
+    const float corr_a = exp2f(m_a - base_a), corr_b = exp2f(m_b - base_b);
+    m_a = mx_a;
+    m_b = mx_b;
+    float sum_a = 0.f, sum_b = 0.f;
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      s[n][0] = exp2f(s[n][0] - base_a);
+      s[n][1] = exp2f(s[n][1] - base_a);
+      s[n][2] = exp2f(s[n][2] - base_b);
+      s[n][3] = exp2f(s[n][3] - base_b);
+      sum_a += s[n][0] + s[n][1];
+      sum_b += s[n][2] + s[n][3];
+    }
+    l_a = l_a * corr_a + sum_a;
+    l_b = l_b * corr_b + sum_b;
+    uint32_t a[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]),
+                     pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][2], s[1][3])};
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      o[2 * dp][0] *= corr_a;
+      o[2 * dp][1] *= corr_a;
+      o[2 * dp][2] *= corr_b;
+      o[2 * dp][3] *= corr_b;
+      o[2 * dp + 1][0] *= corr_a;
+      o[2 * dp + 1][1] *= corr_a;
+      o[2 * dp + 1][2] *= corr_b;
+      o[2 * dp + 1][3] *= corr_b;
+      uint32_t b[4];
+      ldmatrix_x4_trans(
+          b, sv + swz<D>(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * dp + (lane >> 4)));
+      mma16816<T>(o[2 * dp], a, b[0], b[1]);
+      mma16816<T>(o[2 * dp + 1], a, b[2], b[3]);
+    }
+    __syncthreads();  // the stage just read is refilled two iterations later
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // Merge the four warps' states (rows g and g + 8 of each) through the K/V area.
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, off);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
+  }
+  float* s_o = reinterpret_cast<float*>(s_kv);  // [4 warps, 16 rows, D]
+  float* s_m = s_o + 4 * 16 * D;                // [4, 16]
+  float* s_l = s_m + 4 * 16;                    // [4, 16]
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) {
+    const int d = i * 8 + 2 * t4;
+    s_o[(warp * 16 + g) * D + d] = o[i][0];
+    s_o[(warp * 16 + g) * D + d + 1] = o[i][1];
+    s_o[(warp * 16 + g + 8) * D + d] = o[i][2];
+    s_o[(warp * 16 + g + 8) * D + d + 1] = o[i][3];
+  }
+  if (t4 == 0) {
+    s_m[warp * 16 + g] = m_a;
+    s_m[warp * 16 + g + 8] = m_b;
+    s_l[warp * 16 + g] = l_a;
+    s_l[warp * 16 + g + 8] = l_b;
+  }
+  __syncthreads();
+  const bool split = plan.num_splits > 1;
+  for (int i = tid; i < group * D; i += kTileThreads) {
+    const int r = i / D, d = i % D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) mx = fmaxf(mx, s_m[w * 16 + r]);
+    float sum_l = 0.f, sum_o = 0.f;
+    if (mx != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const float c = exp2f(s_m[w * 16 + r] - mx);
+        sum_l += s_l[w * 16 + r] * c;
+        sum_o += s_o[(w * 16 + r) * D + d] * c;
+      }
+    }
+    const float out_v = sum_l > 0.f ? sum_o / sum_l : 0.f;
+    const int head = head0 + r;
+    if (!split) {
+      static_cast<T*>(p.out)[(static_cast<int64_t>(token) * p.num_heads + head) * D + d] =
+          from_float<T>(out_v);
+    } else {
+      const int64_t row =
+          (static_cast<int64_t>(item) * p.num_heads + head) * plan.num_splits + blockIdx.z;
+      partial_out[row * D + d] = out_v;
+      if (d == 0) partial_lse[row] = sum_l > 0.f ? mx + log2f(sum_l) : -INFINITY;
+    }
+  }
+}
+
+template <typename T, int D>
+cudaError_t launch_decode_mma_config(const AttentionParams& p, const AttentionPlan& plan,
+                                     float* partial_out, float* partial_lse, cudaStream_t stream) {
+  constexpr int kSmem = decode_mma_smem_bytes<D>();
+  static_assert(4 * 16 * D * 4 + 2 * 4 * 16 * 4 <= kDecodeMmaStages * 2 * kTileN * D * 2,
+                "merge area fits");
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      decode_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (attr != cudaSuccess) return attr;
+  if (plan.num_splits > 65535 || p.num_kv_heads > 65535) return cudaErrorInvalidValue;
+  dim3 grid(plan.num_split_items, p.num_kv_heads, plan.num_splits);
+  decode_mma_kernel<T, D><<<grid, kTileThreads, kSmem, stream>>>(p, plan, partial_out, partial_lse);
+  if (plan.num_splits > 1) {
+    split_kv_combine_kernel<T><<<dim3(plan.num_split_items, p.num_heads), 128, 0, stream>>>(
+        p, plan, partial_out, partial_lse);
+  }
+  return cudaGetLastError();
+}
+
+// Whether launch_decode_mma serves this call (else the CUDA-core split-KV kernel does).
+inline bool decode_mma_applies(const AttentionParams& p) {
+  const int group = p.num_heads / p.num_kv_heads;
+  return (p.dtype == DType::kBF16 || p.dtype == DType::kF16) &&
+         (p.head_dim == 64 || p.head_dim == 128) && group >= 2 && group <= kDecodeMmaMaxGroup &&
+         aligned16(p.q) && aligned16(p.k_cache) && aligned16(p.v_cache) &&
+         (p.q_token_stride * 2) % 16 == 0;
+}
+
+template <typename T>
+cudaError_t launch_decode_mma(const AttentionParams& p, const AttentionPlan& plan,
+                              float* partial_out, float* partial_lse, cudaStream_t stream) {
+  if (p.head_dim == 64)
+    return launch_decode_mma_config<T, 64>(p, plan, partial_out, partial_lse, stream);
+  return launch_decode_mma_config<T, 128>(p, plan, partial_out, partial_lse, stream);
+}
+
+template <typename T>
+cudaError_t launch_split_kv(const AttentionParams& p, const AttentionPlan& plan, float* partial_out,
+                            float* partial_lse, cudaStream_t stream) {
+  if constexpr (!std::is_same_v<T, float>) {
+    if (decode_tensor_cores_enabled() && decode_mma_applies(p))
+      return launch_decode_mma<T>(p, plan, partial_out, partial_lse, stream);
+  }
+  return launch_split_kv_cuda_cores<T>(p, plan, partial_out, partial_lse, stream);
+}
+
+}  // namespace pagellm::cuda::attention

@@ -1,0 +1,311 @@
+// Split-KV ("flash-decoding") paged attention on CUDA cores: one query token per block row of work,
+// its context split into num_splits ranges that run as separate blocks, then merged by their
+// log-sum-exp. Serves decode tokens (and any token whose dtype / head_dim the tile kernel lacks),
+// so it must be right for every shape; GQA heads of one KV head share each K/V load.
+//
+// Included once per dtype by split_kv_<dtype>.cu.
+#pragma once
+
+#include <cfloat>
+
+#include "backends/cuda/attention/attention_internal.h"
+#include "backends/cuda/common.cuh"
+
+namespace pagellm::cuda::attention {
+
+constexpr int kSplitKvThreads = 128;
+constexpr int kSplitKvWarps = kSplitKvThreads / 32;
+constexpr float kLog2e = 1.4426950408889634f;
+
+// A "key group" of LANES lanes holds one key row: lane l owns ELEMS elements, contiguous at
+// l * ELEMS (CONTIG, 16-byte loads, head_dim == LANES * ELEMS) or strided at l + 32 * e (generic:
+// LANES == 32, elements past head_dim read as 0).
+template <typename T, int LANES, int ELEMS, bool CONTIG>
+struct RowAccess {
+  static constexpr int kDims = CONTIG ? LANES * ELEMS : 32 * ELEMS;  // dims covered per row
+  __device__ static int dim(int lane_in_group, int e) {
+    return CONTIG ? lane_in_group * ELEMS + e : lane_in_group + 32 * e;
+  }
+  __device__ static void load(const T* row, int lane_in_group, int head_dim, float (&out)[ELEMS]) {
+    if constexpr (CONTIG) {
+      static_assert(ELEMS == 16 / sizeof(T), "contiguous rows use 16-byte accesses");
+      load16(row + lane_in_group * ELEMS, out);
+    } else {
+#pragma unroll
+      for (int e = 0; e < ELEMS; ++e) {
+        const int d = lane_in_group + 32 * e;
+        out[e] = d < head_dim ? to_float(row[d]) : 0.f;
+      }
+    }
+  }
+};
+
+// grid: (num_split_items, num_kv_heads * head chunks, num_splits); block: 128 threads.
+// Keys are dealt round-robin to the block's key groups, U keys per group per iteration so that 2U
+// 16-byte loads are in flight per lane before the first use.
+template <typename T, int LANES, int ELEMS, bool CONTIG, int G_TILE>
+__global__ void __launch_bounds__(kSplitKvThreads)
+    split_kv_kernel(const __grid_constant__ AttentionParams p,
+                    const __grid_constant__ AttentionPlan plan, float* __restrict__ partial_out,
+                    float* __restrict__ partial_lse) {
+  using Row = RowAccess<T, LANES, ELEMS, CONTIG>;
+  constexpr int kGroupsPerWarp = 32 / LANES;
+  constexpr int kGroups = kSplitKvWarps * kGroupsPerWarp;
+  constexpr int U = G_TILE >= 8 ? 2 : 4;
+  constexpr int kDims = Row::kDims;
+  __shared__ float s_m[kSplitKvWarps][G_TILE];
+  __shared__ float s_l[kSplitKvWarps][G_TILE];
+  __shared__ float s_acc[kSplitKvWarps][G_TILE][kDims];
+
+  const int item = blockIdx.x;
+  const int token = plan.split_items[2 * item];
+  const int seq = plan.split_items[2 * item + 1];
+  const int group_size = p.num_heads / p.num_kv_heads;
+  const int num_chunks = (group_size + G_TILE - 1) / G_TILE;
+  const int kv_head = blockIdx.y / num_chunks;
+  const int head0 = kv_head * group_size + (blockIdx.y % num_chunks) * G_TILE;
+  const int num_g = min(G_TILE, kv_head * group_size + group_size - head0);
+
+  // Causal range of this token, then this block's share of it.
+  const int n_keys = p.seq_lens[seq] - (p.query_start_loc[seq + 1] - token) + 1;
+  const int per_split = (n_keys + plan.num_splits - 1) / plan.num_splits;
+  const int k_begin = blockIdx.z * per_split;
+  const int k_end = min(n_keys, k_begin + per_split);
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int lig = lane % LANES;  // lane in key group
+  const int group = warp * kGroupsPerWarp + lane / LANES;
+
+  // Query rows, pre-scaled so that scores come out in the log2 domain.
+  const float qscale = p.scale * kLog2e;
+  float q[G_TILE][ELEMS];
+#pragma unroll
+  for (int g = 0; g < G_TILE; ++g) {
+    if (g < num_g) {
+      const T* qrow = static_cast<const T*>(p.q) + static_cast<int64_t>(token) * p.q_token_stride +
+                      static_cast<int64_t>(head0 + g) * p.head_dim;  // [head_dim]
+      Row::load(qrow, lig, p.head_dim, q[g]);
+#pragma unroll
+      for (int e = 0; e < ELEMS; ++e) q[g][e] *= qscale;
+    } else {
+#pragma unroll
+      for (int e = 0; e < ELEMS; ++e) q[g][e] = 0.f;
+    }
+  }
+
+  float m[G_TILE], l[G_TILE], acc[G_TILE][ELEMS];
+#pragma unroll
+  for (int g = 0; g < G_TILE; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.f;
+#pragma unroll
+    for (int e = 0; e < ELEMS; ++e) acc[g][e] = 0.f;
+  }
+
+  const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
+  const int64_t slot_stride = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
+  const T* k_base = static_cast<const T*>(p.k_cache) + static_cast<int64_t>(kv_head) * p.head_dim;
+  const T* v_base = static_cast<const T*>(p.v_cache) + static_cast<int64_t>(kv_head) * p.head_dim;
+
+  // The loop bound is block-uniform: lanes of one warp take different keys but must all reach the
+  // shuffles of the dot-product reduction together.
+  for (int base = k_begin; base < k_end; base += kGroups * U) {
+    float kr[U][ELEMS], vr[U][ELEMS];
+    bool valid[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int key = base + u * kGroups + group;
+      valid[u] = key < k_end;
+      if (valid[u]) {
+        const int64_t slot =
+            static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
+        Row::load(k_base + slot * slot_stride, lig, p.head_dim, kr[u]);
+        Row::load(v_base + slot * slot_stride, lig, p.head_dim, vr[u]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < ELEMS; ++e) kr[u][e] = vr[u][e] = 0.f;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < G_TILE; ++g) {
+      float s[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float dot = 0.f;
+#pragma unroll
+        for (int e = 0; e < ELEMS; ++e) dot += q[g][e] * kr[u][e];
+#pragma unroll
+        for (int o = LANES / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        s[u] = valid[u] ? dot : -INFINITY;
+      }
+      float mx = m[g];
+#pragma unroll
+      for (int u = 0; u < U; ++u) mx = fmaxf(mx, s[u]);
+      if (mx == -INFINITY) continue;  // this group has seen no key yet
+      const float corr = exp2f(m[g] - mx);
+      m[g] = mx;
+      l[g] *= corr;
+#pragma unroll
+      for (int e = 0; e < ELEMS; ++e) acc[g][e] *= corr;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const float pr = exp2f(s[u] - mx);  // 0 for invalid keys
+        l[g] += pr;
+#pragma unroll
+        for (int e = 0; e < ELEMS; ++e) acc[g][e] += pr * vr[u][e];
+      }
+    }
+  }
+
+  // Merge the key groups of each warp (lanes lig, lig + LANES, ...), then the warps via shared
+  // memory.
+#pragma unroll
+  for (int g = 0; g < G_TILE; ++g) {
+#pragma unroll
+    for (int o = LANES; o < 32; o <<= 1) {
+      const float m_o = __shfl_xor_sync(0xffffffffu, m[g], o);
+      const float l_o = __shfl_xor_sync(0xffffffffu, l[g], o);
+      const float mx = fmaxf(m[g], m_o);
+      const float c_self = mx == -INFINITY ? 0.f : exp2f(m[g] - mx);
+      const float c_other = mx == -INFINITY ? 0.f : exp2f(m_o - mx);
+      l[g] = l[g] * c_self + l_o * c_other;
+#pragma unroll
+      for (int e = 0; e < ELEMS; ++e) {
+        const float a_o = __shfl_xor_sync(0xffffffffu, acc[g][e], o);
+        acc[g][e] = acc[g][e] * c_self + a_o * c_other;
+      }
+      m[g] = mx;
+    }
+  }
+  if (lane < LANES) {
+#pragma unroll
+    for (int g = 0; g < G_TILE; ++g) {
+      if (lane == 0) {
+        s_m[warp][g] = m[g];
+        s_l[warp][g] = l[g];
+      }
+#pragma unroll
+      for (int e = 0; e < ELEMS; ++e) s_acc[warp][g][Row::dim(lane, e)] = acc[g][e];
+    }
+  }
+  __syncthreads();
+
+  const bool split = plan.num_splits > 1;
+  for (int i = threadIdx.x; i < G_TILE * kDims; i += kSplitKvThreads) {
+    const int g = i / kDims;
+    const int d = i % kDims;
+    if (g >= num_g || d >= p.head_dim) continue;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kSplitKvWarps; ++w) mx = fmaxf(mx, s_m[w][g]);
+    float sum_l = 0.f, sum_a = 0.f;
+    if (mx != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kSplitKvWarps; ++w) {
+        const float c = exp2f(s_m[w][g] - mx);
+        sum_l += s_l[w][g] * c;
+        sum_a += s_acc[w][g][d] * c;
+      }
+    }
+    const float o = sum_l > 0.f ? sum_a / sum_l : 0.f;
+    const int head = head0 + g;
+    if (!split) {
+      T* out =
+          static_cast<T*>(p.out) + (static_cast<int64_t>(token) * p.num_heads + head) * p.head_dim;
+      out[d] = from_float<T>(o);
+    } else {
+      const int64_t row =
+          (static_cast<int64_t>(item) * p.num_heads + head) * plan.num_splits + blockIdx.z;
+      partial_out[row * p.head_dim + d] = o;
+      if (d == 0) partial_lse[row] = sum_l > 0.f ? mx + log2f(sum_l) : -INFINITY;
+    }
+  }
+}
+
+// Merges the splits of one (item, head): grid (num_split_items, num_heads), block 128.
+template <typename T>
+__global__ void __launch_bounds__(128)
+    split_kv_combine_kernel(const __grid_constant__ AttentionParams p,
+                            const __grid_constant__ AttentionPlan plan,
+                            const float* __restrict__ partial_out,
+                            const float* __restrict__ partial_lse) {
+  const int item = blockIdx.x;
+  const int head = blockIdx.y;
+  const int token = plan.split_items[2 * item];
+  const int num_splits = plan.num_splits;
+  const int64_t row0 = (static_cast<int64_t>(item) * p.num_heads + head) * num_splits;
+  const float* lse = partial_lse + row0;  // [num_splits]
+  float mx = -INFINITY;
+  for (int s = 0; s < num_splits; ++s) mx = fmaxf(mx, lse[s]);
+  float wsum = 0.f;
+  for (int s = 0; s < num_splits; ++s) wsum += mx == -INFINITY ? 0.f : exp2f(lse[s] - mx);
+  T* out = static_cast<T*>(p.out) + (static_cast<int64_t>(token) * p.num_heads + head) * p.head_dim;
+  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+    float o = 0.f;
+    for (int s = 0; s < num_splits; ++s) {
+      if (lse[s] == -INFINITY) continue;
+      o += exp2f(lse[s] - mx) * partial_out[(row0 + s) * p.head_dim + d];
+    }
+    out[d] = from_float<T>(wsum > 0.f ? o / wsum : 0.f);
+  }
+}
+
+template <typename T, int LANES, int ELEMS, bool CONTIG, int G_TILE>
+cudaError_t launch_split_kv_config(const AttentionParams& p, const AttentionPlan& plan,
+                                   float* partial_out, float* partial_lse, cudaStream_t stream) {
+  const int group_size = p.num_heads / p.num_kv_heads;
+  const int num_chunks = (group_size + G_TILE - 1) / G_TILE;
+  if (plan.num_splits > 65535 || p.num_kv_heads * num_chunks > 65535) return cudaErrorInvalidValue;
+  dim3 grid(plan.num_split_items, p.num_kv_heads * num_chunks, plan.num_splits);
+  split_kv_kernel<T, LANES, ELEMS, CONTIG, G_TILE>
+      <<<grid, kSplitKvThreads, 0, stream>>>(p, plan, partial_out, partial_lse);
+  if (plan.num_splits > 1) {
+    split_kv_combine_kernel<T><<<dim3(plan.num_split_items, p.num_heads), 128, 0, stream>>>(
+        p, plan, partial_out, partial_lse);
+  }
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_split_kv_cuda_cores(const AttentionParams& p, const AttentionPlan& plan,
+                                       float* partial_out, float* partial_lse,
+                                       cudaStream_t stream) {
+  constexpr int kVec = 16 / sizeof(T);
+  const int group_size = p.num_heads / p.num_kv_heads;
+  const bool aligned = aligned16(p.q) && aligned16(p.k_cache) && aligned16(p.v_cache) &&
+                       (p.q_token_stride * sizeof(T)) % 16 == 0;
+  const bool fast = aligned && split_kv_fast_head_dim(p.head_dim);
+  const int g_tile = split_kv_head_tile(group_size, fast);
+  if (fast) {
+    if (p.head_dim == 64) {
+      constexpr int kLanes = 64 / kVec;
+      if (g_tile == 1)
+        return launch_split_kv_config<T, kLanes, kVec, true, 1>(p, plan, partial_out, partial_lse,
+                                                                stream);
+      if (g_tile == 4)
+        return launch_split_kv_config<T, kLanes, kVec, true, 4>(p, plan, partial_out, partial_lse,
+                                                                stream);
+      return launch_split_kv_config<T, kLanes, kVec, true, 8>(p, plan, partial_out, partial_lse,
+                                                              stream);
+    }
+    constexpr int kLanes = 128 / kVec;
+    if (g_tile == 1)
+      return launch_split_kv_config<T, kLanes, kVec, true, 1>(p, plan, partial_out, partial_lse,
+                                                              stream);
+    if (g_tile == 4)
+      return launch_split_kv_config<T, kLanes, kVec, true, 4>(p, plan, partial_out, partial_lse,
+                                                              stream);
+    return launch_split_kv_config<T, kLanes, kVec, true, 8>(p, plan, partial_out, partial_lse,
+                                                            stream);
+  }
+  if (p.head_dim <= 32)
+    return launch_split_kv_config<T, 32, 1, false, 8>(p, plan, partial_out, partial_lse, stream);
+  if (p.head_dim <= 128)
+    return launch_split_kv_config<T, 32, 4, false, 8>(p, plan, partial_out, partial_lse, stream);
+  if (p.head_dim <= kMaxGenericHeadDim)
+    return launch_split_kv_config<T, 32, 8, false, 8>(p, plan, partial_out, partial_lse, stream);
+  return cudaErrorNotSupported;
+}
+
+}  // namespace pagellm::cuda::attention

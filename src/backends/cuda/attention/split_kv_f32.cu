@@ -1,0 +1,7 @@
+// Decode (split-KV) attention instantiations: tensor-core GQA path and CUDA-core path, for float.
+#include "backends/cuda/attention/decode_mma.cuh"
+
+namespace pagellm::cuda::attention {
+template cudaError_t launch_split_kv<float>(const AttentionParams&, const AttentionPlan&, float*,
+                                            float*, cudaStream_t);
+}  // namespace pagellm::cuda::attention

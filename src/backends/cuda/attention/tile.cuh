@@ -1,0 +1,309 @@
+// FlashAttention-2-style paged attention for prefill and chunked prefill on tensor cores
+// (mma.sync m16n8k16, bf16 / f16 in, f32 accumulate; sm_80 and later). One block computes 64 query
+// rows of one sequence and one query head against the sequence's whole causal context, which may
+// start with cached prefix blocks: K/V tiles of 64 keys are gathered from the paged cache row by
+// row with cp.async (double-buffered), scores and the online softmax stay in registers, and the
+// probabilities feed the P·V product straight from the score accumulators (FA2's register reuse).
+//
+// Included once per dtype by tile_<dtype>.cu.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backends/cuda/attention/attention_internal.h"
+#include "backends/cuda/common.cuh"
+
+namespace pagellm::cuda::attention {
+
+constexpr int kTileM = kAttentionTileRows;  // query rows per block (16 per warp)
+constexpr int kTileN = 64;                  // keys per K/V tile
+constexpr int kTileThreads = 128;
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global→shared copy; src_bytes == 0 fills the destination with zeros (rows past the
+// context or the query range), so no garbage (possibly NaN) ever reaches the tensor cores.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// d += a · b for one m16n8k16 tile.
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+}
+
+// Shared-memory tiles are [rows, D] of T with the 16-byte chunks of each row XOR-swizzled by
+// (row & 7): ldmatrix reads 8 rows at one logical chunk, and the swizzle spreads them over all
+// banks.
+template <int D>
+__device__ __forceinline__ int swz(int row, int chunk) {
+  return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kTileThreads)
+    tile_attention_kernel(const __grid_constant__ AttentionParams p,
+                          const __grid_constant__ AttentionPlan plan) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* s_q = reinterpret_cast<T*>(smem_raw);  // [kTileM, D]
+  T* s_k = s_q + kTileM * D;                // [2, kTileN, D]
+  T* s_v = s_k + 2 * kTileN * D;            // [2, kTileN, D]
+
+  const int seq = plan.tile_items[2 * blockIdx.x];
+  const int row0 = plan.tile_items[2 * blockIdx.x + 1];
+  const int head = blockIdx.y;
+  const int kv_head = head / (p.num_heads / p.num_kv_heads);
+  const int q_begin = p.query_start_loc[seq];
+  const int q_len = p.query_start_loc[seq + 1] - q_begin;
+  const int ctx = p.seq_lens[seq];
+  const int pos0 = ctx - q_len;  // position of query row 0
+  const int last_row = min(row0 + kTileM, q_len) - 1;
+  const int n_keys = pos0 + last_row + 1;
+  const int n_tiles = (n_keys + kTileN - 1) / kTileN;
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
+  const T* q_base = static_cast<const T*>(p.q) + static_cast<int64_t>(head) * D;
+  const T* k_base = static_cast<const T*>(p.k_cache) + static_cast<int64_t>(kv_head) * D;
+  const T* v_base = static_cast<const T*>(p.v_cache) + static_cast<int64_t>(kv_head) * D;
+  const int64_t slot_stride = static_cast<int64_t>(p.num_kv_heads) * D;
+
+  for (int c = tid; c < kTileM * kChunks; c += kTileThreads) {
+    const int r = c / kChunks, ch = c % kChunks;
+    const bool valid = row0 + r < q_len;
+    const T* src =
+        valid ? q_base + static_cast<int64_t>(q_begin + row0 + r) * p.q_token_stride + ch * 8
+              : q_base;
+    cp_async16(s_q + swz<D>(r, ch), src, valid ? 16 : 0);
+  }
+  auto load_kv = [&](int tile, int stage) {
+    T* sk = s_k + stage * kTileN * D;
+    T* sv = s_v + stage * kTileN * D;
+    for (int c = tid; c < kTileN * kChunks; c += kTileThreads) {
+      const int r = c / kChunks, ch = c % kChunks;
+      const int key = tile * kTileN + r;
+      const bool valid = key < n_keys;
+      int64_t off = 0;
+      if (valid) {
+        const int64_t slot =
+            static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
+        off = slot * slot_stride + ch * 8;
+      }
+      cp_async16(sk + swz<D>(r, ch), k_base + off, valid ? 16 : 0);
+      cp_async16(sv + swz<D>(r, ch), v_base + off, valid ? 16 : 0);
+    }
+  };
+  load_kv(0, 0);
+  cp_async_commit();
+
+  const int g = lane >> 2;  // accumulator row within the warp's 16 (and g + 8)
+  const int t4 = lane & 3;  // accumulator column pair
+  const float qscale = p.scale * 1.4426950408889634f;
+  const int wrow = warp * 16;
+  const int pos_a = pos0 + row0 + wrow + g;  // positions of this thread's two rows
+  const int pos_b = pos_a + 8;
+
+  uint32_t qf[D / 16][4];
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
+
+  for (int j = 0; j < n_tiles; ++j) {
+    if (j + 1 < n_tiles) load_kv(j + 1, (j + 1) & 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    if (j == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const int r = wrow + (lane & 7) + ((lane >> 3) & 1) * 8;
+        ldmatrix_x4(qf[kk], s_q + swz<D>(r, 2 * kk + (lane >> 4)));
+      }
+    }
+    const T* sk = s_k + (j & 1) * kTileN * D;
+    const T* sv = s_v + (j & 1) * kTileN * D;
+
+    // S = Q Kᵀ for this warp's 16 rows × 64 keys.
+    float s[kTileN / 8][4];
+#pragma unroll
+    for (int n = 0; n < kTileN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+      for (int np = 0; np < kTileN / 16; ++np) {
+        uint32_t b[4];
+        const int r = np * 16 + (lane >> 4) * 8 + (lane & 7);
+        ldmatrix_x4(b, sk + swz<D>(r, 2 * kk + ((lane >> 3) & 1)));
+        mma16816<T>(s[2 * np], qf[kk], b[0], b[1]);
+        mma16816<T>(s[2 * np + 1], qf[kk], b[2], b[3]);
+      }
+    }
+
+    // Scale, causal mask (only tiles that reach past the first row's position need it), online
+    // softmax.
+    const int key0 = j * kTileN;
+    const bool need_mask = key0 + kTileN - 1 > pos0 + row0;
+    float mx_a = m_a, mx_b = m_b;
+#pragma unroll
+    for (int n = 0; n < kTileN / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + n * 8 + 2 * t4 + (e & 1);
+        float v = s[n][e] * qscale;
+        if (need_mask && key > (e < 2 ? pos_a : pos_b)) v = -INFINITY;
+        s[n][e] = v;
+      }
+      mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
+      mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
+    }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
+    }
+    // A row whose keys are all masked so far keeps max -inf; use 0 as its base to avoid inf - inf.
+    const float base_a = mx_a == -INFINITY ? 0.f : mx_a;
+    const float base_b = mx_b == -INFINITY ? 0.f : mx_b;
+    const float corr_a = exp2f(m_a - base_a);
+    const float corr_b = exp2f(m_b - base_b);
+    m_a = mx_a;
+    m_b = mx_b;
+    float sum_a = 0.f, sum_b = 0.f;
+#pragma unroll
+    for (int n = 0; n < kTileN / 8; ++n) {
+      s[n][0] = exp2f(s[n][0] - base_a);
+      s[n][1] = exp2f(s[n][1] - base_a);
+      s[n][2] = exp2f(s[n][2] - base_b);
+      s[n][3] = exp2f(s[n][3] - base_b);
+      sum_a += s[n][0] + s[n][1];
+      sum_b += s[n][2] + s[n][3];
+    }
+    l_a = l_a * corr_a + sum_a;
+    l_b = l_b * corr_b + sum_b;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      o[i][0] *= corr_a;
+      o[i][1] *= corr_a;
+      o[i][2] *= corr_b;
+      o[i][3] *= corr_b;
+    }
+
+    // O += P V, P taken from the score accumulators as the A operand.
+#pragma unroll
+    for (int kk = 0; kk < kTileN / 16; ++kk) {
+      uint32_t a[4];
+      a[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t b[4];
+        const int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+        ldmatrix_x4_trans(b, sv + swz<D>(r, 2 * dp + (lane >> 4)));
+        mma16816<T>(o[2 * dp], a, b[0], b[1]);
+        mma16816<T>(o[2 * dp + 1], a, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // the next iteration's prefetch overwrites the stage just read
+  }
+
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, off);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
+  }
+  const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f;
+  const float inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
+  const int row_a = row0 + wrow + g;
+  const int row_b = row_a + 8;
+  T* out = static_cast<T*>(p.out);
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) {
+    const int d = i * 8 + 2 * t4;
+    if (row_a < q_len) {
+      T* dst = out + (static_cast<int64_t>(q_begin + row_a) * p.num_heads + head) * D + d;
+      *reinterpret_cast<uint32_t*>(dst) = pack2<T>(o[i][0] * inv_a, o[i][1] * inv_a);
+    }
+    if (row_b < q_len) {
+      T* dst = out + (static_cast<int64_t>(q_begin + row_b) * p.num_heads + head) * D + d;
+      *reinterpret_cast<uint32_t*>(dst) = pack2<T>(o[i][2] * inv_b, o[i][3] * inv_b);
+    }
+  }
+}
+
+template <typename T, int D>
+cudaError_t launch_tile_config(const AttentionParams& p, const AttentionPlan& plan,
+                               cudaStream_t stream) {
+  constexpr int kSmem = (kTileM + 4 * kTileN) * D * static_cast<int>(sizeof(T));
+  // Raising the dynamic shared-memory limit is a host-side attribute, safe during graph capture.
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      tile_attention_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (attr != cudaSuccess) return attr;
+  if (p.num_heads > 65535) return cudaErrorInvalidValue;
+  dim3 grid(plan.num_tile_items, p.num_heads);
+  tile_attention_kernel<T, D><<<grid, kTileThreads, kSmem, stream>>>(p, plan);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_tile(const AttentionParams& p, const AttentionPlan& plan, cudaStream_t stream) {
+  if (!aligned16(p.q) || !aligned16(p.k_cache) || !aligned16(p.v_cache) || !aligned16(p.out) ||
+      (p.q_token_stride * sizeof(T)) % 16 != 0)
+    return cudaErrorInvalidValue;
+  if (p.head_dim == 64) return launch_tile_config<T, 64>(p, plan, stream);
+  if (p.head_dim == 128) return launch_tile_config<T, 128>(p, plan, stream);
+  return cudaErrorNotSupported;
+}
+
+}  // namespace pagellm::cuda::attention

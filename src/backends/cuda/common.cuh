@@ -1,0 +1,125 @@
+// Device helpers shared by pagellm's CUDA kernels: element conversions, 16-byte vector access, warp
+// reductions and the dtype dispatch used by every host launcher.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/cuda/kernels.h"
+
+namespace pagellm::cuda {
+
+template <typename T>
+__device__ __forceinline__ float to_float(T v);
+template <>
+__device__ __forceinline__ float to_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+template <>
+__device__ __forceinline__ float to_float<__half>(__half v) {
+  return __half2float(v);
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
+
+// Rounds v to T's precision and back: the place where Hugging Face stores an intermediate in the
+// model dtype.
+template <typename T>
+__device__ __forceinline__ float round_to(float v) {
+  return to_float(from_float<T>(v));
+}
+
+// 16 bytes of T, loaded or stored in one instruction.
+template <typename T>
+struct Vec16 {
+  static constexpr int kSize = 16 / sizeof(T);
+  alignas(16) T v[kSize];
+};
+
+template <typename T>
+__device__ __forceinline__ void load16(const T* src, float (&out)[16 / sizeof(T)]) {
+  Vec16<T> tmp = *reinterpret_cast<const Vec16<T>*>(src);
+#pragma unroll
+  for (int i = 0; i < Vec16<T>::kSize; ++i) out[i] = to_float(tmp.v[i]);
+}
+
+template <typename T>
+__device__ __forceinline__ void store16(T* dst, const float (&in)[16 / sizeof(T)]) {
+  Vec16<T> tmp;
+#pragma unroll
+  for (int i = 0; i < Vec16<T>::kSize; ++i) tmp.v[i] = from_float<T>(in[i]);
+  *reinterpret_cast<Vec16<T>*>(dst) = tmp;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over a block of at most 1024 threads; every thread gets the total. `scratch`: 32 floats.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int num_warps = (blockDim.x + 31) >> 5;
+  float total = lane < num_warps ? scratch[lane] : 0.f;
+  return warp_sum(total);
+}
+
+inline size_t element_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+inline cudaError_t launch_status() { return cudaGetLastError(); }
+
+}  // namespace pagellm::cuda
+
+// Calls BODY with `scalar_t` bound to the device type of `dtype`.
+#define PAGELLM_DISPATCH_DTYPE(dtype, ...) \
+  [&]() -> cudaError_t {                   \
+    switch (dtype) {                       \
+      case ::pagellm::DType::kF32: {       \
+        using scalar_t = float;            \
+        return __VA_ARGS__();              \
+      }                                    \
+      case ::pagellm::DType::kF16: {       \
+        using scalar_t = __half;           \
+        return __VA_ARGS__();              \
+      }                                    \
+      case ::pagellm::DType::kBF16: {      \
+        using scalar_t = __nv_bfloat16;    \
+        return __VA_ARGS__();              \
+      }                                    \
+    }                                      \
+    return cudaErrorNotSupported;          \
+  }()

@@ -1,0 +1,224 @@
+// Host API of pagellm's CUDA kernels. Every kernel takes raw device pointers and one Params struct,
+// runs on the given stream, and returns cudaSuccess, cudaErrorInvalidValue (bad shape or pointer),
+// cudaErrorNotSupported (a dtype / shape this kernel has no path for) or the launch error. No
+// launcher synchronizes or allocates, so all of them can be captured into CUDA graphs.
+//
+// Activations and weights share one element type per call (`dtype`: f32, f16 or bf16); arithmetic
+// is fp32. Where Hugging Face rounds an intermediate to the model dtype (residual sums, the
+// normalized row before the weight multiply, silu(gate) before the product), the kernels round at
+// the same place so that bf16 results track transformers' as closely as possible.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/dtype.h"
+
+namespace pagellm::cuda {
+
+// ---- embedding.cu ------------------------------------------------------------------------------
+struct EmbeddingParams {
+  DType dtype = DType::kBF16;
+  const int32_t* token_ids = nullptr;  // [num_tokens]
+  const void* table = nullptr;         // [vocab_size, hidden]
+  void* out = nullptr;                 // [num_tokens, hidden]
+  int num_tokens = 0;
+  int hidden = 0;
+  int vocab_size = 0;  // ids outside [0, vocab_size) produce a zero row (the engine validates ids)
+};
+cudaError_t embedding(const EmbeddingParams& p, cudaStream_t stream);
+
+// ---- norm.cu -----------------------------------------------------------------------------------
+// With `residual`: residual = x + residual (rounded to dtype), out = rmsnorm(residual) * weight.
+// Without: out = rmsnorm(x) * weight. `out` may alias `x`. Also used per head (Qwen3 q/k norm) with
+// num_rows = num_tokens * num_heads and hidden = head_dim.
+struct RmsNormParams {
+  DType dtype = DType::kBF16;
+  const void* x = nullptr;       // [num_rows, hidden]
+  void* residual = nullptr;      // [num_rows, hidden] or null
+  const void* weight = nullptr;  // [hidden]
+  void* out = nullptr;           // [num_rows, hidden]
+  int num_rows = 0;
+  int hidden = 0;
+  float eps = 1e-6f;
+  // Rows in groups (per-head norms inside a fused qkv row): row r sits at element
+  // (r / rows_per_group) * group_stride + (r % rows_per_group) * hidden of x, residual and out.
+  // 0 = contiguous rows.
+  int rows_per_group = 0;
+  int64_t group_stride = 0;
+};
+cudaError_t rms_norm(const RmsNormParams& p, cudaStream_t stream);
+
+// ---- rope.cu -----------------------------------------------------------------------------------
+// Rotate-half (GPT-NeoX / HF Llama) rotary embedding applied in place to q and k. The angle of pair
+// i at position p is float(p) * inv_freq[i], one fp32 product like transformers' rotary module, so
+// that long positions round the same way.
+struct RopeParams {
+  DType dtype = DType::kBF16;
+  void* q = nullptr;                   // [num_tokens, num_heads, head_dim]
+  void* k = nullptr;                   // [num_tokens, num_kv_heads, head_dim]
+  const int32_t* positions = nullptr;  // [num_tokens]
+  const float* inv_freq = nullptr;     // [head_dim / 2], from rope_inv_freq()
+  int num_tokens = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;            // even
+  int64_t q_token_stride = 0;  // elements between tokens in q (0 = num_heads * head_dim)
+  int64_t k_token_stride = 0;  // elements between tokens in k (0 = num_kv_heads * head_dim)
+};
+cudaError_t rope(const RopeParams& p, cudaStream_t stream);
+
+// Host helper: inverse frequencies [head_dim / 2] for theta and the config's scaling (none, linear,
+// llama3), computed in double and rounded to float. Declared with plain numbers so this header does
+// not depend on io/.
+enum class RopeScalingType { kNone, kLinear, kLlama3 };
+struct RopeScalingSpec {
+  RopeScalingType type = RopeScalingType::kNone;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  double original_max_position_embeddings = 8192;
+};
+void rope_inv_freq(int head_dim, double theta, const RopeScalingSpec& scaling, float* inv_freq);
+
+// ---- activation.cu -----------------------------------------------------------------------------
+// out = silu(gate) * up, where each input row is [gate | up] (the merged gate_up projection).
+struct SiluAndMulParams {
+  DType dtype = DType::kBF16;
+  const void* x = nullptr;  // [num_tokens, 2 * inner]
+  void* out = nullptr;      // [num_tokens, inner]
+  int num_tokens = 0;
+  int inner = 0;
+};
+cudaError_t silu_and_mul(const SiluAndMulParams& p, cudaStream_t stream);
+
+// ---- kv_cache.cu -------------------------------------------------------------------------------
+// Writes this step's K/V rows into the paged cache: token t goes to slot slot_mapping[t] (block =
+// slot / block_size, offset = slot % block_size); a negative slot skips the token (padding).
+struct KvCacheWriteParams {
+  DType dtype = DType::kBF16;
+  const void* key = nullptr;              // [num_tokens, num_kv_heads, head_dim] (row stride below)
+  const void* value = nullptr;            // [num_tokens, num_kv_heads, head_dim]
+  void* k_cache = nullptr;                // [num_blocks, block_size, num_kv_heads, head_dim]
+  void* v_cache = nullptr;                // [num_blocks, block_size, num_kv_heads, head_dim]
+  const int64_t* slot_mapping = nullptr;  // [num_tokens]
+  int num_tokens = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int64_t num_slots = 0;           // num_blocks * block_size; slots >= this are skipped
+  int64_t key_token_stride = 0;    // elements between tokens in key (0 = num_kv_heads * head_dim)
+  int64_t value_token_stride = 0;  // likewise for value
+};
+cudaError_t write_kv_cache(const KvCacheWriteParams& p, cudaStream_t stream);
+
+// ---- attention/ --------------------------------------------------------------------------------
+// Paged attention over a mixed batch. Sequence s owns query tokens [query_start_loc[s],
+// query_start_loc[s+1]); its context after this step is seq_lens[s] tokens, whose K/V (the new ones
+// included: write_kv_cache runs first) sit in the cache blocks block_tables[s]. Query i of s sits
+// at position seq_lens[s] - q_len + i and attends causally to keys [0, position]. GQA: query head h
+// reads kv head h / (num_heads / num_kv_heads).
+struct AttentionParams {
+  DType dtype = DType::kBF16;
+  const void* q = nullptr;        // [num_tokens, num_heads, head_dim] (token stride q_token_stride)
+  const void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim]
+  const void* v_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim]
+  void* out = nullptr;            // [num_tokens, num_heads, head_dim], contiguous
+  const int32_t* query_start_loc = nullptr;  // [num_seqs + 1]
+  const int32_t* seq_lens = nullptr;         // [num_seqs]
+  const int32_t* block_tables = nullptr;     // [num_seqs, max_blocks_per_seq]
+  int num_seqs = 0;
+  int num_tokens = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int block_size = 0;
+  int max_blocks_per_seq = 0;
+  int64_t q_token_stride = 0;  // 0 = num_heads * head_dim
+  float scale = 0.f;           // softmax scale, usually 1/sqrt(head_dim)
+};
+
+// Host-side plan of one attention call (FlashInfer's plan/run split): which tokens go to the
+// split-KV kernel, which query tiles go to the tensor-core tile kernel, and how many KV splits.
+// Built from host copies of query_start_loc / seq_lens; the caller uploads the item lists (plain
+// int32) and fills AttentionPlan's pointers, so run_attention itself is graph-capturable.
+struct AttentionPlanHost {
+  std::vector<int32_t> split_items;  // [num_split_items, 2]: (token, seq)
+  std::vector<int32_t> tile_items;   // [num_tile_items, 2]: (seq, first query row of the tile)
+  int num_splits = 1;                // KV splits per split item; each splits its own context evenly
+  std::size_t workspace_bytes = 0;   // device scratch for split partials (0 when num_splits == 1)
+};
+
+// Device view of a plan.
+struct AttentionPlan {
+  const int32_t* split_items = nullptr;  // device [num_split_items, 2]
+  int num_split_items = 0;
+  int num_splits = 1;
+  const int32_t* tile_items = nullptr;  // device [num_tile_items, 2]
+  int num_tile_items = 0;
+};
+
+// Query rows per tile of the tile kernel.
+constexpr int kAttentionTileRows = 64;
+
+// Plans a call. query_start_loc_host [num_seqs + 1] and seq_lens_host [num_seqs] are host copies.
+// fixed_num_splits > 0 forces that split count (CUDA graphs capture one count for every context);
+// otherwise it is chosen to fill num_sms from the batch's longest split-path context.
+cudaError_t plan_attention(const AttentionParams& p, const int32_t* query_start_loc_host,
+                           const int32_t* seq_lens_host, int num_sms, int fixed_num_splits,
+                           AttentionPlanHost* out);
+
+// Runs the planned call. workspace: at least workspace_bytes of device memory (may be null when 0).
+cudaError_t run_attention(const AttentionParams& p, const AttentionPlan& plan, void* workspace,
+                          cudaStream_t stream);
+
+// ---- sampling.cu -------------------------------------------------------------------------------
+// Greedy choice per row with engine::sample_token's semantics for rows without bans, penalties or
+// top-N logprobs (see sampling.cu); token -1 where every logit is -inf (the host decides).
+struct GreedySampleParams {
+  DType dtype = DType::kBF16;
+  const void* logits = nullptr;  // [num_rows, vocab]
+  int num_rows = 0;
+  int vocab = 0;
+  int32_t* tokens = nullptr;  // [num_rows]
+  float* logprobs = nullptr;  // [num_rows] raw-model logprob of the chosen token
+};
+cudaError_t greedy_sample(const GreedySampleParams& p, cudaStream_t stream);
+
+// ---- fill.cu -----------------------------------------------------------------------------------
+// Dummy weights (--load-format dummy) generated on the device with the CPU loader's counter-based
+// scheme (models/llama_weights.cpp): out[i] = (2u - 1) * bound with u = (splitmix64(key + i) >> 11)
+// * 2^-53, so CPU and GPU runners build the same random model up to dtype rounding.
+cudaError_t fill_uniform(DType dtype, void* out, int64_t count, uint64_t key, double bound,
+                         cudaStream_t stream);
+cudaError_t fill_constant(DType dtype, void* out, int64_t count, float value, cudaStream_t stream);
+
+// Decode tokens of GQA models (bf16 / f16, head_dim 64 or 128) use tensor cores unless this turns
+// them off (process-wide; for benchmarks and tests of the CUDA-core path).
+void attention_set_decode_tensor_cores(bool enabled);
+
+// ---- gemm.cpp (cuBLASLt) -----------------------------------------------------------------------
+// y = x · wᵀ (+ y when accumulate), the layout of a Hugging Face Linear: x [m, k], w [n, k], y [m,
+// n], all row-major and of one dtype; fp32 accumulation (no TF32 for fp32 inputs, so fp32 runs stay
+// exact).
+class GemmContext;
+GemmContext* gemm_create(std::size_t workspace_bytes, cudaError_t* error);
+void gemm_destroy(GemmContext* ctx);
+struct GemmParams {
+  DType dtype = DType::kBF16;
+  const void* x = nullptr;  // [m, k]
+  const void* w = nullptr;  // [n, k]
+  void* y = nullptr;        // [m, n]
+  int m = 0;
+  int n = 0;
+  int k = 0;
+  bool accumulate = false;     // y += x · wᵀ (residual fused into the GEMM)
+  const void* bias = nullptr;  // [n] added to every row (cuBLASLt epilogue), or null
+};
+// m <= 8 goes to pagellm's own skinny kernel (weight-bandwidth bound decode) unless disabled here.
+cudaError_t gemm(GemmContext* ctx, const GemmParams& p, cudaStream_t stream);
+void gemm_set_use_gemv(GemmContext* ctx, bool use);
+
+}  // namespace pagellm::cuda

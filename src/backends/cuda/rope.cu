@@ -1,0 +1,82 @@
+// Rotary position embedding (rotate-half form) and the host-side inverse frequencies.
+#include <cmath>
+
+#include "backends/cuda/common.cuh"
+
+namespace pagellm::cuda {
+namespace {
+
+// One block per token; each thread rotates (x[i], x[i + half]) pairs of q and k heads. Rounds like
+// transformers' apply_rotary_pos_emb in the model dtype: cos/sin cast to T, each product rounded,
+// then the sum.
+template <typename T>
+__global__ void rope_kernel(const __grid_constant__ RopeParams p) {
+  const int64_t t = blockIdx.x;
+  const int half = p.head_dim / 2;
+  const float pos = static_cast<float>(p.positions[t]);
+  const int num_pairs = (p.num_heads + p.num_kv_heads) * half;
+  for (int j = threadIdx.x; j < num_pairs; j += blockDim.x) {
+    const int head = j / half;
+    const int i = j % half;
+    T* x =
+        head < p.num_heads
+            ? static_cast<T*>(p.q) + t * p.q_token_stride + static_cast<int64_t>(head) * p.head_dim
+            : static_cast<T*>(p.k) + t * p.k_token_stride +
+                  static_cast<int64_t>(head - p.num_heads) * p.head_dim;  // [head_dim]
+    const float angle = pos * p.inv_freq[i];
+    const float c = round_to<T>(cosf(angle));
+    const float s = round_to<T>(sinf(angle));
+    const float x1 = to_float(x[i]);
+    const float x2 = to_float(x[i + half]);
+    x[i] = from_float<T>(round_to<T>(x1 * c) - round_to<T>(x2 * s));
+    x[i + half] = from_float<T>(round_to<T>(x2 * c) + round_to<T>(x1 * s));
+  }
+}
+
+}  // namespace
+
+cudaError_t rope(const RopeParams& in, cudaStream_t stream) {
+  RopeParams p = in;
+  if (p.num_tokens < 0 || p.num_heads < 0 || p.num_kv_heads < 0 || p.head_dim <= 0 ||
+      p.head_dim % 2 != 0)
+    return cudaErrorInvalidValue;
+  if (p.num_tokens == 0) return cudaSuccess;
+  if (!p.positions || !p.inv_freq || (p.num_heads > 0 && !p.q) || (p.num_kv_heads > 0 && !p.k))
+    return cudaErrorInvalidValue;
+  if (p.q_token_stride == 0) p.q_token_stride = static_cast<int64_t>(p.num_heads) * p.head_dim;
+  if (p.k_token_stride == 0) p.k_token_stride = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
+  return PAGELLM_DISPATCH_DTYPE(p.dtype, [&] {
+    rope_kernel<scalar_t><<<p.num_tokens, 128, 0, stream>>>(p);
+    return launch_status();
+  });
+}
+
+// Follows transformers' rope initialisers, which compute in float32: exponent 2i/d in float, the
+// power rounded to float, then scaling.
+void rope_inv_freq(int head_dim, double theta, const RopeScalingSpec& scaling, float* inv_freq) {
+  const int half = head_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    const float power = static_cast<float>(std::pow(theta, static_cast<double>(exponent)));
+    float f = 1.0f / power;
+    if (scaling.type == RopeScalingType::kLinear) {
+      f = static_cast<float>(f / scaling.factor);
+    } else if (scaling.type == RopeScalingType::kLlama3) {
+      const double old_len = scaling.original_max_position_embeddings;
+      const double low_wavelen = old_len / scaling.low_freq_factor;
+      const double high_wavelen = old_len / scaling.high_freq_factor;
+      const double wavelen = 2.0 * M_PI / f;
+      if (wavelen > low_wavelen) {
+        f = static_cast<float>(f / scaling.factor);  // long wavelengths: fully interpolated
+      } else if (wavelen >= high_wavelen) {
+        // Medium band: blend between interpolated and original frequency.
+        const double smooth = (old_len / wavelen - scaling.low_freq_factor) /
+                              (scaling.high_freq_factor - scaling.low_freq_factor);
+        f = static_cast<float>((1.0 - smooth) * f / scaling.factor + smooth * f);
+      }
+    }
+    inv_freq[i] = f;
+  }
+}
+
+}  // namespace pagellm::cuda

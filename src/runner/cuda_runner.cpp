@@ -1,0 +1,518 @@
+#include "runner/cuda_runner.h"
+#include "runner/cuda_runner_impl.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "backends/cuda/kernels.h"
+#include "common/error.h"
+#include "common/logging.h"
+#include "engine/sampler.h"
+
+namespace pagellm::runner {
+
+// ---- setup -----------------------------------------------------------------------------------
+
+void CudaRunner::Impl::init(const models::LlamaWeights* weights) {
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0)
+    throw_error(ErrorKind::kUnsupported, "--device cuda: no CUDA GPU is visible");
+  cudaDeviceProp prop;
+  check(cudaGetDeviceProperties(&prop, 0), "reading device properties");
+  if (prop.major < 8)
+    unsupported(std::string("--device cuda: ") + prop.name + " is sm_" +
+                std::to_string(prop.major * 10 + prop.minor) +
+                "; pagellm's kernels need sm_80 or newer");
+  num_sms = prop.multiProcessorCount;
+  const auto& c = config;
+  hidden = int(c.hidden_size), num_heads = int(c.num_attention_heads),
+  num_kv_heads = int(c.num_key_value_heads);
+  head_dim = int(c.head_dim), inter = int(c.intermediate_size), vocab = int(c.vocab_size),
+  num_layers = int(c.num_hidden_layers);
+  qkv_width = (num_heads + 2 * num_kv_heads) * head_dim;
+  dt = opt.dtype;
+  esz = dtype_size(dt);
+  if (opt.block_size < 1 || opt.max_num_seqs < 1 || opt.max_num_batched_tokens < 1)
+    invalid_argument(
+        "cuda runner: block size, max_num_seqs and max_num_batched_tokens must be positive");
+  const int max_len = opt.max_model_len > 0 ? opt.max_model_len : int(c.max_position_embeddings);
+  if (max_len < 1) invalid_argument("cuda runner: max model length must be positive");
+  opt.max_model_len = max_len;
+  max_seqs = opt.max_num_seqs;
+  max_tokens = std::max(opt.max_num_batched_tokens, max_seqs);
+  max_blocks = (max_len + opt.block_size - 1) / opt.block_size;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "creating a stream");
+  cudaError_t err = cudaSuccess;
+  gemm = cuda::gemm_create(32u << 20, &err);
+  check(err, "creating the cuBLASLt context");
+
+  auto t0 = std::chrono::steady_clock::now();
+  load_weights(weights);
+  stats.load_ms = ms_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  alloc_activations();
+  profile_and_alloc_kv();
+  stats.profile_ms = ms_since(t0);
+  if (!opt.enforce_eager) {
+    t0 = std::chrono::steady_clock::now();
+    capture_graphs();
+    stats.graph_ms = ms_since(t0);
+  }
+}
+
+// One weight tensor in the model dtype: converted from the checkpoint's fp32 copy, or generated
+// on the device exactly like the CPU loader's RandomSource (same names, keys and bounds).
+DevMem CudaRunner::Impl::weight(const std::string& name, std::vector<int64_t> shape,
+                                const std::vector<float>* src) {
+  int64_t count = 1;
+  for (int64_t d : shape) count *= d;
+  DevMem mem(size_t(count) * esz, name);
+  stats.weight_bytes += int64_t(mem.bytes());
+  if (src) {
+    if (int64_t(src->size()) != count) internal("weight " + name + " has the wrong size");
+    // Convert on the host through a pinned staging buffer, in chunks.
+    constexpr int64_t kChunk = 8 << 20;  // elements
+    void* staging = nullptr;
+    check(cudaMallocHost(&staging, size_t(std::min(count, kChunk)) * esz), "pinned staging");
+    for (int64_t off = 0; off < count; off += kChunk) {
+      const int64_t n = std::min(kChunk, count - off);
+      const float* in = src->data() + off;
+      if (dt == DType::kF32) {
+        std::memcpy(staging, in, size_t(n) * 4);
+      } else {
+        auto* out = static_cast<uint16_t*>(staging);
+        for (int64_t i = 0; i < n; ++i)
+          out[i] = dt == DType::kBF16 ? f32_to_bf16(in[i]) : f32_to_f16(in[i]);
+      }
+      check(cudaMemcpy(mem.as<unsigned char>() + size_t(off) * esz, staging, size_t(n) * esz,
+                       cudaMemcpyHostToDevice),
+            "uploading " + name);
+    }
+    cudaFreeHost(staging);
+    return mem;
+  }
+  if (name.ends_with("norm.weight")) {
+    check(cuda::fill_constant(dt, mem.get(), count, 1.f, stream), "filling " + name);
+    return mem;
+  }
+  uint64_t key = opt.seed;
+  for (char ch : name) key = splitmix64(key ^ static_cast<uint8_t>(ch));
+  float bound = 0.02f;
+  if (shape.size() == 2)
+    bound = name.find("embed_tokens") != std::string::npos
+                ? 1.0f
+                : 1.0f / std::sqrt(static_cast<float>(shape[1]));
+  check(cuda::fill_uniform(dt, mem.get(), count, key, bound, stream), "filling " + name);
+  return mem;
+}
+
+void CudaRunner::Impl::load_weights(const models::LlamaWeights* w) {
+  const auto& c = config;
+  const int64_t q_rows = int64_t(num_heads) * head_dim, kv_rows = int64_t(num_kv_heads) * head_dim;
+  // Fused tensors are generated part by part under their HF names (as the CPU loader fuses them).
+  auto fused = [&](const std::vector<std::pair<std::string, int64_t>>& parts, int64_t cols,
+                   const std::vector<float>* src, const std::string& label) {
+    int64_t rows = 0;
+    for (auto& p : parts) rows += p.second;
+    if (src)
+      return weight(label, cols ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows},
+                    src);
+    DevMem mem(size_t(rows * std::max<int64_t>(cols, 1)) * esz, label);
+    int64_t off = 0;
+    for (auto& [name, r] : parts) {
+      DevMem part =
+          weight(name, cols ? std::vector<int64_t>{r, cols} : std::vector<int64_t>{r}, nullptr);
+      stats.weight_bytes -= int64_t(part.bytes());
+      check(cudaMemcpyAsync(mem.as<unsigned char>() + size_t(off) * esz, part.get(), part.bytes(),
+                            cudaMemcpyDeviceToDevice, stream),
+            "assembling " + label);
+      check(cudaStreamSynchronize(stream), "assembling " + label);
+      off += r * std::max<int64_t>(cols, 1);
+    }
+    stats.weight_bytes += int64_t(mem.bytes());
+    return mem;
+  };
+  embed = weight("model.embed_tokens.weight", {c.vocab_size, hidden}, w ? &w->embed : nullptr);
+  for (int i = 0; i < num_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const models::LlamaLayerWeights* lw = w ? &w->layers[size_t(i)] : nullptr;
+    LayerWeights& l = layers.emplace_back();
+    l.input_norm = weight(p + "input_layernorm.weight", {hidden}, lw ? &lw->input_norm : nullptr);
+    l.qkv = fused({{p + "self_attn.q_proj.weight", q_rows},
+                   {p + "self_attn.k_proj.weight", kv_rows},
+                   {p + "self_attn.v_proj.weight", kv_rows}},
+                  hidden, lw ? &lw->qkv : nullptr, p + "qkv");
+    if (c.attention_bias)
+      l.qkv_bias = fused({{p + "self_attn.q_proj.bias", q_rows},
+                          {p + "self_attn.k_proj.bias", kv_rows},
+                          {p + "self_attn.v_proj.bias", kv_rows}},
+                         0, lw ? &lw->qkv_bias : nullptr, p + "qkv_bias");
+    if (c.qk_norm) {
+      l.q_norm = weight(p + "self_attn.q_norm.weight", {head_dim}, lw ? &lw->q_norm : nullptr);
+      l.k_norm = weight(p + "self_attn.k_norm.weight", {head_dim}, lw ? &lw->k_norm : nullptr);
+    }
+    l.o_proj = weight(p + "self_attn.o_proj.weight", {hidden, q_rows}, lw ? &lw->o_proj : nullptr);
+    l.post_norm =
+        weight(p + "post_attention_layernorm.weight", {hidden}, lw ? &lw->post_norm : nullptr);
+    l.gate_up = fused({{p + "mlp.gate_proj.weight", inter}, {p + "mlp.up_proj.weight", inter}},
+                      hidden, lw ? &lw->gate_up : nullptr, p + "gate_up");
+    l.down = weight(p + "mlp.down_proj.weight", {hidden, inter}, lw ? &lw->down : nullptr);
+  }
+  final_norm = weight("model.norm.weight", {hidden}, w ? &w->final_norm : nullptr);
+  if (!c.tie_word_embeddings)
+    lm_head = weight("lm_head.weight", {c.vocab_size, hidden}, w ? &w->lm_head : nullptr);
+
+  std::vector<float> freqs(size_t(head_dim / 2));
+  cuda::RopeScalingSpec spec;
+  spec.type = c.rope_scaling.type == io::RopeScaling::Type::kLinear ? cuda::RopeScalingType::kLinear
+              : c.rope_scaling.type == io::RopeScaling::Type::kLlama3
+                  ? cuda::RopeScalingType::kLlama3
+                  : cuda::RopeScalingType::kNone;
+  spec.factor = c.rope_scaling.factor;
+  spec.low_freq_factor = c.rope_scaling.low_freq_factor;
+  spec.high_freq_factor = c.rope_scaling.high_freq_factor;
+  spec.original_max_position_embeddings = double(c.rope_scaling.original_max_position_embeddings);
+  cuda::rope_inv_freq(head_dim, c.rope_theta, spec, freqs.data());
+  inv_freq = DevMem(freqs.size() * 4, "rope frequencies");
+  check(cudaMemcpy(inv_freq.get(), freqs.data(), freqs.size() * 4, cudaMemcpyHostToDevice),
+        "uploading rope frequencies");
+  check(cudaStreamSynchronize(stream), "generating weights");
+}
+
+void CudaRunner::Impl::alloc_activations() {
+  const size_t T = size_t(max_tokens);
+  x_hidden = DevMem(T * hidden * esz, "activations");
+  x_normed = DevMem(T * hidden * esz, "activations");
+  x_proj = DevMem(T * hidden * esz, "activations");
+  x_qkv = DevMem(T * qkv_width * esz, "activations");
+  x_attn = DevMem(T * num_heads * head_dim * esz, "activations");
+  x_gate_up = DevMem(T * 2 * inter * esz, "activations");
+  x_act = DevMem(T * inter * esz, "activations");
+  x_rows = DevMem(size_t(max_seqs) * hidden * esz, "activations");
+  x_logits = DevMem(size_t(max_seqs) * vocab * esz, "logits");
+  // Split partials: items * splits <= items + 2 * num_sms (see plan_attention) for any plan.
+  attn_ws = DevMem((T + 2 * size_t(num_sms) + 64) * 4 * num_heads * (head_dim + 1) * sizeof(float),
+                   "attention workspace");
+  auto align = [](size_t v) { return (v + 15) / 16 * 16; };
+  size_t off = 0;
+  auto take = [&](size_t bytes) {
+    const size_t o = off;
+    off = align(off + bytes);
+    return o;
+  };
+  const size_t S = size_t(max_seqs);
+  lay.token_ids = take(T * 4);
+  lay.positions = take(T * 4);
+  lay.slots = take(T * 8);
+  lay.qsl = take((S + 1) * 4);
+  lay.seq_lens = take(S * 4);
+  lay.tables = take(S * size_t(max_blocks) * 4);
+  lay.split_items = take(2 * T * 4);
+  lay.tile_items = take(2 * (T / cuda::kAttentionTileRows + S + 1) * 4);
+  lay.rows = take(T * 4);
+  lay.total = off;
+  ints_dev = DevMem(lay.total, "step inputs");
+  check(cudaMallocHost(reinterpret_cast<void**>(&ints_host), lay.total), "pinned step inputs");
+  check(cudaMallocHost(&logits_host, S * vocab * esz), "pinned logits");
+  x_greedy_tokens = DevMem(S * 4, "greedy tokens");
+  x_greedy_logprobs = DevMem(S * 4, "greedy logprobs");
+  check(cudaMallocHost(&greedy_host, S * 8), "pinned greedy results");
+  stats.activation_bytes =
+      int64_t(x_hidden.bytes() * 3 + x_qkv.bytes() + x_attn.bytes() + x_gate_up.bytes() +
+              x_act.bytes() + x_rows.bytes() + x_logits.bytes() + attn_ws.bytes() + lay.total);
+}
+
+// ---- one step --------------------------------------------------------------------------------
+
+CudaRunner::Impl::Staged CudaRunner::Impl::stage(
+    const std::vector<int32_t>& token_ids, const std::vector<int32_t>& positions,
+    const std::vector<int64_t>& slots, const std::vector<int32_t>& qsl,
+    const std::vector<int32_t>& seq_lens, const std::vector<const int32_t*>& tables,
+    const std::vector<int>& table_lens, int fixed_splits) {
+  Staged s;
+  s.num_tokens = int(token_ids.size());
+  s.num_seqs = int(seq_lens.size());
+  if (s.num_tokens > max_tokens || s.num_seqs > max_seqs)
+    internal("step of " + std::to_string(s.num_tokens) + " tokens / " + std::to_string(s.num_seqs) +
+             " seqs exceeds the runner's limits");
+  std::memcpy(host<int32_t>(lay.token_ids), token_ids.data(), token_ids.size() * 4);
+  std::memcpy(host<int32_t>(lay.positions), positions.data(), positions.size() * 4);
+  std::memcpy(host<int64_t>(lay.slots), slots.data(), slots.size() * 8);
+  std::memcpy(host<int32_t>(lay.qsl), qsl.data(), qsl.size() * 4);
+  std::memcpy(host<int32_t>(lay.seq_lens), seq_lens.data(), seq_lens.size() * 4);
+  int32_t* tab = host<int32_t>(lay.tables);  // [num_seqs, max_blocks]
+  for (int i = 0; i < s.num_seqs; ++i) {
+    const int len = std::min(table_lens[size_t(i)], max_blocks);
+    std::memcpy(tab + size_t(i) * max_blocks, tables[size_t(i)], size_t(len) * 4);
+    std::fill(tab + size_t(i) * max_blocks + len, tab + size_t(i + 1) * max_blocks, 0);
+  }
+  cuda::AttentionParams ap;
+  ap.dtype = dt;
+  ap.q = x_qkv.get();
+  ap.k_cache = kv_pool.get() ? kv_pool.get() : x_qkv.get();  // alignment only
+  ap.v_cache = ap.k_cache;
+  ap.out = x_attn.get();
+  ap.num_seqs = s.num_seqs;
+  ap.num_tokens = s.num_tokens;
+  ap.num_heads = num_heads;
+  ap.num_kv_heads = num_kv_heads;
+  ap.head_dim = head_dim;
+  ap.block_size = opt.block_size;
+  ap.max_blocks_per_seq = max_blocks;
+  ap.q_token_stride = qkv_width;
+  cuda::AttentionPlanHost ph;
+  check(cuda::plan_attention(ap, qsl.data(), seq_lens.data(), num_sms, fixed_splits, &ph),
+        "planning attention");
+  std::memcpy(host<int32_t>(lay.split_items), ph.split_items.data(), ph.split_items.size() * 4);
+  std::memcpy(host<int32_t>(lay.tile_items), ph.tile_items.data(), ph.tile_items.size() * 4);
+  s.plan.split_items = dev<int32_t>(lay.split_items);
+  s.plan.num_split_items = int(ph.split_items.size() / 2);
+  s.plan.num_splits = ph.num_splits;
+  s.plan.tile_items = dev<int32_t>(lay.tile_items);
+  s.plan.num_tile_items = int(ph.tile_items.size() / 2);
+  if (ph.workspace_bytes > attn_ws.bytes()) internal("attention workspace too small");
+  return s;
+}
+
+void CudaRunner::Impl::upload_inputs() {
+  check(cudaMemcpyAsync(ints_dev.get(), ints_host, lay.total, cudaMemcpyHostToDevice, stream),
+        "uploading step inputs");
+}
+
+// Enqueues the whole forward pass of a staged step on `stream` (graph-capturable: no sync, no
+// allocation). Leaves the final-normed hidden states in x_normed.
+void CudaRunner::Impl::forward(const Staged& s, void* pool) {
+  const int n = s.num_tokens;
+  const float eps = float(config.rms_norm_eps);
+  const size_t layer_bytes = size_t(num_blocks) * block_bytes;  // one layer's K (or V)
+  auto at = [&](const DevMem& m, size_t elems) { return m.as<unsigned char>() + elems * esz; };
+  auto norm = [&](const void* x, void* residual, const DevMem& w, void* out) {
+    cuda::RmsNormParams p{dt, x, residual, w.get(), out, n, hidden, eps};
+    check(cuda::rms_norm(p, stream), "rms_norm");
+  };
+  auto gemm = [&](const void* x, const DevMem& w, void* y, int out_features, int in_features,
+                  const DevMem* bias) {
+    cuda::GemmParams p{dt,          x,     w.get(),
+                       y,           n,     out_features,
+                       in_features, false, bias && bias->get() ? bias->get() : nullptr};
+    check(cuda::gemm(this->gemm, p, stream), "gemm");
+  };
+  check(
+      cuda::embedding(
+          {dt, dev<int32_t>(lay.token_ids), embed.get(), x_hidden.get(), n, hidden, vocab}, stream),
+      "embedding");
+  for (int l = 0; l < num_layers; ++l) {
+    const LayerWeights& w = layers[size_t(l)];
+    if (l == 0)
+      norm(x_hidden.get(), nullptr, w.input_norm, x_normed.get());
+    else
+      norm(x_proj.get(), x_hidden.get(), w.input_norm, x_normed.get());
+    gemm(x_normed.get(), w.qkv, x_qkv.get(), qkv_width, hidden, &w.qkv_bias);
+    void* q = x_qkv.get();
+    void* k = at(x_qkv, size_t(num_heads) * head_dim);
+    void* v = at(x_qkv, size_t(num_heads + num_kv_heads) * head_dim);
+    if (config.qk_norm) {
+      cuda::RmsNormParams qn{dt,       q,   nullptr,   w.q_norm.get(), q, n * num_heads,
+                             head_dim, eps, num_heads, qkv_width};
+      cuda::RmsNormParams kn{dt,       k,   nullptr,      w.k_norm.get(), k, n * num_kv_heads,
+                             head_dim, eps, num_kv_heads, qkv_width};
+      check(cuda::rms_norm(qn, stream), "q norm");
+      check(cuda::rms_norm(kn, stream), "k norm");
+    }
+    cuda::RopeParams rp;
+    rp.dtype = dt;
+    rp.q = q;
+    rp.k = k;
+    rp.positions = dev<int32_t>(lay.positions);
+    rp.inv_freq = inv_freq.as<float>();
+    rp.num_tokens = n;
+    rp.num_heads = num_heads;
+    rp.num_kv_heads = num_kv_heads;
+    rp.head_dim = head_dim;
+    rp.q_token_stride = rp.k_token_stride = qkv_width;
+    check(cuda::rope(rp, stream), "rope");
+    unsigned char* k_cache = static_cast<unsigned char*>(pool) + size_t(l) * 2 * layer_bytes;
+    unsigned char* v_cache = k_cache + layer_bytes;
+    cuda::KvCacheWriteParams kw;
+    kw.dtype = dt;
+    kw.key = k;
+    kw.value = v;
+    kw.k_cache = k_cache;
+    kw.v_cache = v_cache;
+    kw.slot_mapping = dev<int64_t>(lay.slots);
+    kw.num_tokens = n;
+    kw.num_kv_heads = num_kv_heads;
+    kw.head_dim = head_dim;
+    kw.num_slots = int64_t(num_blocks) * opt.block_size;
+    kw.key_token_stride = kw.value_token_stride = qkv_width;
+    check(cuda::write_kv_cache(kw, stream), "kv cache write");
+    cuda::AttentionParams ap;
+    ap.dtype = dt;
+    ap.q = q;
+    ap.k_cache = k_cache;
+    ap.v_cache = v_cache;
+    ap.out = x_attn.get();
+    ap.query_start_loc = dev<int32_t>(lay.qsl);
+    ap.seq_lens = dev<int32_t>(lay.seq_lens);
+    ap.block_tables = dev<int32_t>(lay.tables);
+    ap.num_seqs = s.num_seqs;
+    ap.num_tokens = n;
+    ap.num_heads = num_heads;
+    ap.num_kv_heads = num_kv_heads;
+    ap.head_dim = head_dim;
+    ap.block_size = opt.block_size;
+    ap.max_blocks_per_seq = max_blocks;
+    ap.q_token_stride = qkv_width;
+    ap.scale = 1.f / std::sqrt(float(head_dim));
+    check(cuda::run_attention(ap, s.plan, attn_ws.get(), stream), "attention");
+    gemm(x_attn.get(), w.o_proj, x_proj.get(), hidden, num_heads * head_dim, nullptr);
+    norm(x_proj.get(), x_hidden.get(), w.post_norm, x_normed.get());
+    gemm(x_normed.get(), w.gate_up, x_gate_up.get(), 2 * inter, hidden, nullptr);
+    check(cuda::silu_and_mul({dt, x_gate_up.get(), x_act.get(), n, inter}, stream), "silu_and_mul");
+    gemm(x_act.get(), w.down, x_proj.get(), hidden, inter, nullptr);
+  }
+  norm(x_proj.get(), x_hidden.get(), final_norm, x_normed.get());
+}
+
+// Logits [num_rows, vocab] (into x_logits) of the rows listed at rows[first, first + num_rows).
+void CudaRunner::Impl::compute_logits(int first, int num_rows) {
+  // Gathering rows is an embedding lookup with the hidden states as the table.
+  check(cuda::embedding({dt, dev<int32_t>(lay.rows) + first, x_normed.get(), x_rows.get(), num_rows,
+                         hidden, max_tokens},
+                        stream),
+        "gathering logits rows");
+  const DevMem& head = lm_head.get() ? lm_head : embed;
+  cuda::GemmParams p{dt,    x_rows.get(), head.get(), x_logits.get(), num_rows,
+                     vocab, hidden,       false,      nullptr};
+  check(cuda::gemm(gemm, p, stream), "lm head");
+  // Greedy choices ride along (a second read of the logits, tiny next to the LM head): steps whose
+  // rows are all plain greedy download 8 bytes per row instead of the logits.
+  cuda::GreedySampleParams g{dt,
+                             x_logits.get(),
+                             num_rows,
+                             vocab,
+                             x_greedy_tokens.as<int32_t>(),
+                             x_greedy_logprobs.as<float>()};
+  check(cuda::greedy_sample(g, stream), "greedy sampling");
+}
+
+void CudaRunner::Impl::profile_and_alloc_kv() {
+  const int64_t bs = opt.block_size;
+  block_bytes = size_t(bs) * num_kv_heads * head_dim * esz;
+  const size_t per_block_all_layers = 2 * size_t(num_layers) * block_bytes;
+  // A maximum-size dummy step (max_tokens tokens in seqs of at most max_model_len) on a temporary
+  // pool: every activation buffer, cuBLASLt's workspace and lazily created state get touched.
+  std::vector<int32_t> ids, pos, qsl{0}, lens, rows;
+  std::vector<int64_t> slots;
+  std::vector<std::vector<int32_t>> tables;
+  int next_block = 0;
+  for (int left = max_tokens; left > 0 && int(lens.size()) < max_seqs;) {
+    const int len = std::min(left, opt.max_model_len);
+    std::vector<int32_t> table;
+    for (int b = 0; b < (len + bs - 1) / bs; ++b) table.push_back(next_block++);
+    for (int i = 0; i < len; ++i) {
+      ids.push_back(i % vocab);
+      pos.push_back(i);
+      slots.push_back(int64_t(table[size_t(i / bs)]) * bs + i % bs);
+    }
+    tables.push_back(std::move(table));
+    lens.push_back(len);
+    qsl.push_back(qsl.back() + len);
+    left -= len;
+  }
+  std::vector<const int32_t*> tptr;
+  std::vector<int> tlen;
+  for (auto& t : tables) tptr.push_back(t.data()), tlen.push_back(int(t.size()));
+  {
+    num_blocks = next_block;
+    DevMem temp_pool(size_t(next_block) * per_block_all_layers, "profiling KV pool");
+    kv_pool = std::move(temp_pool);
+    Staged st = stage(ids, pos, slots, qsl, lens, tptr, tlen, 0);
+    const int num_rows = std::min(max_seqs, int(ids.size()));
+    for (int r = 0; r < num_rows; ++r) host<int32_t>(lay.rows)[r] = r;
+    upload_inputs();
+    forward(st, kv_pool.get());
+    compute_logits(0, num_rows);
+    check(cudaStreamSynchronize(stream), "profiling step");
+    kv_pool = DevMem();
+  }
+  size_t free_bytes = 0, total_bytes = 0;
+  check(cudaMemGetInfo(&free_bytes, &total_bytes), "reading free memory");
+  int64_t blocks = opt.num_kv_blocks;
+  if (blocks <= 0) {
+    const double budget =
+        opt.gpu_memory_utilization * double(total_bytes) - double(total_bytes - free_bytes);
+    blocks = budget > 0 ? int64_t(budget / double(per_block_all_layers)) : 0;
+    if (blocks < 1)
+      throw_error(ErrorKind::kResourceExhausted,
+                  "--gpu-memory-utilization " + std::to_string(opt.gpu_memory_utilization) +
+                      ": weights (" + std::to_string(stats.weight_bytes >> 20) +
+                      " MiB) and activations leave no room for a KV block of " +
+                      std::to_string(per_block_all_layers >> 10) + " KiB on a GPU of " +
+                      std::to_string(total_bytes >> 20) + " MiB");
+  }
+  blocks = std::min<int64_t>(blocks, INT32_MAX / 2 / bs);
+  num_blocks = int(blocks);
+  kv_pool = DevMem(size_t(blocks) * per_block_all_layers, "KV cache");
+  stats.kv_bytes = int64_t(kv_pool.bytes());
+}
+
+void CudaRunner::Impl::capture_graphs() {
+  for (int b : graph_batch_sizes(max_seqs)) {
+    // Splits are fixed per graph: chosen for the longest context the graph will see.
+    std::vector<int32_t> ids(size_t(b), 0), pos(size_t(b), 0), qsl(size_t(b) + 1),
+        lens(size_t(b), opt.max_model_len);
+    std::vector<int64_t> slots(size_t(b), -1);
+    const int32_t zero_block = 0;
+    std::vector<const int32_t*> tptr(size_t(b), &zero_block);
+    std::vector<int> tlen(size_t(b), 1);
+    for (int i = 0; i <= b; ++i) qsl[size_t(i)] = i;
+    Staged probe = stage(ids, pos, slots, qsl, lens, tptr, tlen, 0);
+    const int splits = probe.plan.num_splits;
+    std::fill(lens.begin(), lens.end(), 1);
+    Staged st = stage(ids, pos, slots, qsl, lens, tptr, tlen, splits);
+    for (int r = 0; r < b; ++r) host<int32_t>(lay.rows)[r] = r;
+    upload_inputs();
+    forward(st, kv_pool.get());  // warm-up outside the capture (cuBLASLt heuristics, attributes)
+    compute_logits(0, b);
+    check(cudaStreamSynchronize(stream), "graph warm-up");
+    cudaGraph_t graph = nullptr;
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+          "beginning graph capture");
+    forward(st, kv_pool.get());
+    compute_logits(0, b);
+    check(cudaStreamEndCapture(stream, &graph), "ending graph capture");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(err, "instantiating a decode graph");
+    graphs[b] = exec;
+    graph_splits[b] = splits;
+  }
+  stats.num_graphs = int(graphs.size());
+}
+
+// ---- CudaRunner --------------------------------------------------------------------------------
+
+CudaRunner::CudaRunner(io::ModelConfig config, const models::LlamaWeights* weights,
+                       const CudaRunnerOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->config = std::move(config);
+  impl_->opt = options;
+  impl_->init(weights);
+}
+
+CudaRunner::~CudaRunner() = default;
+
+int CudaRunner::num_kv_blocks() const { return impl_->num_blocks; }
+int CudaRunner::block_size() const { return impl_->opt.block_size; }
+const io::ModelConfig& CudaRunner::config() const { return impl_->config; }
+const CudaStartupStats& CudaRunner::startup_stats() const { return impl_->stats; }
+
+}  // namespace pagellm::runner

@@ -1,0 +1,63 @@
+// The CUDA model runner for the Llama family (Llama 1-3, Mistral, Qwen2, Qwen3): weights on the GPU
+// in bf16 / f16 / f32, GEMMs through cuBLASLt, pagellm's own kernels for everything else, a paged
+// KV pool sized by --gpu-memory-utilization after a maximum-size dummy step, and CUDA graphs for
+// decode-only steps (captured per padded batch size unless --enforce-eager). Logits of the rows
+// that need them come back to the host, where the shared CPU sampler draws (so the random stream is
+// the CPU runner's by construction).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "common/dtype.h"
+#include "models/llama.h"
+#include "runner/model_runner.h"
+
+namespace pagellm::runner {
+
+struct CudaRunnerOptions {
+  DType dtype = DType::kBF16;
+  int block_size = 16;
+  double gpu_memory_utilization = 0.9;
+  int num_kv_blocks = 0;  // > 0: use exactly this many blocks instead of profiling
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  int max_model_len = 0;  // 0 = config.max_position_embeddings
+  bool enforce_eager = false;
+  uint64_t seed = 0;  // dummy weights
+};
+
+// What startup cost, for the startup log.
+struct CudaStartupStats {
+  double load_ms = 0, profile_ms = 0, graph_ms = 0;
+  int64_t weight_bytes = 0, activation_bytes = 0, kv_bytes = 0;
+  int num_graphs = 0;
+};
+
+class CudaRunner : public ModelRunner {
+ public:
+  // weights: host fp32 weights of a checkpoint, converted and uploaded; null = dummy weights made
+  // on the GPU with the CPU loader's random scheme. Throws pagellm::Error when there is no usable
+  // GPU, the model does not fit, or no KV block is left.
+  CudaRunner(io::ModelConfig config, const models::LlamaWeights* weights,
+             const CudaRunnerOptions& options);
+  ~CudaRunner() override;
+
+  int num_kv_blocks() const override;
+  int block_size() const override;
+  const io::ModelConfig& config() const override;
+  engine::ModelRunnerOutput execute(const engine::SchedulerOutput& batch) override;
+
+  // The forward pass of execute() without sampling: per seq, the fp32 logits [vocab] of its last
+  // scheduled token when needs_sample is set (empty otherwise). For tests and benchmarks.
+  std::vector<std::vector<float>> execute_logits(const engine::SchedulerOutput& batch);
+
+  const CudaStartupStats& startup_stats() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pagellm::runner

@@ -1,0 +1,183 @@
+// Private state of the CUDA runner, shared by its translation units (setup and step execution).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/kernels.h"
+#include "common/error.h"
+#include "runner/cuda_runner.h"
+
+namespace pagellm::runner {
+
+inline void check(cudaError_t err, const std::string& what) {
+  if (err == cudaSuccess) return;
+  cudaGetLastError();  // clear a sticky-free error so later calls report their own
+  const ErrorKind kind =
+      err == cudaErrorMemoryAllocation ? ErrorKind::kResourceExhausted : ErrorKind::kInternal;
+  throw_error(kind, "cuda runner: " + what + ": " + cudaGetErrorString(err));
+}
+
+[[noreturn]] inline void internal(const std::string& message) {
+  throw_error(ErrorKind::kInternal, "cuda runner: " + message);
+}
+
+inline double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Owning device allocation.
+class DevMem {
+ public:
+  DevMem() = default;
+  DevMem(size_t bytes, const std::string& what) : bytes_(bytes) {
+    if (bytes > 0)
+      check(cudaMalloc(&ptr_, bytes),
+            "allocating " + what + " (" + std::to_string(bytes >> 20) + " MiB)");
+  }
+  DevMem(DevMem&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; }
+  DevMem& operator=(DevMem&& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  ~DevMem() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+struct LayerWeights {
+  DevMem input_norm;  // [hidden]
+  DevMem qkv;         // [(H + 2 Hkv) * D, hidden]
+  DevMem qkv_bias;    // [(H + 2 Hkv) * D] or empty
+  DevMem q_norm;      // [D] or empty
+  DevMem k_norm;      // [D] or empty
+  DevMem o_proj;      // [hidden, H * D]
+  DevMem post_norm;   // [hidden]
+  DevMem gate_up;     // [2 * inter, hidden]
+  DevMem down;        // [hidden, inter]
+};
+
+// Padded batch sizes that get a decode CUDA graph: 1, 2, 4, 8, then every 8 up to max_num_seqs.
+inline std::vector<int> graph_batch_sizes(int max_num_seqs) {
+  std::vector<int> sizes;
+  for (int b : {1, 2, 4, 8})
+    if (b <= max_num_seqs) sizes.push_back(b);
+  for (int b = 16; b <= max_num_seqs; b += 8) sizes.push_back(b);
+  if (sizes.empty() || sizes.back() != max_num_seqs) sizes.push_back(max_num_seqs);
+  return sizes;
+}
+
+struct CudaRunner::Impl {
+  io::ModelConfig config;
+  CudaRunnerOptions opt;
+  DType dt = DType::kBF16;
+  size_t esz = 2;
+  int hidden = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, inter = 0, vocab = 0,
+      num_layers = 0;
+  int qkv_width = 0;
+  int max_tokens = 0;  // activation rows: max(max_num_batched_tokens, max_num_seqs)
+  int max_seqs = 0;    // max_num_seqs
+  int max_blocks = 0;  // block-table columns: ceil(max_model_len / block_size)
+  int num_sms = 0;
+  cudaStream_t stream = nullptr;
+  cuda::GemmContext* gemm = nullptr;
+  CudaStartupStats stats;
+
+  // Weights.
+  DevMem embed, final_norm, lm_head,
+      inv_freq;  // [vocab, hidden], [hidden], [vocab, hidden] or empty, [D/2]
+  std::vector<LayerWeights> layers;
+
+  // Activations, sized for max_tokens rows.
+  DevMem x_hidden;              // [T, hidden] residual stream
+  DevMem x_normed;              // [T, hidden]
+  DevMem x_proj;                // [T, hidden]
+  DevMem x_qkv;                 // [T, qkv_width]
+  DevMem x_attn;                // [T, H * D]
+  DevMem x_gate_up;             // [T, 2 * inter]
+  DevMem x_act;                 // [T, inter]
+  DevMem x_rows;                // [max_seqs, hidden] normed rows that need logits
+  DevMem x_logits;              // [max_seqs, vocab]
+  DevMem attn_ws;               // split-KV partials
+  DevMem x_greedy_tokens;       // [max_seqs] int32, greedy choice per logits row
+  DevMem x_greedy_logprobs;     // [max_seqs] float
+  void* greedy_host = nullptr;  // pinned [max_seqs] int32 then [max_seqs] float
+
+  // Step inputs: one pinned host block mirrored by one device block, uploaded with one copy.
+  struct Layout {
+    size_t token_ids, positions, slots, qsl, seq_lens, tables, split_items, tile_items, rows, total;
+  } lay{};
+  DevMem ints_dev;
+  unsigned char* ints_host = nullptr;
+  void* logits_host = nullptr;  // [max_seqs, vocab] of dtype
+
+  // KV pool: [num_layers, 2, num_blocks, block_size, Hkv, D].
+  DevMem kv_pool;
+  int num_blocks = 0;
+  size_t block_bytes = 0;  // one block of one layer's K (or V)
+
+  std::map<int, cudaGraphExec_t> graphs;  // padded decode batch size -> graph
+  std::map<int, int> graph_splits;        // padded decode batch size -> its KV split count
+
+  ~Impl() {
+    for (auto& [b, g] : graphs) cudaGraphExecDestroy(g);
+    if (ints_host) cudaFreeHost(ints_host);
+    if (logits_host) cudaFreeHost(logits_host);
+    if (greedy_host) cudaFreeHost(greedy_host);
+    cuda::gemm_destroy(gemm);
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  template <typename T>
+  T* host(size_t off) {
+    return reinterpret_cast<T*>(ints_host + off);
+  }
+  template <typename T>
+  T* dev(size_t off) {
+    return reinterpret_cast<T*>(ints_dev.as<unsigned char>() + off);
+  }
+
+  void init(const models::LlamaWeights* weights);
+  void load_weights(const models::LlamaWeights* weights);
+  DevMem weight(const std::string& name, std::vector<int64_t> shape, const std::vector<float>* src);
+  void alloc_activations();
+  void profile_and_alloc_kv();
+  void capture_graphs();
+
+  // Host-side staging of one step; returns the attention plan (device pointers filled).
+  struct Staged {
+    int num_tokens = 0, num_seqs = 0;
+    cuda::AttentionPlan plan;
+  };
+  Staged stage(const std::vector<int32_t>& token_ids, const std::vector<int32_t>& positions,
+               const std::vector<int64_t>& slots, const std::vector<int32_t>& qsl,
+               const std::vector<int32_t>& seq_lens, const std::vector<const int32_t*>& tables,
+               const std::vector<int>& table_lens, int fixed_splits);
+  void upload_inputs();
+  void forward(const Staged& s, void* k_pool);
+  void compute_logits(int row_offset_in_rows, int num_rows);
+};
+
+}  // namespace pagellm::runner

@@ -1,0 +1,695 @@
+// Self-checking tests and benchmarks of pagellm's CUDA kernels against the CPU references in
+// kernel_reference.cpp. Runs on the GPU machine (no gtest, no Debian libraries there):
+//   cuda_kernel_tests [--filter SUBSTRING] [--bench]
+// Every output buffer is poisoned with NaN before the kernel runs, every input is fresh random
+// data, and NaN never passes. Exit status 0 only if every case passed.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/kernels.h"
+#include "kernel_reference.h"
+
+namespace pagellm::cuda::test {
+namespace {
+
+std::mt19937_64 g_rng(1234);
+std::string g_filter;
+int g_failed = 0, g_passed = 0;
+int g_num_sms = 132;
+
+#define CK(expr)                                                                             \
+  do {                                                                                       \
+    cudaError_t e_ = (expr);                                                                 \
+    if (e_ != cudaSuccess) {                                                                 \
+      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, \
+                   __LINE__, #expr);                                                         \
+      std::exit(2);                                                                          \
+    }                                                                                        \
+  } while (0)
+
+const char* dname(DType t) { return t == DType::kF32 ? "f32" : t == DType::kF16 ? "f16" : "bf16"; }
+size_t dsize(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+float round_to(DType t, float v) {
+  if (t == DType::kBF16) return __bfloat162float(__float2bfloat16_rn(v));
+  if (t == DType::kF16) return __half2float(__float2half_rn(v));
+  return v;
+}
+RoundFn rounder(DType t) {
+  return [t](float v) { return round_to(t, v); };
+}
+
+// Device buffer of n elements of dtype, with host float mirror helpers.
+struct DevBuf {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  DevBuf() = default;
+  explicit DevBuf(size_t b) : bytes(b) { CK(cudaMalloc(&ptr, std::max<size_t>(b, 16))); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  ~DevBuf() {
+    if (ptr) cudaFree(ptr);
+  }
+  void poison() { CK(cudaMemset(ptr, 0xff, bytes)); }  // all-ones bits: NaN in f32, f16 and bf16
+};
+
+std::vector<uint8_t> encode(DType t, const std::vector<float>& v) {
+  std::vector<uint8_t> out(v.size() * dsize(t));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (t == DType::kF32) {
+      std::memcpy(&out[i * 4], &v[i], 4);
+    } else if (t == DType::kBF16) {
+      __nv_bfloat16 b = __float2bfloat16_rn(v[i]);
+      std::memcpy(&out[i * 2], &b, 2);
+    } else {
+      __half h = __float2half_rn(v[i]);
+      std::memcpy(&out[i * 2], &h, 2);
+    }
+  }
+  return out;
+}
+
+std::vector<float> decode(DType t, const std::vector<uint8_t>& raw) {
+  std::vector<float> out(raw.size() / dsize(t));
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (t == DType::kF32) {
+      std::memcpy(&out[i], &raw[i * 4], 4);
+    } else if (t == DType::kBF16) {
+      __nv_bfloat16 b;
+      std::memcpy(&b, &raw[i * 2], 2);
+      out[i] = __bfloat162float(b);
+    } else {
+      __half h;
+      std::memcpy(&h, &raw[i * 2], 2);
+      out[i] = __half2float(h);
+    }
+  }
+  return out;
+}
+
+// Random values in [-scale, scale] rounded to dtype (so host and device hold the same numbers).
+std::vector<float> random_vec(DType t, size_t n, float scale = 1.f) {
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = round_to(t, dist(g_rng));
+  return v;
+}
+
+void upload(DevBuf& buf, DType t, const std::vector<float>& v) {
+  auto raw = encode(t, v);
+  CK(cudaMemcpy(buf.ptr, raw.data(), raw.size(), cudaMemcpyHostToDevice));
+}
+template <typename I>
+void upload_raw(DevBuf& buf, const std::vector<I>& v) {
+  CK(cudaMemcpy(buf.ptr, v.data(), v.size() * sizeof(I), cudaMemcpyHostToDevice));
+}
+std::vector<float> download(const DevBuf& buf, DType t, size_t n) {
+  std::vector<uint8_t> raw(n * dsize(t));
+  CK(cudaMemcpy(raw.data(), buf.ptr, raw.size(), cudaMemcpyDeviceToHost));
+  return decode(t, raw);
+}
+
+struct Tol {
+  double rel_l2, max_rel;  // ‖out−ref‖/‖ref‖ and max|out−ref| / max|ref|
+};
+Tol tol_for(DType t, bool attention) {
+  if (t == DType::kF32) return {2e-6, 2e-5};
+  if (t == DType::kF16) return {attention ? 2e-3 : 1e-3, attention ? 8e-3 : 4e-3};
+  return {attention ? 1.2e-2 : 8e-3, attention ? 4e-2 : 2e-2};
+}
+
+bool check(const std::string& name, const std::vector<float>& out, const std::vector<float>& ref,
+           Tol tol) {
+  double num = 0, den = 0, max_err = 0, max_ref = 0;
+  size_t nan_at = SIZE_MAX;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(out[i])) {
+      if (nan_at == SIZE_MAX) nan_at = i;
+      continue;
+    }
+    const double d = double(out[i]) - ref[i];
+    num += d * d;
+    den += double(ref[i]) * ref[i];
+    max_err = std::max(max_err, std::fabs(d));
+    max_ref = std::max(max_ref, std::fabs(double(ref[i])));
+  }
+  const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  const double mrel = max_ref > 0 ? max_err / max_ref : max_err;
+  const bool ok = nan_at == SIZE_MAX && rel <= tol.rel_l2 && mrel <= tol.max_rel;
+  if (ok) {
+    ++g_passed;
+    std::printf("  ok   %-70s rel_l2=%.2e max_rel=%.2e\n", name.c_str(), rel, mrel);
+  } else {
+    ++g_failed;
+    if (nan_at != SIZE_MAX)
+      std::printf("  FAIL %-70s non-finite output at %zu (ref %g)\n", name.c_str(), nan_at,
+                  ref[nan_at]);
+    else
+      std::printf("  FAIL %-70s rel_l2=%.2e (tol %.1e) max_rel=%.2e (tol %.1e)\n", name.c_str(),
+                  rel, tol.rel_l2, mrel, tol.max_rel);
+  }
+  return ok;
+}
+
+bool selected(const std::string& name) {
+  return g_filter.empty() || name.find(g_filter) != std::string::npos;
+}
+
+// ---- attention ---------------------------------------------------------------------------------
+
+struct AttnCase {
+  DType dtype;
+  int num_heads, num_kv_heads, head_dim, block_size;
+  std::vector<int> q_lens, ctx_lens;  // per seq; ctx includes the q_len new tokens
+  int fixed_splits = 0;
+  std::string label;
+};
+
+// Builds a paged cache with the seqs' blocks scattered randomly in a larger pool. Slots no seq owns
+// (tails of last blocks, spare blocks) hold NaN, so reading past a context shows up as NaN.
+struct PagedSetup {
+  int num_blocks = 0, max_blocks = 0, num_tokens = 0;
+  std::vector<int32_t> qsl, seq_lens, block_tables;
+  std::vector<float> q, k_cache, v_cache;
+};
+
+PagedSetup make_paged(const AttnCase& c) {
+  PagedSetup s;
+  const int num_seqs = static_cast<int>(c.q_lens.size());
+  s.qsl.assign(num_seqs + 1, 0);
+  int needed = 0;
+  for (int i = 0; i < num_seqs; ++i) {
+    s.qsl[i + 1] = s.qsl[i] + c.q_lens[i];
+    const int nb = (c.ctx_lens[i] + c.block_size - 1) / c.block_size;
+    needed += nb;
+    s.max_blocks = std::max(s.max_blocks, nb);
+  }
+  s.max_blocks =
+      std::max(s.max_blocks, 1) + 1;  // one spare column to prove tables are not over-read
+  s.num_tokens = s.qsl[num_seqs];
+  s.num_blocks = needed + needed / 8 + 2;
+  std::vector<int32_t> perm(s.num_blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), g_rng);
+  s.block_tables.assign(size_t(num_seqs) * s.max_blocks, -1);  // -1: unused entries fault if read
+  s.seq_lens = c.ctx_lens;
+  const size_t row = size_t(c.num_kv_heads) * c.head_dim;
+  const size_t pool = size_t(s.num_blocks) * c.block_size * row;
+  s.k_cache.assign(pool, NAN);
+  s.v_cache.assign(pool, NAN);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  int next = 0;
+  for (int i = 0; i < num_seqs; ++i) {
+    const int nb = (c.ctx_lens[i] + c.block_size - 1) / c.block_size;
+    for (int b = 0; b < nb; ++b) s.block_tables[size_t(i) * s.max_blocks + b] = perm[next++];
+    for (int j = 0; j < c.ctx_lens[i]; ++j) {
+      const size_t slot =
+          size_t(s.block_tables[size_t(i) * s.max_blocks + j / c.block_size]) * c.block_size +
+          j % c.block_size;
+      for (size_t e = 0; e < row; ++e) {
+        s.k_cache[slot * row + e] = round_to(c.dtype, dist(g_rng));
+        s.v_cache[slot * row + e] = round_to(c.dtype, dist(g_rng));
+      }
+    }
+  }
+  // Queries scaled so that scores spread over a few units: softmax neither flat nor one-hot.
+  s.q = random_vec(c.dtype, size_t(s.num_tokens) * c.num_heads * c.head_dim, 3.f);
+  return s;
+}
+
+struct AttnRun {
+  AttentionParams p;
+  AttentionPlanHost plan_host;
+  AttentionPlan plan;
+  DevBuf *split_items = nullptr, *tile_items = nullptr, *workspace = nullptr;
+};
+
+void test_attention(const AttnCase& c) {
+  const int num_seqs = static_cast<int>(c.q_lens.size());
+  char name[256];
+  std::snprintf(name, sizeof name, "attention %s H=%d/%d D=%d bs=%d seqs=%d %s%s", dname(c.dtype),
+                c.num_heads, c.num_kv_heads, c.head_dim, c.block_size, num_seqs, c.label.c_str(),
+                c.fixed_splits ? (" splits=" + std::to_string(c.fixed_splits)).c_str() : "");
+  if (!selected(name)) return;
+  PagedSetup s = make_paged(c);
+  const size_t out_n = size_t(s.num_tokens) * c.num_heads * c.head_dim;
+  DevBuf q(s.q.size() * dsize(c.dtype)), kc(s.k_cache.size() * dsize(c.dtype)),
+      vc(s.v_cache.size() * dsize(c.dtype)), out(out_n * dsize(c.dtype));
+  DevBuf qsl(s.qsl.size() * 4), sl(s.seq_lens.size() * 4), bt(s.block_tables.size() * 4);
+  upload(q, c.dtype, s.q);
+  upload(kc, c.dtype, s.k_cache);
+  upload(vc, c.dtype, s.v_cache);
+  upload_raw(qsl, s.qsl);
+  upload_raw(sl, s.seq_lens);
+  upload_raw(bt, s.block_tables);
+  out.poison();
+
+  AttentionParams p;
+  p.dtype = c.dtype;
+  p.q = q.ptr;
+  p.k_cache = kc.ptr;
+  p.v_cache = vc.ptr;
+  p.out = out.ptr;
+  p.query_start_loc = static_cast<int32_t*>(qsl.ptr);
+  p.seq_lens = static_cast<int32_t*>(sl.ptr);
+  p.block_tables = static_cast<int32_t*>(bt.ptr);
+  p.num_seqs = num_seqs;
+  p.num_tokens = s.num_tokens;
+  p.num_heads = c.num_heads;
+  p.num_kv_heads = c.num_kv_heads;
+  p.head_dim = c.head_dim;
+  p.block_size = c.block_size;
+  p.max_blocks_per_seq = s.max_blocks;
+  p.scale = 1.f / std::sqrt(float(c.head_dim));
+  AttentionPlanHost ph;
+  CK(plan_attention(p, s.qsl.data(), s.seq_lens.data(), g_num_sms, c.fixed_splits, &ph));
+  DevBuf si(ph.split_items.size() * 4), ti(ph.tile_items.size() * 4), ws(ph.workspace_bytes);
+  upload_raw(si, ph.split_items);
+  upload_raw(ti, ph.tile_items);
+  AttentionPlan plan;
+  plan.split_items = static_cast<int32_t*>(si.ptr);
+  plan.num_split_items = static_cast<int>(ph.split_items.size() / 2);
+  plan.num_splits = ph.num_splits;
+  plan.tile_items = static_cast<int32_t*>(ti.ptr);
+  plan.num_tile_items = static_cast<int>(ph.tile_items.size() / 2);
+  CK(run_attention(p, plan, ws.ptr, nullptr));
+  CK(cudaDeviceSynchronize());
+  std::vector<float> got = download(out, c.dtype, out_n);
+
+  RefAttention r{s.q.data(),        s.k_cache.data(),
+                 s.v_cache.data(),  s.qsl.data(),
+                 s.seq_lens.data(), s.block_tables.data(),
+                 num_seqs,          s.num_tokens,
+                 c.num_heads,       c.num_kv_heads,
+                 c.head_dim,        c.block_size,
+                 s.max_blocks,      p.scale};
+  std::vector<float> ref(out_n);
+  ref_attention(r, ref.data());
+  std::string full = std::string(name) + " [split items " + std::to_string(plan.num_split_items) +
+                     " x" + std::to_string(plan.num_splits) + ", tiles " +
+                     std::to_string(plan.num_tile_items) + "]";
+  check(full, got, ref, tol_for(c.dtype, true));
+}
+
+std::vector<int> pick(std::initializer_list<int> choices, int n) {
+  std::vector<int> c(choices), out(n);
+  std::uniform_int_distribution<size_t> d(0, c.size() - 1);
+  for (auto& x : out) x = c[d(g_rng)];
+  return out;
+}
+
+void attention_suite() {
+  std::printf("== attention\n");
+  const DType dtypes[] = {DType::kBF16, DType::kF16, DType::kF32};
+  struct Heads {
+    int h, kv;
+  };
+  const Heads heads[] = {{8, 8}, {16, 4}, {32, 4}};
+  // Decode: context lengths across block boundaries, batch sizes 1..256; GQA decode in bf16 / f16
+  // also through the CUDA-core kernel (the default is tensor cores).
+  attention_set_decode_tensor_cores(false);
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    for (int d : {64, 128}) {
+      for (int batch : {1, 64}) {
+        test_attention({t, 32, 4, d, 16, std::vector<int>(batch, 1),
+                        pick({1, 15, 16, 17, 33, 1000}, batch), 0, "decode cuda-cores"});
+      }
+    }
+  }
+  attention_set_decode_tensor_cores(true);
+  for (DType t : dtypes) {
+    for (int d : {8, 64, 128}) {
+      for (Heads hd : heads) {
+        for (int bs : {16, 32}) {
+          for (int batch : {1, 7, 64}) {
+            AttnCase c{t,
+                       hd.h,
+                       hd.kv,
+                       d,
+                       bs,
+                       std::vector<int>(batch, 1),
+                       pick({1, 15, 16, 17, 33, 1000}, batch),
+                       0,
+                       "decode"};
+            test_attention(c);
+          }
+        }
+      }
+    }
+  }
+  for (DType t : dtypes) {
+    test_attention({t, 32, 8, 128, 16, std::vector<int>(256, 1),
+                    pick({1, 15, 16, 17, 200, 1000}, 256), 0, "decode b256"});
+    test_attention({t, 8, 1, 64, 16, {1, 1}, {8191, 4000}, 0, "decode ctx8191 G8"});
+    test_attention({t, 16, 4, 128, 32, {1, 1, 1}, {8191, 17, 1}, 0, "decode ctx8191"});
+    test_attention({t, 16, 4, 128, 16, {1, 1, 1}, {1, 17, 100}, 64, "decode empty splits"});
+    test_attention({t, 8, 4, 8, 16, {1, 1, 1, 1}, {1, 15, 16, 256}, 0, "decode stories-shape"});
+    test_attention({t, 12, 12, 96, 16, {1, 1}, {300, 31}, 0, "decode generic D96"});
+    test_attention({t, 32, 2, 128, 16, {1, 1, 1}, {3000, 64, 65}, 0, "decode G16"});
+    test_attention({t, 8, 4, 64, 32, {1, 1, 1, 1, 1}, {1, 2, 63, 64, 6000}, 0, "decode G2"});
+  }
+  // Prefill and chunked prefill (cached prefix + new tokens), mixed with decode tokens.
+  for (DType t : dtypes) {
+    for (int d : {8, 64, 128}) {
+      for (Heads hd : heads) {
+        for (int bs : {16, 32}) {
+          test_attention({t,
+                          hd.h,
+                          hd.kv,
+                          d,
+                          bs,
+                          {1, 17, 64, 65, 100, 37, 1},
+                          {1, 17, 64, 65, 116, 1037, 33},
+                          0,
+                          "prefill+chunked+decode"});
+        }
+      }
+    }
+    test_attention({t, 8, 2, 128, 16, {512}, {8191}, 0, "chunk 512 after 7679 cached"});
+    test_attention({t, 8, 8, 64, 32, {1000, 300}, {1000, 2300}, 0, "prefill 1000 + chunk 300"});
+    test_attention({t, 32, 4, 128, 16, {130, 1, 2, 3}, {130, 5000, 2, 50}, 0, "mixed small q"});
+  }
+}
+
+// ---- elementwise kernels
+// -------------------------------------------------------------------------
+
+void test_embedding(DType t, int num_tokens, int hidden, int vocab) {
+  char name[128];
+  std::snprintf(name, sizeof name, "embedding %s tokens=%d hidden=%d", dname(t), num_tokens,
+                hidden);
+  if (!selected(name)) return;
+  std::vector<float> table = random_vec(t, size_t(vocab) * hidden);
+  std::vector<int32_t> ids(num_tokens);
+  std::uniform_int_distribution<int> d(0, vocab - 1);
+  for (auto& i : ids) i = d(g_rng);
+  ids[0] = vocab;  // out of range: zero row
+  DevBuf tb(table.size() * dsize(t)), ib(ids.size() * 4),
+      ob(size_t(num_tokens) * hidden * dsize(t));
+  upload(tb, t, table);
+  upload_raw(ib, ids);
+  ob.poison();
+  EmbeddingParams p{t, static_cast<int32_t*>(ib.ptr), tb.ptr, ob.ptr, num_tokens, hidden, vocab};
+  CK(embedding(p, nullptr));
+  CK(cudaDeviceSynchronize());
+  std::vector<float> ref(size_t(num_tokens) * hidden, 0.f);
+  for (int i = 1; i < num_tokens; ++i)
+    std::copy_n(&table[size_t(ids[i]) * hidden], hidden, &ref[size_t(i) * hidden]);
+  check(name, download(ob, t, ref.size()), ref, {0, 0});
+}
+
+void test_rms_norm(DType t, int rows, int hidden, bool with_residual) {
+  char name[128];
+  std::snprintf(name, sizeof name, "rms_norm %s rows=%d hidden=%d%s", dname(t), rows, hidden,
+                with_residual ? " +residual" : "");
+  if (!selected(name)) return;
+  std::vector<float> x = random_vec(t, size_t(rows) * hidden, 2.f),
+                     res = random_vec(t, x.size(), 2.f), w = random_vec(t, hidden);
+  DevBuf xb(x.size() * dsize(t)), rb(x.size() * dsize(t)), wb(w.size() * dsize(t)),
+      ob(x.size() * dsize(t));
+  upload(xb, t, x);
+  upload(rb, t, res);
+  upload(wb, t, w);
+  ob.poison();
+  RmsNormParams p{t, xb.ptr, with_residual ? rb.ptr : nullptr, wb.ptr, ob.ptr, rows, hidden, 1e-5f};
+  CK(rms_norm(p, nullptr));
+  CK(cudaDeviceSynchronize());
+  std::vector<float> ref(x.size());
+  ref_rms_norm(x.data(), with_residual ? res.data() : nullptr, w.data(), ref.data(), rows, hidden,
+               1e-5f, rounder(t));
+  check(name, download(ob, t, x.size()), ref, tol_for(t, false));
+  if (with_residual)
+    check(std::string(name) + " (residual out)", download(rb, t, x.size()), res, {0, 0});
+}
+
+void test_rope(DType t, int tokens, int heads, int kv_heads, int d, RopeScalingSpec sc,
+               const char* label) {
+  char name[128];
+  std::snprintf(name, sizeof name, "rope %s tokens=%d H=%d/%d D=%d %s", dname(t), tokens, heads,
+                kv_heads, d, label);
+  if (!selected(name)) return;
+  std::vector<float> q = random_vec(t, size_t(tokens) * heads * d),
+                     k = random_vec(t, size_t(tokens) * kv_heads * d);
+  std::vector<int32_t> pos(tokens);
+  std::uniform_int_distribution<int> dp(0, 131071);
+  for (auto& x : pos) x = dp(g_rng);
+  pos[0] = 0;
+  std::vector<float> inv(d / 2);
+  rope_inv_freq(d, 500000.0, sc, inv.data());
+  DevBuf qb(q.size() * dsize(t)), kb(k.size() * dsize(t)), pb(pos.size() * 4), fb(inv.size() * 4);
+  upload(qb, t, q);
+  upload(kb, t, k);
+  upload_raw(pb, pos);
+  upload_raw(fb, inv);
+  RopeParams p;
+  p.dtype = t;
+  p.q = qb.ptr;
+  p.k = kb.ptr;
+  p.positions = static_cast<int32_t*>(pb.ptr);
+  p.inv_freq = static_cast<float*>(fb.ptr);
+  p.num_tokens = tokens;
+  p.num_heads = heads;
+  p.num_kv_heads = kv_heads;
+  p.head_dim = d;
+  CK(rope(p, nullptr));
+  CK(cudaDeviceSynchronize());
+  ref_rope(q.data(), k.data(), pos.data(), inv.data(), tokens, heads, kv_heads, d, rounder(t));
+  // Device cosf/sinf may differ from the double reference by an ulp at large angles.
+  Tol tol = t == DType::kF32 ? Tol{1e-5, 1e-4} : tol_for(t, false);
+  check(std::string(name) + " q", download(qb, t, q.size()), q, tol);
+  check(std::string(name) + " k", download(kb, t, k.size()), k, tol);
+}
+
+void test_silu(DType t, int tokens, int inner) {
+  char name[128];
+  std::snprintf(name, sizeof name, "silu_and_mul %s tokens=%d inner=%d", dname(t), tokens, inner);
+  if (!selected(name)) return;
+  std::vector<float> x = random_vec(t, size_t(tokens) * 2 * inner, 4.f);
+  DevBuf xb(x.size() * dsize(t)), ob(size_t(tokens) * inner * dsize(t));
+  upload(xb, t, x);
+  ob.poison();
+  CK(silu_and_mul({t, xb.ptr, ob.ptr, tokens, inner}, nullptr));
+  CK(cudaDeviceSynchronize());
+  std::vector<float> ref(size_t(tokens) * inner);
+  ref_silu_and_mul(x.data(), ref.data(), tokens, inner, rounder(t));
+  check(name, download(ob, t, ref.size()), ref, tol_for(t, false));
+}
+
+void test_kv_write(DType t, int tokens, int kv_heads, int d, int block_size) {
+  char name[128];
+  std::snprintf(name, sizeof name, "write_kv_cache %s tokens=%d Hkv=%d D=%d bs=%d", dname(t),
+                tokens, kv_heads, d, block_size);
+  if (!selected(name)) return;
+  const int num_blocks = (tokens + block_size - 1) / block_size + 3;
+  const size_t row = size_t(kv_heads) * d, slots = size_t(num_blocks) * block_size;
+  std::vector<float> k = random_vec(t, tokens * row), v = random_vec(t, tokens * row);
+  std::vector<float> kc = random_vec(t, slots * row), vc = random_vec(t, slots * row);
+  std::vector<int64_t> slot(slots);
+  std::iota(slot.begin(), slot.end(), 0);
+  std::shuffle(slot.begin(), slot.end(), g_rng);
+  slot.resize(tokens);
+  slot[tokens / 2] = -1;  // padding token: skipped
+  DevBuf kb(k.size() * dsize(t)), vb(v.size() * dsize(t)), kcb(kc.size() * dsize(t)),
+      vcb(vc.size() * dsize(t)), sb(slot.size() * 8);
+  upload(kb, t, k);
+  upload(vb, t, v);
+  upload(kcb, t, kc);
+  upload(vcb, t, vc);
+  upload_raw(sb, slot);
+  KvCacheWriteParams p;
+  p.dtype = t;
+  p.key = kb.ptr;
+  p.value = vb.ptr;
+  p.k_cache = kcb.ptr;
+  p.v_cache = vcb.ptr;
+  p.slot_mapping = static_cast<int64_t*>(sb.ptr);
+  p.num_tokens = tokens;
+  p.num_kv_heads = kv_heads;
+  p.head_dim = d;
+  p.num_slots = int64_t(slots);
+  CK(write_kv_cache(p, nullptr));
+  CK(cudaDeviceSynchronize());
+  for (int i = 0; i < tokens; ++i) {
+    if (slot[i] < 0) continue;
+    std::copy_n(&k[i * row], row, &kc[slot[i] * row]);
+    std::copy_n(&v[i * row], row, &vc[slot[i] * row]);
+  }
+  check(std::string(name) + " K", download(kcb, t, kc.size()), kc, {0, 0});
+  check(std::string(name) + " V", download(vcb, t, vc.size()), vc, {0, 0});
+}
+
+void test_gemm(GemmContext* ctx, DType t, int m, int n, int k, bool accumulate, bool bias,
+               bool gemv) {
+  char name[128];
+  std::snprintf(name, sizeof name, "gemm %s m=%d n=%d k=%d%s%s%s", dname(t), m, n, k,
+                accumulate ? " +acc" : "", bias ? " +bias" : "", gemv ? "" : " (cuBLASLt only)");
+  if (!selected(name)) return;
+  std::vector<float> x = random_vec(t, size_t(m) * k), w = random_vec(t, size_t(n) * k),
+                     y = random_vec(t, size_t(m) * n);
+  std::vector<float> b = random_vec(t, size_t(n));
+  DevBuf xb(x.size() * dsize(t)), wb(w.size() * dsize(t)), yb(y.size() * dsize(t)),
+      bb(b.size() * dsize(t));
+  upload(xb, t, x);
+  upload(wb, t, w);
+  upload(bb, t, b);
+  if (accumulate)
+    upload(yb, t, y);
+  else
+    yb.poison();
+  gemm_set_use_gemv(ctx, gemv);
+  CK(gemm(ctx, {t, xb.ptr, wb.ptr, yb.ptr, m, n, k, accumulate, bias ? bb.ptr : nullptr}, nullptr));
+  CK(cudaDeviceSynchronize());
+  gemm_set_use_gemv(ctx, true);
+  ref_gemm(x.data(), w.data(), y.data(), m, n, k, accumulate);
+  if (bias)
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) y[size_t(i) * n + j] += b[size_t(j)];
+  check(name, download(yb, t, y.size()), y, t == DType::kF32 ? Tol{1e-5, 1e-4} : tol_for(t, false));
+}
+
+// Greedy rows with ties at the maximum, NaN and ±inf entries, and one row of all -inf.
+void test_greedy(DType t, int rows, int vocab) {
+  char name[128];
+  std::snprintf(name, sizeof name, "greedy_sample %s rows=%d vocab=%d", dname(t), rows, vocab);
+  if (!selected(name)) return;
+  std::vector<float> x = random_vec(t, size_t(rows) * vocab, 8.f);
+  std::uniform_int_distribution<int> col(0, vocab - 1);
+  for (int r = 0; r < rows; ++r) {
+    float* row = &x[size_t(r) * vocab];
+    const int a = col(g_rng), b = col(g_rng);
+    row[a] = row[b] = 9.f;                       // a tie: the lower id must win
+    row[col(g_rng)] = NAN;                       // NaN counts as -inf
+    if (r % 3 == 1) row[col(g_rng)] = INFINITY;  // +inf counts as the largest float
+    if (r % 3 == 2) row[col(g_rng)] = -INFINITY;
+  }
+  if (rows > 3) std::fill_n(&x[size_t(3) * vocab], vocab, -INFINITY);
+  DevBuf xb(x.size() * dsize(t)), tb(size_t(rows) * 4), lb(size_t(rows) * 4);
+  upload(xb, t, x);
+  tb.poison();
+  lb.poison();
+  CK(greedy_sample(
+      {t, xb.ptr, rows, vocab, static_cast<int32_t*>(tb.ptr), static_cast<float*>(lb.ptr)},
+      nullptr));
+  CK(cudaDeviceSynchronize());
+  std::vector<int32_t> tok(rows);
+  std::vector<float> lp(rows);
+  CK(cudaMemcpy(tok.data(), tb.ptr, size_t(rows) * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(lp.data(), lb.ptr, size_t(rows) * 4, cudaMemcpyDeviceToHost));
+  int bad = 0;
+  double max_err = 0;
+  for (int r = 0; r < rows; ++r) {
+    const float* row = &x[size_t(r) * vocab];
+    auto clean = [](float v) { return v != v ? -INFINITY : v > 3.4028235e38f ? 3.4028235e38f : v; };
+    float best = -INFINITY;
+    int best_id = -1;
+    for (int i = 0; i < vocab; ++i)
+      if (clean(row[i]) > best) best = clean(row[i]), best_id = i;
+    if (best_id < 0) {
+      bad += tok[r] != -1;
+      continue;
+    }
+    double sum = 0;
+    for (int i = 0; i < vocab; ++i) sum += std::exp(double(clean(row[i])) - best);
+    const double ref_lp = -std::log(sum);
+    bad += tok[r] != best_id || !std::isfinite(lp[r]);
+    max_err = std::max(max_err, std::fabs(lp[r] - ref_lp));
+  }
+  const bool ok = bad == 0 && max_err < 1e-4;
+  (ok ? g_passed : g_failed) += 1;
+  std::printf("  %s %-70s wrong tokens %d, max logprob error %.2e\n", ok ? "ok  " : "FAIL", name,
+              bad, max_err);
+}
+
+void elementwise_suite() {
+  std::printf("== elementwise, cache write, gemm\n");
+  for (DType t : {DType::kBF16, DType::kF16, DType::kF32}) {
+    test_embedding(t, 37, 4096, 1000);
+    test_embedding(t, 5, 66, 300);
+    for (int hidden : {4096, 64, 8, 100}) {
+      test_rms_norm(t, 33, hidden, false);
+      test_rms_norm(t, 33, hidden, true);
+    }
+    RopeScalingSpec none, linear{RopeScalingType::kLinear, 4.0, 1.0, 4.0, 8192},
+        llama3{RopeScalingType::kLlama3, 8.0, 1.0, 4.0, 8192};
+    test_rope(t, 19, 32, 8, 128, none, "none");
+    test_rope(t, 19, 32, 8, 128, llama3, "llama3");
+    test_rope(t, 7, 8, 4, 8, linear, "linear");
+    test_rope(t, 7, 16, 16, 64, llama3, "llama3");
+    test_silu(t, 9, 14336);
+    test_silu(t, 3, 100);
+    for (int bs : {16, 32}) {
+      test_kv_write(t, 77, 8, 128, bs);
+      test_kv_write(t, 5, 4, 8, bs);
+    }
+  }
+  for (DType t : {DType::kBF16, DType::kF16, DType::kF32}) {
+    test_greedy(t, 7, 128256);
+    test_greedy(t, 64, 1000);
+    test_greedy(t, 5, 3);
+  }
+  cudaError_t err;
+  GemmContext* ctx = gemm_create(32 << 20, &err);
+  CK(err);
+  for (DType t : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (bool gemv : {true, false}) {
+      test_gemm(ctx, t, 1, 1024, 4096, false, false, gemv);
+      test_gemm(ctx, t, 3, 1000, 1000, true, true, gemv);
+      test_gemm(ctx, t, 7, 512, 64, false, true, gemv);
+      test_gemm(ctx, t, 8, 258, 176, false, false, gemv);
+      test_gemm(ctx, t, 300, 768, 1024, false, false, gemv);
+      test_gemm(ctx, t, 33, 256, 512, true, true, gemv);
+    }
+  }
+  gemm_destroy(ctx);
+}
+
+}  // namespace
+
+void bench_main();  // kernel_bench.cpp
+
+}  // namespace pagellm::cuda::test
+
+int main(int argc, char** argv) {
+  using namespace pagellm::cuda::test;
+  bool bench = false, tests = true;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--filter" && i + 1 < argc)
+      g_filter = argv[++i];
+    else if (a == "--bench")
+      bench = true;
+    else if (a == "--bench-only") {
+      bench = true;
+      tests = false;
+    } else {
+      std::fprintf(stderr, "usage: %s [--filter SUBSTRING] [--bench | --bench-only]\n", argv[0]);
+      return 2;
+    }
+  }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // logs survive a timeout
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  g_num_sms = prop.multiProcessorCount;
+  std::printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor, g_num_sms);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (tests) {
+    elementwise_suite();
+    attention_suite();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("kernel tests: %d passed, %d failed (%.1f s)\n", g_passed, g_failed, secs);
+  }
+  if (bench) bench_main();
+  return g_failed == 0 ? 0 : 1;
+}
