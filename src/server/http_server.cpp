@@ -218,6 +218,11 @@ void Session::read_request() {
 void Session::on_header(beast::error_code ec) {
   if (state_ == State::kClosed) return;
   if (ec == http::error::header_limit) return reject(431, "request headers are too large", false);
+  if (ec == http::error::body_limit) {
+    // Beast checks Content-Length against the limit as soon as the header is parsed.
+    return reject(413, "request body exceeds the limit of " + std::to_string(server_.options.max_body_bytes) + " bytes",
+                  true);
+  }
   if (is_malformed(ec)) return reject(400, std::string("malformed HTTP request: ") + ec.message(), false);
   if (ec) return close();  // EOF between requests, idle timeout, or a socket error: nothing to answer
   const auto& req = parser_->get();
