@@ -13,6 +13,7 @@ PACKAGES=(
   clang libclang-rt-14-dev            # libFuzzer targets
   nlohmann-json3-dev                  # JSON (config.json, tokenizer.json, OpenAI protocol)
   libpcre2-dev                        # tokenizer pre-tokenizer regexes (Unicode classes, lookahead)
+  libicu-dev                          # tokenizer Unicode normalization (NFC) and character classes
   libboost-dev                        # Boost.Asio / Beast for the HTTP server (header-only)
   libcli11-dev                        # command-line parsing
   libxxhash-dev                       # prefix-cache block hashes

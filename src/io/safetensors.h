@@ -1,6 +1,7 @@
 // Memory-mapped safetensors checkpoints: one file or shards listed in model.safetensors.index.json.
-// The header is validated completely before any tensor is used: JSON shape, dtypes, shapes, and data
-// offsets (inside the file, matching the shape, not overlapping). Errors name the file and the tensor.
+// The header is validated completely before any tensor is used: JSON shape, dtypes, shapes, and
+// data offsets (inside the file, matching the shape, not overlapping). Errors name the file and the
+// tensor.
 #pragma once
 
 #include <cstdint>
@@ -41,8 +42,10 @@ class WeightStore {
   static WeightStore open(const std::filesystem::path& model_dir);
 
   const TensorView* find(std::string_view name) const;
-  // Throws "missing tensor NAME" naming the folder.
+  // Throws "FILE: missing tensor NAME" naming the checkpoint file (or the shard index).
   const TensorView& get(std::string_view name) const;
+  // The checkpoint's file for error messages: model.safetensors, or the shard index when sharded.
+  std::string source() const;
   std::vector<std::string> names() const;
   const std::filesystem::path& dir() const { return dir_; }
 

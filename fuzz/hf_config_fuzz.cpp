@@ -1,0 +1,27 @@
+// libFuzzer target: config.json and generation_config.json parsing must reject any input with
+// pagellm::Error, never crash or hang; an accepted config satisfies the invariants the model relies
+// on.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "common/error.h"
+#include "io/hf_config.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  try {
+    const auto c = pagellm::io::parse_model_config(text, "fuzz/config.json");
+    if (c.hidden_size <= 0 || c.num_key_value_heads <= 0 ||
+        c.num_attention_heads % c.num_key_value_heads != 0 || c.head_dim <= 0 ||
+        c.head_dim % 2 != 0 || c.vocab_size <= 0)
+      std::abort();
+  } catch (const pagellm::Error&) {
+  }
+  try {
+    pagellm::io::parse_generation_config(text, "fuzz/generation_config.json");
+  } catch (const pagellm::Error&) {
+  }
+  return 0;
+}

@@ -1,0 +1,77 @@
+// fp32 CPU kernels for the Llama-family forward pass. Every kernel is batch-invariant: each output
+// element is reduced in one fixed order that depends only on the sizes of the model, never on how
+// many tokens or sequences share the call or how the work is split over threads. Threads come from
+// pagellm::ThreadPool::global(); tiny problems stay on the calling thread.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "io/hf_config.h"
+
+namespace pagellm::cpu {
+
+// out[t, o] = sum_i x[t, i] * w[o, i] (+ bias[o]).  x [num_tokens, in], w [out_features, in],
+// bias [out_features] or null, out [num_tokens, out_features].
+void matmul(const float* x, const float* w, const float* bias, float* out, int64_t num_tokens,
+            int64_t in, int64_t out_features);
+
+// The reference dot product of matmul, exposed for tests: one fixed 8-lane reduction order.
+float dot(const float* a, const float* b, int64_t n);
+
+// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight.  x, out [num_rows, dim] (may alias), weight
+// [dim].
+void rms_norm(const float* x, const float* weight, float* out, int64_t num_rows, int64_t dim,
+              float eps);
+
+// out[t] = table[ids[t]].  table [vocab, dim], out [num_tokens, dim]. ids must be < vocab.
+void embedding(const int32_t* ids, const float* table, float* out, int64_t num_tokens, int64_t dim);
+
+// Rotary inverse frequencies [head_dim / 2] exactly as Hugging Face computes them (default, linear,
+// llama3), in fp32.
+std::vector<float> rope_inv_freq(const io::RopeScaling& scaling, double theta, int64_t head_dim);
+
+// Rotates x in place with HF's rotate-half layout: pairs (i, i + head_dim/2) of each head.
+// x [num_tokens, row_stride] whose first num_heads * head_dim entries are the heads; positions
+// [num_tokens].
+void apply_rope(float* x, int64_t row_stride, const int32_t* positions, int64_t num_tokens,
+                int64_t num_heads, int64_t head_dim, const float* inv_freq);
+
+// out[t, i] = silu(gate_up[t, i]) * gate_up[t, inter + i].  gate_up [num_tokens, 2 * inter],
+// out [num_tokens, inter].
+void silu_mul(const float* gate_up, float* out, int64_t num_tokens, int64_t inter);
+
+// dst[t] += src[t] elementwise over n floats.
+void add_inplace(float* dst, const float* src, int64_t n);
+
+// One layer's paged KV cache: k and v each [num_blocks, block_size, num_kv_heads, head_dim].
+struct KvLayerView {
+  float* k = nullptr;
+  float* v = nullptr;
+  int64_t block_size = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
+// Writes new tokens' K/V into their slots.  k, v [num_tokens, row_stride] (heads first in each
+// row), slots [num_tokens] = block * block_size + offset.
+void write_kv(const KvLayerView& cache, const float* k, const float* v, int64_t row_stride,
+              const int64_t* slots, int64_t num_tokens);
+
+// A sequence's rows in the flattened batch and its KV blocks.
+struct AttentionSeq {
+  int64_t token_begin = 0;               // first row of the seq in q / out
+  int64_t num_tokens = 0;                // rows of the seq this step
+  int64_t num_computed = 0;              // position of the first row (cached prefix length)
+  std::span<const int32_t> block_table;  // [>= ceil((num_computed + num_tokens) / block_size)]
+};
+
+// Causal GQA attention over the paged cache (which already holds this step's K/V): the row at
+// position p attends to positions [0, p] of its seq.  q [num_tokens, q_stride] (heads first),
+// out [num_tokens, num_heads * head_dim].
+void paged_attention(const KvLayerView& cache, const float* q, int64_t q_stride,
+                     std::span<const AttentionSeq> seqs, int64_t num_heads, float scale,
+                     float* out);
+
+}  // namespace pagellm::cpu

@@ -1,0 +1,334 @@
+#include "io/hf_config.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+
+namespace pagellm::io {
+
+namespace {
+
+using nlohmann::json;
+
+// Upper bounds that keep every derived size (weights, KV cache, RoPE tables) far from int64
+// overflow. They are generous for real checkpoints: the largest public models stay well inside
+// them.
+constexpr int64_t kMaxDim = int64_t{1} << 20;
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxPositions = int64_t{1} << 26;
+
+// nlohmann messages are single-line already; this guards the one-line promise anyway.
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+json parse_json_object(const std::string& text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    invalid_argument(source + ": invalid JSON: " + one_line(e.what()));
+  }
+  if (!j.is_object()) invalid_argument(source + ": expected a JSON object at the top level");
+  return j;
+}
+
+// Readers for optional fields: a missing or null field yields the default; a present field of the
+// wrong type is an error naming the field.
+class FieldReader {
+ public:
+  FieldReader(const json& j, const std::string& source) : j_(j), source_(source) {}
+
+  bool has(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+
+  int64_t integer(const char* key, int64_t def) const {
+    if (!has(key)) return def;
+    const json& v = j_.at(key);
+    if (v.is_number_integer()) return v.get<int64_t>();
+    // Some exporters write integral values as floats (e.g. 128.0).
+    if (v.is_number_float()) {
+      const double d = v.get<double>();
+      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15)
+        return static_cast<int64_t>(d);
+    }
+    fail(key, "an integer");
+  }
+
+  double number(const char* key, double def) const {
+    if (!has(key)) return def;
+    const json& v = j_.at(key);
+    if (!v.is_number()) fail(key, "a number");
+    const double d = v.get<double>();
+    if (!std::isfinite(d)) fail(key, "a finite number");
+    return d;
+  }
+
+  bool boolean(const char* key, bool def) const {
+    if (!has(key)) return def;
+    if (!j_.at(key).is_boolean()) fail(key, "true or false");
+    return j_.at(key).get<bool>();
+  }
+
+  std::string string(const char* key, const std::string& def) const {
+    if (!has(key)) return def;
+    if (!j_.at(key).is_string()) fail(key, "a string");
+    return j_.at(key).get<std::string>();
+  }
+
+  // eos_token_id: an int or a list of ints.
+  std::vector<int64_t> id_list(const char* key) const {
+    std::vector<int64_t> ids;
+    if (!has(key)) return ids;
+    const json& v = j_.at(key);
+    auto take = [&](const json& e) {
+      if (!e.is_number_integer() || e.get<int64_t>() < 0)
+        fail(key, "a non-negative integer or a list of them");
+      ids.push_back(e.get<int64_t>());
+    };
+    if (v.is_array()) {
+      for (const json& e : v) take(e);
+    } else {
+      take(v);
+    }
+    return ids;
+  }
+
+  [[noreturn]] void fail(const char* key, const char* expected) const {
+    invalid_argument(source_ + ": field '" + key + "' must be " + expected);
+  }
+
+ private:
+  const json& j_;
+  const std::string& source_;
+};
+
+void check_range(const std::string& source, const char* field, int64_t value, int64_t lo,
+                 int64_t hi) {
+  if (value < lo || value > hi)
+    invalid_argument(source + ": field '" + field + "' = " + std::to_string(value) +
+                     " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+struct ArchInfo {
+  const char* architecture;
+  const char* model_type;
+};
+constexpr ArchInfo kArchitectures[] = {
+    {"LlamaForCausalLM", "llama"},
+    {"MistralForCausalLM", "mistral"},
+    {"Qwen2ForCausalLM", "qwen2"},
+    {"Qwen3ForCausalLM", "qwen3"},
+};
+
+void read_architecture(const json& j, const FieldReader& f, const std::string& source,
+                       ModelConfig& c) {
+  std::string arch;
+  if (j.contains("architectures") && !j.at("architectures").is_null()) {
+    const json& a = j.at("architectures");
+    if (!a.is_array() || a.empty() || !a.at(0).is_string())
+      f.fail("architectures", "a non-empty list of strings");
+    arch = a.at(0).get<std::string>();
+  }
+  const std::string model_type = f.string("model_type", "");
+  for (const auto& info : kArchitectures) {
+    if (arch == info.architecture || (arch.empty() && model_type == info.model_type)) {
+      c.architecture = info.architecture;
+      c.model_type = info.model_type;
+      return;
+    }
+  }
+  if (arch.empty() && model_type.empty())
+    invalid_argument(source + ": neither 'architectures' nor 'model_type' is set");
+  unsupported(
+      source + ": unsupported architecture '" + (arch.empty() ? model_type : arch) +
+      "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+}
+
+// rope_scaling (transformers 4.x) or rope_parameters (5.x, which also carries rope_theta).
+void read_rope(const json& j, const FieldReader& f, const std::string& source, ModelConfig& c) {
+  c.rope_theta = f.number("rope_theta", 10000.0);
+  const char* key = nullptr;
+  for (const char* k : {"rope_scaling", "rope_parameters"})
+    if (f.has(k)) key = k;
+  if (key == nullptr) return;
+  const json& r = j.at(key);
+  if (!r.is_object()) f.fail(key, "an object or null");
+  const std::string rsource = source + ": " + key;
+  FieldReader rf(r, rsource);
+  if (rf.has("rope_theta")) c.rope_theta = rf.number("rope_theta", c.rope_theta);
+  const std::string type = rf.string("rope_type", rf.string("type", "default"));
+  RopeScaling& s = c.rope_scaling;
+  if (type == "default") {
+    s.type = RopeScaling::Type::kNone;
+    return;
+  }
+  if (type != "linear" && type != "llama3")
+    unsupported(rsource + ": rope type '" + type +
+                "' is not supported (supported: default, linear, llama3)");
+  s.factor = rf.number("factor", 1.0);
+  if (!(s.factor > 0.0)) invalid_argument(rsource + ": field 'factor' must be positive");
+  if (type == "linear") {
+    s.type = RopeScaling::Type::kLinear;
+    return;
+  }
+  s.type = RopeScaling::Type::kLlama3;
+  s.low_freq_factor = rf.number("low_freq_factor", 1.0);
+  s.high_freq_factor = rf.number("high_freq_factor", 4.0);
+  s.original_max_position_embeddings = rf.integer("original_max_position_embeddings", 8192);
+  if (!(s.low_freq_factor > 0.0) || !(s.high_freq_factor > s.low_freq_factor))
+    invalid_argument(rsource + ": llama3 needs 0 < low_freq_factor < high_freq_factor");
+  check_range(rsource, "original_max_position_embeddings", s.original_max_position_embeddings, 1,
+              kMaxPositions);
+}
+
+// We implement full attention only; a window that can actually cut the context is refused.
+void check_sliding_window(const json& j, const FieldReader& f, const std::string& source,
+                          const ModelConfig& c) {
+  if (!f.has("sliding_window")) return;
+  const int64_t window = f.integer("sliding_window", 0);
+  const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
+  bool sliding_layers = false;  // transformers 5 lists per-layer attention kinds
+  if (f.has("layer_types") && j.at("layer_types").is_array())
+    for (const json& t : j.at("layer_types"))
+      sliding_layers |= t.is_string() && t.get<std::string>() == "sliding_attention";
+  if (qwen && !f.boolean("use_sliding_window", false) && !sliding_layers) return;
+  if (window >= c.max_position_embeddings) return;
+  unsupported(source + ": sliding-window attention (sliding_window = " + std::to_string(window) +
+              " < max_position_embeddings = " + std::to_string(c.max_position_embeddings) +
+              ") is not supported");
+}
+
+void validate(const FieldReader& f, const std::string& source, const ModelConfig& c) {
+  check_range(source, "vocab_size", c.vocab_size, 1, kMaxVocab);
+  check_range(source, "hidden_size", c.hidden_size, 1, kMaxDim);
+  check_range(source, "intermediate_size", c.intermediate_size, 1, kMaxDim);
+  check_range(source, "num_hidden_layers", c.num_hidden_layers, 1, kMaxLayers);
+  check_range(source, "num_attention_heads", c.num_attention_heads, 1, 4096);
+  check_range(source, "num_key_value_heads", c.num_key_value_heads, 1, c.num_attention_heads);
+  check_range(source, "head_dim", c.head_dim, 2, 4096);
+  check_range(source, "max_position_embeddings", c.max_position_embeddings, 1, kMaxPositions);
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    invalid_argument(source + ": num_attention_heads (" + std::to_string(c.num_attention_heads) +
+                     ") is not a multiple of num_key_value_heads (" +
+                     std::to_string(c.num_key_value_heads) + ")");
+  if (c.head_dim % 2 != 0)
+    invalid_argument(source + ": head_dim must be even for rotary embeddings");
+  if (!(c.rms_norm_eps > 0.0)) invalid_argument(source + ": field 'rms_norm_eps' must be positive");
+  if (!(c.rope_theta > 0.0)) invalid_argument(source + ": field 'rope_theta' must be positive");
+  const std::string act = f.string("hidden_act", "silu");
+  if (act != "silu")
+    unsupported(source + ": hidden_act '" + act + "' is not supported (only silu)");
+  if (f.boolean("mlp_bias", false)) unsupported(source + ": mlp_bias = true is not supported");
+  if (c.bos_token_id && *c.bos_token_id >= c.vocab_size)
+    invalid_argument(source + ": bos_token_id is outside the vocabulary");
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
+  const json j = parse_json_object(json_text, source);
+  const FieldReader f(j, source);
+  ModelConfig c;
+  read_architecture(j, f, source, c);
+  c.vocab_size = f.integer("vocab_size", 0);
+  c.hidden_size = f.integer("hidden_size", 0);
+  c.intermediate_size = f.integer("intermediate_size", 0);
+  c.num_hidden_layers = f.integer("num_hidden_layers", 0);
+  c.num_attention_heads = f.integer("num_attention_heads", 0);
+  c.num_key_value_heads = f.integer("num_key_value_heads", c.num_attention_heads);
+  const int64_t default_head_dim =
+      c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0;
+  c.head_dim = f.integer("head_dim", default_head_dim);
+  c.max_position_embeddings = f.integer("max_position_embeddings", 2048);
+  c.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
+  read_rope(j, f, source, c);
+  c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
+  // Qwen2 always has q/k/v biases; Llama and Qwen3 make them optional; Mistral has none.
+  c.attention_bias = c.model_type == "qwen2" || f.boolean("attention_bias", false);
+  c.qk_norm = c.model_type == "qwen3";
+  const std::string dtype_key = f.has("torch_dtype") ? "torch_dtype" : "dtype";
+  const std::string dtype = f.string(dtype_key.c_str(), "float32");
+  const auto parsed = dtype_from_torch_name(dtype);
+  if (!parsed)
+    unsupported(source + ": " + dtype_key + " '" + dtype +
+                "' is not supported (float32, float16, bfloat16)");
+  c.torch_dtype = *parsed;
+  if (f.has("bos_token_id")) {
+    c.bos_token_id = f.integer("bos_token_id", 0);
+    if (*c.bos_token_id < 0) f.fail("bos_token_id", "a non-negative integer");
+  }
+  c.eos_token_ids = f.id_list("eos_token_id");
+  if (c.num_attention_heads > 0 && c.hidden_size > 0 && !f.has("head_dim") &&
+      c.hidden_size % c.num_attention_heads != 0)
+    invalid_argument(
+        source + ": hidden_size is not a multiple of num_attention_heads and head_dim is not set");
+  validate(f, source, c);
+  check_sliding_window(j, f, source, c);
+  return c;
+}
+
+GenerationConfig parse_generation_config(const std::string& json_text, const std::string& source) {
+  const json j = parse_json_object(json_text, source);
+  const FieldReader f(j, source);
+  GenerationConfig g;
+  if (f.has("bos_token_id")) g.bos_token_id = f.integer("bos_token_id", 0);
+  g.eos_token_ids = f.id_list("eos_token_id");
+  if (f.has("temperature")) g.temperature = f.number("temperature", 1.0);
+  if (f.has("top_p")) g.top_p = f.number("top_p", 1.0);
+  if (f.has("top_k")) g.top_k = f.integer("top_k", 0);
+  if (f.has("min_p")) g.min_p = f.number("min_p", 0.0);
+  if (f.has("repetition_penalty")) g.repetition_penalty = f.number("repetition_penalty", 1.0);
+  if (f.has("max_new_tokens")) g.max_new_tokens = f.integer("max_new_tokens", 0);
+  if (g.temperature && *g.temperature < 0) f.fail("temperature", "non-negative");
+  if (g.top_p && !(*g.top_p > 0 && *g.top_p <= 1)) f.fail("top_p", "in (0, 1]");
+  if (g.min_p && !(*g.min_p >= 0 && *g.min_p <= 1)) f.fail("min_p", "in [0, 1]");
+  if (g.repetition_penalty && !(*g.repetition_penalty > 0))
+    f.fail("repetition_penalty", "positive");
+  if (g.max_new_tokens && *g.max_new_tokens < 1) f.fail("max_new_tokens", "positive");
+  return g;
+}
+
+namespace {
+
+// Reads a small JSON file completely; the size cap keeps a hostile "config" from eating memory.
+std::string read_text_file(const std::filesystem::path& path) {
+  constexpr uintmax_t kMaxConfigBytes = 64u << 20;
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec)
+    throw_error(ErrorKind::kNotFound, path.string() + ": cannot read file (" + ec.message() + ")");
+  if (size > kMaxConfigBytes)
+    invalid_argument(path.string() + ": file is too large for a config (" + std::to_string(size) +
+                     " bytes)");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw_error(ErrorKind::kNotFound, path.string() + ": cannot open file");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+ModelConfig load_model_config(const std::filesystem::path& model_dir) {
+  const auto path = model_dir / "config.json";
+  if (!std::filesystem::is_directory(model_dir))
+    throw_error(ErrorKind::kNotFound, model_dir.string() + ": model folder not found");
+  if (!std::filesystem::exists(path))
+    throw_error(ErrorKind::kNotFound, path.string() + ": file not found");
+  return parse_model_config(read_text_file(path), path.string());
+}
+
+GenerationConfig load_generation_config(const std::filesystem::path& model_dir) {
+  const auto path = model_dir / "generation_config.json";
+  if (!std::filesystem::exists(path)) return {};
+  return parse_generation_config(read_text_file(path), path.string());
+}
+
+}  // namespace pagellm::io

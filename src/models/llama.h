@@ -1,0 +1,107 @@
+// The Llama family on the CPU backend: Llama (1-3), Mistral (full attention), Qwen2 (q/k/v bias)
+// and Qwen3 (per-head q/k RMSNorm). Weights are held in fp32 whatever the checkpoint dtype; q/k/v
+// and gate/up projections are fused at load so each layer runs three matmuls and one attention.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backends/cpu/kernels.h"
+#include "io/hf_config.h"
+#include "io/safetensors.h"
+
+namespace pagellm::models {
+
+struct LlamaLayerWeights {
+  std::vector<float> input_norm;  // [hidden]
+  std::vector<float> qkv;       // [(num_heads + 2 * num_kv_heads) * head_dim, hidden]: q, k, v rows
+  std::vector<float> qkv_bias;  // [(num_heads + 2 * num_kv_heads) * head_dim]; empty without bias
+  std::vector<float> q_norm;    // [head_dim]; empty without qk norm
+  std::vector<float> k_norm;    // [head_dim]; empty without qk norm
+  std::vector<float> o_proj;    // [hidden, num_heads * head_dim]
+  std::vector<float> post_norm;  // [hidden]
+  std::vector<float> gate_up;    // [2 * intermediate, hidden]: gate rows, then up rows
+  std::vector<float> down;       // [hidden, intermediate]
+};
+
+struct LlamaWeights {
+  std::vector<float> embed;  // [vocab, hidden]
+  std::vector<LlamaLayerWeights> layers;
+  std::vector<float> final_norm;  // [hidden]
+  std::vector<float> lm_head;     // [vocab, hidden]; empty when tied to embed
+};
+
+// Reads every weight from a checkpoint, checking names and shapes against the config. Throws
+// pagellm::Error naming the file and tensor for a missing, unexpected or misshaped tensor.
+LlamaWeights load_llama_weights(const io::ModelConfig& config, const io::WeightStore& store);
+
+// Random weights from the config alone (--load-format dummy, the demo model), reproducible by seed.
+LlamaWeights random_llama_weights(const io::ModelConfig& config, uint64_t seed);
+
+// Bytes the fp32 weights of this config take (for refusing configs that cannot fit in memory).
+uint64_t llama_weight_bytes(const io::ModelConfig& config);
+
+// The paged KV cache of all layers: per layer K and V [num_blocks, block_size, num_kv_heads,
+// head_dim].
+class KvCache {
+ public:
+  KvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t num_kv_heads,
+          int64_t head_dim);
+  cpu::KvLayerView layer(int64_t index);
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t block_size() const { return block_size_; }
+  // Copies every layer's K/V of block src into block dst (copy-on-write).
+  void copy_block(int64_t src, int64_t dst);
+
+ private:
+  struct FreeDeleter {
+    void operator()(float* p) const;
+  };
+  int64_t num_layers_, num_blocks_, block_size_, num_kv_heads_, head_dim_;
+  // Lazily zeroed (calloc) so an unused pool costs no resident memory.
+  std::unique_ptr<float[], FreeDeleter>
+      data_;  // [num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]
+};
+
+// One step's flattened input: all scheduled tokens of all sequences.
+struct ForwardBatch {
+  std::span<const int32_t> token_ids;     // [num_tokens]
+  std::span<const int32_t> positions;     // [num_tokens]
+  std::span<const int64_t> slot_mapping;  // [num_tokens]
+  std::span<const cpu::AttentionSeq> seqs;
+};
+
+class LlamaModel {
+ public:
+  LlamaModel(io::ModelConfig config, LlamaWeights weights);
+
+  const io::ModelConfig& config() const { return config_; }
+
+  // Runs every layer over the batch, writing its K/V into the cache first. Returns the final hidden
+  // states before the last norm: [num_tokens, hidden] (valid until the next call).
+  std::span<const float> forward(const ForwardBatch& batch, KvCache& cache);
+
+  // logits [rows.size(), vocab] of the given rows of forward()'s hidden states (final norm + LM
+  // head).
+  void compute_logits(std::span<const float> hidden, std::span<const int64_t> rows, float* logits);
+
+ private:
+  void attention_block(int64_t layer, const ForwardBatch& batch, KvCache& cache);
+  void mlp_block(int64_t layer, int64_t num_tokens);
+
+  io::ModelConfig config_;
+  LlamaWeights w_;
+  std::vector<float> inv_freq_;  // [head_dim / 2]
+  // Scratch reused across steps, sized for the largest batch seen.
+  std::vector<float> hidden_;   // [num_tokens, hidden]: the residual stream
+  std::vector<float> normed_;   // [num_tokens, hidden]
+  std::vector<float> qkv_;      // [num_tokens, (num_heads + 2 * num_kv_heads) * head_dim]
+  std::vector<float> attn_;     // [num_tokens, num_heads * head_dim]
+  std::vector<float> proj_;     // [num_tokens, hidden]
+  std::vector<float> gate_up_;  // [num_tokens, 2 * intermediate]
+  std::vector<float> act_;      // [num_tokens, intermediate]
+};
+
+}  // namespace pagellm::models

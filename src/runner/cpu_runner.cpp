@@ -1,0 +1,123 @@
+#include "runner/cpu_runner.h"
+
+#include <string>
+
+#include "common/error.h"
+#include "engine/sampler.h"
+
+namespace pagellm::runner {
+
+namespace {
+
+[[noreturn]] void internal(const std::string& message) {
+  throw_error(ErrorKind::kInternal, "cpu runner: " + message);
+}
+
+}  // namespace
+
+CpuRunner::CpuRunner(std::unique_ptr<models::LlamaModel> model, int num_kv_blocks, int block_size)
+    : model_(std::move(model)),
+      cache_(model_->config().num_hidden_layers, num_kv_blocks, block_size,
+             model_->config().num_key_value_heads, model_->config().head_dim) {}
+
+int64_t CpuRunner::kv_bytes_per_block(const io::ModelConfig& c, int block_size) {
+  return 2 * c.num_hidden_layers * block_size * c.num_key_value_heads * c.head_dim *
+         static_cast<int64_t>(sizeof(float));
+}
+
+std::vector<float> CpuRunner::forward(const engine::SchedulerOutput& batch, bool with_prompt_rows,
+                                      std::vector<LogitsRow>& rows) {
+  if (!batch.blocks_to_swap_in.empty() || !batch.blocks_to_swap_out.empty())
+    internal("swap requested but this runner has no swap space");
+  const int64_t num_blocks = cache_.num_blocks();
+  for (const auto& [src, dst] : batch.blocks_to_copy) {
+    if (src < 0 || src >= num_blocks || dst < 0 || dst >= num_blocks)
+      internal("copy of an invalid KV block");
+    cache_.copy_block(src, dst);
+  }
+  const int64_t bs = cache_.block_size();
+  const int64_t vocab = config().vocab_size;
+  token_ids_.clear();
+  positions_.clear();
+  slot_mapping_.clear();
+  seqs_.clear();
+  rows.clear();
+  for (size_t s = 0; s < batch.seqs.size(); ++s) {
+    const engine::ScheduledSeq& seq = batch.seqs[s];
+    const int64_t n = static_cast<int64_t>(seq.token_ids.size());
+    const int64_t begin = static_cast<int64_t>(token_ids_.size());
+    if (n == 0 || seq.num_computed_tokens < 0)
+      internal("seq " + std::to_string(seq.seq_id) + " has no tokens");
+    if (static_cast<int64_t>(seq.block_table.size()) * bs < seq.num_computed_tokens + n)
+      internal("block table of seq " + std::to_string(seq.seq_id) + " is too short");
+    for (int32_t b : seq.block_table)
+      if (b < 0 || b >= num_blocks)
+        internal("seq " + std::to_string(seq.seq_id) + " uses an invalid KV block");
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t id = seq.token_ids[i];
+      if (id < 0 || id >= vocab)
+        invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary (" +
+                         std::to_string(vocab) + ")");
+      const int64_t pos = seq.num_computed_tokens + i;
+      token_ids_.push_back(id);
+      positions_.push_back(static_cast<int32_t>(pos));
+      slot_mapping_.push_back(static_cast<int64_t>(seq.block_table[pos / bs]) * bs + pos % bs);
+    }
+    seqs_.push_back({begin, n, seq.num_computed_tokens, seq.block_table});
+    // Prompt-logprob rows: positions whose next token is a prompt token.
+    if (with_prompt_rows && seq.prompt_logprobs > 0) {
+      const int64_t prompt_len = static_cast<int64_t>(seq.prompt_token_ids.size());
+      for (int64_t i = 0; i < n && seq.num_computed_tokens + i + 1 < prompt_len; ++i)
+        rows.push_back({begin + i, s, static_cast<int32_t>(seq.num_computed_tokens + i), false});
+    }
+    if (seq.needs_sample)
+      rows.push_back(
+          {begin + n - 1, s, static_cast<int32_t>(seq.num_computed_tokens + n - 1), true});
+  }
+  const models::ForwardBatch fb{token_ids_, positions_, slot_mapping_, seqs_};
+  const std::span<const float> hidden = model_->forward(fb, cache_);
+  std::vector<int64_t> row_ids;  // [num_rows]
+  for (const LogitsRow& r : rows) row_ids.push_back(r.row);
+  std::vector<float> logits(static_cast<size_t>(row_ids.size() * vocab));  // [num_rows, vocab]
+  if (!row_ids.empty()) model_->compute_logits(hidden, row_ids, logits.data());
+  return logits;
+}
+
+std::vector<std::vector<float>> CpuRunner::execute_logits(const engine::SchedulerOutput& batch) {
+  std::vector<LogitsRow> rows;
+  const std::vector<float> logits = forward(batch, false, rows);
+  const size_t vocab = static_cast<size_t>(config().vocab_size);
+  std::vector<std::vector<float>> out(batch.seqs.size());
+  for (size_t r = 0; r < rows.size(); ++r)
+    out[rows[r].seq].assign(logits.begin() + static_cast<ptrdiff_t>(r * vocab),
+                            logits.begin() + static_cast<ptrdiff_t>((r + 1) * vocab));
+  return out;
+}
+
+engine::ModelRunnerOutput CpuRunner::execute(const engine::SchedulerOutput& batch) {
+  std::vector<LogitsRow> rows;
+  std::vector<float> logits = forward(batch, true, rows);
+  const size_t vocab = static_cast<size_t>(config().vocab_size);
+  engine::ModelRunnerOutput out;
+  out.sampled_token_ids.assign(batch.seqs.size(), -1);
+  out.sampled_logprobs.resize(batch.seqs.size());
+  out.prompt_logprobs.resize(batch.seqs.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const LogitsRow& row = rows[r];
+    const engine::ScheduledSeq& seq = batch.seqs[row.seq];
+    const std::span<float> row_logits(logits.data() + r * vocab, vocab);
+    if (seq.params == nullptr) internal("seq " + std::to_string(seq.seq_id) + " has no sampling params");
+    if (row.sample) {
+      engine::SampleResult result = engine::sample_token(row_logits, seq);
+      out.sampled_token_ids[row.seq] = result.token_id;
+      out.sampled_logprobs[row.seq] = std::move(result.logprobs);
+    } else {
+      const int32_t next = seq.prompt_token_ids[static_cast<size_t>(row.position) + 1];
+      out.prompt_logprobs[row.seq].push_back(
+          engine::compute_logprobs(row_logits, next, seq.prompt_logprobs));
+    }
+  }
+  return out;
+}
+
+}  // namespace pagellm::runner

@@ -1,0 +1,58 @@
+// The CPU model runner: flattens a step's scheduled tokens, runs the Llama-family forward pass once
+// for the whole batch over the paged KV cache, computes LM-head logits only for the rows that need
+// them, and samples with the shared CPU sampler. Batch-invariant by construction (see
+// backends/cpu/kernels.h).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "models/llama.h"
+#include "runner/model_runner.h"
+
+namespace pagellm::runner {
+
+class CpuRunner : public ModelRunner {
+ public:
+  // Owns the model and a KV pool of num_kv_blocks blocks of block_size tokens.
+  CpuRunner(std::unique_ptr<models::LlamaModel> model, int num_kv_blocks, int block_size);
+
+  int num_kv_blocks() const override { return static_cast<int>(cache_.num_blocks()); }
+  int block_size() const override { return static_cast<int>(cache_.block_size()); }
+  const io::ModelConfig& config() const override { return model_->config(); }
+
+  // Swap lists must be empty: this runner has no host swap space (num_swap_blocks() == 0).
+  engine::ModelRunnerOutput execute(const engine::SchedulerOutput& batch) override;
+
+  // The forward pass of execute() without sampling: per scheduled seq, the logits [vocab] of its
+  // last scheduled token when needs_sample is set (empty otherwise). For tests and benchmarks.
+  std::vector<std::vector<float>> execute_logits(const engine::SchedulerOutput& batch);
+
+  // Bytes of KV cache per block (all layers, K and V): for sizing the pool.
+  static int64_t kv_bytes_per_block(const io::ModelConfig& config, int block_size);
+
+ private:
+  // A row of the flattened batch whose logits are needed.
+  struct LogitsRow {
+    int64_t row = 0;       // index into the flattened tokens
+    size_t seq = 0;        // index into batch.seqs
+    int32_t position = 0;  // the row's position in its sequence
+    bool sample = false;   // the seq's sampling row (else a prompt-logprobs row)
+  };
+
+  // Validates and flattens the batch, applies copy-on-write block copies, runs the model, and
+  // returns logits [rows.size(), vocab] for `rows` (collected per seq as described on
+  // execute_logits/execute).
+  std::vector<float> forward(const engine::SchedulerOutput& batch, bool with_prompt_rows,
+                             std::vector<LogitsRow>& rows);
+
+  std::unique_ptr<models::LlamaModel> model_;
+  models::KvCache cache_;
+  // Flattened step inputs, reused across steps.
+  std::vector<int32_t> token_ids_;     // [num_tokens]
+  std::vector<int32_t> positions_;     // [num_tokens]
+  std::vector<int64_t> slot_mapping_;  // [num_tokens]
+  std::vector<cpu::AttentionSeq> seqs_;
+};
+
+}  // namespace pagellm::runner

@@ -1,0 +1,141 @@
+#include "runner/model_loader.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "runner/cpu_runner.h"
+
+namespace pagellm::runner {
+
+io::ModelConfig demo_model_config() {
+  io::ModelConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.model_type = "llama";
+  c.vocab_size = 258;  // 256 byte tokens, <s> = 256, </s> = 257
+  c.hidden_size = 64;
+  c.intermediate_size = 176;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.max_position_embeddings = 2048;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 10000.0;
+  c.tie_word_embeddings = true;
+  c.bos_token_id = 256;
+  c.eos_token_ids = {257};
+  return c;
+}
+
+namespace {
+
+uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_size = ::sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return UINT64_MAX;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
+}
+
+int kv_block_count(const EngineArgs& args, const io::ModelConfig& config) {
+  if (args.block_size < 1 || args.block_size > 1024)
+    invalid_argument("--block-size must be in [1, 1024], got " + std::to_string(args.block_size));
+  const int64_t per_block = CpuRunner::kv_bytes_per_block(config, args.block_size);
+  int64_t blocks = args.num_kv_blocks;
+  if (blocks <= 0) {
+    if (!(args.kv_cache_memory_gib > 0) || !std::isfinite(args.kv_cache_memory_gib))
+      invalid_argument("--kv-cache-memory-gib must be positive");
+    blocks = static_cast<int64_t>(args.kv_cache_memory_gib * 1073741824.0 /
+                                  static_cast<double>(per_block));
+  }
+  if (blocks < 1)
+    throw_error(ErrorKind::kResourceExhausted,
+                "KV cache: " + std::to_string(args.kv_cache_memory_gib) +
+                    " GiB holds no block of " + std::to_string(per_block) + " bytes");
+  if (blocks > INT32_MAX / 2) blocks = INT32_MAX / 2;
+  return static_cast<int>(blocks);
+}
+
+// Refuses configs whose fp32 weights plus KV pool cannot fit in this machine's memory, before
+// allocating anything (a hostile or mistyped config.json must not make us swap or get OOM-killed).
+void check_fits_in_memory(const io::ModelConfig& config, int num_blocks, int block_size,
+                          const std::string& source) {
+  const uint64_t weights = models::llama_weight_bytes(config);
+  const uint64_t kv = static_cast<uint64_t>(num_blocks) *
+                      static_cast<uint64_t>(CpuRunner::kv_bytes_per_block(config, block_size));
+  const uint64_t limit = physical_memory_bytes();
+  if (weights > limit || kv > limit - weights)
+    throw_error(ErrorKind::kResourceExhausted,
+                source + ": fp32 weights (" + std::to_string(weights >> 20) +
+                    " MiB) plus KV cache (" + std::to_string(kv >> 20) +
+                    " MiB) exceed this machine's memory (" + std::to_string(limit >> 20) + " MiB)");
+}
+
+}  // namespace
+
+LoadedModel load_model(const EngineArgs& args) {
+  const auto start = std::chrono::steady_clock::now();
+  if (args.device != "cpu")
+    unsupported("--device " + args.device + ": only the cpu runner is available in this build");
+  LoadedModel m;
+  std::string source;
+  const bool demo = args.model.empty();
+  if (demo) {
+    m.name = "demo";
+    m.config = demo_model_config();
+    m.generation_config.bos_token_id = m.config.bos_token_id;
+    m.generation_config.eos_token_ids = m.config.eos_token_ids;
+    source = "demo model";
+  } else {
+    const std::filesystem::path dir(args.model);
+    m.name =
+        dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
+    m.config = io::load_model_config(dir);
+    m.generation_config = io::load_generation_config(dir);
+    source = (dir / "config.json").string();
+  }
+  if (args.load_format != "auto" && args.load_format != "safetensors" &&
+      args.load_format != "dummy")
+    invalid_argument("--load-format '" + args.load_format +
+                     "' is not supported (auto, safetensors, dummy)");
+  const int num_blocks = kv_block_count(args, m.config);
+  check_fits_in_memory(m.config, num_blocks, args.block_size, source);
+  models::LlamaWeights weights;
+  if (demo || args.load_format == "dummy") {
+    weights = models::random_llama_weights(m.config, args.seed);
+  } else {
+    const io::WeightStore store = io::WeightStore::open(args.model);
+    weights = models::load_llama_weights(m.config, store);
+  }
+  auto model = std::make_unique<models::LlamaModel>(m.config, std::move(weights));
+  m.runner = std::make_unique<CpuRunner>(std::move(model), num_blocks, args.block_size);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (demo)
+    log::warning(
+        "no --model given: using the built-in demo model (tiny Llama, byte-level tokenizer). Its "
+        "weights are "
+        "RANDOM, so its output is gibberish.");
+  else if (args.load_format == "dummy")
+    log::warning("--load-format dummy: weights of " + m.name + " are random (seed " +
+                 std::to_string(args.seed) + ")");
+  char line[256];
+  std::snprintf(
+      line, sizeof line,
+      "loaded %s (%s, %.1f M params) in %.0f ms; KV cache %d blocks x %d tokens (%.1f MiB)",
+      m.name.c_str(), m.config.architecture.c_str(),
+      static_cast<double>(models::llama_weight_bytes(m.config)) / 4e6, ms, num_blocks,
+      args.block_size,
+      static_cast<double>(num_blocks) *
+          static_cast<double>(CpuRunner::kv_bytes_per_block(m.config, args.block_size)) /
+          1048576.0);
+  log::info(line);
+  return m;
+}
+
+}  // namespace pagellm::runner

@@ -1,0 +1,181 @@
+// CpuRunner's SchedulerOutput contract: sampling rows, prompt logprobs, copy-on-write block copies,
+// KV pool sizing, and load_model's demo and dummy paths.
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "cpu_test_util.h"
+#include "model_files_util.h"
+#include "runner/model_loader.h"
+
+namespace pagellm {
+namespace {
+
+using testing::make_batch;
+using testing::TestSeq;
+
+const std::filesystem::path kStories =
+    std::filesystem::path(PAGELLM_SHARED_DIR) / "models/stories260K";
+
+runner::LoadedModel load(const std::string& model, int num_kv_blocks = 32, int block_size = 4) {
+  EngineArgs args;
+  args.model = model;
+  args.num_kv_blocks = num_kv_blocks;
+  args.block_size = block_size;
+  return runner::load_model(args);
+}
+
+runner::CpuRunner& cpu(runner::LoadedModel& m) {
+  return dynamic_cast<runner::CpuRunner&>(*m.runner);
+}
+
+const std::vector<int32_t> kPrompt = {1, 403, 407, 261, 378, 426, 261, 275};
+
+TEST(CpuRunner, GreedyExecuteMatchesArgmaxAndPromptLogprobs) {
+  if (!std::filesystem::exists(kStories / "model.safetensors")) GTEST_SKIP();
+  auto m = load(kStories.string());
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.prompt_logprobs = 2;
+  TestSeq seq(0, 8, kPrompt);
+  // Prefill in two chunks (5 + 3): prompt logprobs come for positions 0..6, the sample from
+  // position 7.
+  std::vector<TokenLogprobs> prompt_lps;
+  for (int chunk : {5, 3}) {
+    engine::ScheduledSeq s = seq.schedule(chunk);
+    s.params = &params;
+    s.prompt_logprobs = 2;
+    s.prompt_token_ids = kPrompt;
+    const auto out = m.runner->execute(make_batch({s}));
+    ASSERT_EQ(out.sampled_token_ids.size(), 1u);
+    for (const auto& lp : out.prompt_logprobs[0]) prompt_lps.push_back(lp);
+    seq.num_computed += static_cast<int32_t>(s.token_ids.size());
+    if (chunk == 5) {
+      EXPECT_EQ(out.sampled_token_ids[0], -1);
+      EXPECT_FALSE(out.sampled_logprobs[0].has_value());
+      continue;
+    }
+    // Same prefix again through execute_logits (fresh blocks) gives the argmax that execute
+    // sampled.
+    TestSeq again(1, 8, kPrompt);
+    const auto logits = cpu(m).execute_logits(make_batch({again.schedule()}));
+    EXPECT_EQ(out.sampled_token_ids[0], testing::argmax(logits[0]));
+    ASSERT_TRUE(out.sampled_logprobs[0].has_value());
+    EXPECT_EQ(out.sampled_logprobs[0]->token_id, out.sampled_token_ids[0]);
+    EXPECT_LE(out.sampled_logprobs[0]->logprob, 0.0f);
+  }
+  ASSERT_EQ(prompt_lps.size(), kPrompt.size() - 1);
+  for (size_t i = 0; i < prompt_lps.size(); ++i) {
+    EXPECT_EQ(prompt_lps[i].token_id, kPrompt[i + 1]);
+    EXPECT_EQ(prompt_lps[i].top.size(), 2u);
+    EXPECT_LE(prompt_lps[i].logprob, 0.0f);
+  }
+}
+
+TEST(CpuRunner, CopyOnWriteBlocksCarryTheCachedPrefix) {
+  if (!std::filesystem::exists(kStories / "model.safetensors")) GTEST_SKIP();
+  auto m = load(kStories.string(), 16, 4);
+  auto& runner = cpu(m);
+  TestSeq a(0, 2, kPrompt);  // blocks 0, 1 hold all 8 positions
+  const auto solo = runner.execute_logits(make_batch({a.schedule()}))[0];
+  // Seq b reuses a's prefix through copies of its blocks (5 <- 0, 6 <- 1) and computes only the
+  // last token, as after a prefix-cache hit on a block it must write to.
+  TestSeq b(0, 2, kPrompt);
+  b.block_table = {5, 6};
+  b.num_computed = static_cast<int32_t>(kPrompt.size()) - 1;
+  auto batch = make_batch({b.schedule()});
+  batch.blocks_to_copy = {{0, 5}, {1, 6}};
+  EXPECT_EQ(runner.execute_logits(batch)[0], solo);
+  // Without the copy, blocks 5/6 hold nothing useful and the logits differ.
+  TestSeq c(0, 2, kPrompt);
+  c.block_table = {9, 10};
+  c.num_computed = b.num_computed;
+  EXPECT_NE(runner.execute_logits(make_batch({c.schedule()}))[0], solo);
+}
+
+TEST(CpuRunner, RejectsBadBatches) {
+  auto m = load("");
+  auto& runner = cpu(m);
+  TestSeq seq(0, 2, {1, 2, 3});
+  auto swap = make_batch({seq.schedule()});
+  swap.blocks_to_swap_out = {{0, 0}};
+  EXPECT_THROW(runner.execute_logits(swap), Error);
+  TestSeq bad_token(0, 2, {1, 9999});
+  EXPECT_THROW(runner.execute_logits(make_batch({bad_token.schedule()})), Error);
+  TestSeq short_table(0, 1, std::vector<int32_t>(5, 3));  // 5 tokens, one block of 4
+  EXPECT_THROW(runner.execute_logits(make_batch({short_table.schedule()})), Error);
+  auto copy = make_batch({seq.schedule()});
+  copy.blocks_to_copy = {{0, 1000}};
+  EXPECT_THROW(runner.execute_logits(copy), Error);
+}
+
+TEST(ModelLoader, DemoModelIsSeededAndSized) {
+  const io::ModelConfig demo = runner::demo_model_config();
+  EXPECT_EQ(demo.vocab_size, 258);
+  EXPECT_EQ(demo.bos_token_id, 256);
+  EXPECT_EQ(demo.eos_token_ids, (std::vector<int64_t>{257}));
+  EngineArgs args;
+  args.num_kv_blocks = 8;
+  auto a = runner::load_model(args);
+  auto b = runner::load_model(args);
+  args.seed = 42;
+  auto c = runner::load_model(args);
+  EXPECT_EQ(a.name, "demo");
+  EXPECT_EQ(a.generation_config.eos_token_ids, (std::vector<int64_t>{257}));
+  const std::vector<int32_t> prompt = {256, 72, 105};
+  const auto la = cpu(a).execute_logits(make_batch({TestSeq(0, 2, prompt).schedule()}))[0];
+  const auto lb = cpu(b).execute_logits(make_batch({TestSeq(0, 2, prompt).schedule()}))[0];
+  const auto lc = cpu(c).execute_logits(make_batch({TestSeq(0, 2, prompt).schedule()}))[0];
+  ASSERT_EQ(la.size(), 258u);
+  EXPECT_EQ(la, lb);
+  EXPECT_NE(la, lc);
+  for (float v : la) EXPECT_TRUE(std::isfinite(v));
+}
+
+TEST(ModelLoader, KvPoolFromMemoryAndDummyWeights) {
+  if (!std::filesystem::exists(kStories / "config.json")) GTEST_SKIP();
+  EngineArgs args;
+  args.model = kStories.string();
+  args.load_format = "dummy";
+  args.kv_cache_memory_gib = 0.001;
+  auto m = runner::load_model(args);
+  // stories260K: 2 (K, V) * 5 layers * 16 tokens * 4 kv heads * 8 dims * 4 bytes = 20480 bytes a
+  // block.
+  EXPECT_EQ(runner::CpuRunner::kv_bytes_per_block(m.config, 16), 20480);
+  EXPECT_EQ(m.runner->num_kv_blocks(), static_cast<int>(0.001 * 1073741824.0 / 20480));
+  EXPECT_EQ(m.runner->block_size(), 16);
+  auto logits = cpu(m).execute_logits(make_batch({TestSeq(0, 2, {1, 2}).schedule()}))[0];
+  EXPECT_EQ(logits.size(), 512u);
+  args.load_format = "gguf";
+  EXPECT_THROW(runner::load_model(args), Error);
+  args.load_format = "auto";
+  args.kv_cache_memory_gib = 1e-9;  // not even one block
+  EXPECT_THROW(runner::load_model(args), Error);
+}
+
+TEST(ModelLoader, RefusesConfigsLargerThanMemory) {
+  testing::TempDir tmp;
+  nlohmann::json c = {{"architectures", {"LlamaForCausalLM"}},
+                      {"vocab_size", 1 << 24},
+                      {"hidden_size", 1 << 20},
+                      {"intermediate_size", 1 << 20},
+                      {"num_hidden_layers", 4096},
+                      {"num_attention_heads", 4096},
+                      {"max_position_embeddings", 4096}};
+  std::ofstream(tmp.path() / "config.json") << c.dump();
+  EngineArgs args;
+  args.model = tmp.path().string();
+  args.load_format = "dummy";
+  args.num_kv_blocks = 1;
+  try {
+    runner::load_model(args);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kResourceExhausted);
+    EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace pagellm
