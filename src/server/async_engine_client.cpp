@@ -5,10 +5,9 @@
 
 namespace pagellm::server {
 
-AsyncEngineClient::AsyncEngineClient(AsyncEngine& engine, std::optional<std::string> chat_template_source)
-    : engine_(engine) {
-  std::string source = chat_template_source ? *chat_template_source : engine_.tokenizer().chat_template();
-  if (!source.empty()) template_ = std::make_unique<tok::ChatTemplate>(source);
+AsyncEngineClient::AsyncEngineClient(AsyncEngine& engine, tok::ChatTemplateConfig chat)
+    : engine_(engine), chat_(std::move(chat)) {
+  if (!chat_.chat_template.empty()) template_ = std::make_unique<tok::ChatTemplate>(chat_.chat_template);
 }
 
 AsyncEngineClient::~AsyncEngineClient() = default;
@@ -46,12 +45,17 @@ std::string AsyncEngineClient::render_chat(const nlohmann::json& messages, bool 
     throw Error(ErrorKind::kInvalidArgument,
                 "this model has no chat template: start the server with --chat-template FILE");
   }
-  nlohmann::json context = extra_context.is_object() ? extra_context : nlohmann::json::object();
-  context["messages"] = messages;
-  context["add_generation_prompt"] = add_generation_prompt;
-  const auto& tok = engine_.tokenizer();
-  context["bos_token"] = tok.bos_token();
-  context["eos_token"] = tok.eos_token();
+  using ordered = nlohmann::ordered_json;
+  ordered extra = ordered::object();
+  ordered tools = nullptr;
+  if (extra_context.is_object()) {
+    for (const auto& [key, value] : extra_context.items()) {
+      if (key == "tools") tools = ordered::parse(value.dump());
+      else extra[key] = ordered::parse(value.dump());
+    }
+  }
+  const ordered context =
+      tok::build_chat_context(chat_, ordered::parse(messages.dump()), tools, add_generation_prompt, extra);
   return template_->render(context);
 }
 

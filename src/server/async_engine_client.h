@@ -7,14 +7,15 @@
 
 #include "server/engine_client.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/chat_template_config.h"
 
 namespace pagellm::server {
 
 class AsyncEngineClient : public EngineClient {
  public:
-  // `chat_template_source` overrides the tokenizer's template (from --chat-template); when both are
-  // absent, chat requests get a 400 naming the flag.
-  AsyncEngineClient(AsyncEngine& engine, std::optional<std::string> chat_template_source);
+  // `chat` holds the template (the model folder's, or --chat-template's) and special tokens; with no
+  // template, chat requests get a 400 naming the flag.
+  AsyncEngineClient(AsyncEngine& engine, tok::ChatTemplateConfig chat);
   ~AsyncEngineClient() override;
 
   void add_request(const std::string& request_id, const PromptInput& prompt, const SamplingParams& params,
@@ -32,6 +33,7 @@ class AsyncEngineClient : public EngineClient {
 
  private:
   AsyncEngine& engine_;
+  tok::ChatTemplateConfig chat_;
   std::unique_ptr<tok::ChatTemplate> template_;  // null when the model has none
 };
 

@@ -38,7 +38,7 @@ class EngineClient {
   virtual std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const = 0;
   virtual int32_t vocab_size() const = 0;
   // Renders OpenAI-style messages (roles and string contents, already validated) through the chat
-  // template. Throws pagellm::Error(kInvalidArgument) when the template rejects them, or when the
+  // template; `extra_context` holds chat_template_kwargs and, under "tools", the request's tools. Throws pagellm::Error(kInvalidArgument) when the template rejects them, or when the
   // model has no chat template.
   virtual std::string render_chat(const nlohmann::json& messages, bool add_generation_prompt,
                                   const nlohmann::json& extra_context) const = 0;
