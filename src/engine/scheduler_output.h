@@ -30,6 +30,9 @@ struct ScheduledSeq {
   int prompt_logprobs = 0;  // >0: return logprobs for the prompt positions computed this step
 };
 
+// A runner applies the block operations in this order, each list in order, before computing any
+// token: swap out, swap in, copy. (A block freed by a swap-out may be reused in the same step by a
+// swap-in or as a copy destination; copies read blocks that stay referenced.)
 struct SchedulerOutput {
   std::vector<ScheduledSeq> seqs;
   int32_t num_scheduled_tokens = 0;                     // sum over seqs

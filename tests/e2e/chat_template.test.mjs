@@ -5,7 +5,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { readFileSync, readdirSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Template } from '../js/node_modules/@huggingface/jinja/dist/index.js';
@@ -84,6 +85,28 @@ for (const file of conversations) {
     }
   }
 }
+
+// Small templates covering the expression language (literals, arithmetic, slicing, filters, tests,
+// loops, macros, whitespace control, tojson variants), rendered on conv_tools.json.
+test('expression snippets render as @huggingface/jinja renders them', () => {
+  const snippets = JSON.parse(readFileSync(join(fixtures, 'snippets.json'), 'utf8'));
+  const convPath = join(fixtures, 'conv_tools.json');
+  const conv = JSON.parse(readFileSync(convPath, 'utf8'));
+  const dir = mkdtempSync(join(tmpdir(), 'pagellm-snippets-'));
+  try {
+    snippets.forEach((source, i) => {
+      const file = join(dir, `snippet_${i}.jinja`);
+      writeFileSync(file, source);
+      const expected = new Template(source).render({ messages: conv.messages, tools: conv.tools, add_generation_prompt: true });
+      const res = spawnSync(bin, ['render-chat', '--chat-template', file, '--messages', convPath, '--add-generation-prompt'],
+        { encoding: 'utf8' });
+      assert.equal(res.status, 0, `snippet ${i}: ${res.stderr}`);
+      assert.equal(res.stdout, expected, `snippet ${i}: ${source}`);
+    });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
 
 test('an unknown filter is a load-time error with line:col', () => {
   const res = spawnSync(bin, ['render-chat', '--tokenizer', TEMPLATES.llama3.dir, '--messages',

@@ -1,6 +1,7 @@
 // CpuRunner's SchedulerOutput contract: sampling rows, prompt logprobs, copy-on-write block copies,
 // KV pool sizing, and load_model's demo and dummy paths.
 #include <cmath>
+#include <cstring>
 
 #include <gtest/gtest.h>
 
@@ -152,6 +153,41 @@ TEST(ModelLoader, KvPoolFromMemoryAndDummyWeights) {
   args.load_format = "auto";
   args.kv_cache_memory_gib = 1e-9;  // not even one block
   EXPECT_THROW(runner::load_model(args), Error);
+}
+
+// bf16 and f16 checkpoints (odd data offsets included: the header length is arbitrary) load to
+// the same fp32 weights as an f32 checkpoint of the rounded values.
+TEST(ModelLoader, HalfPrecisionCheckpointsConvertExactly) {
+  testing::SafetensorsBuilder source;
+  testing::add_tiny_llama_tensors(source);
+  testing::SafetensorsBuilder bf16, f16, bf16_ref, f16_ref;
+  bf16.header["__metadata__"] = {{"format", "pt"}, {"pad", "x"}};  // shifts the data start
+  for (const auto& [name, entry] : source.header.items()) {
+    const auto shape = entry["shape"].get<std::vector<int64_t>>();
+    const size_t begin = entry["data_offsets"][0], end = entry["data_offsets"][1];
+    std::vector<float> v((end - begin) / 4), vb, vh;
+    std::memcpy(v.data(), source.data.data() + begin, end - begin);
+    for (float x : v) {
+      vb.push_back(bf16_to_f32(f32_to_bf16(x)));
+      vh.push_back(f16_to_f32(f32_to_f16(x)));
+    }
+    bf16.add_bf16(name, shape, vb);
+    f16.add_f16(name, shape, vh);
+    bf16_ref.add_f32_values(name, shape, vb);
+    f16_ref.add_f32_values(name, shape, vh);
+  }
+  testing::TempDir tmp;
+  auto logits_of = [&](const std::string& sub, const testing::SafetensorsBuilder& b) {
+    const auto dir = tmp.path() / sub;
+    testing::write_tiny_llama(dir);
+    testing::write_file(dir / "model.safetensors", b.bytes());
+    auto m = load(dir.string());
+    return cpu(m).execute_logits(make_batch({TestSeq(0, 2, {1, 5, 9}).schedule()}))[0];
+  };
+  const auto want_bf16 = logits_of("bf16_ref", bf16_ref);
+  EXPECT_EQ(logits_of("bf16", bf16), want_bf16);
+  EXPECT_EQ(logits_of("f16", f16), logits_of("f16_ref", f16_ref));
+  EXPECT_NE(want_bf16, logits_of("f16_ref", f16_ref));  // the rounding differs, so the check bites
 }
 
 TEST(ModelLoader, RefusesConfigsLargerThanMemory) {

@@ -71,6 +71,21 @@ struct SafetensorsBuilder {
     }
     header[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {begin, data.size()}}};
   }
+  void add_f32_values(const std::string& name, const std::vector<int64_t>& shape,
+                      const std::vector<float>& values) {
+    const size_t begin = data.size();
+    data.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+    header[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {begin, data.size()}}};
+  }
+  void add_f16(const std::string& name, const std::vector<int64_t>& shape,
+               const std::vector<float>& values) {
+    const size_t begin = data.size();
+    for (float v : values) {
+      const uint16_t h = f32_to_f16(v);
+      data.append(reinterpret_cast<const char*>(&h), sizeof h);
+    }
+    header[name] = {{"dtype", "F16"}, {"shape", shape}, {"data_offsets", {begin, data.size()}}};
+  }
   void add_bf16(const std::string& name, const std::vector<int64_t>& shape,
                 const std::vector<float>& values) {
     const size_t begin = data.size();

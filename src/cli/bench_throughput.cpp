@@ -1,0 +1,124 @@
+// `pagellm bench throughput`: offline throughput like `vllm bench throughput`. N random prompts
+// (--input-len tokens each, --output-len generated with ignore_eos) or a JSONL dataset, run as one
+// batch through the engine; prints requests/s, total tokens/s and output tokens/s.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "cli/engine_flags.h"
+#include "cli/prompts_file.h"
+#include "common/error.h"
+#include "pagellm/llm.h"
+
+namespace pagellm::cli {
+namespace {
+
+struct ThroughputOptions {
+  int input_len = 128;
+  int output_len = 128;
+  int num_prompts = 100;
+  std::string dataset;
+  std::string output_json;
+};
+
+// Random prompts as vLLM's random dataset: ids drawn uniformly, skipping the lowest (special) ids.
+std::vector<PromptInput> random_prompts(const ThroughputOptions& o, int vocab_size, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int lo = std::min(10, vocab_size / 4);
+  std::uniform_int_distribution<int32_t> dist(lo, vocab_size - 1);
+  std::vector<PromptInput> prompts;
+  for (int i = 0; i < o.num_prompts; ++i) {
+    std::vector<int32_t> ids(static_cast<size_t>(o.input_len));
+    for (auto& id : ids) id = dist(rng);
+    prompts.push_back(PromptInput::from_ids(std::move(ids)));
+  }
+  return prompts;
+}
+
+int run_throughput(int argc, char** argv) {
+  CLI::App app{"Offline throughput benchmark (like `vllm bench throughput`)"};
+  EngineArgs args;
+  add_engine_flags(app, args);
+  ThroughputOptions o;
+  app.add_option("--input-len", o.input_len, "prompt tokens per random request")->capture_default_str();
+  app.add_option("--output-len", o.output_len, "generated tokens per request")->capture_default_str();
+  app.add_option("--num-prompts", o.num_prompts, "requests")->capture_default_str();
+  app.add_option("--dataset", o.dataset, "JSONL prompts file instead of random prompts");
+  app.add_option("--output-json", o.output_json, "write the results as JSON here");
+  app.parse(argc, argv);
+  if (o.input_len < 1 || o.output_len < 1 || o.num_prompts < 1) {
+    invalid_argument("bench throughput: --input-len, --output-len and --num-prompts must be >= 1");
+  }
+  args.validate();
+
+  SamplingParams params;  // vLLM: temperature 1, top_p 1, ignore_eos, max_tokens = output_len
+  params.temperature = 1.0f;
+  params.ignore_eos = true;
+  params.max_tokens = o.output_len;
+  LLM llm(args);
+  std::vector<PromptInput> prompts;
+  std::vector<SamplingParams> all_params;
+  if (!o.dataset.empty()) {
+    for (auto& line : read_prompts_file(o.dataset, params, static_cast<size_t>(o.num_prompts))) {
+      prompts.push_back(std::move(line.prompt));
+      all_params.push_back(line.params);
+    }
+  } else {
+    prompts = random_prompts(o, llm.engine().model_info().vocab_size, args.seed);
+    all_params.assign(prompts.size(), params);
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<RequestOutput> outputs = llm.generate(prompts, all_params, /*show_progress=*/true);
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  uint64_t num_prompt_tokens = 0;
+  uint64_t num_output_tokens = 0;
+  for (const auto& out : outputs) {
+    num_prompt_tokens += out.prompt_token_ids.size();
+    for (const auto& c : out.outputs) num_output_tokens += c.token_ids.size();
+  }
+  const double total = static_cast<double>(num_prompt_tokens + num_output_tokens);
+  const double rps = static_cast<double>(outputs.size()) / elapsed;
+  std::printf("Throughput: %.2f requests/s, %.2f total tokens/s, %.2f output tokens/s\n", rps,
+              total / elapsed, static_cast<double>(num_output_tokens) / elapsed);
+  std::printf("Total num prompt tokens:  %llu\n", static_cast<unsigned long long>(num_prompt_tokens));
+  std::printf("Total num output tokens:  %llu\n", static_cast<unsigned long long>(num_output_tokens));
+  std::fflush(stdout);
+  if (!o.output_json.empty()) {
+    nlohmann::json j = {{"elapsed_time", elapsed},
+                        {"num_requests", outputs.size()},
+                        {"total_num_tokens", num_prompt_tokens + num_output_tokens},
+                        {"num_prompt_tokens", num_prompt_tokens},
+                        {"num_output_tokens", num_output_tokens},
+                        {"requests_per_second", rps},
+                        {"tokens_per_second", total / elapsed},
+                        {"output_tokens_per_second", static_cast<double>(num_output_tokens) / elapsed}};
+    std::ofstream f(o.output_json);
+    if (!f) throw_error(ErrorKind::kNotFound, o.output_json + ": cannot write");
+    f << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+int run_bench(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "throughput") == 0) {
+    std::string program = std::string(argv[0]) + " throughput";
+    argv[1] = program.data();
+    return run_throughput(argc - 1, argv + 1);
+  }
+  std::fprintf(stderr, "usage: pagellm bench throughput [options]   (pagellm bench throughput --help)\n");
+  return 2;
+}
+
+}  // namespace
+
+PAGELLM_COMMAND("bench", "benchmarks: `bench throughput`", run_bench);
+
+}  // namespace pagellm::cli

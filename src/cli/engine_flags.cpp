@@ -1,0 +1,53 @@
+#include "cli/engine_flags.h"
+
+#include "io/hf_config.h"
+
+namespace pagellm::cli {
+
+void add_engine_flags(CLI::App& app, EngineArgs& args) {
+  app.add_option("--model", args.model, "Hugging Face model folder (default: the built-in demo model)");
+  app.add_option("--tokenizer", args.tokenizer, "tokenizer folder (default: the model folder)");
+  app.add_option("--load-format", args.load_format, "auto | safetensors | dummy (random weights)")
+      ->capture_default_str();
+  app.add_option("--dtype", args.dtype, "auto | float32 | float16 | bfloat16")->capture_default_str();
+  app.add_option("--seed", args.seed, "random seed (dummy weights, unseeded sampling)")->capture_default_str();
+  app.add_option("--device", args.device, "cpu | cuda")->capture_default_str();
+  app.add_option("--max-model-len", args.max_model_len, "context length (0 = from config.json)")
+      ->capture_default_str();
+  app.add_option("--block-size", args.block_size, "tokens per KV block (8..128)")->capture_default_str();
+  app.add_option("--num-kv-blocks", args.num_kv_blocks, "KV blocks (CPU; 0 = from --kv-cache-memory)")
+      ->capture_default_str();
+  app.add_option("--kv-cache-memory", args.kv_cache_memory_gib, "CPU KV cache size in GiB")
+      ->capture_default_str();
+  app.add_option("--gpu-memory-utilization", args.gpu_memory_utilization, "fraction of GPU memory to use")
+      ->capture_default_str();
+  app.add_option("--swap-space", args.swap_space_gib, "host swap space for preempted sequences, GiB")
+      ->capture_default_str();
+  app.add_option("--max-num-seqs", args.max_num_seqs, "most sequences per step")->capture_default_str();
+  app.add_option("--max-num-batched-tokens", args.max_num_batched_tokens, "token budget per step")
+      ->capture_default_str();
+  app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", args.enable_prefix_caching,
+               "automatic prefix caching (default on)");
+  app.add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", args.enable_chunked_prefill,
+               "split long prompts over steps (default on)");
+  app.add_option("--scheduling-policy", args.scheduling_policy, "fcfs | priority")->capture_default_str();
+  app.add_flag("--enforce-eager", args.enforce_eager, "disable CUDA graphs");
+  app.add_flag("--log-stats", args.log_stats, "log throughput and queue stats every 5 seconds");
+  app.add_option("--num-threads", args.num_threads, "CPU threads (0 = all cores)")->capture_default_str();
+  app.add_option("--chat-template", args.chat_template, "chat template file overriding the tokenizer's");
+}
+
+SamplingParams default_sampling_params(const EngineArgs& args) {
+  SamplingParams p;
+  if (args.model.empty()) return p;
+  const io::GenerationConfig g = io::load_generation_config(args.model);
+  if (g.temperature) p.temperature = static_cast<float>(*g.temperature);
+  if (g.top_p) p.top_p = static_cast<float>(*g.top_p);
+  if (g.top_k) p.top_k = static_cast<int>(*g.top_k);
+  if (g.min_p) p.min_p = static_cast<float>(*g.min_p);
+  if (g.repetition_penalty) p.repetition_penalty = static_cast<float>(*g.repetition_penalty);
+  if (g.max_new_tokens) p.max_tokens = static_cast<int>(*g.max_new_tokens);
+  return p;
+}
+
+}  // namespace pagellm::cli

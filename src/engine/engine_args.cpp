@@ -1,0 +1,40 @@
+#include <string>
+
+#include "common/error.h"
+#include "pagellm/engine_args.h"
+
+namespace pagellm {
+
+namespace {
+
+void require(bool ok, const std::string& message) {
+  if (!ok) invalid_argument(message);
+}
+
+}  // namespace
+
+void EngineArgs::validate() const {
+  require(load_format == "auto" || load_format == "safetensors" || load_format == "dummy",
+          "--load-format: expected auto, safetensors or dummy, got '" + load_format + "'");
+  require(dtype == "auto" || dtype == "float32" || dtype == "float16" || dtype == "bfloat16" ||
+              dtype == "half" || dtype == "float",
+          "--dtype: expected auto, float32, float16 or bfloat16, got '" + dtype + "'");
+  require(device == "cpu" || device == "cuda", "--device: expected cpu or cuda, got '" + device + "'");
+  require(max_model_len >= 0, "--max-model-len: must be >= 0 (0 = from config.json)");
+  require(block_size >= 8 && block_size <= 128 && (block_size & (block_size - 1)) == 0,
+          "--block-size: must be a power of two in [8, 128], got " + std::to_string(block_size));
+  require(num_kv_blocks >= 0, "--num-kv-blocks: must be >= 0");
+  require(kv_cache_memory_gib > 0.0 && kv_cache_memory_gib <= 4096.0,
+          "--kv-cache-memory: must be in (0, 4096] GiB");
+  require(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0,
+          "--gpu-memory-utilization: must be in (0, 1]");
+  require(swap_space_gib >= 0.0 && swap_space_gib <= 4096.0, "--swap-space: must be in [0, 4096] GiB");
+  require(max_num_seqs >= 1 && max_num_seqs <= 65536, "--max-num-seqs: must be in [1, 65536]");
+  require(max_num_batched_tokens >= 1 && max_num_batched_tokens <= (1 << 24),
+          "--max-num-batched-tokens: must be in [1, 16777216]");
+  require(scheduling_policy == "fcfs" || scheduling_policy == "priority",
+          "--scheduling-policy: expected fcfs or priority, got '" + scheduling_policy + "'");
+  require(num_threads >= 0 && num_threads <= 1024, "--num-threads: must be in [0, 1024]");
+}
+
+}  // namespace pagellm

@@ -1,0 +1,246 @@
+#include "engine/engine_core.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "runner/model_loader.h"
+
+namespace pagellm {
+
+using engine::Clock;
+using engine::Request;
+
+EngineCore::EngineCore(const EngineArgs& args) : args_(args) {
+  args_.validate();
+  runner::LoadedModel model = runner::load_model(args_);
+  if (args_.model.empty()) {
+    tokenizer_ = tok::Tokenizer::byte_level_demo();
+  } else {
+    tokenizer_ = tok::Tokenizer::from_dir(args_.tokenizer.empty() ? args_.model : args_.tokenizer);
+  }
+  generation_config_ = model.generation_config;
+  info_.name = model.name;
+  init(std::move(model.runner));
+}
+
+EngineCore::EngineCore(const EngineArgs& args, std::unique_ptr<runner::ModelRunner> runner,
+                       std::shared_ptr<const tok::Tokenizer> tokenizer, io::GenerationConfig generation_config,
+                       std::string model_name)
+    : args_(args), tokenizer_(std::move(tokenizer)), generation_config_(std::move(generation_config)) {
+  info_.name = std::move(model_name);
+  init(std::move(runner));
+}
+
+EngineCore::~EngineCore() = default;
+
+void EngineCore::init(std::unique_ptr<runner::ModelRunner> runner) {
+  runner_ = std::move(runner);
+  const io::ModelConfig& config = runner_->config();
+  const int model_len = static_cast<int>(config.max_position_embeddings);
+  if (args_.max_model_len > 0 && model_len > 0 && args_.max_model_len > model_len) {
+    invalid_argument("--max-model-len " + std::to_string(args_.max_model_len) +
+                     " exceeds the model's max_position_embeddings (" + std::to_string(model_len) + ")");
+  }
+  const int max_model_len = args_.max_model_len > 0 ? args_.max_model_len : model_len;
+  if (max_model_len <= 0) invalid_argument("max_model_len: unknown (set --max-model-len)");
+  if (!args_.enable_chunked_prefill && args_.max_num_batched_tokens < max_model_len) {
+    invalid_argument("--max-num-batched-tokens (" + std::to_string(args_.max_num_batched_tokens) +
+                     ") must be >= max_model_len (" + std::to_string(max_model_len) +
+                     ") when chunked prefill is disabled");
+  }
+  info_.max_model_len = max_model_len;
+  info_.vocab_size = static_cast<int>(config.vocab_size);
+
+  kv_ = std::make_unique<kv::KVCacheManager>(kv::KVCacheConfig{
+      runner_->num_kv_blocks(), runner_->block_size(), args_.enable_prefix_caching, runner_->num_swap_blocks()});
+  engine::SchedulerConfig sc;
+  sc.max_num_seqs = args_.max_num_seqs;
+  sc.max_num_batched_tokens = args_.max_num_batched_tokens;
+  sc.max_model_len = max_model_len;
+  sc.enable_chunked_prefill = args_.enable_chunked_prefill;
+  sc.policy = args_.scheduling_policy == "priority" ? engine::SchedulingPolicy::kPriority
+                                                     : engine::SchedulingPolicy::kFcfs;
+  scheduler_ = std::make_unique<engine::Scheduler>(sc, *kv_);
+
+  std::vector<int32_t> eos;
+  for (int64_t id : generation_config_.eos_token_ids) eos.push_back(static_cast<int32_t>(id));
+  if (eos.empty()) {
+    for (int64_t id : config.eos_token_ids) eos.push_back(static_cast<int32_t>(id));
+  }
+  output_processor_ = std::make_unique<engine::OutputProcessor>(tokenizer_, std::move(eos), max_model_len);
+  log::info("KV cache: " + std::to_string(kv_->num_blocks()) + " blocks of " + std::to_string(kv_->block_size()) +
+            " tokens (" + std::to_string(static_cast<int64_t>(kv_->num_blocks()) * kv_->block_size()) +
+            " tokens), max_model_len " + std::to_string(max_model_len) +
+            (runner_->num_swap_blocks() > 0 ? ", " + std::to_string(runner_->num_swap_blocks()) + " swap blocks" : ""));
+}
+
+std::vector<int32_t> EngineCore::tokenize(const PromptInput& prompt) const {
+  std::vector<int32_t> ids = prompt.token_ids.empty() ? tokenizer_->encode(prompt.text, true) : prompt.token_ids;
+  for (int32_t id : ids) {
+    if (id < 0 || id >= info_.vocab_size) {
+      invalid_argument("prompt: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                       std::to_string(info_.vocab_size) + ")");
+    }
+  }
+  return ids;
+}
+
+std::unique_ptr<Request> EngineCore::make_request(const std::string& request_id, const PromptInput& prompt,
+                                                  const SamplingParams& params, const RequestOptions& options,
+                                                  bool stream_deltas) const {
+  params.validate();
+  auto req = std::make_unique<Request>();
+  req->request_id = request_id;
+  req->arrival_time = Clock::now();
+  req->priority = options.priority;
+  req->cache_salt = options.cache_salt;
+  req->cache_salt_hash = kv::KVCacheManager::hash_salt(options.cache_salt);
+  req->params = params;
+  req->prompt_text = prompt.token_ids.empty() ? prompt.text : std::string();
+  req->prompt_token_ids = tokenize(prompt);
+  req->stream_deltas = stream_deltas;
+  if (params.prompt_logprobs) req->prompt_logprobs.emplace_back();  // the first token has none
+  scheduler_->check_fits(*req);
+  return req;
+}
+
+void EngineCore::submit(std::unique_ptr<Request> req) {
+  if (requests_.count(req->request_id) != 0) {
+    invalid_argument("request_id: duplicate '" + req->request_id + "'");
+  }
+  req->arrival_index = next_arrival_++;
+  req->base_seed = req->params.seed ? *req->params.seed
+                                    : engine::splitmix64(args_.seed ^ engine::splitmix64(req->arrival_index));
+  scheduler_->add_request(*req);
+  output_processor_->prepare(*req);
+  const std::string id = req->request_id;
+  requests_.emplace(id, std::move(req));
+}
+
+void EngineCore::add_request(const std::string& request_id, const PromptInput& prompt,
+                             const SamplingParams& params, const RequestOptions& options, bool stream_deltas) {
+  if (requests_.count(request_id) != 0) invalid_argument("request_id: duplicate '" + request_id + "'");
+  submit(make_request(request_id, prompt, params, options, stream_deltas));
+}
+
+std::vector<RequestOutput> EngineCore::step() {
+  std::vector<RequestOutput> outputs = std::move(pending_outputs_);
+  pending_outputs_.clear();
+  if (!scheduler_->has_unfinished()) return outputs;
+  ++step_index_;
+  const engine::SchedulerOutput& batch = scheduler_->schedule();
+  if (batch.seqs.empty() && batch.blocks_to_swap_out.empty() && batch.blocks_to_swap_in.empty()) {
+    return outputs;
+  }
+  count_scheduled_tokens(batch);
+  const engine::ModelRunnerOutput result = runner_->execute(batch);
+  new_tokens_.clear();
+  scheduler_->update_from_output(result, new_tokens_);
+  std::vector<Request*> touched;
+  process_new_tokens(new_tokens_, touched);
+  for (Request* req : touched) {
+    RequestOutput out = output_processor_->make_output(*req);
+    const bool finished = req->all_finished();
+    if (!out.outputs.empty() || finished) outputs.push_back(std::move(out));
+    if (finished) finish_request(*req);
+  }
+  ++stats_.num_steps;
+  if (args_.log_stats) stats_logger_.maybe_log(counters(), Clock::now());
+  return outputs;
+}
+
+void EngineCore::count_scheduled_tokens(const engine::SchedulerOutput& batch) {
+  for (const engine::ScheduledSeq& s : batch.seqs) {
+    const int num_prompt = static_cast<int>(s.prompt_token_ids.size());
+    const int begin = s.num_computed_tokens;
+    const int end = begin + static_cast<int>(s.token_ids.size());
+    if (begin < num_prompt) stats_.prompt_tokens += static_cast<uint64_t>(std::min(end, num_prompt) - begin);
+  }
+}
+
+void EngineCore::process_new_tokens(const std::vector<engine::NewToken>& new_tokens,
+                                    std::vector<Request*>& touched) {
+  const auto now = Clock::now();
+  for (const engine::NewToken& nt : new_tokens) {
+    engine::Sequence& seq = *nt.seq;
+    Request& req = *seq.request;
+    const FinishReason reason = output_processor_->process_token(seq, nt.token_id, nt.logprobs);
+    ++stats_.generation_tokens;
+    if (req.touched_step != step_index_) {
+      req.touched_step = step_index_;
+      touched.push_back(&req);
+      const double since = std::chrono::duration<double>(now - (req.first_token_time ? req.last_token_time
+                                                                                     : req.arrival_time)).count();
+      engine::add_latency_sample(req.first_token_time ? stats_.itl_samples : stats_.ttft_samples, since);
+      if (!req.first_token_time) req.first_token_time = now;
+      req.last_token_time = now;
+    }
+    if (reason != FinishReason::kNone) scheduler_->finish_seq(seq, reason);
+  }
+}
+
+void EngineCore::finish_request(Request& req) {
+  switch (req.seqs.front()->finish_reason) {
+    case FinishReason::kStop: ++stats_.requests_finished_stop; break;
+    case FinishReason::kLength: ++stats_.requests_finished_length; break;
+    case FinishReason::kAbort: ++stats_.requests_finished_abort; break;
+    case FinishReason::kError: ++stats_.requests_finished_error; break;
+    case FinishReason::kNone: break;
+  }
+  engine::add_latency_sample(stats_.e2e_samples,
+                             std::chrono::duration<double>(Clock::now() - req.arrival_time).count());
+  const std::string id = req.request_id;  // req dies with the erase
+  requests_.erase(id);
+}
+
+bool EngineCore::abort_request(const std::string& request_id) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return false;
+  Request& req = *it->second;
+  scheduler_->abort_request(req);
+  pending_outputs_.push_back(output_processor_->make_output(req));
+  finish_request(req);
+  return true;
+}
+
+void EngineCore::abort_all() {
+  std::vector<std::string> ids;
+  ids.reserve(requests_.size());
+  for (const auto& [id, req] : requests_) ids.push_back(id);
+  for (const std::string& id : ids) abort_request(id);
+}
+
+EngineStats EngineCore::counters() const {
+  EngineStats s;
+  s.num_running = scheduler_->num_running();
+  s.num_waiting = scheduler_->num_waiting();
+  s.num_swapped = scheduler_->num_swapped();
+  s.kv_usage = kv_->usage();
+  s.num_kv_blocks = kv_->num_blocks();
+  s.prefix_cache_queries = kv_->prefix_cache_queries();
+  s.prefix_cache_hits = kv_->prefix_cache_hits();
+  s.num_preemptions = scheduler_->num_preemptions();
+  s.prompt_tokens = stats_.prompt_tokens;
+  s.generation_tokens = stats_.generation_tokens;
+  s.requests_finished_stop = stats_.requests_finished_stop;
+  s.requests_finished_length = stats_.requests_finished_length;
+  s.requests_finished_abort = stats_.requests_finished_abort;
+  s.requests_finished_error = stats_.requests_finished_error;
+  s.num_steps = stats_.num_steps;
+  return s;
+}
+
+EngineStats EngineCore::take_stats() {
+  EngineStats s = counters();
+  s.ttft_samples = std::move(stats_.ttft_samples);
+  s.itl_samples = std::move(stats_.itl_samples);
+  s.e2e_samples = std::move(stats_.e2e_samples);
+  stats_.ttft_samples.clear();
+  stats_.itl_samples.clear();
+  stats_.e2e_samples.clear();
+  return s;
+}
+
+}  // namespace pagellm

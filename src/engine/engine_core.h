@@ -1,0 +1,88 @@
+// One engine: tokenizer + model runner + KV cache manager + scheduler + output processor, driven one
+// step at a time (schedule → execute → update → outputs). Single-threaded; LLMEngine wraps it directly
+// and AsyncEngine runs it on its own thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/output_processor.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "engine/stats.h"
+#include "io/hf_config.h"
+#include "kv/kv_cache_manager.h"
+#include "pagellm/llm.h"
+#include "runner/model_runner.h"
+
+namespace pagellm {
+
+class EngineCore {
+ public:
+  // Loads the model (runner::load_model) and its tokenizer, or the demo model when args.model is empty.
+  explicit EngineCore(const EngineArgs& args);
+  // With a ready runner (tests use a fake one). max_model_len comes from args or the runner's config.
+  EngineCore(const EngineArgs& args, std::unique_ptr<runner::ModelRunner> runner,
+             std::shared_ptr<const tok::Tokenizer> tokenizer, io::GenerationConfig generation_config,
+             std::string model_name);
+  ~EngineCore();
+
+  // Validates and queues (throws pagellm::Error, queuing nothing). stream_deltas: outputs carry only
+  // what is new since the previous output of this request.
+  void add_request(const std::string& request_id, const PromptInput& prompt, const SamplingParams& params,
+                   const RequestOptions& options, bool stream_deltas);
+  // The two halves of add_request. make_request only reads immutable state, so any thread may call
+  // it (AsyncEngine validates on the caller's thread); submit belongs to the stepping thread and
+  // rejects duplicate ids.
+  std::unique_ptr<engine::Request> make_request(const std::string& request_id, const PromptInput& prompt,
+                                                const SamplingParams& params, const RequestOptions& options,
+                                                bool stream_deltas) const;
+  void submit(std::unique_ptr<engine::Request> req);
+  // Aborts every request (their outputs come with the next step()).
+  void abort_all();
+  // One step; returns an output for every request that made progress, finished or was aborted.
+  std::vector<RequestOutput> step();
+  // Ends the request wherever it is; its final output (finish reason abort) comes with the next
+  // step(). Returns false for unknown or already finished ids.
+  bool abort_request(const std::string& request_id);
+  bool has_unfinished() const { return !requests_.empty() || !pending_outputs_.empty(); }
+  int num_unfinished() const { return static_cast<int>(requests_.size()); }
+
+  EngineStats take_stats();
+  EngineStats counters() const;  // without latency samples
+
+  const tok::Tokenizer& tokenizer() const { return *tokenizer_; }
+  std::shared_ptr<const tok::Tokenizer> tokenizer_ptr() const { return tokenizer_; }
+  const ModelInfo& model_info() const { return info_; }
+  const EngineArgs& args() const { return args_; }
+  const io::GenerationConfig& generation_config() const { return generation_config_; }
+  engine::Scheduler& scheduler() { return *scheduler_; }
+  kv::KVCacheManager& kv_cache() { return *kv_; }
+
+ private:
+  void init(std::unique_ptr<runner::ModelRunner> runner);
+  std::vector<int32_t> tokenize(const PromptInput& prompt) const;
+  void process_new_tokens(const std::vector<engine::NewToken>& new_tokens, std::vector<engine::Request*>& touched);
+  void count_scheduled_tokens(const engine::SchedulerOutput& batch);
+  void finish_request(engine::Request& req);
+
+  EngineArgs args_;
+  std::shared_ptr<const tok::Tokenizer> tokenizer_;
+  io::GenerationConfig generation_config_;
+  ModelInfo info_;
+  std::unique_ptr<runner::ModelRunner> runner_;
+  std::unique_ptr<kv::KVCacheManager> kv_;
+  std::unique_ptr<engine::Scheduler> scheduler_;
+  std::unique_ptr<engine::OutputProcessor> output_processor_;
+  std::unordered_map<std::string, std::unique_ptr<engine::Request>> requests_;
+  std::vector<RequestOutput> pending_outputs_;  // abort outputs waiting for the next step
+  uint64_t next_arrival_ = 0;
+  uint64_t step_index_ = 0;
+  EngineStats stats_;  // counters and latency samples; gauges are filled on read
+  engine::StatsLogger stats_logger_;
+  std::vector<engine::NewToken> new_tokens_;  // reused every step
+};
+
+}  // namespace pagellm

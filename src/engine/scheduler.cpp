@@ -1,0 +1,353 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <string>
+
+#include "common/error.h"
+
+namespace pagellm::engine {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t sample_seed(uint64_t base_seed, int sample_index) {
+  return sample_index == 0 ? base_seed : splitmix64(base_seed ^ static_cast<uint64_t>(sample_index));
+}
+
+bool Scheduler::SeqOrder::operator()(const Sequence* a, const Sequence* b) const {
+  if (priority && a->request->priority != b->request->priority) {
+    return a->request->priority < b->request->priority;
+  }
+  if (a->request->arrival_index != b->request->arrival_index) {
+    return a->request->arrival_index < b->request->arrival_index;
+  }
+  return a->sample_index < b->sample_index;
+}
+
+Scheduler::Scheduler(const SchedulerConfig& config, kv::KVCacheManager& kv)
+    : config_(config),
+      kv_(kv),
+      waiting_(SeqOrder{config.policy == SchedulingPolicy::kPriority}),
+      swapped_(SeqOrder{config.policy == SchedulingPolicy::kPriority}) {}
+
+void Scheduler::check_fits(const Request& req) const {
+  const int num_prompt = req.num_prompt_tokens();
+  const int max_tokens = req.params.max_tokens;
+  if (num_prompt < 1) invalid_argument("prompt: empty after tokenization");
+  if (static_cast<int64_t>(num_prompt) + max_tokens > config_.max_model_len) {
+    invalid_argument("prompt (" + std::to_string(num_prompt) + " tokens) + max_tokens (" +
+                     std::to_string(max_tokens) + ") exceeds max_model_len (" +
+                     std::to_string(config_.max_model_len) + ")");
+  }
+  // The last sampled token is never fed back, so a sequence holds at most prompt + max_tokens - 1.
+  const int num_blocks = kv_.blocks_for(num_prompt + max_tokens - 1);
+  if (num_blocks > kv_.num_blocks()) {
+    throw_error(ErrorKind::kResourceExhausted,
+                "request needs " + std::to_string(num_blocks) + " KV blocks (prompt " +
+                    std::to_string(num_prompt) + " + max_tokens " + std::to_string(max_tokens) +
+                    ") but the KV cache has only " + std::to_string(kv_.num_blocks()));
+  }
+  if (req.num_samples() > config_.max_num_seqs) {
+    invalid_argument("best_of/n (" + std::to_string(req.num_samples()) + ") exceeds max_num_seqs (" +
+                     std::to_string(config_.max_num_seqs) + ")");
+  }
+}
+
+void Scheduler::add_request(Request& req) {
+  auto seq = std::make_unique<Sequence>();
+  seq->seq_id = next_seq_id_++;
+  seq->request = &req;
+  seq->token_ids = req.prompt_token_ids;
+  seq->seed = sample_seed(req.base_seed, 0);
+  seq->status = SeqStatus::kWaiting;
+  waiting_.insert(seq.get());
+  req.seqs.push_back(std::move(seq));
+}
+
+kv::SeqRef Scheduler::seq_ref(const Sequence& seq) const {
+  return {seq.seq_id, seq.token_ids, seq.request->cache_salt_hash};
+}
+
+int Scheduler::tokens_to_schedule(const Sequence& seq, int budget) const {
+  int n = seq.num_tokens() - seq.num_computed_tokens;
+  // An unforked multi-sample request stops one token short of its prompt: each sample computes the
+  // last prompt token itself and samples its own first token.
+  if (seq.request->needs_fork()) n = std::min(n, seq.num_prompt_tokens() - 1 - seq.num_computed_tokens);
+  if (!config_.enable_chunked_prefill && n > budget) return 0;
+  return std::max(0, std::min(n, budget));
+}
+
+const SchedulerOutput& Scheduler::schedule() {
+  compact_running();
+  out_.seqs.clear();
+  out_.blocks_to_copy.clear();
+  out_.blocks_to_swap_out.clear();
+  out_.blocks_to_swap_in.clear();
+  scheduled_.clear();
+  budget_ = config_.max_num_batched_tokens;
+  preempted_this_step_ = false;
+
+  schedule_running(/*decodes=*/true);
+  schedule_running(/*decodes=*/false);
+  // A step that had to preempt is short of blocks: admitting more would only thrash.
+  if (!preempted_this_step_) {
+    schedule_swapped();
+    // Swapped-out sequences come back before anything new is admitted, or new prompts could keep
+    // taking the blocks they wait for.
+    if (swapped_.empty()) schedule_waiting();
+  }
+  compact_running();
+  out_.num_scheduled_tokens = config_.max_num_batched_tokens - budget_;
+  return out_;
+}
+
+void Scheduler::schedule_running(bool decodes) {
+  // Indexing (not iterators): preemption changes statuses but never the vector during this loop.
+  for (size_t i = 0; i < running_.size() && budget_ > 0; ++i) {
+    Sequence& seq = *running_[i];
+    if (seq.status != SeqStatus::kRunning || seq.num_scheduled_tokens > 0) continue;
+    const bool is_decode = seq.num_tokens() - seq.num_computed_tokens == 1;
+    if (is_decode != decodes) continue;
+    schedule_running_seq(seq);
+  }
+}
+
+bool Scheduler::schedule_running_seq(Sequence& seq) {
+  const int n = tokens_to_schedule(seq, budget_);
+  if (n == 0) return false;
+  while (!kv_.allocate_slots(seq_ref(seq), seq.num_computed_tokens, n, nullptr, out_.blocks_to_copy)) {
+    Sequence* victim = pick_victim();
+    preempt(*victim);
+    if (victim == &seq) return false;
+  }
+  add_scheduled(seq, n);
+  return true;
+}
+
+void Scheduler::schedule_swapped() {
+  while (!swapped_.empty() && budget_ > 0 && num_running_ < config_.max_num_seqs) {
+    Sequence& seq = **swapped_.begin();
+    if (!kv_.can_swap_in(seq.seq_id)) break;
+    swapped_.erase(swapped_.begin());
+    kv_.swap_in(seq.seq_id, seq.num_computed_tokens, out_.blocks_to_swap_in);
+    seq.status = SeqStatus::kRunning;
+    running_.push_back(&seq);
+    ++num_running_;
+    const int n = tokens_to_schedule(seq, budget_);
+    if (n > 0 && kv_.allocate_slots(seq_ref(seq), seq.num_computed_tokens, n, nullptr,
+                                    out_.blocks_to_copy)) {
+      add_scheduled(seq, n);
+    }
+  }
+}
+
+void Scheduler::schedule_waiting() {
+  while (!waiting_.empty() && budget_ > 0) {
+    if (!admit_waiting_seq(**waiting_.begin())) break;
+  }
+}
+
+bool Scheduler::admit_waiting_seq(Sequence& seq) {
+  Request& req = *seq.request;
+  const int num_new_seqs = req.needs_fork() ? req.num_samples() : 1;
+  if (num_running_ + num_new_seqs > config_.max_num_seqs) return false;
+  // Prompt logprobs need the logits of every prompt position, so such a request skips the cache.
+  const bool wants_prompt_logprobs =
+      req.params.prompt_logprobs.has_value() &&
+      static_cast<int>(req.prompt_logprobs.size()) < req.num_prompt_tokens();
+  kv::ComputedBlocks hit;
+  if (!wants_prompt_logprobs) hit = kv_.get_computed_blocks(seq_ref(seq));
+  seq.num_computed_tokens = hit.num_computed_tokens();
+  const int n = tokens_to_schedule(seq, budget_);
+  const bool fork_now = req.needs_fork() && seq.num_computed_tokens == seq.num_prompt_tokens() - 1;
+  if ((n == 0 && !fork_now) ||
+      !kv_.allocate_slots(seq_ref(seq), seq.num_computed_tokens, n, &hit, out_.blocks_to_copy)) {
+    seq.num_computed_tokens = 0;
+    kv_.free(seq.seq_id);  // drops the hashes computed by the lookup
+    return false;
+  }
+  waiting_.erase(waiting_.begin());
+  seq.status = SeqStatus::kRunning;
+  running_.push_back(&seq);
+  ++num_running_;
+  if (!req.admitted) {
+    req.admitted = true;
+    req.num_cached_tokens = hit.num_computed_tokens();
+  }
+  if (n > 0) {
+    add_scheduled(seq, n);
+  } else {
+    // The prompt is ready to fork (a one-token prompt, or a hit covering all but the last token).
+    fork(seq);
+    for (const auto& sample : req.seqs) {
+      const int m = tokens_to_schedule(*sample, budget_);
+      if (m > 0 && kv_.allocate_slots(seq_ref(*sample), sample->num_computed_tokens, m, nullptr,
+                                      out_.blocks_to_copy)) {
+        add_scheduled(*sample, m);
+      }
+    }
+  }
+  return true;
+}
+
+void Scheduler::add_scheduled(Sequence& seq, int num_new_tokens) {
+  const Request& req = *seq.request;
+  ScheduledSeq s;
+  s.seq_id = seq.seq_id;
+  s.token_ids = std::span<const int32_t>(seq.token_ids)
+                    .subspan(static_cast<size_t>(seq.num_computed_tokens), static_cast<size_t>(num_new_tokens));
+  s.num_computed_tokens = seq.num_computed_tokens;
+  s.block_table = kv_.block_table(seq.seq_id);
+  s.needs_sample = seq.num_computed_tokens + num_new_tokens == seq.num_tokens();
+  s.params = &req.params;
+  s.seed = seq.seed;
+  s.prompt_token_ids = seq.prompt_ids();
+  s.output_token_ids = seq.output_ids();
+  s.banned_token_ids = seq.banned_token_ids;
+  if (req.params.prompt_logprobs && static_cast<int>(req.prompt_logprobs.size()) < req.num_prompt_tokens()) {
+    // The runner contract asks for > 0; a request for 0 alternatives gets 1, trimmed on collection.
+    s.prompt_logprobs = std::max(1, *req.params.prompt_logprobs);
+  }
+  seq.num_scheduled_tokens = num_new_tokens;
+  budget_ -= num_new_tokens;
+  out_.seqs.push_back(s);
+  scheduled_.push_back(&seq);
+}
+
+void Scheduler::unschedule(Sequence& seq) {
+  auto it = std::find(scheduled_.begin(), scheduled_.end(), &seq);
+  if (it == scheduled_.end()) return;
+  const auto index = it - scheduled_.begin();
+  scheduled_.erase(it);
+  out_.seqs.erase(out_.seqs.begin() + index);
+  budget_ += seq.num_scheduled_tokens;
+  seq.num_scheduled_tokens = 0;
+  // A copy-on-write into one of its blocks must not run: the block is about to be freed and may be
+  // handed to someone else in this very step.
+  const auto table = kv_.block_table(seq.seq_id);
+  std::erase_if(out_.blocks_to_copy, [&](const std::pair<int32_t, int32_t>& p) {
+    return std::find(table.begin(), table.end(), p.second) != table.end();
+  });
+}
+
+Sequence* Scheduler::pick_victim() const {
+  Sequence* victim = nullptr;
+  const SeqOrder order{config_.policy == SchedulingPolicy::kPriority};
+  for (Sequence* s : running_) {
+    if (s->status == SeqStatus::kRunning && (victim == nullptr || order(victim, s))) victim = s;
+  }
+  if (victim == nullptr) throw_error(ErrorKind::kInternal, "scheduler: no sequence to preempt");
+  return victim;
+}
+
+void Scheduler::preempt(Sequence& victim) {
+  // Swapping reads the victim's blocks before this step's copies run, so a victim that already did a
+  // copy-on-write this step is recomputed instead.
+  const bool was_scheduled = victim.num_scheduled_tokens > 0;
+  if (was_scheduled) unschedule(victim);
+  preempted_this_step_ = true;
+  ++num_preemptions_;
+  --num_running_;
+  if (!was_scheduled && kv_.num_swap_blocks() > 0 && kv_.can_swap_out(victim.seq_id)) {
+    kv_.swap_out(victim.seq_id, out_.blocks_to_swap_out);
+    victim.status = SeqStatus::kSwapped;
+    swapped_.insert(&victim);
+    return;
+  }
+  kv_.free(victim.seq_id);
+  victim.num_computed_tokens = 0;
+  victim.status = SeqStatus::kWaiting;
+  waiting_.insert(&victim);
+}
+
+void Scheduler::fork(Sequence& parent) {
+  Request& req = *parent.request;
+  req.forked = true;
+  for (int i = 1; i < req.num_samples(); ++i) {
+    auto child = std::make_unique<Sequence>();
+    child->seq_id = next_seq_id_++;
+    child->request = &req;
+    child->sample_index = i;
+    child->status = SeqStatus::kRunning;
+    child->token_ids = parent.token_ids;
+    child->num_computed_tokens = parent.num_computed_tokens;
+    child->seed = sample_seed(req.base_seed, i);
+    child->banned_token_ids = parent.banned_token_ids;
+    kv_.fork(parent.seq_id, child->seq_id);
+    running_.push_back(child.get());
+    ++num_running_;
+    req.seqs.push_back(std::move(child));
+  }
+}
+
+void Scheduler::compact_running() {
+  std::erase_if(running_, [](const Sequence* s) { return s->status != SeqStatus::kRunning; });
+}
+
+void Scheduler::collect_prompt_logprobs(Sequence& seq, int first_pos,
+                                        const std::vector<TokenLogprobs>& lps) {
+  Request& req = *seq.request;
+  const size_t top_n = static_cast<size_t>(req.params.prompt_logprobs.value_or(0));
+  for (size_t k = 0; k < lps.size(); ++k) {
+    // Entry for position p is the logprob of prompt token p + 1; positions recomputed after a
+    // preemption are already recorded.
+    const size_t target = static_cast<size_t>(first_pos) + k + 1;
+    if (target != req.prompt_logprobs.size() || static_cast<int>(target) >= req.num_prompt_tokens()) continue;
+    TokenLogprobs lp = lps[k];
+    if (lp.top.size() > top_n) lp.top.resize(top_n);
+    req.prompt_logprobs.emplace_back(std::move(lp));
+  }
+}
+
+void Scheduler::update_from_output(const ModelRunnerOutput& output, std::vector<NewToken>& new_tokens) {
+  for (size_t i = 0; i < scheduled_.size(); ++i) {
+    Sequence& seq = *scheduled_[i];
+    const ScheduledSeq& s = out_.seqs[i];
+    const int first_pos = seq.num_computed_tokens;
+    seq.num_computed_tokens += seq.num_scheduled_tokens;
+    seq.num_scheduled_tokens = 0;
+    kv_.cache_computed_blocks(seq_ref(seq), seq.num_computed_tokens);
+    if (s.prompt_logprobs > 0 && i < output.prompt_logprobs.size()) {
+      collect_prompt_logprobs(seq, first_pos, output.prompt_logprobs[i]);
+    }
+    const int32_t token = i < output.sampled_token_ids.size() ? output.sampled_token_ids[i] : -1;
+    if (s.needs_sample && token >= 0) {
+      seq.token_ids.push_back(token);
+      NewToken nt{&seq, token, std::nullopt};
+      if (i < output.sampled_logprobs.size()) nt.logprobs = output.sampled_logprobs[i];
+      new_tokens.push_back(std::move(nt));
+    }
+    if (seq.request->needs_fork() && seq.num_computed_tokens == seq.num_prompt_tokens() - 1) fork(seq);
+  }
+  scheduled_.clear();
+  out_.seqs.clear();  // its spans point into token vectors that just grew
+}
+
+void Scheduler::finish_seq(Sequence& seq, FinishReason reason) {
+  if (seq.finished()) return;
+  if (seq.num_scheduled_tokens > 0) unschedule(seq);
+  switch (seq.status) {
+    case SeqStatus::kRunning:
+      // Removed now, not at the next compaction: the engine may destroy the request right after.
+      std::erase(running_, &seq);
+      --num_running_;
+      break;
+    case SeqStatus::kWaiting: waiting_.erase(&seq); break;
+    case SeqStatus::kSwapped: swapped_.erase(&seq); break;
+    case SeqStatus::kFinished: break;
+  }
+  kv_.free(seq.seq_id);
+  seq.status = SeqStatus::kFinished;
+  seq.finish_reason = reason;
+}
+
+void Scheduler::abort_request(Request& req) {
+  for (const auto& seq : req.seqs) finish_seq(*seq, FinishReason::kAbort);
+  req.forked = true;  // an aborted request never forks
+}
+
+}  // namespace pagellm::engine

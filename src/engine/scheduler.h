@@ -1,0 +1,114 @@
+// Iteration-level scheduling as in vLLM V1: no prefill and decode phases. Every step hands each
+// sequence a number of tokens to compute (num_tokens - num_computed_tokens, capped by the token
+// budget), so chunked prefill, prefix hits and recompute after preemption are all the same rule.
+//
+// Order within a step: running sequences with one token to compute (decodes), then running sequences
+// in the middle of a prompt, then swapped-out sequences, then waiting ones — so new prompts never starve
+// running decodes. When KV blocks run out the lowest-priority, latest sequence is preempted (swapped to
+// host memory when swap space exists, otherwise freed and recomputed later with its tokens kept).
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/scheduler_output.h"
+#include "kv/kv_cache_manager.h"
+
+namespace pagellm::engine {
+
+enum class SchedulingPolicy { kFcfs, kPriority };
+
+struct SchedulerConfig {
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  int max_model_len = 2048;
+  bool enable_chunked_prefill = true;
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+};
+
+// A token produced by the last step, for the output processor.
+struct NewToken {
+  Sequence* seq = nullptr;
+  int32_t token_id = -1;
+  std::optional<TokenLogprobs> logprobs;
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, kv::KVCacheManager& kv);
+
+  // Throws pagellm::Error(kInvalidArgument / kResourceExhausted) when the request can never be
+  // scheduled: prompt + max_tokens beyond max_model_len, more KV blocks than the whole pool, more
+  // samples than max_num_seqs.
+  void check_fits(const Request& req) const;
+  // Queues the request's first sequence. The request must outlive its sequences' stay here.
+  void add_request(Request& req);
+
+  // Decides this step's work. The output stays valid until the next schedule() call.
+  const SchedulerOutput& schedule();
+  // Applies the runner's results to the scheduled sequences (advances num_computed_tokens, appends
+  // sampled tokens, forks samples whose prompt is ready) and lists the new tokens.
+  void update_from_output(const ModelRunnerOutput& output, std::vector<NewToken>& new_tokens);
+
+  // Ends one sequence with `reason`, frees its blocks and drops every reference to it, so the caller
+  // may destroy it (and its request) right away.
+  void finish_seq(Sequence& seq, FinishReason reason);
+  // Ends every sequence of the request with kAbort, wherever it is.
+  void abort_request(Request& req);
+
+  int num_running() const { return num_running_; }
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  int num_swapped() const { return static_cast<int>(swapped_.size()); }
+  bool has_unfinished() const { return num_running_ > 0 || !waiting_.empty() || !swapped_.empty(); }
+  uint64_t num_preemptions() const { return num_preemptions_; }
+  const SchedulerConfig& config() const { return config_; }
+  kv::KVCacheManager& kv() { return kv_; }
+
+ private:
+  // Total order of sequences: priority (under kPriority), then arrival, then sample index. The waiting
+  // and swapped queues run front to back; the preemption victim is the running maximum.
+  struct SeqOrder {
+    bool priority = false;
+    bool operator()(const Sequence* a, const Sequence* b) const;
+  };
+
+  kv::SeqRef seq_ref(const Sequence& seq) const;
+  int tokens_to_schedule(const Sequence& seq, int budget) const;
+  void schedule_running(bool decodes);
+  bool schedule_running_seq(Sequence& seq);
+  void schedule_swapped();
+  void schedule_waiting();
+  bool admit_waiting_seq(Sequence& seq);
+  void add_scheduled(Sequence& seq, int num_new_tokens);
+  void unschedule(Sequence& seq);
+  Sequence* pick_victim() const;
+  void preempt(Sequence& victim);
+  void fork(Sequence& parent);
+  void compact_running();
+  void collect_prompt_logprobs(Sequence& seq, int first_pos, const std::vector<TokenLogprobs>& lps);
+
+  SchedulerConfig config_;
+  kv::KVCacheManager& kv_;
+  int64_t next_seq_id_ = 1;
+
+  std::vector<Sequence*> running_;  // admission order; may hold non-running entries until compaction
+  int num_running_ = 0;
+  std::set<Sequence*, SeqOrder> waiting_;
+  std::set<Sequence*, SeqOrder> swapped_;
+
+  // This step.
+  SchedulerOutput out_;
+  std::vector<Sequence*> scheduled_;  // parallel to out_.seqs
+  int budget_ = 0;
+  bool preempted_this_step_ = false;
+  uint64_t num_preemptions_ = 0;
+};
+
+// The effective seed of sample `index` of a request whose base seed is `base_seed` (the request's
+// seed when given, so the same seed reproduces the same text in any batch).
+uint64_t sample_seed(uint64_t base_seed, int sample_index);
+uint64_t splitmix64(uint64_t x);
+
+}  // namespace pagellm::engine

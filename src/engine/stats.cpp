@@ -1,0 +1,49 @@
+#include "engine/stats.h"
+
+#include <cstdio>
+#include <string>
+
+#include "common/logging.h"
+
+namespace pagellm::engine {
+
+void add_latency_sample(std::vector<double>& samples, double seconds) {
+  if (samples.size() < kMaxLatencySamples) samples.push_back(seconds);
+}
+
+std::string StatsLogger::format(const EngineStats& prev, const EngineStats& s, double elapsed_s) {
+  const double dt = elapsed_s > 0 ? elapsed_s : 1.0;
+  const double prompt_tps = static_cast<double>(s.prompt_tokens - prev.prompt_tokens) / dt;
+  const double gen_tps = static_cast<double>(s.generation_tokens - prev.generation_tokens) / dt;
+  const uint64_t queries = s.prefix_cache_queries - prev.prefix_cache_queries;
+  const uint64_t hits = s.prefix_cache_hits - prev.prefix_cache_hits;
+  const double hit_rate = queries > 0 ? 100.0 * static_cast<double>(hits) / static_cast<double>(queries) : 0.0;
+  char line[384];
+  std::snprintf(line, sizeof(line),
+                "Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, "
+                "Running: %d reqs, Swapped: %d reqs, Waiting: %d reqs, KV cache usage: %.1f%%, "
+                "Prefix cache hit rate: %.1f%%, Preemptions: %llu",
+                prompt_tps, gen_tps, s.num_running, s.num_swapped, s.num_waiting, 100.0 * s.kv_usage,
+                hit_rate, static_cast<unsigned long long>(s.num_preemptions));
+  return line;
+}
+
+bool StatsLogger::maybe_log(const EngineStats& s, std::chrono::steady_clock::time_point now) {
+  if (!started_) {
+    started_ = true;
+    last_time_ = now;
+    last_ = s;
+    return false;
+  }
+  const double elapsed = std::chrono::duration<double>(now - last_time_).count();
+  if (elapsed < interval_s_) return false;
+  log::info(format(last_, s, elapsed));
+  last_time_ = now;
+  last_ = s;
+  last_.ttft_samples.clear();
+  last_.itl_samples.clear();
+  last_.e2e_samples.clear();
+  return true;
+}
+
+}  // namespace pagellm::engine

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# `pagellm generate` end to end on stories260K: greedy output equals llama2.c's published sample
+# (run.c with 256 steps samples 256 tokens after BOS), --prompts-file goes through the engine and
+# gives the same text batched, and bad input fails with a one-line error.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BIN=${PAGELLM_BIN:-build/pagellm}
+MODEL=${PAGELLM_SHARED_DIR:-../shared}/models/stories260K
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# llama2.c's sample is the fenced block of the model's README.
+sed -n '/^```$/,/^```$/p' "$MODEL/README.md" | sed '1d;$d' > "$TMP/expected.txt"
+[ -s "$TMP/expected.txt" ] || fail "no sample in $MODEL/README.md"
+
+"$BIN" generate --model "$MODEL" --prompt "" --temperature 0 --max-tokens 256 \
+  > "$TMP/out.txt" 2> "$TMP/err.txt" || { cat "$TMP/err.txt" >&2; fail "generate exited non-zero"; }
+diff "$TMP/expected.txt" "$TMP/out.txt" > "$TMP/diff.txt" || { cat "$TMP/diff.txt" >&2; fail "greedy text differs from llama2.c"; }
+grep -q "INFO" "$TMP/err.txt" || fail "expected logs on stderr"
+echo "ok: greedy sample equals llama2.c's run.c"
+
+# The same prompt three times plus two others, batched through --prompts-file: the first three must
+# reproduce the sample exactly (batch invariance), one JSON object per line.
+{
+  for i in 1 2 3; do echo '{"prompt": "", "temperature": 0, "max_tokens": 256}'; done
+  echo '{"prompt": "Once upon a time", "temperature": 0.8, "seed": 1, "max_tokens": 40}'
+  echo '{"prompt": "The dog", "max_tokens": 30, "stop": ["."]}'
+} > "$TMP/prompts.jsonl"
+"$BIN" generate --model "$MODEL" --prompts-file "$TMP/prompts.jsonl" > "$TMP/results.jsonl" 2> "$TMP/err2.txt" \
+  || { cat "$TMP/err2.txt" >&2; fail "generate --prompts-file exited non-zero"; }
+[ "$(wc -l < "$TMP/results.jsonl")" = 5 ] || fail "expected 5 result lines"
+node -e '
+const fs = require("fs");
+const expected = fs.readFileSync(process.argv[1], "utf8").replace(/\n$/, "");
+const lines = fs.readFileSync(process.argv[2], "utf8").trim().split("\n").map(JSON.parse);
+for (let i = 0; i < 3; i++) {
+  if (lines[i].text !== expected) { console.error("batched result", i, "differs"); process.exit(1); }
+}
+if (lines[4].finish_reason !== "stop" || lines[4].text.includes(".")) { console.error("stop string not applied", lines[4]); process.exit(1); }
+' "$TMP/expected.txt" "$TMP/results.jsonl" || fail "batched results"
+echo "ok: --prompts-file batch"
+
+# Errors are one line on stderr with a non-zero exit.
+if "$BIN" generate --model "$MODEL" --prompt "x" --temperature -1 2> "$TMP/err3.txt" >/dev/null; then
+  fail "negative temperature accepted"
+fi
+[ "$(wc -l < "$TMP/err3.txt")" -le 2 ] && grep -q "temperature" "$TMP/err3.txt" || { cat "$TMP/err3.txt" >&2; fail "bad error for temperature"; }
+echo '{"prompt": 5}' > "$TMP/bad.jsonl"
+if "$BIN" generate --model "$MODEL" --prompts-file "$TMP/bad.jsonl" 2> "$TMP/err4.txt" >/dev/null; then
+  fail "bad prompts file accepted"
+fi
+grep -q "bad.jsonl:1" "$TMP/err4.txt" || { cat "$TMP/err4.txt" >&2; fail "error does not name file:line"; }
+if "$BIN" generate --model "$MODEL" --prompt "x" --max-tokens 600 2> "$TMP/err5.txt" >/dev/null; then
+  fail "request beyond max_model_len accepted"
+fi
+grep -q "max_model_len" "$TMP/err5.txt" || { cat "$TMP/err5.txt" >&2; fail "bad error for max_model_len"; }
+echo "ok: errors"
+
+# No --model: the demo model, with a banner on stderr, still prints something.
+"$BIN" generate --prompt "hi" --max-tokens 8 --temperature 0 > "$TMP/demo.txt" 2> "$TMP/demo_err.txt" \
+  || { cat "$TMP/demo_err.txt" >&2; fail "demo generate failed"; }
+grep -q "demo model" "$TMP/demo_err.txt" || fail "no demo banner"
+echo "ok: demo model"
+
+# bench throughput runs and reports like vllm bench throughput.
+"$BIN" bench throughput --model "$MODEL" --num-prompts 8 --input-len 16 --output-len 8 \
+  --output-json "$TMP/bench.json" > "$TMP/bench.txt" 2>/dev/null || fail "bench throughput failed"
+grep -q "^Throughput: .* requests/s, .* total tokens/s, .* output tokens/s" "$TMP/bench.txt" || fail "bench output"
+grep -q '"num_output_tokens": 64' "$TMP/bench.json" || fail "bench json"
+echo "ok: bench throughput"
+echo "generate_test: all passed"
