@@ -7,7 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "cli/command.h"
+#include "cli/bench_serve.h"
 #include "common/error.h"
 #include "server/bench_client.h"
 
@@ -148,19 +148,8 @@ int run_serve_bench(int argc, char** argv) {
   return report["failed"].get<int64_t>() == 0 ? 0 : 1;
 }
 
-// `pagellm bench <mode>`: only `serve` lives here; other benchmark modes add their branch.
-int run_bench_command(int argc, char** argv) {
-  if (argc >= 2 && std::string(argv[1]) == "serve") {
-    std::string program = std::string(argv[0]) + " serve";
-    argv[1] = program.data();
-    return run_serve_bench(argc - 1, argv + 1);
-  }
-  std::fprintf(stderr, "usage: pagellm bench serve [options]   (pagellm bench serve --help)\n");
-  return 2;
-}
-
 }  // namespace
 
-PAGELLM_COMMAND("bench", "benchmarks: `bench serve` load-tests an OpenAI-compatible server", run_bench_command);
+int run_bench_serve(int argc, char** argv) { return run_serve_bench(argc, argv); }
 
 }  // namespace pagellm::cli
