@@ -139,10 +139,7 @@ void GenerationCall::on_output(size_t sub_index, RequestOutput&& out) {
   if (std::all_of(subs_.begin(), subs_.end(), [](const Sub& s) { return s.finished; })) finish();
 }
 
-std::string GenerationCall::token_text(int32_t id) const {
-  int32_t one[1] = {id};
-  return server_.engine().decode(one, /*skip_special_tokens=*/false);
-}
+std::string GenerationCall::token_text(int32_t id) const { return server_.token_text(id); }
 
 json GenerationCall::chunk_base() const {
   return json{{"id", id_},

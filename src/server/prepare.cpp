@@ -115,10 +115,7 @@ json ApiServer::tokenize(const json& body) {
   json out = {{"count", ids.size()}, {"max_model_len", engine_.model_info().max_model_len}, {"tokens", ids}};
   if (r.return_token_strs) {
     json strs = json::array();
-    for (int32_t id : ids) {
-      int32_t one[1] = {id};
-      strs.push_back(engine_.decode(one, false));
-    }
+    for (int32_t id : ids) strs.push_back(token_text(id));
     out["token_strs"] = std::move(strs);
   }
   return out;

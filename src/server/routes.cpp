@@ -34,6 +34,23 @@ ApiServer::ApiServer(EngineClient& engine, ServerConfig config)
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                    .count()) {
   if (config_.served_model_name.empty()) config_.served_model_name = engine.model_info().name;
+  auto ids = engine_.encode("a", /*add_special_tokens=*/false);
+  if (!ids.empty()) anchor_ = {ids.back()};
+}
+
+std::string ApiServer::token_text(int32_t id) const {
+  if (anchor_.empty()) {
+    int32_t one[1] = {id};
+    return engine_.decode(one, /*skip_special_tokens=*/false);
+  }
+  // Decode after an anchor token and drop the anchor's text: what remains is the token exactly as it
+  // appears mid-sequence.
+  int32_t pair[2] = {anchor_[0], id};
+  std::string both = engine_.decode(pair, false);
+  std::string alone = engine_.decode(std::span<const int32_t>(anchor_), false);
+  if (both.compare(0, alone.size(), alone) == 0) return both.substr(alone.size());
+  int32_t one[1] = {id};
+  return engine_.decode(one, false);
 }
 
 std::string ApiServer::reject_body(int status, const std::string& message) {

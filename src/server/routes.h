@@ -46,6 +46,9 @@ class ApiServer : public HttpHandler {
   Metrics& metrics() { return metrics_; }
   const ServerConfig& config() const { return config_; }
   const std::string& model_name() const { return config_.served_model_name; }
+  // A generated token's text as it reads inside a sequence (leading space kept: SentencePiece
+  // decoders strip it from a lone token), for logprobs and token_strs.
+  std::string token_text(int32_t id) const;
   // Reserves room for `num_seqs` sequences under --max-queued-requests; false when full.
   bool try_admit(int num_seqs);
   void release(int num_seqs);
@@ -80,6 +83,7 @@ class ApiServer : public HttpHandler {
   std::atomic<int> num_in_flight_{0};     // generation HTTP requests in progress
   std::atomic<int64_t> num_admitted_seqs_{0};
   int64_t created_;                        // server start, for /v1/models
+  std::vector<int32_t> anchor_;            // one ordinary token decoded before each logprob token
 };
 
 }  // namespace pagellm::server

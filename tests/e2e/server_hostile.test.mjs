@@ -151,7 +151,8 @@ test('a full queue answers 429', async () => {
   }
 });
 
-async function streamEvents(base, body) {
+// Opens a stream and resolves once its first bytes arrived, with {events}: a promise of all payloads.
+async function openStream(base, body) {
   const r = await fetch(`${base}/v1/completions`, {
     method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...body, stream: true }),
   });
@@ -166,15 +167,14 @@ async function streamEvents(base, body) {
     }
     return text.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice(6));
   })();
-  return rest;
+  return { events: rest };
 }
 
 test('SIGTERM drains in-flight requests, then exits 0', async () => {
   const s = await startServer(['--shutdown-timeout', '30']);
-  const events = streamEvents(s.base, { prompt: 'Hi', max_tokens: 400, ignore_eos: true });
-  await sleep(20);
+  const stream = await openStream(s.base, { prompt: 'Hi', max_tokens: 500, ignore_eos: true });
   s.proc.kill('SIGTERM');
-  const list = await events;
+  const list = await stream.events;
   assert.equal(list.at(-1), '[DONE]');
   const finishes = list.slice(0, -1).map((e) => JSON.parse(e)).flatMap((c) => c.choices ?? []).map((c) => c.finish_reason).filter(Boolean);
   assert.deepEqual(finishes, ['length'], 'the in-flight request ran to completion');
@@ -183,9 +183,9 @@ test('SIGTERM drains in-flight requests, then exits 0', async () => {
   await assert.rejects(fetch(`${s.base}/health`), 'no longer accepting');
 
   const t = await startServer(['--shutdown-timeout', '0']);
-  const cut = streamEvents(t.base, { prompt: 'Hi', max_tokens: 480, ignore_eos: true });
+  const cut = await openStream(t.base, { prompt: 'Hi', max_tokens: 500, ignore_eos: true });
   t.proc.kill('SIGTERM');
-  const cutList = await cut;
+  const cutList = await cut.events;
   assert.equal(cutList.at(-1), '[DONE]');
   assert.equal((await t.exited).code, 0);
 });
