@@ -111,7 +111,11 @@ int run_serve_bench(int argc, char** argv) {
   app.add_option("--result-file", result_file, "also write the results as JSON here");
   bool no_ignore_eos = false;
   app.add_flag("--no-ignore-eos", no_ignore_eos, "let requests stop at EOS (default: ignore_eos)");
-  app.parse(argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);  // prints --help, or the flag error
+  }
   o.port = static_cast<uint16_t>(port);
   o.seed = d.seed;
   o.ignore_eos = !no_ignore_eos;

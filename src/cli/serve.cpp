@@ -65,7 +65,11 @@ int run(int argc, char** argv) {
   app.add_flag("--disable-log-requests", f.disable_log_requests, "no per-request log lines");
   app.add_option("--max-request-body-bytes", f.max_body_bytes, "larger request bodies get 413");
   app.add_option("--num-io-threads", f.num_io_threads, "HTTP I/O threads")->check(CLI::Range(1, 64));
-  app.parse(argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);  // prints --help, or the flag error
+  }
   if (f.api_key.empty()) {
     if (const char* env = std::getenv("PAGELLM_API_KEY")) f.api_key = env;
   }
