@@ -124,6 +124,15 @@ class Session : public std::enable_shared_from_this<Session> {
 
   net::any_io_executor executor() { return stream_.get_executor(); }
 
+  // After the I/O threads stopped: drop the pending response's cancel hook (it owns the handler's
+  // state, which owns this session: a cycle) and the socket.
+  void abandon() {
+    disconnect_fn_ = nullptr;
+    state_ = State::kClosed;
+    beast::error_code ec;
+    stream_.socket().close(ec);
+  }
+
   // ResponseWriter operations; `seq` guards against a stale writer from an earlier request.
   bool writable(uint64_t seq) const { return seq == seq_ && state_ == State::kHandling && !response_complete_; }
   void respond(uint64_t seq, int status, const std::string& type, std::string body, const std::string& extra);
@@ -493,6 +502,14 @@ void HttpServer::stop() {
   impl_->ioc.stop();
   for (auto& t : impl_->threads) t.join();
   impl_->threads.clear();
+  std::vector<std::shared_ptr<Session>> live;
+  {
+    std::lock_guard lock(impl_->mutex);
+    for (auto& [id, weak] : impl_->sessions) {
+      if (auto session = weak.lock()) live.push_back(std::move(session));
+    }
+  }
+  for (auto& session : live) session->abandon();  // no I/O thread runs now: safe off-strand
 }
 
 int HttpServer::num_connections() const { return impl_->num_connections.load(); }
