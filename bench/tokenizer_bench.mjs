@@ -26,12 +26,35 @@ const tokenizer = new Tokenizer(
 const loadMs = performance.now() - t0;
 const text = fs.readFileSync(file, "utf8");
 const bytes = Buffer.byteLength(text, "utf8");
+// CPU seconds of this process (user + system), comparable with tokenizer_bench's thread CPU time on a
+// busy machine; JS's garbage collector threads are included.
+const cpuSeconds = (start) => {
+  const d = process.cpuUsage(start);
+  return (d.user + d.system) / 1e6;
+};
 let ids = tokenizer.encode(text, { add_special_tokens: false }).ids;  // warm-up
+let cpu0 = process.cpuUsage();
 t0 = performance.now();
 ids = tokenizer.encode(text, { add_special_tokens: false }).ids;
 const seconds = (performance.now() - t0) / 1e3;
-console.log(`js reference ${dir}: load ${loadMs.toFixed(1)} ms; encode ${bytes} bytes -> ${ids.length} tokens, ` +
-  `${seconds.toFixed(3)} s, ${(bytes / 1e6 / seconds).toFixed(2)} MB/s`);
+const cpu = cpuSeconds(cpu0);
+console.log(`js reference ${dir}: load ${loadMs.toFixed(1)} ms (wall); encode ${bytes} bytes -> ${ids.length} tokens, ` +
+  `${cpu.toFixed(3)} s CPU = ${(bytes / 1e6 / cpu).toFixed(2)} MB/s (wall ${seconds.toFixed(3)} s)`);
+// The same text in ~4 KB pieces cut at line ends (closer to how a server sees prompts).
+const chunks = [];
+for (let start = 0; start < text.length;) {
+  let end = Math.min(text.length, start + 4096);
+  const newline = text.indexOf("\n", end);
+  end = newline < 0 ? text.length : newline + 1;
+  chunks.push(text.slice(start, end));
+  start = end;
+}
+cpu0 = process.cpuUsage();
+let chunkTokens = 0;
+for (const c of chunks) chunkTokens += tokenizer.encode(c, { add_special_tokens: false }).ids.length;
+const chunkCpu = cpuSeconds(cpu0);
+console.log(`js reference, ${chunks.length} chunks of ~4 KB: ${chunkTokens} tokens, ${chunkCpu.toFixed(3)} s CPU = ` +
+  `${(bytes / 1e6 / chunkCpu).toFixed(2)} MB/s`);
 if (idsFile) {
   const ours = JSON.parse(fs.readFileSync(idsFile, "utf8")).ids;
   const n = Math.min(ours.length, ids.length);

@@ -52,7 +52,7 @@ int run_throughput(int argc, char** argv) {
   app.add_option("--num-prompts", o.num_prompts, "requests")->capture_default_str();
   app.add_option("--dataset", o.dataset, "JSONL prompts file instead of random prompts");
   app.add_option("--output-json", o.output_json, "write the results as JSON here");
-  app.parse(argc, argv);
+  PAGELLM_PARSE(app, argc, argv);
   if (o.input_len < 1 || o.output_len < 1 || o.num_prompts < 1) {
     invalid_argument("bench throughput: --input-len, --output-len and --num-prompts must be >= 1");
   }

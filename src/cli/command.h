@@ -27,6 +27,15 @@ struct CommandRegistrar {
 
 }  // namespace pagellm::cli
 
+// Parses a subcommand's flags: --help prints usage on stdout and returns 0 from the command; a bad
+// flag prints the error on stderr and returns CLI11's exit code.
+#define PAGELLM_PARSE(app, argc, argv)        \
+  try {                                       \
+    (app).parse((argc), (argv));              \
+  } catch (const CLI::ParseError& parse_error) { \
+    return (app).exit(parse_error);           \
+  }
+
 #define PAGELLM_CONCAT_INNER(a, b) a##b
 #define PAGELLM_CONCAT(a, b) PAGELLM_CONCAT_INNER(a, b)
 #define PAGELLM_COMMAND(name, summary, fn) \

@@ -129,7 +129,7 @@ int run_generate(int argc, char** argv) {
   app.add_option("--output", output_path, "with --prompts-file: write results here instead of stdout");
   SamplingFlags sampling;
   sampling.add_to(app);
-  app.parse(argc, argv);
+  PAGELLM_PARSE(app, argc, argv);
   if (prompt_opt->count() == 0 && file_opt->count() == 0) {
     invalid_argument("generate: give --prompt TEXT or --prompts-file FILE");
   }

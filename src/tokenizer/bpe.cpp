@@ -35,7 +35,10 @@ bool optional_empty_string(const nlohmann::json& spec, const char* field) {
 }  // namespace
 
 BpeModel::BpeModel(const nlohmann::json& spec, const TokenizerJson& file, const std::string& where) {
-  if (!file.has_vocab) invalid_argument(where + ": model.vocab is missing");
+  // The loader streams model.vocab (an object) and model.merges (an array) out of the DOM; anything
+  // left under those keys had the wrong shape.
+  if (spec.contains("vocab") || !file.has_vocab) invalid_argument(where + ": model.vocab must be an object of ids");
+  if (spec.contains("merges")) invalid_argument(where + ": model.merges must be an array");
   if (spec.contains("dropout") && !spec["dropout"].is_null() && spec["dropout"].get<double>() != 0.0) {
     unsupported(where + ": unsupported: BPE dropout");
   }
@@ -46,8 +49,16 @@ BpeModel::BpeModel(const nlohmann::json& spec, const TokenizerJson& file, const 
   byte_fallback_ = spec.value("byte_fallback", false);
   fuse_unk_ = spec.value("fuse_unk", false);
   ignore_merges_ = spec.value("ignore_merges", false);
+  load_vocab(file, where);
+  if (spec.contains("unk_token") && spec["unk_token"].is_string()) {
+    unk_id_ = vocab_.find(spec["unk_token"].get<std::string>());
+    if (!unk_id_) invalid_argument(where + ": model.unk_token '" + spec["unk_token"].get<std::string>() + "' is not in the vocab");
+  }
+  load_merges(file, where);
+}
 
-  // Vocab: token -> id map, and tokens laid out by id for decoding.
+// Vocab: token -> id map, and tokens laid out by id for decoding.
+void BpeModel::load_vocab(const TokenizerJson& file, const std::string& where) {
   int64_t max_id = -1;
   for (size_t i = 0; i < file.num_vocab(); ++i) {
     if (file.token_ids[i] >= kMaxTokenId) {
@@ -83,21 +94,22 @@ BpeModel::BpeModel(const nlohmann::json& spec, const TokenizerJson& file, const 
   for (int b = 0; b < 256; ++b) {
     if (auto id = vocab_.find(byte_fallback_token(b))) byte_fallback_id_[b] = *id;
   }
-  if (spec.contains("unk_token") && spec["unk_token"].is_string()) {
-    unk_id_ = vocab_.find(spec["unk_token"].get<std::string>());
-    if (!unk_id_) invalid_argument(where + ": model.unk_token '" + spec["unk_token"].get<std::string>() + "' is not in the vocab");
-  }
+}
 
-  // Merges: (left, right) -> (rank, merged id).
-  // Lookups run a few merges ahead of their use (hash + prefetch) so cache misses overlap.
+// Merges: (left, right) -> (rank, merged id).
+void BpeModel::load_merges(const TokenizerJson& file, const std::string& where) {
+  // Lookups run a few merges ahead of their use (hash + prefetch) so cache misses overlap: vocab slots
+  // are prefetched kLookahead merges ahead, the merge table slot kLookahead / 2 ahead.
   merges_.reserve(file.num_merges());
-  constexpr size_t kLookahead = 8;
+  constexpr size_t kLookahead = 16;
   struct Pending {
     std::string joined;
     uint64_t hashes[3];
+    uint64_t key = 0, value = 0;
   };
-  std::vector<Pending> pending(kLookahead);  // ring buffer of merges being prefetched
-  auto prepare = [&](size_t i) {
+  std::vector<Pending> pending(kLookahead);  // ring buffer of merges in flight
+  const size_t num_merges = file.num_merges();
+  auto prepare = [&](size_t i) {  // stage 1: hash the three tokens, prefetch their vocab slots
     Pending& p = pending[i % kLookahead];
     const auto [left, right] = file.merge(i);
     p.joined.assign(left);
@@ -107,11 +119,8 @@ BpeModel::BpeModel(const nlohmann::json& spec, const TokenizerJson& file, const 
     p.hashes[2] = StringIdMap::hash_of(p.joined);
     for (uint64_t h : p.hashes) vocab_.prefetch(h);
   };
-  const size_t num_merges = file.num_merges();
-  std::vector<uint64_t> keys(num_merges), values(num_merges);  // [num_merges] pair key, (rank, merged id)
-  for (size_t i = 0; i < std::min(kLookahead, num_merges); ++i) prepare(i);
-  for (size_t i = 0; i < num_merges; ++i) {
-    const Pending& p = pending[i % kLookahead];
+  auto resolve = [&](size_t i) {  // stage 2: look the ids up, prefetch the merge table slot
+    Pending& p = pending[i % kLookahead];
     const auto [left, right] = file.merge(i);
     const auto left_id = vocab_.find(left, p.hashes[0]), right_id = vocab_.find(right, p.hashes[1]);
     const auto merged_id = vocab_.find(p.joined, p.hashes[2]);
@@ -119,14 +128,19 @@ BpeModel::BpeModel(const nlohmann::json& spec, const TokenizerJson& file, const 
       invalid_argument(where + ": model.merges[" + std::to_string(i) + "] ('" + std::string(left) + "' '" +
                        std::string(right) + "') uses a token missing from the vocab");
     }
-    keys[i] = (static_cast<uint64_t>(static_cast<uint32_t>(*left_id)) << 32) | static_cast<uint32_t>(*right_id);
-    values[i] = (static_cast<uint64_t>(i) << 32) | static_cast<uint32_t>(*merged_id);
-    if (i + kLookahead < num_merges) prepare(i + kLookahead);
-  }
-  // A later duplicate overwrites an earlier one, as in the reference implementation's hash map.
-  for (size_t i = 0; i < num_merges; ++i) {
-    if (i + kLookahead < num_merges) merges_.prefetch(keys[i + kLookahead]);
-    merges_.insert(keys[i], values[i]);
+    p.key = (static_cast<uint64_t>(static_cast<uint32_t>(*left_id)) << 32) | static_cast<uint32_t>(*right_id);
+    p.value = (static_cast<uint64_t>(i) << 32) | static_cast<uint32_t>(*merged_id);
+    merges_.prefetch(p.key);
+  };
+  constexpr size_t kHalf = kLookahead / 2;
+  for (size_t i = 0; i < num_merges + kLookahead; ++i) {
+    if (i < num_merges) prepare(i);
+    if (i >= kHalf && i - kHalf < num_merges) resolve(i - kHalf);
+    if (i >= kLookahead - 1 && i - (kLookahead - 1) < num_merges) {
+      // Stage 3. A later duplicate overwrites an earlier one, as in the reference's hash map.
+      const Pending& p = pending[(i - (kLookahead - 1)) % kLookahead];
+      merges_.insert(p.key, p.value);
+    }
   }
 }
 
@@ -149,10 +163,11 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
     encode_uncached(word, out);
     return;
   }
-  CacheShard& shard = cache_[std::hash<std::string_view>{}(word) % kNumCacheShards];
+  // The shard comes from high hash bits; the map inside uses the same hash's low bits.
+  CacheShard& shard = cache_[(std::hash<std::string_view>{}(word) >> 56) % kNumCacheShards];
   {
     std::lock_guard<std::mutex> lock(shard.mutex);
-    auto it = shard.words.find(std::string(word));
+    auto it = shard.words.find(word);
     if (it != shard.words.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;

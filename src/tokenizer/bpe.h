@@ -39,6 +39,8 @@ class BpeModel {
     int32_t id;
     uint32_t length;  // bytes of word covered
   };
+  void load_vocab(const TokenizerJson& file, const std::string& where);
+  void load_merges(const TokenizerJson& file, const std::string& where);
   void encode_uncached(std::string_view word, std::vector<int32_t>& out) const;
   void initial_symbols(std::string_view word, std::vector<Symbol>& symbols) const;
   void merge_short(std::vector<Symbol>& symbols) const;
@@ -60,9 +62,14 @@ class BpeModel {
   bool ignore_merges_ = false;
 
   // Encoded-word cache: sharded so concurrent encoders rarely contend; each shard is bounded.
+  // Transparent hashing lets a string_view look up a std::string key without a copy.
+  struct WordHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
   struct CacheShard {
     std::mutex mutex;
-    std::unordered_map<std::string, std::vector<int32_t>> words;
+    std::unordered_map<std::string, std::vector<int32_t>, WordHash, std::equal_to<>> words;
   };
   static constexpr size_t kNumCacheShards = 16;
   static constexpr size_t kMaxCachedPerShard = 8192;

@@ -129,7 +129,8 @@ class StripDecoder : public Decoder {
   size_t start_, stop_;
 };
 
-// Replacement character back to spaces; the first token loses the space the pre-tokenizer prepended.
+// Replacement character back to spaces. In the first token the reference drops every replacement
+// character (not only the one the pre-tokenizer prepended) unless prepend_scheme is "never".
 class MetaspaceDecoder : public Decoder {
  public:
   MetaspaceDecoder(std::string replacement, bool strip_first) : replacement_(std::move(replacement)), strip_first_(strip_first) {}
@@ -140,7 +141,7 @@ class MetaspaceDecoder : public Decoder {
       size_t pos = 0;
       while (pos < t.size()) {
         if (t.compare(pos, replacement_.size(), replacement_) == 0) {
-          if (!(i == 0 && pos == 0 && strip_first_)) out += ' ';
+          if (!(i == 0 && strip_first_)) out += ' ';
           pos += replacement_.size();
         } else {
           out += t[pos++];

@@ -17,7 +17,7 @@ namespace pagellm::tok {
 
 inline size_t table_capacity_for(size_t num_entries) {
   size_t capacity = 16;
-  while (capacity < num_entries * 2) capacity <<= 1;  // load factor <= 0.5
+  while (capacity * 5 < num_entries * 8) capacity <<= 1;  // load factor <= 0.625: short probes, less memory
   return capacity;
 }
 
@@ -33,7 +33,7 @@ class U64Map {
   }
   // Inserts or overwrites; grows the table as needed (reserve() up front avoids rehashing).
   void insert(uint64_t key, uint64_t value) {
-    if ((size_ + 1) * 2 > slots_.size()) grow();
+    if ((size_ + 1) * 8 > slots_.size() * 5) grow();
     size_t i = slot(key);
     while (slots_[i].key != kEmpty && slots_[i].key != key) i = (i + 1) & mask_;
     if (slots_[i].key == kEmpty) ++size_;
@@ -95,7 +95,7 @@ class StringIdMap {
   }
   // Inserts or overwrites the id of `key`; grows the table as needed.
   void insert(std::string_view key, int32_t id) {
-    if ((size_ + 1) * 2 > slots_.size()) grow();
+    if ((size_ + 1) * 8 > slots_.size() * 5) grow();
     const uint64_t hash = hash_of(key);
     const auto tag = static_cast<uint32_t>(hash >> 32);
     size_t i = hash & mask_;

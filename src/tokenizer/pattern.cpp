@@ -15,16 +15,20 @@ Pattern::Pattern(const nlohmann::json& spec, const std::string& where) {
 }
 
 void Pattern::find_all(std::string_view text, std::vector<MatchRange>& out) const {
-  if (regex_) {
-    regex_->find_all(text, out);
-    return;
-  }
-  if (literal_.empty()) return;
-  size_t pos = 0;
-  while ((pos = text.find(literal_, pos)) != std::string_view::npos) {
+  find_some(text, 0, SIZE_MAX, out);
+}
+
+size_t Pattern::find_some(std::string_view text, size_t start, size_t max_matches, std::vector<MatchRange>& out) const {
+  if (regex_) return regex_->find_some(text, start, max_matches, out);
+  if (literal_.empty()) return text.size();
+  size_t pos = start;
+  for (size_t num_found = 0; num_found < max_matches; ++num_found) {
+    pos = text.find(literal_, pos);
+    if (pos == std::string_view::npos) return text.size();
     out.push_back({pos, pos + literal_.size()});
     pos += literal_.size();
   }
+  return pos;
 }
 
 std::string Pattern::replace_all(std::string_view text, std::string_view content) const {

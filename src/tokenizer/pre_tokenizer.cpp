@@ -125,6 +125,22 @@ class SplitPreTokenizer : public PreTokenizer {
     std::swap(pieces, out);
   }
 
+  bool can_stream() const override { return behavior_ == Behavior::kIsolated || behavior_ == Behavior::kRemoved; }
+
+  size_t pre_tokenize_some(std::string_view text, size_t start, size_t max_pieces, Pieces& out,
+                           PreTokenizeScratch& scratch) const override {
+    out.clear();
+    scratch.matches.clear();
+    const size_t resume = pattern_.find_some(text, start, max_pieces, scratch.matches);
+    // Matches are relative to the whole text; rebase them on the window [start, resume).
+    for (MatchRange& m : scratch.matches) m.begin -= start, m.end -= start;
+    const std::string_view window = text.substr(start, resume - start);
+    matches_to_splits(scratch.matches, window.size(), invert_, scratch.splits);
+    const bool first_kept = emit_splits(window, scratch.splits, behavior_, out);
+    out.first_at_input_start = start == 0 && first_kept;
+    return resume;
+  }
+
  private:
   Pattern pattern_;
   Behavior behavior_;
@@ -163,10 +179,20 @@ class ByteLevelPreTokenizer : public PreTokenizer {
       } else {
         scratch.splits.assign(1, {{0, piece.size()}, false});
       }
+      // Each byte becomes 1 or 2 bytes of UTF-8: size the output once, then write it directly.
+      size_t length = out.text.size();
+      out.text.resize(length + 2 * piece.size());
+      char* dst = out.text.data();
       for (const auto& [r, is_match] : scratch.splits) {
-        for (size_t b = r.begin; b < r.end; ++b) out.text += alphabet.byte_to_utf8[static_cast<unsigned char>(piece[b])];
-        out.ends.push_back(static_cast<uint32_t>(out.text.size()));
+        for (size_t b = r.begin; b < r.end; ++b) {
+          const std::string& mapped = alphabet.byte_to_utf8[static_cast<unsigned char>(piece[b])];
+          dst[length] = mapped[0];
+          if (mapped.size() > 1) dst[length + 1] = mapped[1];
+          length += mapped.size();
+        }
+        out.ends.push_back(static_cast<uint32_t>(length));
       }
+      out.text.resize(length);
     }
     std::swap(pieces, out);
   }
@@ -269,6 +295,15 @@ class SequencePreTokenizer : public PreTokenizer {
   explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> parts) : parts_(std::move(parts)) {}
   void pre_tokenize(Pieces& pieces, PreTokenizeScratch& scratch) const override {
     for (const auto& part : parts_) part->pre_tokenize(pieces, scratch);
+  }
+
+  bool can_stream() const override { return !parts_.empty() && parts_[0]->can_stream(); }
+
+  size_t pre_tokenize_some(std::string_view text, size_t start, size_t max_pieces, Pieces& out,
+                           PreTokenizeScratch& scratch) const override {
+    const size_t resume = parts_[0]->pre_tokenize_some(text, start, max_pieces, out, scratch);
+    for (size_t i = 1; i < parts_.size(); ++i) parts_[i]->pre_tokenize(out, scratch);
+    return resume;
   }
 
  private:

@@ -51,6 +51,17 @@ class PreTokenizer {
   virtual ~PreTokenizer() = default;
   // Rewrites `pieces` in place (using scratch.other as the output buffer and swapping).
   virtual void pre_tokenize(Pieces& pieces, PreTokenizeScratch& scratch) const = 0;
+
+  // Streaming over long text, for pipelines whose pieces are independent once the first stage has
+  // cut the text (an Isolated or Removed Split first): pre-tokenizes text[start ..) up to a resume
+  // point after at most about `max_pieces` first-stage pieces, into `out` (cleared first). Returns the
+  // resume point (text.size() at the end). Returns 0 without output when streaming is unsupported.
+  virtual size_t pre_tokenize_some(std::string_view text, size_t start, size_t max_pieces, Pieces& out,
+                                   PreTokenizeScratch& scratch) const {
+    return 0;
+  }
+  // True when pre_tokenize_some is supported.
+  virtual bool can_stream() const { return false; }
 };
 
 // Returns nullptr for a JSON null; throws "unsupported: pre_tokenizer <type>" for unknown types.

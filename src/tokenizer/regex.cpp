@@ -96,18 +96,20 @@ Regex::~Regex() {
   if (code_) pcre2_code_free(code_->code);
 }
 
-void Regex::find_all(std::string_view text, std::vector<MatchRange>& out) const {
+size_t Regex::find_some(std::string_view text, size_t start, size_t max_matches, std::vector<MatchRange>& out) const {
   ThreadMatchState& state = thread_match_state();
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  size_t pos = 0;
+  size_t pos = start;
+  size_t num_found = 0;
   while (pos <= text.size()) {
+    if (num_found == max_matches) return pos;
     // The subject was validated once by the caller; PCRE2_NO_UTF_CHECK avoids re-checking it per match.
     const int rc = code_->jit ? pcre2_jit_match(code_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK,
                                                 state.data, state.context)
                               : pcre2_match(code_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK,
                                             state.data, state.context);
     if (rc < 0) {
-      if (rc == PCRE2_ERROR_NOMATCH) return;
+      if (rc == PCRE2_ERROR_NOMATCH) return text.size();
       throw_error(ErrorKind::kResourceExhausted, "tokenizer regex match failed (PCRE2 error " +
                                                      std::to_string(rc) + ")");
     }
@@ -115,14 +117,16 @@ void Regex::find_all(std::string_view text, std::vector<MatchRange>& out) const 
     const size_t begin = ovector[0], end = ovector[1];
     if (end > begin) {
       out.push_back({begin, end});
+      ++num_found;
       pos = end;
     } else {
       // Empty match: skip one character, as Oniguruma's iterator does.
-      if (begin >= text.size()) return;
+      if (begin >= text.size()) return text.size();
       pos = begin + 1;
       while (pos < text.size() && (static_cast<unsigned char>(text[pos]) & 0xC0) == 0x80) ++pos;
     }
   }
+  return text.size();
 }
 
 }  // namespace pagellm::tok

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -25,7 +26,10 @@ class Regex {
   Regex& operator=(const Regex&) = delete;
 
   // Appends the non-empty, non-overlapping leftmost matches in `text` (valid UTF-8) to `out`.
-  void find_all(std::string_view text, std::vector<MatchRange>& out) const;
+  void find_all(std::string_view text, std::vector<MatchRange>& out) const { find_some(text, 0, SIZE_MAX, out); }
+  // Like find_all, but starts at byte `start` (lookarounds still see the whole text) and stops after
+  // `max_matches`. Returns where to resume: the end of the last match, or text.size() when done.
+  size_t find_some(std::string_view text, size_t start, size_t max_matches, std::vector<MatchRange>& out) const;
 
  private:
   struct Code;

@@ -11,6 +11,10 @@ using json = nlohmann::json;
 
 namespace {
 
+// Sections longer than this are pre-tokenized in windows of about kStreamPieces pieces.
+constexpr size_t kStreamBytes = 16 * 1024;
+constexpr size_t kStreamPieces = 1024;
+
 // A special-token field of tokenizer_config.json: a string, an AddedToken object or null.
 std::string token_content(const json& config, const char* field) {
   if (!config.contains(field)) return {};
@@ -171,6 +175,16 @@ void TokenizerImpl::encode_normalized(std::string_view text, bool at_input_start
   }
   thread_local Pieces pieces;
   thread_local PreTokenizeScratch scratch;
+  if (text.size() > kStreamBytes && pre_tokenizer_->can_stream()) {
+    // Long text: pre-tokenize and encode a window at a time so buffers stay small and cache-resident
+    // instead of holding every piece of a 10 MB text at once. The result is identical.
+    for (size_t pos = 0; pos < text.size();) {
+      pos = pre_tokenizer_->pre_tokenize_some(text, pos, kStreamPieces, pieces, scratch);
+      if (!at_input_start) pieces.first_at_input_start = false;
+      for (size_t i = 0; i < pieces.size(); ++i) model_->encode_word(pieces.piece(i), out);
+    }
+    return;
+  }
   pieces.clear();
   pieces.push(text);
   pieces.first_at_input_start = at_input_start;

@@ -17,7 +17,7 @@ using json = nlohmann::json;
 // Builds the DOM for everything but /model/vocab and /model/merges, which it streams into `out`.
 class Handler : public nlohmann::json_sax<json> {
  public:
-  Handler(TokenizerJson& out, const std::string& source) : out_(out), source_(source) {}
+  explicit Handler(TokenizerJson& out) : out_(out) {}
 
   bool null() override { return value(json(nullptr)); }
   bool boolean(bool v) override { return value(json(v)); }
@@ -164,7 +164,6 @@ class Handler : public nlohmann::json_sax<json> {
   }
 
   TokenizerJson& out_;
-  const std::string& source_;
   std::vector<json*> stack_;  // open containers, outermost first
   std::string key_;           // last object key seen in DOM mode
   std::string pending_token_;
@@ -176,8 +175,19 @@ class Handler : public nlohmann::json_sax<json> {
 }  // namespace
 
 TokenizerJson parse_tokenizer_json(std::string_view text, const std::string& source) {
+  {
+    TokenizerJson fast;
+    if (parse_tokenizer_json_fast(text, fast) && fast.token_bytes.size() <= 0xFFFFFFF0u &&
+        fast.merge_bytes.size() <= 0xFFFFFFF0u) {
+      return fast;
+    }
+  }
+  return parse_tokenizer_json_sax(text, source);
+}
+
+TokenizerJson parse_tokenizer_json_sax(std::string_view text, const std::string& source) {
   TokenizerJson out;
-  Handler handler(out, source);
+  Handler handler(out);
   bool ok = false;
   try {
     ok = json::sax_parse(text.begin(), text.end(), &handler);

