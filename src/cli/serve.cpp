@@ -123,8 +123,9 @@ int run(int argc, char** argv) {
   while (api.num_in_flight() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
   client.shutdown(std::max(0.0, left));
+  // Responses end (and draining connections close) only once their last bytes are written.
   const auto flush_deadline = Clock::now() + std::chrono::seconds(2);
-  while (api.num_in_flight() > 0 && Clock::now() < flush_deadline) {
+  while ((api.num_in_flight() > 0 || http.num_connections() > 0) && Clock::now() < flush_deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   http.stop();
