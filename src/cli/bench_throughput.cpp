@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_serve.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "cli/prompts_file.h"
@@ -113,12 +114,17 @@ int run_bench(int argc, char** argv) {
     argv[1] = program.data();
     return run_throughput(argc - 1, argv + 1);
   }
-  std::fprintf(stderr, "usage: pagellm bench throughput [options]   (pagellm bench throughput --help)\n");
+  if (argc >= 2 && std::strcmp(argv[1], "serve") == 0) {
+    std::string program = std::string(argv[0]) + " serve";
+    argv[1] = program.data();
+    return run_bench_serve(argc - 1, argv + 1);
+  }
+  std::fprintf(stderr, "usage: pagellm bench throughput|serve [options]   (pagellm bench <mode> --help)\n");
   return 2;
 }
 
 }  // namespace
 
-PAGELLM_COMMAND("bench", "benchmarks: `bench throughput`", run_bench);
+PAGELLM_COMMAND("bench", "benchmarks: `bench throughput` (offline), `bench serve` (HTTP load)", run_bench);
 
 }  // namespace pagellm::cli

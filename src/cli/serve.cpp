@@ -1,0 +1,140 @@
+// `pagellm serve`: the OpenAI-compatible HTTP server. Wiring only: flags → AsyncEngine →
+// AsyncEngineClient → ApiServer (routes) → HttpServer; then waits for SIGINT/SIGTERM and drains.
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/command.h"
+#include "cli/engine_flags.h"
+#include "common/error.h"
+#include "common/logging.h"
+#include "pagellm/llm.h"
+#include "server/async_engine_client.h"
+#include "server/http_server.h"
+#include "server/routes.h"
+#include "tokenizer/chat_template_config.h"
+
+namespace pagellm::cli {
+namespace {
+
+struct ServeFlags {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;
+  std::string served_model_name;
+  int max_queued_requests = -1;
+  double shutdown_timeout_s = 30;
+  bool log_prompts = false;
+  bool disable_log_requests = false;
+  size_t max_body_bytes = 16u << 20;
+  int num_io_threads = 1;
+};
+
+// The folder's template and special tokens, with --chat-template (file or text) taking precedence.
+tok::ChatTemplateConfig chat_config(const EngineArgs& args) {
+  tok::ChatTemplateConfig config;
+  try {
+    config = tok::load_chat_template_config(args.tokenizer.empty() ? args.model : args.tokenizer);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kNotFound) throw;  // a folder without any template is fine
+  }
+  if (!args.chat_template.empty()) {
+    config.chat_template = tok::read_chat_template_arg(args.chat_template);
+    config.template_origin = args.chat_template;
+  }
+  return config;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /metrics, ...)"};
+  EngineArgs args;
+  ServeFlags f;
+  add_engine_flags(app, args);
+  app.add_option("--host", f.host, "address to bind");
+  app.add_option("--port", f.port, "port to listen on (0 = any free port)")->check(CLI::Range(0, 65535));
+  app.add_option("--api-key", f.api_key, "require 'Authorization: Bearer KEY' (also $PAGELLM_API_KEY)");
+  app.add_option("--served-model-name", f.served_model_name, "model name in the API (default: folder name)");
+  app.add_option("--max-queued-requests", f.max_queued_requests,
+                 "sequences allowed to wait beyond --max-num-seqs before answering 429 (-1 = unlimited)");
+  app.add_option("--shutdown-timeout", f.shutdown_timeout_s, "seconds in-flight requests get after SIGTERM");
+  app.add_flag("--log-prompts", f.log_prompts, "include prompts in the per-request log lines");
+  app.add_flag("--disable-log-requests", f.disable_log_requests, "no per-request log lines");
+  app.add_option("--max-request-body-bytes", f.max_body_bytes, "larger request bodies get 413");
+  app.add_option("--num-io-threads", f.num_io_threads, "HTTP I/O threads")->check(CLI::Range(1, 64));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);  // prints --help, or the flag error
+  }
+  if (f.api_key.empty()) {
+    if (const char* env = std::getenv("PAGELLM_API_KEY")) f.api_key = env;
+  }
+  args.validate();
+
+  tok::ChatTemplateConfig chat = chat_config(args);
+  AsyncEngine engine(args);
+  server::AsyncEngineClient client(engine, std::move(chat));
+
+  server::ServerConfig config;
+  config.served_model_name = f.served_model_name;
+  config.api_key = f.api_key;
+  config.max_queued_requests = f.max_queued_requests;
+  config.max_num_seqs = args.max_num_seqs;
+  config.log_prompts = f.log_prompts;
+  config.log_requests = !f.disable_log_requests;
+  server::ApiServer api(client, config);
+
+  server::HttpServerOptions options;
+  options.host = f.host;
+  options.port = static_cast<uint16_t>(f.port);
+  options.max_body_bytes = f.max_body_bytes;
+  options.num_threads = f.num_io_threads;
+  server::HttpServer http(options, api);
+  api.set_connection_counter([&http] { return http.num_connections(); });
+
+  std::mutex mutex;
+  std::condition_variable cv;
+  int signal_number = 0;
+  http.on_signal([&](int signo) {
+    std::lock_guard lock(mutex);
+    signal_number = signo;
+    cv.notify_all();
+  });
+  http.start();
+  log::info("serving '" + api.model_name() + "' on http://" + f.host + ":" + std::to_string(http.port()) +
+            (f.api_key.empty() ? "" : " (API key required)"));
+  {
+    std::unique_lock lock(mutex);
+    cv.wait(lock, [&] { return signal_number != 0; });
+  }
+
+  // Graceful shutdown: stop accepting, let in-flight requests finish until the deadline, then abort
+  // the rest (their streams end with finish_reason "abort") and give the last bytes a moment to go.
+  log::info("signal " + std::to_string(signal_number) + ": draining for up to " +
+            std::to_string(f.shutdown_timeout_s) + " s");
+  http.stop_accepting();
+  api.begin_drain();
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(std::max(0.0, f.shutdown_timeout_s));
+  while (api.num_in_flight() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+  client.shutdown(std::max(0.0, left));
+  // Responses end (and draining connections close) only once their last bytes are written.
+  const auto flush_deadline = Clock::now() + std::chrono::seconds(2);
+  while ((api.num_in_flight() > 0 || http.num_connections() > 0) && Clock::now() < flush_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  http.stop();
+  log::info("server stopped");
+  return 0;
+}
+
+}  // namespace
+
+PAGELLM_COMMAND("serve", "OpenAI-compatible HTTP server", run);
+
+}  // namespace pagellm::cli

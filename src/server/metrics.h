@@ -1,0 +1,58 @@
+// Prometheus text exposition for /metrics: engine gauges and counters (from EngineStats) plus
+// latency histograms that the server measures itself per request (arrival → first token, between
+// tokens, arrival → finish). Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "pagellm/llm.h"
+
+namespace pagellm::server {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds);  // ascending; +Inf is implicit
+  void observe(double value);
+  // Appends `name`_bucket/_sum/_count lines; `labels` is `key="value"` pairs without braces.
+  void render(std::string& out, const std::string& name, const std::string& help,
+              const std::string& labels) const;
+  uint64_t count() const { return count_; }
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // [bounds_.size() + 1], non-cumulative
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+// Escapes a Prometheus label value (backslash, quote, newline).
+std::string escape_label(const std::string& value);
+
+class Metrics {
+ public:
+  explicit Metrics(std::string model_name);
+
+  // Latency observations in seconds.
+  void observe_ttft(double s);
+  void observe_itl(double s);
+  void observe_e2e(double s);
+  void count_http(int status);
+  // Replaces the engine snapshot (its latency samples are ignored: the server measures its own).
+  void set_engine_stats(const EngineStats& stats);
+  std::string render(int num_connections, int num_in_flight) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::string labels_;  // model_name="..."
+  EngineStats engine_;
+  Histogram ttft_;
+  Histogram itl_;
+  Histogram e2e_;
+  std::map<int, uint64_t> http_by_status_;
+};
+
+}  // namespace pagellm::server
