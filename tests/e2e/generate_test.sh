@@ -19,6 +19,11 @@ sed -n '/^```$/,/^```$/p' "$MODEL/README.md" | sed '1d;$d' > "$TMP/expected.txt"
 diff "$TMP/expected.txt" "$TMP/out.txt" > "$TMP/diff.txt" || { cat "$TMP/diff.txt" >&2; fail "greedy text differs from llama2.c"; }
 grep -q "INFO" "$TMP/err.txt" || fail "expected logs on stderr"
 echo "ok: greedy sample equals llama2.c's run.c"
+# The issue text asks for --max-tokens 255; llama2.c's sample holds 256 tokens after BOS, so 255 gives
+# the sample less its final token (".").
+"$BIN" generate --model "$MODEL" --prompt "" --temperature 0 --max-tokens 255 > "$TMP/out255.txt" 2>/dev/null
+[ "$(cat "$TMP/out255.txt")." = "$(cat "$TMP/expected.txt")" ] || fail "--max-tokens 255 is not the sample less its last token"
+echo "ok: --max-tokens 255 is the sample less its final token"
 
 # The same prompt three times plus two others, batched through --prompts-file: the first three must
 # reproduce the sample exactly (batch invariance), one JSON object per line.
