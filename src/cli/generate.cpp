@@ -29,7 +29,13 @@ nlohmann::json completion_json(const CompletionOutput& c) {
   j["cumulative_logprob"] = c.cumulative_logprob;
   if (!c.logprobs.empty()) {
     nlohmann::json lps = nlohmann::json::array();
-    for (const auto& lp : c.logprobs) lps.push_back({{"token_id", lp.token_id}, {"logprob", lp.logprob}});
+    // Per generated token: the chosen id and logprob plus the top-N alternatives as [id, logprob]
+    // pairs, best first (what an HF / vLLM logprob comparison needs).
+    for (const auto& lp : c.logprobs) {
+      nlohmann::json top = nlohmann::json::array();
+      for (const auto& [id, value] : lp.top) top.push_back({id, value});
+      lps.push_back({{"token_id", lp.token_id}, {"logprob", lp.logprob}, {"top", std::move(top)}});
+    }
     j["logprobs"] = std::move(lps);
   }
   return j;
@@ -46,6 +52,10 @@ nlohmann::json result_json(size_t index, const RequestOutput& out) {
     j["text"] = first["text"];
     j["token_ids"] = first["token_ids"];
     j["finish_reason"] = first["finish_reason"];
+    if (first.contains("logprobs")) {
+      j["cumulative_logprob"] = first["cumulative_logprob"];
+      j["logprobs"] = first["logprobs"];
+    }
   }
   if (out.outputs.size() > 1) {
     j["outputs"] = nlohmann::json::array();

@@ -31,6 +31,8 @@ void SamplingFlags::add_to(CLI::App& app) {
       [](const SamplingParams& f, SamplingParams& p) { p.n = f.n; });
   add(app.add_option("--stop", v.stop, "stop string (repeatable)"),
       [](const SamplingParams& f, SamplingParams& p) { p.stop = f.stop; });
+  add(app.add_option("--logprobs", v.logprobs, "top-N logprobs per generated token in the JSONL output (N <= 20)"),
+      [](const SamplingParams& f, SamplingParams& p) { p.logprobs = f.logprobs; });
   add(app.add_flag("--ignore-eos", v.ignore_eos, "keep generating past EOS"),
       [](const SamplingParams& f, SamplingParams& p) { p.ignore_eos = f.ignore_eos; });
 }

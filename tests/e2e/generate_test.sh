@@ -46,6 +46,34 @@ if (lines[4].finish_reason !== "stop" || lines[4].text.includes(".")) { console.
 ' "$TMP/expected.txt" "$TMP/results.jsonl" || fail "batched results"
 echo "ok: --prompts-file batch"
 
+# --logprobs N: every result line carries, per generated token, its id, logprob and the top N as
+# [id, logprob] pairs (best first); greedy picks the top entry. A line's own "logprobs" overrides.
+{
+  echo '{"prompt": "Once upon a time", "max_tokens": 12}'
+  echo '{"prompt_token_ids": [1, 403], "max_tokens": 7, "logprobs": 2}'
+} > "$TMP/lp.jsonl"
+"$BIN" generate --model "$MODEL" --prompts-file "$TMP/lp.jsonl" --temperature 0 --logprobs 5 --ignore-eos \
+  --output "$TMP/lp_results.jsonl" 2> "$TMP/err_lp.txt" || { cat "$TMP/err_lp.txt" >&2; fail "generate --logprobs"; }
+node -e '
+const fs = require("fs");
+const lines = fs.readFileSync(process.argv[1], "utf8").trim().split("\n").map(JSON.parse);
+const want = [[12, 5], [7, 2]];
+lines.forEach((r, i) => {
+  const [n, k] = want[i];
+  if (r.token_ids.length !== n || !Array.isArray(r.logprobs) || r.logprobs.length !== n) throw new Error("line " + i + ": lengths");
+  let sum = 0;
+  r.logprobs.forEach((lp, t) => {
+    if (lp.token_id !== r.token_ids[t] || lp.top.length !== k) throw new Error("line " + i + " step " + t + ": ids/top");
+    if (lp.top[0][0] !== lp.token_id || Math.abs(lp.top[0][1] - lp.logprob) > 1e-6) throw new Error("greedy is not top-1");
+    for (let j = 1; j < k; j++) if (!(lp.top[j][1] <= lp.top[j - 1][1])) throw new Error("top not sorted");
+    if (!(lp.logprob <= 0)) throw new Error("logprob > 0");
+    sum += lp.logprob;
+  });
+  if (Math.abs(sum - r.cumulative_logprob) > 1e-3) throw new Error("cumulative_logprob");
+});
+' "$TMP/lp_results.jsonl" || fail "logprobs in --prompts-file results"
+echo "ok: --logprobs"
+
 # Errors are one line on stderr with a non-zero exit.
 if "$BIN" generate --model "$MODEL" --prompt "x" --temperature -1 2> "$TMP/err3.txt" >/dev/null; then
   fail "negative temperature accepted"
