@@ -25,8 +25,8 @@ int64_t CpuRunner::kv_bytes_per_block(const io::ModelConfig& c, int block_size) 
          static_cast<int64_t>(sizeof(float));
 }
 
-std::vector<float> CpuRunner::forward(const engine::SchedulerOutput& batch, bool with_prompt_rows,
-                                      std::vector<LogitsRow>& rows) {
+std::span<float> CpuRunner::forward(const engine::SchedulerOutput& batch, bool with_prompt_rows,
+                                    std::vector<LogitsRow>& rows) {
   if (!batch.blocks_to_swap_in.empty() || !batch.blocks_to_swap_out.empty())
     internal("swap requested but this runner has no swap space");
   const int64_t num_blocks = cache_.num_blocks();
@@ -76,16 +76,16 @@ std::vector<float> CpuRunner::forward(const engine::SchedulerOutput& batch, bool
   }
   const models::ForwardBatch fb{token_ids_, positions_, slot_mapping_, seqs_};
   const std::span<const float> hidden = model_->forward(fb, cache_);
-  std::vector<int64_t> row_ids;  // [num_rows]
-  for (const LogitsRow& r : rows) row_ids.push_back(r.row);
-  std::vector<float> logits(static_cast<size_t>(row_ids.size() * vocab));  // [num_rows, vocab]
-  if (!row_ids.empty()) model_->compute_logits(hidden, row_ids, logits.data());
-  return logits;
+  logits_rows_.clear();
+  for (const LogitsRow& r : rows) logits_rows_.push_back(r.row);
+  logits_.resize(logits_rows_.size() * static_cast<size_t>(vocab));
+  if (!logits_rows_.empty()) model_->compute_logits(hidden, logits_rows_, logits_.data());
+  return {logits_.data(), logits_.size()};
 }
 
 std::vector<std::vector<float>> CpuRunner::execute_logits(const engine::SchedulerOutput& batch) {
   std::vector<LogitsRow> rows;
-  const std::vector<float> logits = forward(batch, false, rows);
+  const std::span<const float> logits = forward(batch, false, rows);
   const size_t vocab = static_cast<size_t>(config().vocab_size);
   std::vector<std::vector<float>> out(batch.seqs.size());
   for (size_t r = 0; r < rows.size(); ++r)
@@ -96,7 +96,7 @@ std::vector<std::vector<float>> CpuRunner::execute_logits(const engine::Schedule
 
 engine::ModelRunnerOutput CpuRunner::execute(const engine::SchedulerOutput& batch) {
   std::vector<LogitsRow> rows;
-  std::vector<float> logits = forward(batch, true, rows);
+  const std::span<float> logits = forward(batch, true, rows);
   const size_t vocab = static_cast<size_t>(config().vocab_size);
   engine::ModelRunnerOutput out;
   out.sampled_token_ids.assign(batch.seqs.size(), -1);
