@@ -83,30 +83,37 @@ PAGELLM_AVX2 inline __m256 load_chunk(const float* row, int64_t d, int64_t hd) {
 // (all kv heads, contiguous) is read once, the 8 heads' dot products are summed across lanes by
 // hsum8x8 into one vector of 8 scores, and softmax and the weighted V sum then run lane-per-head
 // with no horizontal work. Per (head, position) the arithmetic is fixed by head_dim and ctx alone.
+// kHd > 0 fixes head_dim at compile time and kFull that every group has 8 heads (stories260K's
+// shape); the generic instance runs exactly the same operations with runtime bounds.
+template <int kHd, bool kFull>
 PAGELLM_AVX2 void attend_row_avx2(const KvLayerView& c, const float* q, int64_t ctx,
                                   int64_t num_heads, float scale, float* out, Scratch& s) {
-  const int64_t hd = c.head_dim;
+  const int64_t hd = kHd > 0 ? kHd : c.head_dim;
+  const int64_t slot_width = c.num_kv_heads * hd;
   const int64_t group = num_heads / c.num_kv_heads;
   const int64_t* offs = s.offsets.data();
   s.probs.resize(static_cast<size_t>(ctx * 8));
   float* p = s.probs.data();  // [ctx, 8 heads]
   const __m256 vscale = _mm256_set1_ps(scale);
   for (int64_t h0 = 0; h0 < num_heads; h0 += 8) {
-    const int64_t nh = std::min<int64_t>(8, num_heads - h0);
+    const int64_t nh = kFull ? 8 : std::min<int64_t>(8, num_heads - h0);
     int64_t kv_off[8];  // offset of head h0 + h's kv head inside a slot
     for (int h = 0; h < 8; ++h) kv_off[h] = (h < nh ? (h0 + h) / group : 0) * hd;
     __m256 vmax = _mm256_set1_ps(-INFINITY);
     for (int64_t j = 0; j < ctx; ++j) {
       const float* kslot = c.k + offs[j];
-      if (j + 8 < ctx) {
-        _mm_prefetch(reinterpret_cast<const char*>(c.k + offs[j + 8]), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(c.v + offs[j + 8]), _MM_HINT_T0);
+      if (h0 == 0 && j + 8 < ctx) {
+        // Slots are scattered over the pool (one block per 16 positions): fetch ahead, V too.
+        for (int64_t w = 0; w < slot_width; w += 16) {
+          _mm_prefetch(reinterpret_cast<const char*>(c.k + offs[j + 8] + w), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(c.v + offs[j + 8] + w), _MM_HINT_T0);
+        }
       }
       __m256 prod[8];
 #pragma GCC unroll 8
       for (int h = 0; h < 8; ++h) {
         prod[h] = _mm256_setzero_ps();
-        if (h < nh)
+        if (kFull || h < nh)
           for (int64_t d = 0; d < hd; d += 8)
             prod[h] = _mm256_fmadd_ps(load_chunk(q + (h0 + h) * hd, d, hd),
                                       load_chunk(kslot + kv_off[h], d, hd), prod[h]);
@@ -132,13 +139,13 @@ PAGELLM_AVX2 void attend_row_avx2(const KvLayerView& c, const float* q, int64_t 
         const float* vslot = c.v + offs[j];
 #pragma GCC unroll 8
         for (int h = 0; h < 8; ++h)
-          if (h < nh)
+          if (kFull || h < nh)
             acc[h] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + j * 8 + h),
                                      load_chunk(vslot + kv_off[h], d, hd), acc[h]);
       }
 #pragma GCC unroll 8
       for (int h = 0; h < 8; ++h) {
-        if (h >= nh) break;
+        if (!kFull && h >= nh) break;
         const __m256 r = _mm256_mul_ps(acc[h], _mm256_set1_ps(inv[h]));
         float* dst = out + (h0 + h) * hd + d;
         if (d + 8 <= hd)
@@ -179,8 +186,9 @@ void paged_attention(const KvLayerView& cache, const float* q, int64_t q_stride,
       slot_offsets(cache, s.block_table, ctx, scratch);
 #if PAGELLM_CPU_X86
       if (vec) {
-        attend_row_avx2(cache, q + row * q_stride, ctx, num_heads, scale, out + row * out_stride,
-                        scratch);
+        const bool stories_shape = hd == 8 && num_heads % 8 == 0;
+        (stories_shape ? attend_row_avx2<8, true> : attend_row_avx2<0, false>)(
+            cache, q + row * q_stride, ctx, num_heads, scale, out + row * out_stride, scratch);
         continue;
       }
 #endif
