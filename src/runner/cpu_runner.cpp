@@ -1,13 +1,19 @@
 #include "runner/cpu_runner.h"
 
+#include <exception>
+#include <mutex>
 #include <string>
 
 #include "common/error.h"
+#include "common/thread_pool.h"
 #include "engine/sampler.h"
 
 namespace pagellm::runner {
 
 namespace {
+
+// Logits rows per sampling chunk: one row (vocab-wide softmax) costs a few µs, waking a thread tens.
+constexpr size_t kMinRowsPerThread = 16;
 
 [[noreturn]] void internal(const std::string& message) {
   throw_error(ErrorKind::kInternal, "cpu runner: " + message);
@@ -102,20 +108,40 @@ engine::ModelRunnerOutput CpuRunner::execute(const engine::SchedulerOutput& batc
   out.sampled_token_ids.assign(batch.seqs.size(), -1);
   out.sampled_logprobs.resize(batch.seqs.size());
   out.prompt_logprobs.resize(batch.seqs.size());
+  for (const LogitsRow& row : rows)
+    if (batch.seqs[row.seq].params == nullptr)
+      internal("seq " + std::to_string(batch.seqs[row.seq].seq_id) + " has no sampling params");
+  // Sampling rows belong to distinct seqs and sample_token is a pure function of its row (its
+  // scratch is thread-local), so the rows are sampled in parallel. A row's token never depends on
+  // the split. Exceptions are carried back to this thread.
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  ThreadPool::global().parallel_for(
+      rows.size(),
+      [&](size_t begin, size_t end) {
+        try {
+          for (size_t r = begin; r < end; ++r) {
+            if (!rows[r].sample) continue;
+            const size_t s = rows[r].seq;
+            engine::SampleResult result =
+                engine::sample_token(logits.subspan(r * vocab, vocab), batch.seqs[s]);
+            out.sampled_token_ids[s] = result.token_id;
+            out.sampled_logprobs[s] = std::move(result.logprobs);
+          }
+        } catch (...) {
+          std::lock_guard lock(error_mutex);
+          if (!error) error = std::current_exception();
+        }
+      },
+      kMinRowsPerThread);
+  if (error) std::rethrow_exception(error);
   for (size_t r = 0; r < rows.size(); ++r) {
     const LogitsRow& row = rows[r];
+    if (row.sample) continue;
     const engine::ScheduledSeq& seq = batch.seqs[row.seq];
-    const std::span<float> row_logits(logits.data() + r * vocab, vocab);
-    if (seq.params == nullptr) internal("seq " + std::to_string(seq.seq_id) + " has no sampling params");
-    if (row.sample) {
-      engine::SampleResult result = engine::sample_token(row_logits, seq);
-      out.sampled_token_ids[row.seq] = result.token_id;
-      out.sampled_logprobs[row.seq] = std::move(result.logprobs);
-    } else {
-      const int32_t next = seq.prompt_token_ids[static_cast<size_t>(row.position) + 1];
-      out.prompt_logprobs[row.seq].push_back(
-          engine::compute_logprobs(row_logits, next, seq.prompt_logprobs));
-    }
+    const int32_t next = seq.prompt_token_ids[static_cast<size_t>(row.position) + 1];
+    out.prompt_logprobs[row.seq].push_back(
+        engine::compute_logprobs(logits.subspan(r * vocab, vocab), next, seq.prompt_logprobs));
   }
   return out;
 }
