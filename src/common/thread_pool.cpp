@@ -1,6 +1,8 @@
 #include "common/thread_pool.h"
 
 #include <algorithm>
+#include <exception>
+#include <utility>
 
 namespace pagellm {
 
@@ -23,6 +25,15 @@ ThreadPool& ThreadPool::global() {
   return pool;
 }
 
+void ThreadPool::run_chunks(const std::function<void(size_t, size_t)>& fn, size_t n, size_t chunk,
+                            size_t num_chunks) {
+  for (;;) {
+    const size_t c = next_chunk_.fetch_add(1, std::memory_order_relaxed);
+    if (c >= num_chunks) return;
+    fn(c * chunk, std::min(n, (c + 1) * chunk));
+  }
+}
+
 void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)>& fn,
                               size_t min_chunk) {
   if (n == 0) return;
@@ -32,41 +43,67 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)
     fn(0, n);
     return;
   }
-  const size_t chunk = (n + parts - 1) / parts;
+  // A few chunks per thread so that a late or preempted thread's share is taken by the others.
+  const size_t target = std::min(max_parts, parts * 4);
+  const size_t chunk = (n + target - 1) / target;
+  const size_t num_chunks = (n + chunk - 1) / chunk;
   {
     std::lock_guard lock(mutex_);
     job_ = &fn;
     job_n_ = n;
     job_chunk_ = chunk;
-    pending_ = static_cast<int>(workers_.size());
+    job_num_chunks_ = num_chunks;
+    next_chunk_.store(0, std::memory_order_relaxed);
+    active_ = true;
     ++generation_;
   }
   start_cv_.notify_all();
-  fn(0, std::min(n, chunk));  // the caller takes chunk 0
+  std::exception_ptr error;
+  try {
+    run_chunks(fn, n, chunk, num_chunks);
+  } catch (...) {
+    error = std::current_exception();
+    next_chunk_.store(num_chunks, std::memory_order_relaxed);  // nobody starts another chunk
+  }
+  // Every chunk is claimed; wait only for workers that joined (and so may still run one). Closing
+  // the job under the same lock keeps late wakers from touching fn after this returns.
   std::unique_lock lock(mutex_);
-  done_cv_.wait(lock, [this] { return pending_ == 0; });
+  done_cv_.wait(lock, [this] { return users_ == 0; });
+  active_ = false;
   job_ = nullptr;
+  if (!error) error = std::exchange(worker_error_, nullptr);
+  worker_error_ = nullptr;
+  lock.unlock();
+  if (error) std::rethrow_exception(error);
 }
 
-void ThreadPool::worker_loop(int index) {
+void ThreadPool::worker_loop(int /*index*/) {
   size_t seen = 0;
   for (;;) {
     const std::function<void(size_t, size_t)>* job;
-    size_t n, chunk;
+    size_t n, chunk, num_chunks;
     {
       std::unique_lock lock(mutex_);
-      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      start_cv_.wait(lock, [&] { return stop_ || (active_ && generation_ != seen); });
       if (stop_) return;
       seen = generation_;
+      ++users_;
       job = job_;
       n = job_n_;
       chunk = job_chunk_;
+      num_chunks = job_num_chunks_;
     }
-    const size_t begin = static_cast<size_t>(index) * chunk;
-    if (begin < n) (*job)(begin, std::min(n, begin + chunk));
+    try {
+      run_chunks(*job, n, chunk, num_chunks);
+    } catch (...) {
+      // Handed to the caller, which rethrows it once the job is closed.
+      next_chunk_.store(num_chunks, std::memory_order_relaxed);
+      std::lock_guard lock(mutex_);
+      if (!worker_error_) worker_error_ = std::current_exception();
+    }
     {
       std::lock_guard lock(mutex_);
-      if (--pending_ == 0) done_cv_.notify_one();
+      if (--users_ == 0) done_cv_.notify_one();
     }
   }
 }

@@ -1,10 +1,14 @@
 // A fixed pool of worker threads for data-parallel CPU kernels. parallel_for splits [0, n) into
 // contiguous chunks; every index is processed by exactly one thread, so a kernel that reduces each
 // output row inside one call keeps a fixed reduction order whatever the split (batch invariance).
+// Chunks are claimed dynamically (a few per thread) and the caller never waits for a worker that
+// has not started: on a busy machine a descheduled worker just leaves its share to the others.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -31,6 +35,9 @@ class ThreadPool {
 
  private:
   void worker_loop(int index);
+  // Claims and runs chunks of the current job until none is left.
+  void run_chunks(const std::function<void(size_t, size_t)>& fn, size_t n, size_t chunk,
+                  size_t num_chunks);
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
@@ -39,8 +46,12 @@ class ThreadPool {
   const std::function<void(size_t, size_t)>* job_ = nullptr;
   size_t job_n_ = 0;
   size_t job_chunk_ = 0;
+  size_t job_num_chunks_ = 0;
+  std::atomic<size_t> next_chunk_{0};  // next unclaimed chunk of the current job
   size_t generation_ = 0;
-  int pending_ = 0;
+  bool active_ = false;  // a job is open for workers to join
+  int users_ = 0;        // workers that joined the current job and have not left it
+  std::exception_ptr worker_error_;  // first exception thrown in a worker during the job
   bool stop_ = false;
 };
 

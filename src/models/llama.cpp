@@ -1,5 +1,6 @@
 #include "models/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -47,7 +48,37 @@ void KvCache::copy_block(int64_t src, int64_t dst) {
 LlamaModel::LlamaModel(io::ModelConfig config, LlamaWeights weights)
     : config_(std::move(config)), w_(std::move(weights)) {
   inv_freq_ = cpu::rope_inv_freq(config_.rope_scaling, config_.rope_theta, config_.head_dim);
+  const auto& c = config_;
+  const int64_t hd = c.head_dim;
+  const int64_t qkv_width = (c.num_attention_heads + 2 * c.num_key_value_heads) * hd;
+  for (LlamaLayerWeights& lw : w_.layers) {
+    PackedLayer& p = packed_.emplace_back();
+    p.qkv = cpu::pack_matrix(lw.qkv.data(), qkv_width, c.hidden_size);
+    p.o_proj = cpu::pack_matrix(lw.o_proj.data(), c.hidden_size, c.num_attention_heads * hd);
+    p.gate_up = cpu::pack_matrix(lw.gate_up.data(), 2 * c.intermediate_size, c.hidden_size);
+    p.down = cpu::pack_matrix(lw.down.data(), c.hidden_size, c.intermediate_size);
+    for (auto* v : {&lw.qkv, &lw.o_proj, &lw.gate_up, &lw.down}) std::vector<float>().swap(*v);
+  }
+  const std::vector<float>& head = w_.lm_head.empty() ? w_.embed : w_.lm_head;
+  lm_head_ = cpu::pack_matrix(head.data(), c.vocab_size, c.hidden_size);
+  std::vector<float>().swap(w_.lm_head);
 }
+
+namespace {
+
+// Runs fn(begin, end) over token rows on the pool, in chunks of at least ~32k elements of work so
+// small batches (single-stream decode) stay on the calling thread. Every row is processed by the
+// same per-row code whatever the chunk, so splitting never changes a result.
+template <typename Fn>
+void parallel_rows(int64_t num_rows, int64_t work_per_row, Fn&& fn) {
+  const int64_t min_rows = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, work_per_row));
+  ThreadPool::global().parallel_for(
+      static_cast<size_t>(num_rows),
+      [&](size_t begin, size_t end) { fn(static_cast<int64_t>(begin), static_cast<int64_t>(end)); },
+      static_cast<size_t>(min_rows));
+}
+
+}  // namespace
 
 std::span<const float> LlamaModel::forward(const ForwardBatch& batch, KvCache& cache) {
   const auto& c = config_;
@@ -61,7 +92,19 @@ std::span<const float> LlamaModel::forward(const ForwardBatch& batch, KvCache& c
   attn_.resize(static_cast<size_t>(n * c.num_attention_heads * hd));
   gate_up_.resize(static_cast<size_t>(n * 2 * c.intermediate_size));
   act_.resize(static_cast<size_t>(n * c.intermediate_size));
-  cpu::embedding(batch.token_ids.data(), w_.embed.data(), hidden_.data(), n, c.hidden_size);
+  rope_cos_.resize(static_cast<size_t>(n * (hd / 2)));
+  rope_sin_.resize(rope_cos_.size());
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const int64_t dim = c.hidden_size;
+  parallel_rows(n, 4 * dim, [&](int64_t t0, int64_t t1) {
+    // Positions are the same for every layer and for q and k: one rotary table per step.
+    cpu::rope_tables(batch.positions.data() + t0, t1 - t0, hd, inv_freq_.data(),
+                     rope_cos_.data() + t0 * (hd / 2), rope_sin_.data() + t0 * (hd / 2));
+    cpu::embedding(batch.token_ids.data() + t0, w_.embed.data(), hidden_.data() + t0 * dim,
+                   t1 - t0, dim);
+    cpu::rms_norm(hidden_.data() + t0 * dim, w_.layers[0].input_norm.data(),
+                  normed_.data() + t0 * dim, t1 - t0, dim, eps);
+  });
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     attention_block(l, batch, cache);
     mlp_block(l, n);
@@ -69,60 +112,76 @@ std::span<const float> LlamaModel::forward(const ForwardBatch& batch, KvCache& c
   return {hidden_.data(), hidden_.size()};
 }
 
+// Expects normed_ = input_norm(hidden_) of this layer; leaves normed_ = post_norm(hidden_).
 void LlamaModel::attention_block(int64_t layer, const ForwardBatch& batch, KvCache& cache) {
   const auto& c = config_;
   const LlamaLayerWeights& lw = w_.layers[static_cast<size_t>(layer)];
   const int64_t n = static_cast<int64_t>(batch.token_ids.size());
   const int64_t hd = c.head_dim, num_heads = c.num_attention_heads, num_kv = c.num_key_value_heads;
   const int64_t qkv_width = (num_heads + 2 * num_kv) * hd;
+  const int64_t dim = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  cpu::rms_norm(hidden_.data(), lw.input_norm.data(), normed_.data(), n, c.hidden_size, eps);
-  cpu::matmul(normed_.data(), lw.qkv.data(), lw.qkv_bias.empty() ? nullptr : lw.qkv_bias.data(),
-              qkv_.data(), n, c.hidden_size, qkv_width);
-  float* q = qkv_.data();         // [n, qkv_width], q heads first
-  float* k = q + num_heads * hd;  // same rows, after the q heads
-  float* v = k + num_kv * hd;
-  if (c.qk_norm) {
-    for (int64_t t = 0; t < n; ++t) {
-      cpu::rms_norm(q + t * qkv_width, lw.q_norm.data(), q + t * qkv_width, num_heads, hd, eps);
-      cpu::rms_norm(k + t * qkv_width, lw.k_norm.data(), k + t * qkv_width, num_kv, hd, eps);
-    }
-  }
-  cpu::apply_rope(q, qkv_width, batch.positions.data(), n, num_heads, hd, inv_freq_.data());
-  cpu::apply_rope(k, qkv_width, batch.positions.data(), n, num_kv, hd, inv_freq_.data());
+  const PackedLayer& pw = packed_[static_cast<size_t>(layer)];
+  cpu::matmul(normed_.data(), pw.qkv, lw.qkv_bias.empty() ? nullptr : lw.qkv_bias.data(),
+              qkv_.data(), n);
   const cpu::KvLayerView kv = cache.layer(layer);
-  // K/V of the new tokens go into the cache first, so attention reads every position the same way.
-  cpu::write_kv(kv, k, v, qkv_width, batch.slot_mapping.data(), n);
-  cpu::paged_attention(kv, q, qkv_width, batch.seqs, num_heads,
+  parallel_rows(n, 4 * qkv_width, [&](int64_t t0, int64_t t1) {
+    float* q = qkv_.data() + t0 * qkv_width;  // [t1 - t0, qkv_width], q heads first
+    float* k = q + num_heads * hd;            // same rows, after the q heads
+    float* v = k + num_kv * hd;
+    if (c.qk_norm) {
+      for (int64_t t = 0; t < t1 - t0; ++t) {
+        cpu::rms_norm(q + t * qkv_width, lw.q_norm.data(), q + t * qkv_width, num_heads, hd, eps);
+        cpu::rms_norm(k + t * qkv_width, lw.k_norm.data(), k + t * qkv_width, num_kv, hd, eps);
+      }
+    }
+    // q and k heads are adjacent in each row: one rotation pass covers both.
+    cpu::apply_rope(q, qkv_width, rope_cos_.data() + t0 * (hd / 2),
+                    rope_sin_.data() + t0 * (hd / 2), t1 - t0, num_heads + num_kv, hd);
+    // K/V of the new tokens go into the cache first, so attention reads every position the same
+    // way.
+    cpu::write_kv(kv, k, v, qkv_width, batch.slot_mapping.data() + t0, t1 - t0);
+  });
+  cpu::paged_attention(kv, qkv_.data(), qkv_width, batch.seqs, num_heads,
                        1.0f / std::sqrt(static_cast<float>(hd)), attn_.data());
-  cpu::matmul(attn_.data(), lw.o_proj.data(), nullptr, proj_.data(), n, num_heads * hd,
-              c.hidden_size);
-  cpu::add_inplace(hidden_.data(), proj_.data(), n * c.hidden_size);
+  cpu::matmul(attn_.data(), pw.o_proj, nullptr, proj_.data(), n);
+  parallel_rows(n, 4 * dim, [&](int64_t t0, int64_t t1) {
+    cpu::add_inplace(hidden_.data() + t0 * dim, proj_.data() + t0 * dim, (t1 - t0) * dim);
+    cpu::rms_norm(hidden_.data() + t0 * dim, lw.post_norm.data(), normed_.data() + t0 * dim,
+                  t1 - t0, dim, eps);
+  });
 }
 
+// Expects normed_ = post_norm(hidden_); leaves normed_ = the next layer's input_norm(hidden_).
 void LlamaModel::mlp_block(int64_t layer, int64_t n) {
   const auto& c = config_;
-  const LlamaLayerWeights& lw = w_.layers[static_cast<size_t>(layer)];
-  cpu::rms_norm(hidden_.data(), lw.post_norm.data(), normed_.data(), n, c.hidden_size,
-                static_cast<float>(c.rms_norm_eps));
-  cpu::matmul(normed_.data(), lw.gate_up.data(), nullptr, gate_up_.data(), n, c.hidden_size,
-              2 * c.intermediate_size);
-  cpu::silu_mul(gate_up_.data(), act_.data(), n, c.intermediate_size);
-  cpu::matmul(act_.data(), lw.down.data(), nullptr, proj_.data(), n, c.intermediate_size,
-              c.hidden_size);
-  cpu::add_inplace(hidden_.data(), proj_.data(), n * c.hidden_size);
+  const PackedLayer& pw = packed_[static_cast<size_t>(layer)];
+  const int64_t dim = c.hidden_size, inter = c.intermediate_size;
+  cpu::matmul(normed_.data(), pw.gate_up, nullptr, gate_up_.data(), n);
+  parallel_rows(n, 8 * inter, [&](int64_t t0, int64_t t1) {
+    cpu::silu_mul(gate_up_.data() + t0 * 2 * inter, act_.data() + t0 * inter, t1 - t0, inter);
+  });
+  cpu::matmul(act_.data(), pw.down, nullptr, proj_.data(), n);
+  const bool last = layer + 1 == c.num_hidden_layers;
+  const float* next_norm = last ? nullptr : w_.layers[static_cast<size_t>(layer + 1)].input_norm.data();
+  parallel_rows(n, 4 * dim, [&](int64_t t0, int64_t t1) {
+    cpu::add_inplace(hidden_.data() + t0 * dim, proj_.data() + t0 * dim, (t1 - t0) * dim);
+    if (next_norm != nullptr)
+      cpu::rms_norm(hidden_.data() + t0 * dim, next_norm, normed_.data() + t0 * dim, t1 - t0, dim,
+                    static_cast<float>(c.rms_norm_eps));
+  });
 }
 
 void LlamaModel::compute_logits(std::span<const float> hidden, std::span<const int64_t> rows,
                                 float* logits) {
   const int64_t dim = config_.hidden_size;
   const int64_t num_rows = static_cast<int64_t>(rows.size());
-  std::vector<float> normed(static_cast<size_t>(num_rows * dim));  // [num_rows, hidden]
+  logits_normed_.resize(static_cast<size_t>(num_rows * dim));
   for (int64_t r = 0; r < num_rows; ++r)
-    cpu::rms_norm(hidden.data() + rows[r] * dim, w_.final_norm.data(), normed.data() + r * dim, 1,
-                  dim, static_cast<float>(config_.rms_norm_eps));
-  const float* head = w_.lm_head.empty() ? w_.embed.data() : w_.lm_head.data();
-  cpu::matmul(normed.data(), head, nullptr, logits, num_rows, dim, config_.vocab_size);
+    cpu::rms_norm(hidden.data() + rows[r] * dim, w_.final_norm.data(),
+                  logits_normed_.data() + r * dim, 1, dim,
+                  static_cast<float>(config_.rms_norm_eps));
+  cpu::matmul(logits_normed_.data(), lm_head_, nullptr, logits, num_rows);
 }
 
 }  // namespace pagellm::models

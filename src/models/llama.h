@@ -91,9 +91,20 @@ class LlamaModel {
   void attention_block(int64_t layer, const ForwardBatch& batch, KvCache& cache);
   void mlp_block(int64_t layer, int64_t num_tokens);
 
+  // The projection matrices of one layer, packed for cpu::matmul (their unpacked copies in w_ are
+  // released after packing).
+  struct PackedLayer {
+    cpu::PackedMatrix qkv, o_proj, gate_up, down;
+  };
+
   io::ModelConfig config_;
   LlamaWeights w_;
+  std::vector<PackedLayer> packed_;  // [num_layers]
+  cpu::PackedMatrix lm_head_;        // packed [vocab, hidden] (the embedding when tied)
   std::vector<float> inv_freq_;  // [head_dim / 2]
+  std::vector<float> rope_cos_;  // [num_tokens, head_dim / 2] for this step's positions
+  std::vector<float> rope_sin_;  // [num_tokens, head_dim / 2]
+  std::vector<float> logits_normed_;  // [num_rows, hidden]
   // Scratch reused across steps, sized for the largest batch seen.
   std::vector<float> hidden_;   // [num_tokens, hidden]: the residual stream
   std::vector<float> normed_;   // [num_tokens, hidden]

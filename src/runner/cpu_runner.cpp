@@ -1,13 +1,19 @@
 #include "runner/cpu_runner.h"
 
+#include <exception>
+#include <mutex>
 #include <string>
 
 #include "common/error.h"
+#include "common/thread_pool.h"
 #include "engine/sampler.h"
 
 namespace pagellm::runner {
 
 namespace {
+
+// Logits rows per sampling chunk: one row (vocab-wide softmax) costs a few µs, waking a thread tens.
+constexpr size_t kMinRowsPerThread = 16;
 
 [[noreturn]] void internal(const std::string& message) {
   throw_error(ErrorKind::kInternal, "cpu runner: " + message);
@@ -25,8 +31,8 @@ int64_t CpuRunner::kv_bytes_per_block(const io::ModelConfig& c, int block_size) 
          static_cast<int64_t>(sizeof(float));
 }
 
-std::vector<float> CpuRunner::forward(const engine::SchedulerOutput& batch, bool with_prompt_rows,
-                                      std::vector<LogitsRow>& rows) {
+std::span<float> CpuRunner::forward(const engine::SchedulerOutput& batch, bool with_prompt_rows,
+                                    std::vector<LogitsRow>& rows) {
   if (!batch.blocks_to_swap_in.empty() || !batch.blocks_to_swap_out.empty())
     internal("swap requested but this runner has no swap space");
   const int64_t num_blocks = cache_.num_blocks();
@@ -76,16 +82,16 @@ std::vector<float> CpuRunner::forward(const engine::SchedulerOutput& batch, bool
   }
   const models::ForwardBatch fb{token_ids_, positions_, slot_mapping_, seqs_};
   const std::span<const float> hidden = model_->forward(fb, cache_);
-  std::vector<int64_t> row_ids;  // [num_rows]
-  for (const LogitsRow& r : rows) row_ids.push_back(r.row);
-  std::vector<float> logits(static_cast<size_t>(row_ids.size() * vocab));  // [num_rows, vocab]
-  if (!row_ids.empty()) model_->compute_logits(hidden, row_ids, logits.data());
-  return logits;
+  logits_rows_.clear();
+  for (const LogitsRow& r : rows) logits_rows_.push_back(r.row);
+  logits_.resize(logits_rows_.size() * static_cast<size_t>(vocab));
+  if (!logits_rows_.empty()) model_->compute_logits(hidden, logits_rows_, logits_.data());
+  return {logits_.data(), logits_.size()};
 }
 
 std::vector<std::vector<float>> CpuRunner::execute_logits(const engine::SchedulerOutput& batch) {
   std::vector<LogitsRow> rows;
-  const std::vector<float> logits = forward(batch, false, rows);
+  const std::span<const float> logits = forward(batch, false, rows);
   const size_t vocab = static_cast<size_t>(config().vocab_size);
   std::vector<std::vector<float>> out(batch.seqs.size());
   for (size_t r = 0; r < rows.size(); ++r)
@@ -96,26 +102,46 @@ std::vector<std::vector<float>> CpuRunner::execute_logits(const engine::Schedule
 
 engine::ModelRunnerOutput CpuRunner::execute(const engine::SchedulerOutput& batch) {
   std::vector<LogitsRow> rows;
-  std::vector<float> logits = forward(batch, true, rows);
+  const std::span<float> logits = forward(batch, true, rows);
   const size_t vocab = static_cast<size_t>(config().vocab_size);
   engine::ModelRunnerOutput out;
   out.sampled_token_ids.assign(batch.seqs.size(), -1);
   out.sampled_logprobs.resize(batch.seqs.size());
   out.prompt_logprobs.resize(batch.seqs.size());
+  for (const LogitsRow& row : rows)
+    if (batch.seqs[row.seq].params == nullptr)
+      internal("seq " + std::to_string(batch.seqs[row.seq].seq_id) + " has no sampling params");
+  // Sampling rows belong to distinct seqs and sample_token is a pure function of its row (its
+  // scratch is thread-local), so the rows are sampled in parallel. A row's token never depends on
+  // the split. Exceptions are carried back to this thread.
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  ThreadPool::global().parallel_for(
+      rows.size(),
+      [&](size_t begin, size_t end) {
+        try {
+          for (size_t r = begin; r < end; ++r) {
+            if (!rows[r].sample) continue;
+            const size_t s = rows[r].seq;
+            engine::SampleResult result =
+                engine::sample_token(logits.subspan(r * vocab, vocab), batch.seqs[s]);
+            out.sampled_token_ids[s] = result.token_id;
+            out.sampled_logprobs[s] = std::move(result.logprobs);
+          }
+        } catch (...) {
+          std::lock_guard lock(error_mutex);
+          if (!error) error = std::current_exception();
+        }
+      },
+      kMinRowsPerThread);
+  if (error) std::rethrow_exception(error);
   for (size_t r = 0; r < rows.size(); ++r) {
     const LogitsRow& row = rows[r];
+    if (row.sample) continue;
     const engine::ScheduledSeq& seq = batch.seqs[row.seq];
-    const std::span<float> row_logits(logits.data() + r * vocab, vocab);
-    if (seq.params == nullptr) internal("seq " + std::to_string(seq.seq_id) + " has no sampling params");
-    if (row.sample) {
-      engine::SampleResult result = engine::sample_token(row_logits, seq);
-      out.sampled_token_ids[row.seq] = result.token_id;
-      out.sampled_logprobs[row.seq] = std::move(result.logprobs);
-    } else {
-      const int32_t next = seq.prompt_token_ids[static_cast<size_t>(row.position) + 1];
-      out.prompt_logprobs[row.seq].push_back(
-          engine::compute_logprobs(row_logits, next, seq.prompt_logprobs));
-    }
+    const int32_t next = seq.prompt_token_ids[static_cast<size_t>(row.position) + 1];
+    out.prompt_logprobs[row.seq].push_back(
+        engine::compute_logprobs(logits.subspan(r * vocab, vocab), next, seq.prompt_logprobs));
   }
   return out;
 }

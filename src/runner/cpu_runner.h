@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "models/llama.h"
@@ -43,8 +44,8 @@ class CpuRunner : public ModelRunner {
   // Validates and flattens the batch, applies copy-on-write block copies, runs the model, and
   // returns logits [rows.size(), vocab] for `rows` (collected per seq as described on
   // execute_logits/execute).
-  std::vector<float> forward(const engine::SchedulerOutput& batch, bool with_prompt_rows,
-                             std::vector<LogitsRow>& rows);
+  std::span<float> forward(const engine::SchedulerOutput& batch, bool with_prompt_rows,
+                           std::vector<LogitsRow>& rows);
 
   std::unique_ptr<models::LlamaModel> model_;
   models::KvCache cache_;
@@ -53,6 +54,8 @@ class CpuRunner : public ModelRunner {
   std::vector<int32_t> positions_;     // [num_tokens]
   std::vector<int64_t> slot_mapping_;  // [num_tokens]
   std::vector<cpu::AttentionSeq> seqs_;
+  std::vector<int64_t> logits_rows_;  // [num_rows]: flattened row of each logits row
+  std::vector<float> logits_;         // [num_rows, vocab], reused so a step allocates nothing
 };
 
 }  // namespace pagellm::runner

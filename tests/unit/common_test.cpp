@@ -1,5 +1,6 @@
 #include <atomic>
 #include <cmath>
+#include <stdexcept>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -49,6 +50,30 @@ TEST(ThreadPool, CoversEveryIndexOnce) {
     });
     for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1);
   }
+}
+
+// Chunks are claimed dynamically: many back-to-back jobs (some with fewer chunks than threads) each
+// cover every index once, and an exception thrown in any chunk reaches the caller, after which the
+// pool keeps working.
+TEST(ThreadPool, BackToBackJobsAndExceptions) {
+  ThreadPool pool(3);
+  for (int round = 0; round < 200; ++round) {
+    const size_t n = 1 + static_cast<size_t>(round % 37);
+    std::vector<std::atomic<int>> hits(n);
+    pool.parallel_for(n, [&](size_t b, size_t e) {
+      for (size_t i = b; i < e; ++i) hits[i]++;
+    });
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << round;
+  }
+  for (size_t bad : {0u, 63u}) {
+    EXPECT_THROW(pool.parallel_for(64, [&](size_t b, size_t e) {
+      if (b <= bad && bad < e) throw std::runtime_error("chunk failed");
+    }),
+                 std::runtime_error);
+  }
+  std::atomic<size_t> total{0};
+  pool.parallel_for(100, [&](size_t b, size_t e) { total += e - b; });
+  EXPECT_EQ(total.load(), 100u);
 }
 
 TEST(Error, CarriesKind) {

@@ -60,6 +60,44 @@ TEST(CpuKernels, MatmulIsBatchInvariant) {
   }
 }
 
+// A row's output is bit-identical whether computed alone or inside batches whose sizes leave
+// every kind of leftover tile (1, 3, 7, 64 tokens), for the packed matmul with bias and padding
+// columns, rms_norm and silu_mul.
+TEST(CpuKernels, RowsAreBitIdenticalAcrossBatchSizes) {
+  const int64_t in = 172, out = 344, max_tokens = 64;
+  const auto x = random_vec(static_cast<size_t>(max_tokens * in), 21);
+  const auto w = random_vec(static_cast<size_t>(out * in), 22);
+  const auto bias = random_vec(static_cast<size_t>(out), 23);
+  const PackedMatrix packed = pack_matrix(w.data(), out, in);
+  std::vector<float> solo(static_cast<size_t>(max_tokens * out));  // [max_tokens, out]
+  for (int64_t t = 0; t < max_tokens; ++t)
+    matmul(x.data() + t * in, packed, bias.data(), solo.data() + t * out, 1);
+  for (int64_t t = 0; t < max_tokens; t += 9)
+    for (int64_t o = 0; o < out; o += 37)
+      ASSERT_EQ(solo[t * out + o], dot(x.data() + t * in, w.data() + o * in, in) + bias[o]);
+  const auto gu = random_vec(static_cast<size_t>(max_tokens * 2 * in), 24, 6.0f);
+  std::vector<float> silu_solo(static_cast<size_t>(max_tokens * in)), norm_solo(silu_solo.size());
+  for (int64_t t = 0; t < max_tokens; ++t) {
+    silu_mul(gu.data() + t * 2 * in, silu_solo.data() + t * in, 1, in);
+    rms_norm(x.data() + t * in, w.data(), norm_solo.data() + t * in, 1, in, 1e-5f);
+  }
+  for (int64_t batch : {1, 3, 7, 64}) {
+    for (int64_t first : {int64_t{0}, max_tokens - batch}) {
+      std::vector<float> got(static_cast<size_t>(batch * out));
+      matmul(x.data() + first * in, packed, bias.data(), got.data(), batch);
+      for (int64_t i = 0; i < batch * out; ++i)
+        ASSERT_EQ(got[i], solo[first * out + i]) << "batch " << batch << " index " << i;
+      std::vector<float> silu(static_cast<size_t>(batch * in)), norm(silu.size());
+      silu_mul(gu.data() + first * 2 * in, silu.data(), batch, in);
+      rms_norm(x.data() + first * in, w.data(), norm.data(), batch, in, 1e-5f);
+      for (int64_t i = 0; i < batch * in; ++i) {
+        ASSERT_EQ(silu[i], silu_solo[first * in + i]) << "batch " << batch;
+        ASSERT_EQ(norm[i], norm_solo[first * in + i]) << "batch " << batch;
+      }
+    }
+  }
+}
+
 TEST(CpuKernels, RmsNormMatchesNaive) {
   const int64_t rows = 3, dim = 37;
   const auto x = random_vec(static_cast<size_t>(rows * dim), 6, 3.0f);
@@ -139,10 +177,16 @@ TEST(CpuKernels, SiluMulAndEmbedding) {
 }
 
 // Paged attention against a naive causal GQA over contiguous K/V, with a scrambled block table.
-TEST(CpuKernels, PagedAttentionMatchesContiguousReference) {
-  const int64_t heads = 4, kv_heads = 2, hd = 8, bs = 4, blocks = 8, prefix = 6, n = 5;
+struct AttentionCase {
+  int64_t heads, kv_heads, hd, bs, blocks, prefix, n;
+  std::vector<int32_t> table;  // scrambled, long enough for prefix + n
+};
+
+void check_attention_against_reference(const AttentionCase& c) {
+  const int64_t heads = c.heads, kv_heads = c.kv_heads, hd = c.hd, bs = c.bs, blocks = c.blocks,
+                prefix = c.prefix, n = c.n;
   const int64_t ctx = prefix + n;
-  const std::vector<int32_t> table = {5, 2, 7};  // ctx 11 needs 3 blocks
+  const std::vector<int32_t>& table = c.table;
   std::vector<float> k_cache(static_cast<size_t>(blocks * bs * kv_heads * hd)),
       v_cache(k_cache.size());
   const KvLayerView view{k_cache.data(), v_cache.data(), bs, kv_heads, hd};
@@ -179,6 +223,39 @@ TEST(CpuKernels, PagedAttentionMatchesContiguousReference) {
       }
     }
   expect_close(got, want, 1e-5);
+}
+
+TEST(CpuKernels, PagedAttentionMatchesContiguousReference) {
+  check_attention_against_reference({4, 2, 8, 4, 8, 6, 5, {5, 2, 7}});
+  // head_dim with a tail chunk, blocks not a multiple of 8, contexts spanning several chunks.
+  check_attention_against_reference({6, 2, 12, 5, 12, 31, 9, {9, 3, 11, 0, 7, 1, 10, 4}});
+  check_attention_against_reference({2, 2, 32, 16, 4, 40, 3, {2, 0, 3}});
+}
+
+// A sequence's attention output is bit-identical alone and next to other sequences.
+TEST(CpuKernels, PagedAttentionIsBatchInvariant) {
+  const int64_t heads = 8, kv_heads = 4, hd = 8, bs = 16, blocks = 8;
+  std::vector<float> k_cache(static_cast<size_t>(blocks * bs * kv_heads * hd));
+  std::vector<float> v_cache(k_cache.size());
+  k_cache = random_vec(k_cache.size(), 31);
+  v_cache = random_vec(v_cache.size(), 32);
+  const KvLayerView view{k_cache.data(), v_cache.data(), bs, kv_heads, hd};
+  const std::vector<int32_t> table_a = {3, 6, 1}, table_b = {0, 7, 2, 5};
+  const std::vector<AttentionSeq> seqs = {{0, 4, 20, table_a}, {4, 1, 57, table_b},
+                                          {5, 3, 0, table_b}};
+  const int64_t rows = 8, width = heads * hd;
+  const auto q = random_vec(static_cast<size_t>(rows * width), 33);  // [rows, heads, hd]
+  std::vector<float> batched(q.size());
+  paged_attention(view, q.data(), width, seqs, heads, 0.3f, batched.data());
+  for (const AttentionSeq& s : seqs) {
+    AttentionSeq alone = s;
+    alone.token_begin = 0;
+    std::vector<float> got(static_cast<size_t>(s.num_tokens * width));
+    paged_attention(view, q.data() + s.token_begin * width, width,
+                    std::span<const AttentionSeq>(&alone, 1), heads, 0.3f, got.data());
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(got[i], batched[static_cast<size_t>(s.token_begin * width) + i]) << i;
+  }
 }
 
 }  // namespace

@@ -12,12 +12,30 @@
 
 namespace pagellm::cpu {
 
-// out[t, o] = sum_i x[t, i] * w[o, i] (+ bias[o]).  x [num_tokens, in], w [out_features, in],
-// bias [out_features] or null, out [num_tokens, out_features].
+// A weight matrix [out_features, in] repacked for the batched matmul: panels of kPanelWidth output
+// columns, each stored k-major ([in, kPanelWidth]) so one vector load gives the same k of 16
+// consecutive outputs. The last panel is zero-padded.
+constexpr int64_t kPanelWidth = 16;
+struct PackedMatrix {
+  int64_t in = 0;
+  int64_t out_features = 0;
+  std::vector<float> data;  // [ceil(out_features / kPanelWidth), in, kPanelWidth]
+  int64_t num_panels() const { return (out_features + kPanelWidth - 1) / kPanelWidth; }
+};
+PackedMatrix pack_matrix(const float* w, int64_t out_features, int64_t in);
+
+// out[t, o] = sum_i x[t, i] * w[o, i] (+ bias[o]).  x [num_tokens, in], bias [out_features] or
+// null, out [num_tokens, out_features]. Every output is one fused multiply-add chain over i = 0,
+// 1, ..., in - 1 starting from 0 (then + bias), whatever the tile it lands in, so a row's result
+// never depends on the batch (see dot()).
+void matmul(const float* x, const PackedMatrix& w, const float* bias, float* out,
+            int64_t num_tokens);
+
+// The same on an unpacked w [out_features, in] (packs it first; for tests and one-off use).
 void matmul(const float* x, const float* w, const float* bias, float* out, int64_t num_tokens,
             int64_t in, int64_t out_features);
 
-// The reference dot product of matmul, exposed for tests: one fixed 8-lane reduction order.
+// The reference reduction of matmul, exposed for tests: acc = fma(a[i], b[i], acc) for i in order.
 float dot(const float* a, const float* b, int64_t n);
 
 // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight.  x, out [num_rows, dim] (may alias), weight
@@ -32,9 +50,17 @@ void embedding(const int32_t* ids, const float* table, float* out, int64_t num_t
 // llama3), in fp32.
 std::vector<float> rope_inv_freq(const io::RopeScaling& scaling, double theta, int64_t head_dim);
 
+// Per-token rotary tables: cos_out / sin_out [num_tokens, head_dim / 2] of positions[t] * inv_freq.
+void rope_tables(const int32_t* positions, int64_t num_tokens, int64_t head_dim,
+                 const float* inv_freq, float* cos_out, float* sin_out);
+
 // Rotates x in place with HF's rotate-half layout: pairs (i, i + head_dim/2) of each head.
-// x [num_tokens, row_stride] whose first num_heads * head_dim entries are the heads; positions
-// [num_tokens].
+// x [num_tokens, row_stride] whose first num_heads * head_dim entries are the heads; cos_t, sin_t
+// [num_tokens, head_dim / 2] from rope_tables().
+void apply_rope(float* x, int64_t row_stride, const float* cos_t, const float* sin_t,
+                int64_t num_tokens, int64_t num_heads, int64_t head_dim);
+
+// The same from positions [num_tokens] (builds the tables first).
 void apply_rope(float* x, int64_t row_stride, const int32_t* positions, int64_t num_tokens,
                 int64_t num_heads, int64_t head_dim, const float* inv_freq);
 
