@@ -148,11 +148,6 @@ int run_generate(int argc, char** argv) {
   sampling.apply(params);
   if (app.get_option("--seed")->count() > 0) params.seed = args.seed;
   params.validate();
-  if (args.model.empty()) {
-    std::fprintf(stderr,
-                 "pagellm: no --model given: using the built-in demo model (tiny random Llama, byte-level "
-                 "tokenizer). Its output is not meaningful text.\n");
-  }
   if (file_opt->count() > 0) return run_prompts_file(args, prompts_file, output_path, params);
   return run_single(args, prompt, params);
 }
