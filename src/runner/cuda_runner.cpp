@@ -230,6 +230,50 @@ void CudaRunner::Impl::alloc_activations() {
 
 // ---- one step --------------------------------------------------------------------------------
 
+// What plan_attention needs of a step of this shape (pointers for their alignment only).
+cuda::AttentionParams CudaRunner::Impl::planning_params(int num_tokens, int num_seqs) const {
+  cuda::AttentionParams ap;
+  ap.dtype = dt;
+  ap.q = x_qkv.get();
+  ap.k_cache = kv_pool.get() ? kv_pool.get() : x_qkv.get();
+  ap.v_cache = ap.k_cache;
+  ap.out = x_attn.get();
+  ap.num_seqs = num_seqs;
+  ap.num_tokens = num_tokens;
+  ap.num_heads = num_heads;
+  ap.num_kv_heads = num_kv_heads;
+  ap.head_dim = head_dim;
+  ap.block_size = opt.block_size;
+  ap.max_blocks_per_seq = max_blocks;
+  ap.q_token_stride = qkv_width;
+  return ap;
+}
+
+CudaRunner::Impl::DecodeShape CudaRunner::Impl::decode_shape(int num_seqs) {
+  DecodeShape shape;
+  for (int b : graph_batch_sizes(max_seqs)) {
+    if (b >= num_seqs) {
+      shape.padded_seqs = b;
+      break;
+    }
+  }
+  if (shape.padded_seqs == 0 || num_seqs < 1)
+    internal("decode batch of " + std::to_string(num_seqs) + " seqs exceeds max_num_seqs");
+  const int b = shape.padded_seqs;
+  auto it = decode_splits.find(b);
+  if (it == decode_splits.end()) {
+    // Splits are fixed per padded size: chosen for the longest context such a step may see.
+    std::vector<int32_t> qsl(size_t(b) + 1), lens(size_t(b), opt.max_model_len);
+    for (int i = 0; i <= b; ++i) qsl[size_t(i)] = i;
+    cuda::AttentionPlanHost ph;
+    check(cuda::plan_attention(planning_params(b, b), qsl.data(), lens.data(), num_sms, 0, &ph),
+          "planning decode attention");
+    it = decode_splits.emplace(b, ph.num_splits).first;
+  }
+  shape.num_splits = it->second;
+  return shape;
+}
+
 CudaRunner::Impl::Staged CudaRunner::Impl::stage(
     const std::vector<int32_t>& token_ids, const std::vector<int32_t>& positions,
     const std::vector<int64_t>& slots, const std::vector<int32_t>& qsl,
@@ -252,20 +296,7 @@ CudaRunner::Impl::Staged CudaRunner::Impl::stage(
     std::memcpy(tab + size_t(i) * max_blocks, tables[size_t(i)], size_t(len) * 4);
     std::fill(tab + size_t(i) * max_blocks + len, tab + size_t(i + 1) * max_blocks, 0);
   }
-  cuda::AttentionParams ap;
-  ap.dtype = dt;
-  ap.q = x_qkv.get();
-  ap.k_cache = kv_pool.get() ? kv_pool.get() : x_qkv.get();  // alignment only
-  ap.v_cache = ap.k_cache;
-  ap.out = x_attn.get();
-  ap.num_seqs = s.num_seqs;
-  ap.num_tokens = s.num_tokens;
-  ap.num_heads = num_heads;
-  ap.num_kv_heads = num_kv_heads;
-  ap.head_dim = head_dim;
-  ap.block_size = opt.block_size;
-  ap.max_blocks_per_seq = max_blocks;
-  ap.q_token_stride = qkv_width;
+  const cuda::AttentionParams ap = planning_params(s.num_tokens, s.num_seqs);
   cuda::AttentionPlanHost ph;
   check(cuda::plan_attention(ap, qsl.data(), seq_lens.data(), num_sms, fixed_splits, &ph),
         "planning attention");
@@ -465,17 +496,14 @@ void CudaRunner::Impl::profile_and_alloc_kv() {
 
 void CudaRunner::Impl::capture_graphs() {
   for (int b : graph_batch_sizes(max_seqs)) {
-    // Splits are fixed per graph: chosen for the longest context the graph will see.
+    const int splits = decode_shape(b).num_splits;
     std::vector<int32_t> ids(size_t(b), 0), pos(size_t(b), 0), qsl(size_t(b) + 1),
-        lens(size_t(b), opt.max_model_len);
+        lens(size_t(b), 1);
     std::vector<int64_t> slots(size_t(b), -1);
     const int32_t zero_block = 0;
     std::vector<const int32_t*> tptr(size_t(b), &zero_block);
     std::vector<int> tlen(size_t(b), 1);
     for (int i = 0; i <= b; ++i) qsl[size_t(i)] = i;
-    Staged probe = stage(ids, pos, slots, qsl, lens, tptr, tlen, 0);
-    const int splits = probe.plan.num_splits;
-    std::fill(lens.begin(), lens.end(), 1);
     Staged st = stage(ids, pos, slots, qsl, lens, tptr, tlen, splits);
     for (int r = 0; r < b; ++r) host<int32_t>(lay.rows)[r] = r;
     upload_inputs();
@@ -493,7 +521,6 @@ void CudaRunner::Impl::capture_graphs() {
     cudaGraphDestroy(graph);
     check(err, "instantiating a decode graph");
     graphs[b] = exec;
-    graph_splits[b] = splits;
   }
   stats.num_graphs = int(graphs.size());
 }

@@ -1,7 +1,8 @@
 // The CUDA model runner for the Llama family (Llama 1-3, Mistral, Qwen2, Qwen3): weights on the GPU
 // in bf16 / f16 / f32, GEMMs through cuBLASLt, pagellm's own kernels for everything else, a paged
 // KV pool sized by --gpu-memory-utilization after a maximum-size dummy step, and CUDA graphs for
-// decode-only steps (captured per padded batch size unless --enforce-eager). Logits of the rows
+// decode-only steps (captured per padded batch size unless --enforce-eager; eager decode pads the
+// same way and uses the same KV split count, so both give identical tokens). Logits of the rows
 // that need them come back to the host, where the shared CPU sampler draws (so the random stream is
 // the CPU runner's by construction).
 #pragma once

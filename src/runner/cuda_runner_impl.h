@@ -139,7 +139,7 @@ struct CudaRunner::Impl {
   size_t block_bytes = 0;  // one block of one layer's K (or V)
 
   std::map<int, cudaGraphExec_t> graphs;  // padded decode batch size -> graph
-  std::map<int, int> graph_splits;        // padded decode batch size -> its KV split count
+  std::map<int, int> decode_splits;       // padded decode batch size -> its KV split count
 
   ~Impl() {
     for (auto& [b, g] : graphs) cudaGraphExecDestroy(g);
@@ -165,6 +165,17 @@ struct CudaRunner::Impl {
   void alloc_activations();
   void profile_and_alloc_kv();
   void capture_graphs();
+
+  // The shape every decode-only step of num_seqs seqs runs with, graph or eager: the batch padded
+  // to the next graph size and the fixed KV split count chosen for that size at max_model_len.
+  // Sharing it makes --enforce-eager run the graphs' kernels on the graphs' shapes (same cuBLASLt
+  // algorithm for the same m, same split-KV partition), so both give identical tokens.
+  struct DecodeShape {
+    int padded_seqs = 0;
+    int num_splits = 1;
+  };
+  DecodeShape decode_shape(int num_seqs);
+  cuda::AttentionParams planning_params(int num_tokens, int num_seqs) const;
 
   // Host-side staging of one step; returns the attention plan (device pointers filled).
   struct Staged {
