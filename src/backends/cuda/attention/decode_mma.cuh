@@ -113,17 +113,13 @@ __global__ void __launch_bounds__(kTileThreads)
       mma16816<T>(s[1], qf[kk], b[2], b[3]);
     }
     const int key0 = k_begin + j * kTileN + warp * 16;
-#pragma unroll
-    for (int n = 0; n < 2; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = key0 + n * 8 + 2 * t4 + (e & 1);
-        s[n][e] = key < k_end ? s[n][e] * qscale : -INFINITY;
-      }
-    }
     // A warp whose keys of this tile are all past k_end keeps max -inf (handled by the step).
+    const auto scale_mask = [&](int n, int e, float raw) {
+      const int key = key0 + n * 8 + 2 * t4 + (e & 1);
+      return key < k_end ? raw * qscale : -INFINITY;
+    };
     float corr_a, corr_b;
-    online_softmax_step(s, m_a, m_b, l_a, l_b, corr_a, corr_b);
+    online_softmax_step(s, scale_mask, m_a, m_b, l_a, l_b, corr_a, corr_b);
     uint32_t a[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]),
                      pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][2], s[1][3])};
 #pragma unroll

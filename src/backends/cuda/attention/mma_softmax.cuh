@@ -87,17 +87,20 @@ __device__ __forceinline__ void quad_sum(float& a, float& b) {
   }
 }
 
-// One online-softmax step over a warp's [16, 8 * N] score fragments, already scaled to the log2
-// domain and masked with -inf: updates the running max (m_a, m_b) and sum (l_a, l_b) of the
-// thread's two rows, replaces the scores by exp2(s - max), and returns in corr_a / corr_b the factor
-// by which the rows' output accumulators must be rescaled before this tile's P·V is added.
-template <int N>
-__device__ __forceinline__ void online_softmax_step(float (&s)[N][4], float& m_a, float& m_b,
-                                                    float& l_a, float& l_b, float& corr_a,
-                                                    float& corr_b) {
+// One online-softmax step over a warp's [16, 8 * N] raw score fragments: scale_mask(n, e, s[n][e])
+// scales each score to the log2 domain and masks it with -inf (fused with the row max, as the
+// kernels always did); then updates the running max (m_a, m_b) and sum (l_a, l_b) of the thread's
+// two rows, replaces the scores by exp2(s - max), and returns in corr_a / corr_b the factor by which
+// the rows' output accumulators must be rescaled before this tile's P·V is added.
+template <int N, typename ScaleMask>
+__device__ __forceinline__ void online_softmax_step(float (&s)[N][4], const ScaleMask& scale_mask,
+                                                    float& m_a, float& m_b, float& l_a, float& l_b,
+                                                    float& corr_a, float& corr_b) {
   float mx_a = m_a, mx_b = m_b;
 #pragma unroll
   for (int n = 0; n < N; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[n][e] = scale_mask(n, e, s[n][e]);
     mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
     mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
   }

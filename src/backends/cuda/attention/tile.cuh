@@ -128,18 +128,14 @@ __global__ void __launch_bounds__(kTileThreads)
     // softmax.
     const int key0 = j * kTileN;
     const bool need_mask = key0 + kTileN - 1 > pos0 + row0;
-#pragma unroll
-    for (int n = 0; n < kTileN / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = key0 + n * 8 + 2 * t4 + (e & 1);
-        float v = s[n][e] * qscale;
-        if (need_mask && key > (e < 2 ? pos_a : pos_b)) v = -INFINITY;
-        s[n][e] = v;
-      }
-    }
+    const auto scale_mask = [&](int n, int e, float raw) {
+      const int key = key0 + n * 8 + 2 * t4 + (e & 1);
+      float v = raw * qscale;
+      if (need_mask && key > (e < 2 ? pos_a : pos_b)) v = -INFINITY;
+      return v;
+    };
     float corr_a, corr_b;
-    online_softmax_step(s, m_a, m_b, l_a, l_b, corr_a, corr_b);
+    online_softmax_step(s, scale_mask, m_a, m_b, l_a, l_b, corr_a, corr_b);
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) {
       o[i][0] *= corr_a;
