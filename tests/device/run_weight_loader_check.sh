@@ -35,7 +35,9 @@ if [ -x "$WORK/cuda_kernel_tests.before" ]; then
   # Timings differ from run to run; error figures of the same seeded inputs must not.
   grep -E "^  (ok|FAIL)" "$LOGS/kernel_tests.log" > "$LOGS/after.lines"
   grep -E "^  (ok|FAIL)" "$LOGS/kernel_tests_before.log" > "$LOGS/before.lines"
-  if diff "$LOGS/before.lines" "$LOGS/after.lines" > "$LOGS/kernel_diff.txt"; then
+  if [ ! -s "$LOGS/after.lines" ]; then
+    say "no kernel results to compare (see kernel_tests.log)"
+  elif diff "$LOGS/before.lines" "$LOGS/after.lines" > "$LOGS/kernel_diff.txt"; then
     say "kernel results identical before/after the refactor ($(wc -l < "$LOGS/after.lines") lines)"
   else
     say "kernel results DIFFER before/after the refactor: $(grep -c '^[<>]' "$LOGS/kernel_diff.txt") lines (kernel_diff.txt)"
