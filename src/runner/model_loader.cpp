@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/thread_pool.h"
 #include "runner/cpu_runner.h"
 #ifdef PAGELLM_HAVE_CUDA
 #include "runner/cuda_runner.h"
@@ -169,6 +170,10 @@ LoadedModel load_model(const EngineArgs& args) {
 #ifdef PAGELLM_HAVE_CUDA
   if (args.device == "cuda") return load_cuda_model(args, std::move(m), demo, start);
 #endif
+  if (!ThreadPool::configure_global(args.num_threads))
+    log::warning("--num-threads " + std::to_string(args.num_threads) +
+                 ": the CPU thread pool of this process already runs with " +
+                 std::to_string(ThreadPool::global().num_threads()) + " threads; keeping them");
   const int num_blocks = kv_block_count(args, m.config);
   check_fits_in_memory(m.config, num_blocks, args.block_size, source);
   models::LlamaWeights weights;
