@@ -45,7 +45,8 @@ class CheckpointSource : public WeightSource {
 };
 
 // Counter-based uniform weights (dummy_fill): element i of a tensor depends only on (seed, name,
-// i), so the fill can be threaded and is reproducible, and the GPU generator makes the same numbers.
+// i), so the fill can be threaded and is reproducible, and the GPU generator makes the same
+// numbers.
 class RandomSource : public WeightSource {
  public:
   explicit RandomSource(uint64_t seed) : seed_(seed) {}
@@ -61,7 +62,8 @@ class RandomSource : public WeightSource {
         static_cast<size_t>(count),
         [&](size_t begin, size_t end) {
           for (size_t i = begin; i < end; ++i) {
-            const double u = static_cast<double>(splitmix64(f.key + i) >> 11) * 0x1.0p-53;  // [0, 1)
+            const double u =
+                static_cast<double>(splitmix64(f.key + i) >> 11) * 0x1.0p-53;  // [0, 1)
             dst[i] = static_cast<float>((2.0 * u - 1.0) * f.bound);
           }
         },

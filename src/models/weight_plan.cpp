@@ -60,11 +60,13 @@ std::vector<WeightTensorSpec> llama_weight_plan(const io::ModelConfig& c) {
     one(WeightSlot::kOProj, i, p + "self_attn.o_proj.weight", {hidden, q_rows});
     one(WeightSlot::kPostNorm, i, p + "post_attention_layernorm.weight", {hidden});
     add(WeightSlot::kGateUp, i, p + "gate_up",
-        {{p + "mlp.gate_proj.weight", {inter, hidden}}, {p + "mlp.up_proj.weight", {inter, hidden}}});
+        {{p + "mlp.gate_proj.weight", {inter, hidden}},
+         {p + "mlp.up_proj.weight", {inter, hidden}}});
     one(WeightSlot::kDown, i, p + "mlp.down_proj.weight", {hidden, inter});
   }
   one(WeightSlot::kFinalNorm, -1, "model.norm.weight", {hidden});
-  if (!c.tie_word_embeddings) one(WeightSlot::kLmHead, -1, "lm_head.weight", {c.vocab_size, hidden});
+  if (!c.tie_word_embeddings)
+    one(WeightSlot::kLmHead, -1, "lm_head.weight", {c.vocab_size, hidden});
   return plan;
 }
 

@@ -15,20 +15,20 @@
 
 namespace pagellm::models {
 
-// The runtime tensor a plan entry fills (per layer for the kLayer* ones).
+// The runtime tensor a plan entry fills: model-level (embed, final norm, LM head) or per layer.
 enum class WeightSlot {
-  kEmbed,       // [vocab, hidden]
-  kInputNorm,   // [hidden]
-  kQkv,         // [(num_heads + 2 * num_kv_heads) * head_dim, hidden]: q, k, v rows
-  kQkvBias,     // [(num_heads + 2 * num_kv_heads) * head_dim]
-  kQNorm,       // [head_dim]
-  kKNorm,       // [head_dim]
-  kOProj,       // [hidden, num_heads * head_dim]
-  kPostNorm,    // [hidden]
-  kGateUp,      // [2 * intermediate, hidden]: gate rows, then up rows
-  kDown,        // [hidden, intermediate]
-  kFinalNorm,   // [hidden]
-  kLmHead,      // [vocab, hidden]; only when not tied to the embedding
+  kEmbed,      // [vocab, hidden]
+  kInputNorm,  // [hidden]
+  kQkv,        // [(num_heads + 2 * num_kv_heads) * head_dim, hidden]: q, k, v rows
+  kQkvBias,    // [(num_heads + 2 * num_kv_heads) * head_dim]
+  kQNorm,      // [head_dim]
+  kKNorm,      // [head_dim]
+  kOProj,      // [hidden, num_heads * head_dim]
+  kPostNorm,   // [hidden]
+  kGateUp,     // [2 * intermediate, hidden]: gate rows, then up rows
+  kDown,       // [hidden, intermediate]
+  kFinalNorm,  // [hidden]
+  kLmHead,     // [vocab, hidden]; only when not tied to the embedding
 };
 
 // One tensor of a Hugging Face checkpoint, with the shape config.json implies for it.
@@ -50,31 +50,45 @@ struct WeightTensorSpec {
 // The plan of a config, in load order (embedding, layer by layer, final norm, LM head).
 std::vector<WeightTensorSpec> llama_weight_plan(const io::ModelConfig& config);
 
-// The runtime tensor of `model` that plan entry `t` fills. Model is any weight holder that names its
-// tensors like LlamaWeights (embed, final_norm, lm_head, layers[i].qkv, ...), so the CPU weights and
-// the CUDA runner's device tensors share this mapping.
+// The runtime tensor of `model` that plan entry `t` fills. Model is any weight holder that names
+// its tensors like LlamaWeights (embed, final_norm, lm_head, layers[i].qkv, ...), so the CPU
+// weights and the CUDA runner's device tensors share this mapping.
 template <typename Model>
 auto& weight_slot(Model& model, const WeightTensorSpec& t) {
   if (t.layer < 0) {
     switch (t.slot) {
-      case WeightSlot::kEmbed: return model.embed;
-      case WeightSlot::kFinalNorm: return model.final_norm;
-      case WeightSlot::kLmHead: return model.lm_head;
-      default: break;
+      case WeightSlot::kEmbed:
+        return model.embed;
+      case WeightSlot::kFinalNorm:
+        return model.final_norm;
+      case WeightSlot::kLmHead:
+        return model.lm_head;
+      default:
+        break;
     }
   } else {
     auto& l = model.layers.at(static_cast<size_t>(t.layer));
     switch (t.slot) {
-      case WeightSlot::kInputNorm: return l.input_norm;
-      case WeightSlot::kQkv: return l.qkv;
-      case WeightSlot::kQkvBias: return l.qkv_bias;
-      case WeightSlot::kQNorm: return l.q_norm;
-      case WeightSlot::kKNorm: return l.k_norm;
-      case WeightSlot::kOProj: return l.o_proj;
-      case WeightSlot::kPostNorm: return l.post_norm;
-      case WeightSlot::kGateUp: return l.gate_up;
-      case WeightSlot::kDown: return l.down;
-      default: break;
+      case WeightSlot::kInputNorm:
+        return l.input_norm;
+      case WeightSlot::kQkv:
+        return l.qkv;
+      case WeightSlot::kQkvBias:
+        return l.qkv_bias;
+      case WeightSlot::kQNorm:
+        return l.q_norm;
+      case WeightSlot::kKNorm:
+        return l.k_norm;
+      case WeightSlot::kOProj:
+        return l.o_proj;
+      case WeightSlot::kPostNorm:
+        return l.post_norm;
+      case WeightSlot::kGateUp:
+        return l.gate_up;
+      case WeightSlot::kDown:
+        return l.down;
+      default:
+        break;
     }
   }
   throw_error(ErrorKind::kInternal, "weight plan: " + t.label + " names no runtime tensor");

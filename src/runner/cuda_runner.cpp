@@ -92,7 +92,8 @@ void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
   if (checkpoint) {
     size_t largest = 0;
     for (const auto& t : plan)
-      for (const auto& part : t.parts) largest = std::max(largest, checkpoint->get(part.name).num_bytes);
+      for (const auto& part : t.parts)
+        largest = std::max(largest, checkpoint->get(part.name).num_bytes);
     uploader.emplace(stream, dt, largest);
   }
   layers.resize(size_t(num_layers));

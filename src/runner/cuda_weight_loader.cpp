@@ -41,7 +41,8 @@ void parallel_copy(void* dst, const uint8_t* src, size_t bytes) {
 
 WeightUploader::WeightUploader(cudaStream_t stream, DType device_dtype, size_t max_tensor_bytes)
     : stream_(stream), dtype_(device_dtype) {
-  buffer_bytes_ = std::min(kMaxBufferBytes, std::max<size_t>((max_tensor_bytes + 4095) / 4096, 1) * 4096);
+  buffer_bytes_ =
+      std::min(kMaxBufferBytes, std::max<size_t>((max_tensor_bytes + 4095) / 4096, 1) * 4096);
   for (int i = 0; i < kNumBuffers; ++i) {
     check(cudaMallocHost(&pinned_[size_t(i)], buffer_bytes_), "allocating pinned weight staging");
     check(cudaEventCreateWithFlags(&done_[size_t(i)], cudaEventDisableTiming),
@@ -83,8 +84,8 @@ void WeightUploader::upload(const io::TensorView& tensor, void* dst) {
             "uploading " + tensor.name);
       check(cuda::convert_dtype(tensor.dtype, convert_staging_.get(), dtype_, out,
                                 int64_t(n / src_size), stream_),
-            "converting " + tensor.name + " from " + std::string(dtype_name(tensor.dtype)) + " to " +
-                std::string(dtype_name(dtype_)));
+            "converting " + tensor.name + " from " + std::string(dtype_name(tensor.dtype)) +
+                " to " + std::string(dtype_name(dtype_)));
     }
     check(cudaEventRecord(done_[b], stream_), "recording a weight upload");
     bytes_read_ += n;

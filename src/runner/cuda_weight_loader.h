@@ -37,10 +37,10 @@ class WeightUploader {
   static constexpr int kNumBuffers = 3;
   cudaStream_t stream_;
   DType dtype_;
-  size_t buffer_bytes_ = 0;                        // a multiple of 4: chunks hold whole elements
-  std::array<void*, kNumBuffers> pinned_{};        // [buffer_bytes_] raw checkpoint bytes each
-  std::array<cudaEvent_t, kNumBuffers> done_{};    // recorded after the copy reading pinned_[i]
-  DevMem convert_staging_;                         // [buffer_bytes_], made on first conversion
+  size_t buffer_bytes_ = 0;                      // a multiple of 4: chunks hold whole elements
+  std::array<void*, kNumBuffers> pinned_{};      // [buffer_bytes_] raw checkpoint bytes each
+  std::array<cudaEvent_t, kNumBuffers> done_{};  // recorded after the copy reading pinned_[i]
+  DevMem convert_staging_;                       // [buffer_bytes_], made on first conversion
   int next_ = 0;
   uint64_t bytes_read_ = 0;
 };

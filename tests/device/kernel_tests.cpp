@@ -633,8 +633,8 @@ uint32_t host_convert(DType src, DType dst, uint32_t raw) {
 }
 
 // Source words: all 65536 patterns of a 16-bit type; for f32 every upper half with lower halves at
-// and around the bf16 and f16 rounding ties (through all exponents: subnormals, the f16 overflow and
-// underflow edges, inf, NaN payloads), plus random bits.
+// and around the bf16 and f16 rounding ties (through all exponents: subnormals, the f16 overflow
+// and underflow edges, inf, NaN payloads), plus random bits.
 std::vector<uint32_t> convert_inputs(DType src) {
   std::vector<uint32_t> v;
   if (src != DType::kF32) {

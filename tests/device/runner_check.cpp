@@ -117,8 +117,9 @@ void check_stories(const std::filesystem::path& dir) {
   }
 }
 
-// Writes dir's checkpoint converted on the host (common/dtype.h) to `dtype` as out/model.safetensors,
-// with the data section at an odd file offset so that every tensor is misaligned in the mapping.
+// Writes dir's checkpoint converted on the host (common/dtype.h) to `dtype` as
+// out/model.safetensors, with the data section at an odd file offset so that every tensor is
+// misaligned in the mapping.
 void write_converted_copy(const std::filesystem::path& dir, DType dtype,
                           const std::filesystem::path& out) {
   const io::WeightStore store = io::WeightStore::open(dir);

@@ -43,10 +43,9 @@ TEST(WeightPlan, FusesQkvAndGateUpInHfOrder) {
   EXPECT_EQ(qkv.slot, WeightSlot::kQkv);
   EXPECT_EQ(qkv.layer, 0);
   EXPECT_EQ(qkv.label, "model.layers.0.qkv");
-  EXPECT_EQ(names_of(qkv),
-            (std::vector<std::string>{"model.layers.0.self_attn.q_proj.weight",
-                                      "model.layers.0.self_attn.k_proj.weight",
-                                      "model.layers.0.self_attn.v_proj.weight"}));
+  EXPECT_EQ(names_of(qkv), (std::vector<std::string>{"model.layers.0.self_attn.q_proj.weight",
+                                                     "model.layers.0.self_attn.k_proj.weight",
+                                                     "model.layers.0.self_attn.v_proj.weight"}));
   EXPECT_EQ(qkv.parts[1].shape, (std::vector<int64_t>{8, 16}));
   EXPECT_EQ(qkv.num_elements(), (16 + 2 * 8) * 16);
   const WeightTensorSpec& gate_up = plan[5];
@@ -120,7 +119,8 @@ TEST_F(CheckpointCheck, NamesMisshapedMissingAndUnexpectedTensors) {
   EXPECT_EQ(error(config_), file() +
                                 ": tensor 'model.layers.1.self_attn.k_proj.weight' has shape [16, "
                                 "16] but config.json implies [8, 16]");
-  write([](testing::SafetensorsBuilder& b) { b.header.erase("model.layers.1.mlp.up_proj.weight"); });
+  write(
+      [](testing::SafetensorsBuilder& b) { b.header.erase("model.layers.1.mlp.up_proj.weight"); });
   const std::string missing = error(config_);
   EXPECT_NE(missing.find("model.layers.1.mlp.up_proj.weight"), std::string::npos) << missing;
   EXPECT_NE(missing.find("missing"), std::string::npos) << missing;

@@ -114,9 +114,12 @@ cudaError_t convert_dtype(DType src_dtype, const void* src, DType dst_dtype, voi
     return cudaMemcpyAsync(dst, src, size_t(count) * element_size(src_dtype),
                            cudaMemcpyDeviceToDevice, stream);
   switch (src_dtype) {
-    case DType::kF32: return launch_from<DType::kF32>(src, dst_dtype, dst, count, stream);
-    case DType::kF16: return launch_from<DType::kF16>(src, dst_dtype, dst, count, stream);
-    case DType::kBF16: return launch_from<DType::kBF16>(src, dst_dtype, dst, count, stream);
+    case DType::kF32:
+      return launch_from<DType::kF32>(src, dst_dtype, dst, count, stream);
+    case DType::kF16:
+      return launch_from<DType::kF16>(src, dst_dtype, dst, count, stream);
+    case DType::kBF16:
+      return launch_from<DType::kBF16>(src, dst_dtype, dst, count, stream);
   }
   return cudaErrorNotSupported;
 }

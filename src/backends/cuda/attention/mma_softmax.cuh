@@ -90,8 +90,8 @@ __device__ __forceinline__ void quad_sum(float& a, float& b) {
 // One online-softmax step over a warp's [16, 8 * N] raw score fragments: scale_mask(n, e, s[n][e])
 // scales each score to the log2 domain and masks it with -inf (fused with the row max, as the
 // kernels always did); then updates the running max (m_a, m_b) and sum (l_a, l_b) of the thread's
-// two rows, replaces the scores by exp2(s - max), and returns in corr_a / corr_b the factor by which
-// the rows' output accumulators must be rescaled before this tile's P·V is added.
+// two rows, replaces the scores by exp2(s - max), and returns in corr_a / corr_b the factor by
+// which the rows' output accumulators must be rescaled before this tile's P·V is added.
 template <int N, typename ScaleMask>
 __device__ __forceinline__ void online_softmax_step(float (&s)[N][4], const ScaleMask& scale_mask,
                                                     float& m_a, float& m_b, float& l_a, float& l_b,
