@@ -58,7 +58,8 @@ endif()
 # Device tests: a standalone driver (no gtest, no Debian libraries) so it runs on the GPU machine.
 add_executable(cuda_kernel_tests ${CMAKE_SOURCE_DIR}/tests/device/kernel_tests.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/kernel_reference.cpp
-                                 ${CMAKE_SOURCE_DIR}/tests/device/kernel_bench.cu)
+                                 ${CMAKE_SOURCE_DIR}/tests/device/kernel_bench.cu
+                                 ${CMAKE_SOURCE_DIR}/src/common/dtype.cpp)  # host reference of convert.cu
 target_compile_options(cuda_kernel_tests PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:${PAGELLM_CUDA_GENCODE}>
     $<$<COMPILE_LANGUAGE:CXX>:${PAGELLM_WARNINGS}>)

@@ -10,6 +10,7 @@
 
 #include "backends/cuda/kernels.h"
 #include "common/error.h"
+#include "models/weight_plan.h"
 #include "runner/cuda_runner.h"
 
 namespace pagellm::runner {
@@ -59,13 +60,6 @@ class DevMem {
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
-
-inline uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 struct LayerWeights {
   DevMem input_norm;  // [hidden]
@@ -159,9 +153,10 @@ struct CudaRunner::Impl {
     return reinterpret_cast<T*>(ints_dev.as<unsigned char>() + off);
   }
 
-  void init(const models::LlamaWeights* weights);
-  void load_weights(const models::LlamaWeights* weights);
-  DevMem weight(const std::string& name, std::vector<int64_t> shape, const std::vector<float>* src);
+  void init(const io::WeightStore* checkpoint);
+  // Weights of the shared plan (models/weight_plan.h): streamed from the checkpoint, or dummy.
+  void load_weights(const io::WeightStore* checkpoint);
+  void check_weights_fit(uint64_t weight_bytes);
   void alloc_activations();
   void profile_and_alloc_kv();
   void capture_graphs();

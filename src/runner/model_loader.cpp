@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -106,22 +107,29 @@ LoadedModel load_cuda_model(const EngineArgs& args, LoadedModel m, bool demo,
   o.max_model_len = args.max_model_len;
   o.enforce_eager = args.enforce_eager;
   o.seed = args.seed;
+  o.model_name = m.name;
   std::unique_ptr<CudaRunner> runner;
   if (demo || args.load_format == "dummy") {
     runner = std::make_unique<CudaRunner>(m.config, nullptr, o);
   } else {
+    // Streamed from the mapping straight to the GPU: no host copy of the weights.
     const io::WeightStore store = io::WeightStore::open(args.model);
-    const models::LlamaWeights weights = models::load_llama_weights(m.config, store);
-    runner = std::make_unique<CudaRunner>(m.config, &weights, o);
+    runner = std::make_unique<CudaRunner>(m.config, &store, o);
   }
   const CudaStartupStats& st = runner->startup_stats();
-  char line[320];
+  char rate[64] = " (generated)";
+  if (st.checkpoint_bytes > 0)
+    std::snprintf(rate, sizeof rate, " (%.2f GB at %.1f GB/s)", double(st.checkpoint_bytes) / 1e9,
+                  double(st.checkpoint_bytes) / 1e6 / std::max(st.load_ms, 1e-3));
+  char line[384];
   std::snprintf(line, sizeof line,
-                "loaded %s on cuda (%s, %s, %.2f GB of weights) in %.0f ms: weights %.0f ms, memory "
-                "profiling %.0f ms, %d CUDA graphs %.0f ms; KV cache %d blocks x %d tokens (%.2f GB)",
+                "loaded %s on cuda (%s, %s, %.2f GB of weights) in %.0f ms: weights %.0f ms%s, "
+                "memory profiling %.0f ms, %d CUDA graphs %.0f ms; KV cache %d blocks x %d tokens "
+                "(%.2f GB)",
                 m.name.c_str(), m.config.architecture.c_str(), std::string(dtype_name(o.dtype)).c_str(),
-                double(st.weight_bytes) / 1e9, ms_since(start), st.load_ms, st.profile_ms, st.num_graphs,
-                st.graph_ms, runner->num_kv_blocks(), runner->block_size(), double(st.kv_bytes) / 1e9);
+                double(st.weight_bytes) / 1e9, ms_since(start), st.load_ms, rate, st.profile_ms,
+                st.num_graphs, st.graph_ms, runner->num_kv_blocks(), runner->block_size(),
+                double(st.kv_bytes) / 1e9);
   log::info(line);
   m.runner = std::move(runner);
   return m;
