@@ -606,7 +606,7 @@ void sampler_bench();                                               // sampler_t
 
 int main(int argc, char** argv) {
   using namespace pagellm::cuda::test;
-  bool bench = false, tests = true;
+  bool bench = false, tests = true, sampler_only_bench = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--filter" && i + 1 < argc)
@@ -616,8 +616,12 @@ int main(int argc, char** argv) {
     else if (a == "--bench-only") {
       bench = true;
       tests = false;
+    } else if (a == "--sampler-bench") {
+      sampler_only_bench = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--filter SUBSTRING] [--bench | --bench-only]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--filter SUBSTRING] [--bench | --bench-only] [--sampler-bench]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -635,9 +639,7 @@ int main(int argc, char** argv) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("kernel tests: %d passed, %d failed (%.1f s)\n", g_passed, g_failed, secs);
   }
-  if (bench) {
-    bench_main();
-    sampler_bench();
-  }
+  if (bench) bench_main();
+  if (bench || sampler_only_bench) sampler_bench();
   return g_failed == 0 ? 0 : 1;
 }

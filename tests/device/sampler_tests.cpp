@@ -237,8 +237,12 @@ bool run_batch(DType t, int vocab, int num_rows, uint64_t seed, SuiteResult& res
     row.output = random_ids(rng, c.penalties ? len(rng) : int(rng() % 40), vocab);
     row.prompt = random_ids(rng, c.penalties ? 3 * len(rng) : 10, vocab);
     if (row.kind == kAllBanned) {
-      for (int i = 0; i < vocab; ++i) row.banned.push_back(i);
+      // Every id banned (small vocabularies), or the first 4096 banned and every other logit NaN
+      // (the CPU's fallback search is quadratic in the number of banned ids).
+      const int num_banned = std::min(vocab, 4096);
+      for (int i = 0; i < num_banned; ++i) row.banned.push_back(i);
       row.banned.push_back(3);
+      for (int i = num_banned; i < vocab; ++i) logits[size_t(r) * vocab + size_t(i)] = NAN;
     } else if (rng() % 3 == 0) {
       row.banned = {int32_t(rng() % vocab), 0, 1, int32_t(vocab + 7)};
     }

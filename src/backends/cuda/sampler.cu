@@ -535,17 +535,19 @@ __device__ void apply_penalties(const SampleRow& r, const int32_t* list, float* 
   __syncthreads();
 }
 
-// The lowest id not in `banned` (0 when every id is banned): among the first num_banned + 1 ids.
-__device__ int fallback_token(Smem& s, const int32_t* banned, int num_banned, int vocab) {
+// The lowest id not in `banned` (0 when every id is banned): among the first num_banned + 1 ids,
+// marked in `marks` (the row's flag scratch, free again once every logit is -inf).
+__device__ int fallback_token(Smem& s, const int32_t* banned, int num_banned, int vocab,
+                              uint32_t* marks) {
+  const int limit = min(num_banned, vocab - 1);
+  for (int t = threadIdx.x; t <= limit; t += kThreads) marks[t] = 0;
+  __syncthreads();
+  for (int e = threadIdx.x; e < num_banned; e += kThreads)
+    if (banned[e] >= 0 && banned[e] <= limit) marks[banned[e]] = 1;
+  __syncthreads();
   int best = INT_MAX;
-  for (int t = threadIdx.x; t <= min(num_banned, vocab - 1); t += kThreads) {
-    bool hit = false;
-    for (int e = 0; e < num_banned && !hit; ++e) hit = banned[e] == t;
-    if (!hit) {
-      best = t;
-      break;
-    }
-  }
+  for (int t = threadIdx.x; t <= limit; t += kThreads)
+    if (marks[t] == 0) best = min(best, t);
   best = block_min(best, s);
   return best == INT_MAX ? 0 : best;
 }
@@ -607,7 +609,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
   int token = -1;
   if (best > -INFINITY)
     token = r.temperature == 0.0f ? best_id : sample_row(s, r, x, w, vocab, clean(best));
-  if (token < 0) token = fallback_token(s, list, list ? r.num_banned : 0, vocab);
+  if (token < 0)
+    token = fallback_token(s, list, list ? r.num_banned : 0, vocab, reinterpret_cast<uint32_t*>(w));
   if (threadIdx.x == 0) {
     out.token = token;
     out.logprob = logprob(clean(to_float(logits[token])));
