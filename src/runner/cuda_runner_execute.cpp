@@ -48,9 +48,11 @@ SampleInputs pack_rows(const engine::SchedulerOutput& batch, const std::vector<L
   in.rows.reserve(rows.size());
   for (const LogitsRow& row : rows) {
     const engine::ScheduledSeq& seq = batch.seqs[row.seq];
-    in.rows.push_back(row.sample ? pack_sample_row(seq, in.ids)
-                                 : pack_score_row(seq, seq.prompt_token_ids[size_t(row.position) + 1],
-                                                  vocab));
+    if (row.sample)
+      in.rows.push_back(pack_sample_row(seq, in.ids));
+    else
+      in.rows.push_back(
+          pack_score_row(seq, seq.prompt_token_ids[size_t(row.position) + 1], vocab));
   }
   return in;
 }

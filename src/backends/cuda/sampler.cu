@@ -13,7 +13,6 @@
 // prefix sum.
 #include <cfloat>
 #include <climits>
-#include <cub/block/block_scan.cuh>
 
 #include "backends/cuda/common.cuh"
 
@@ -31,9 +30,6 @@ constexpr int kSortMax = kSampleSortMax;
 constexpr uint32_t kBanned = 1u << 31, kRepeated = 1u << 30, kClaimed = 1u << 29;
 constexpr uint32_t kCountMask = kClaimed - 1;  // occurrences in the output
 
-using ScanInt = cub::BlockScan<int, kThreads>;
-using ScanDouble = cub::BlockScan<double, kThreads>;
-
 struct Smem {
   int hist[kBins];                                        // radix histogram: counts
   double mass[kBins];                                     // radix mass, or per-block draw masses
@@ -41,10 +37,10 @@ struct Smem {
   int cand_id[kSortMax];
   float sort_x[kSortMax], sort_w[kSortMax];               // the same, best first
   int sort_id[kSortMax];
-  union {
-    ScanInt::TempStorage i;
-    ScanDouble::TempStorage d;
-  } scan;
+  // Everything here is plain data with one layout in host and device compilation (sizeof(Smem) is
+  // taken on the host for the launch).
+  double scan_d[kWarps];
+  int scan_i[kWarps];
   double red_d[kWarps];
   float red_f[kWarps];
   int red_i[kWarps];
@@ -146,11 +142,32 @@ __device__ void block_argmax(float& v, int& id, Smem& s) {
     if (better(s.red_f[w], s.red_i[w], v, id)) v = s.red_f[w], id = s.red_i[w];
 }
 
+// Block-wide exclusive prefix sum in thread order, and the total (every thread gets it).
+template <typename V>
+__device__ void block_scan(V v, V& excl, V& total, V* warp_totals) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  V inc = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const V n = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += n;
+  }
+  const V up = __shfl_up_sync(0xffffffffu, inc, 1);
+  __syncthreads();  // warp_totals may still be read by a previous call
+  if (lane == 31) warp_totals[warp] = inc;
+  __syncthreads();
+  V before = 0, sum = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    if (w < warp) before += warp_totals[w];
+    sum += warp_totals[w];
+  }
+  excl = before + (lane > 0 ? up : V(0));
+  total = sum;
+}
 __device__ __forceinline__ void scan(Smem& s, int v, int& excl, int& total) {
-  ScanInt(s.scan.i).ExclusiveSum(v, excl, total);
+  block_scan(v, excl, total, s.scan_i);
 }
 __device__ __forceinline__ void scan(Smem& s, double v, double& excl, double& total) {
-  ScanDouble(s.scan.d).ExclusiveSum(v, excl, total);
+  block_scan(v, excl, total, s.scan_d);
 }
 
 // ---- radix selection ---------------------------------------------------------------------------
@@ -168,11 +185,13 @@ __device__ __forceinline__ Digit digit(int pass) {  // 12 + 12 + 8 bits, most si
 __device__ void histogram(Smem& s, const float* x, const float* w, int vocab, const Pred& pred,
                           uint32_t prefix, uint32_t mask, Digit d, bool with_mass) {
   const int nb = 1 << d.bits;
+  __syncthreads();  // the previous pass's histogram may still be read
   for (int j = threadIdx.x; j < nb; j += kThreads) {
     s.hist[j] = 0;
     s.mass[j] = 0.0;
   }
   __syncthreads();
+  #pragma unroll 4
   for (int i = threadIdx.x; i < vocab; i += kThreads) {
     const float xi = x[i];
     if (!pred(w, i, xi)) continue;
@@ -231,9 +250,31 @@ __device__ int find_bin(Smem& s, const V* val, int nb, V target, V& before) {
   return bin;
 }
 
-// The need-th (1-based) lowest id among the selected ids with key `key`: an ordered block scan.
+// The need-th (1-based) lowest id among the `num_ties` selected ids with key `key`. The first or
+// last of them (the common case: a unique value at the cut) takes one pass with an atomic; other
+// ranks an ordered block scan.
 __device__ int nth_tie(Smem& s, const float* x, const float* w, int vocab, const Pred& pred,
-                       uint32_t key, int need) {
+                       uint32_t key, int need, int num_ties) {
+  if (need == 1 || need == num_ties) {
+    const bool first = need == 1;
+    if (threadIdx.x == 0) s.found = first ? INT_MAX : -1;
+    __syncthreads();
+    int mine = first ? INT_MAX : -1;
+    #pragma unroll 4
+    for (int i = threadIdx.x; i < vocab; i += kThreads) {
+      const float xi = x[i];
+      if (pred(w, i, xi) && key_of(xi) == key) {
+        mine = i;
+        if (first) break;
+      }
+    }
+    if (first && mine != INT_MAX) atomicMin(&s.found, mine);
+    if (!first && mine >= 0) atomicMax(&s.found, mine);
+    __syncthreads();
+    const int id = s.found;
+    __syncthreads();
+    return id < 0 || id == INT_MAX ? 0 : id;
+  }
   if (threadIdx.x == 0) s.found = -1;
   for (int base = 0; base < vocab; base += kThreads) {
     const int i = base + int(threadIdx.x);
@@ -259,17 +300,18 @@ __device__ int nth_tie(Smem& s, const float* x, const float* w, int vocab, const
 __device__ Cut select_kth(Smem& s, const float* x, const float* w, int vocab, const Pred& pred,
                           int k) {
   uint32_t prefix = 0, mask = 0;
-  int need = k;
+  int need = k, num_ties = 0;
   for (int pass = 0; pass < kNumDigits; ++pass) {
     const Digit d = digit(pass);
     histogram(s, x, w, vocab, pred, prefix, mask, d, false);
     int before = 0;
     const int bin = find_bin(s, s.hist, 1 << d.bits, need, before);
     need -= before;
+    num_ties = s.hist[bin];  // the last pass's bin: every selected id with exactly this key
     prefix |= uint32_t(bin) << d.shift;
     mask |= uint32_t((1 << d.bits) - 1) << d.shift;
   }
-  const int id = nth_tie(s, x, w, vocab, pred, prefix, need);
+  const int id = nth_tie(s, x, w, vocab, pred, prefix, need, num_ties);
   return Cut{true, x[id], id};
 }
 
@@ -298,6 +340,7 @@ __device__ int gather_sorted(Smem& s, const float* x, const float* w, int vocab,
                              const Cut& bound) {
   if (threadIdx.x == 0) s.count = 0;
   __syncthreads();
+  #pragma unroll 4
   for (int i = threadIdx.x; i < vocab; i += kThreads) {
     const float xi = x[i];
     if (!pred(w, i, xi) || !within(bound, xi, i)) continue;
@@ -326,6 +369,7 @@ __device__ int gather_sorted(Smem& s, const float* x, const float* w, int vocab,
 __device__ int count_within(Smem& s, const float* x, const float* w, int vocab, const Pred& pred,
                             const Cut& bound) {
   int c = 0;
+  #pragma unroll 4
   for (int i = threadIdx.x; i < vocab; i += kThreads) {
     const float xi = x[i];
     c += pred(w, i, xi) && within(bound, xi, i);
@@ -407,6 +451,7 @@ __device__ Cut top_p_cut(Smem& s, const SampleRow& r, const float* x, float* w, 
     if (num_set <= kSortMax) return prefix_cut(s, gather_sorted(s, x, w, vocab, set, none), -1.0,
                                                r.top_p);
     double part = 0.0;
+    #pragma unroll 4
     for (int i = threadIdx.x; i < vocab; i += kThreads)
       if (set(w, i, x[i])) part += w[i];
     total = block_sum(part, s);
@@ -422,13 +467,15 @@ __device__ Cut top_p_cut(Smem& s, const SampleRow& r, const float* x, float* w, 
     return prefix_cut(s, gather_sorted(s, x, w, vocab, set, bound), target, r.top_p);
   // Too long a prefix to sort (a near-flat row): the cut from the histogram sums.
   const uint32_t key = select_mass(s, x, w, vocab, set, target, before);
-  const int first = nth_tie(s, x, w, vocab, set, key, 1);
   int ties = 0;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) ties += set(w, i, x[i]) && key_of(x[i]) == key;
+  #pragma unroll 4
+  for (int i = threadIdx.x; i < vocab; i += kThreads)
+    ties += set(w, i, x[i]) && key_of(x[i]) == key;
   ties = block_sum(ties, s);
+  const int first = nth_tie(s, x, w, vocab, set, key, 1, ties);
   const double need = ceil((target - before) / double(w[first]));
   const int nth = int(fmin(fmax(need, 1.0), double(ties)));
-  const int id = nth_tie(s, x, w, vocab, set, key, nth);
+  const int id = nth_tie(s, x, w, vocab, set, key, nth, ties);
   return Cut{true, x[id], id};
 }
 
@@ -478,6 +525,7 @@ __device__ int draw(Smem& s, const float* w, int vocab, double total, double u) 
 __device__ int sample_row(Smem& s, const SampleRow& r, const float* x, float* w, int vocab,
                           float max_x) {
   int num_positive = 0;
+  #pragma unroll 4
   for (int i = threadIdx.x; i < vocab; i += kThreads) {
     const float z = __fdiv_rn(__fsub_rn(x[i], max_x), r.temperature);
     const float wi = float(exp(double(z)));
@@ -487,7 +535,8 @@ __device__ int sample_row(Smem& s, const SampleRow& r, const float* x, float* w,
   num_positive = block_sum(num_positive, s);
   Cut cut;
   if ((r.top_k > 0 && r.top_k < vocab) || r.top_p < 1.0f) {
-    if (r.top_k > 0 && r.top_k <= num_positive) cut = select_kth(s, x, w, vocab, Pred{1, {}}, r.top_k);
+    if (r.top_k > 0 && r.top_k <= num_positive)
+      cut = select_kth(s, x, w, vocab, Pred{1, {}}, r.top_k);
     if (r.top_p < 1.0f) cut = top_p_cut(s, r, x, w, vocab, cut, num_positive);
   }
   const double total = block_masses(s, x, w, vocab, cut, r.min_p, true);
@@ -566,6 +615,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
   // Steps 1-2: the clean raw row, its log-sum-exp and the raw top-N.
   float m = -INFINITY;
   int unused = 0;
+  #pragma unroll 4
   for (int i = threadIdx.x; i < vocab; i += kThreads) {
     const float v = clean(to_float(logits[i]));
     x[i] = v;
@@ -574,6 +624,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
   block_argmax(m, unused, s);
   double sum = 0.0;
   if (m > -INFINITY)
+    #pragma unroll 4
     for (int i = threadIdx.x; i < vocab; i += kThreads) sum += double(expf(x[i] - m));
   sum = block_sum(sum, s);
   const double lse = m > -INFINITY ? double(m) + log(sum) : -INFINITY;
@@ -603,6 +654,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
   if (list) apply_penalties(r, list, x, reinterpret_cast<uint32_t*>(w), vocab);
   float best = -INFINITY;
   int best_id = INT_MAX;
+  #pragma unroll 4
   for (int i = threadIdx.x; i < vocab; i += kThreads)
     if (better(x[i], i, best, best_id)) best = x[i], best_id = i;
   block_argmax(best, best_id, s);
