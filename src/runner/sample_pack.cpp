@@ -26,8 +26,8 @@ void append(std::vector<int32_t>& ids, std::span<const int32_t> list) {
 
 cuda::SampleRow pack_sample_row(const engine::ScheduledSeq& seq, std::vector<int32_t>& ids) {
   if (seq.params == nullptr)
-    throw_error(ErrorKind::kInternal, "gpu sampler: seq " + std::to_string(seq.seq_id) +
-                                          " has no sampling params");
+    throw_error(ErrorKind::kInternal,
+                "gpu sampler: seq " + std::to_string(seq.seq_id) + " has no sampling params");
   const SamplingParams& p = *seq.params;
   cuda::SampleRow row;
   row.u = p.greedy() ? 0.0 : engine::sample_uniform(seq.seed, seq.output_token_ids.size());
@@ -58,10 +58,10 @@ cuda::SampleRow pack_sample_row(const engine::ScheduledSeq& seq, std::vector<int
 
 cuda::SampleRow pack_score_row(const engine::ScheduledSeq& seq, int32_t next_token, int vocab) {
   if (next_token < 0 || next_token >= vocab)
-    throw_error(ErrorKind::kInvalidArgument,
-                "prompt token " + std::to_string(next_token) + " of seq " +
-                    std::to_string(seq.seq_id) + " is outside the vocabulary (" +
-                    std::to_string(vocab) + ")");
+    throw_error(ErrorKind::kInvalidArgument, "prompt token " + std::to_string(next_token) +
+                                                 " of seq " + std::to_string(seq.seq_id) +
+                                                 " is outside the vocabulary (" +
+                                                 std::to_string(vocab) + ")");
   cuda::SampleRow row;
   row.score_token = next_token;
   row.num_top = clamp_top(seq.prompt_logprobs);

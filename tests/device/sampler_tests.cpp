@@ -186,11 +186,21 @@ void fill_row(std::mt19937_64& rng, DType t, int kind, bool allow_inf, int vocab
   for (int i = 0; i < vocab; ++i) {
     float v = 0.0f;
     switch (kind) {
-      case kFlat: v = (unit(rng) - 0.5f) * 0.1f; break;
-      case kTies: v = float(int(unit(rng) * 4.0f)); break;
-      case kAllNan: v = NAN; break;
-      case kRealistic: v = normal(rng) * 3.0f - 2.0f; break;
-      default: v = normal(rng) * 2.0f; break;
+      case kFlat:
+        v = (unit(rng) - 0.5f) * 0.1f;
+        break;
+      case kTies:
+        v = float(int(unit(rng) * 4.0f));
+        break;
+      case kAllNan:
+        v = NAN;
+        break;
+      case kRealistic:
+        v = normal(rng) * 3.0f - 2.0f;
+        break;
+      default:
+        v = normal(rng) * 2.0f;
+        break;
     }
     x[i] = round_dtype(t, v);
   }
@@ -293,8 +303,7 @@ bool run_batch(DType t, int vocab, int num_rows, uint64_t seed, SuiteResult& res
   SCK(cudaMemcpy(d_logits.ptr, raw.data(), raw.size(), cudaMemcpyHostToDevice));
   SCK(cudaMemcpy(d_rows.ptr, srows.data(), srows.size() * sizeof(SampleRow),
                  cudaMemcpyHostToDevice));
-  if (!ids.empty())
-    SCK(cudaMemcpy(d_ids.ptr, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+  if (!ids.empty()) SCK(cudaMemcpy(d_ids.ptr, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
   SampleParams sp;
   sp.dtype = t;
   sp.logits = d_logits.ptr;
@@ -308,8 +317,7 @@ bool run_batch(DType t, int vocab, int num_rows, uint64_t seed, SuiteResult& res
   SCK(sample(sp, nullptr));
   SCK(cudaDeviceSynchronize());
   std::vector<SampleOutput> out(static_cast<size_t>(num_rows));
-  SCK(cudaMemcpy(out.data(), d_out.ptr, out.size() * sizeof(SampleOutput),
-                 cudaMemcpyDeviceToHost));
+  SCK(cudaMemcpy(out.data(), d_out.ptr, out.size() * sizeof(SampleOutput), cudaMemcpyDeviceToHost));
 
   int bad_tokens = 0, bad_lp = 0;
   double max_lp_err = 0.0;
@@ -349,16 +357,15 @@ bool run_batch(DType t, int vocab, int num_rows, uint64_t seed, SuiteResult& res
     if (!ok && o.token == ref.token_id) {
       ++bad_lp;
       std::printf("    row %d (%s, %s): logprobs differ (gpu %g cpu %g, top %d vs %zu)\n", r,
-                  kKindNames[row.kind], c.name, o.logprob, ref.logprob, o.num_top,
-                  ref.top.size());
+                  kKindNames[row.kind], c.name, o.logprob, ref.logprob, o.num_top, ref.top.size());
     }
   }
   const bool ok = bad_tokens == 0 && bad_lp == 0;
   (ok ? res.passed : res.failed) += 1;
-  std::printf("  %s sampler %-5s vocab=%-6d rows=%-4d token mismatches %d, logprob mismatches %d, "
-              "max logprob error %.2e\n",
-              ok ? "ok  " : "FAIL", short_dtype(t), vocab, num_rows, bad_tokens, bad_lp,
-              max_lp_err);
+  std::printf(
+      "  %s sampler %-5s vocab=%-6d rows=%-4d token mismatches %d, logprob mismatches %d, "
+      "max logprob error %.2e\n",
+      ok ? "ok  " : "FAIL", short_dtype(t), vocab, num_rows, bad_tokens, bad_lp, max_lp_err);
   return ok;
 }
 
@@ -391,42 +398,52 @@ void sampler_bench() {
   const std::vector<uint8_t> raw = encode_rows(DType::kBF16, logits);
   Dev<uint8_t> d_logits(raw.size());
   SCK(cudaMemcpy(d_logits.ptr, raw.data(), raw.size(), cudaMemcpyHostToDevice));
-  std::vector<SampleRow> srows(static_cast<size_t>(max_rows));
-  for (int r = 0; r < max_rows; ++r) {
-    srows[size_t(r)].temperature = 0.8f;
-    srows[size_t(r)].top_k = 50;
-    srows[size_t(r)].top_p = 0.9f;
-    srows[size_t(r)].u = engine::sample_uniform(uint64_t(r), 0);
-  }
-  Dev<SampleRow> d_rows(srows.size());
-  SCK(cudaMemcpy(d_rows.ptr, srows.data(), srows.size() * sizeof(SampleRow),
-                 cudaMemcpyHostToDevice));
+  Dev<SampleRow> d_rows(static_cast<size_t>(max_rows));
   Dev<float> d_work(logits.size()), d_weights(logits.size());
   Dev<SampleOutput> d_out(static_cast<size_t>(max_rows));
   cudaEvent_t e0, e1;
   SCK(cudaEventCreate(&e0));
   SCK(cudaEventCreate(&e1));
-  for (int batch : {1, 64, 256}) {
-    SampleParams sp;
-    sp.dtype = DType::kBF16;
-    sp.logits = d_logits.ptr;
-    sp.num_rows = batch;
-    sp.vocab = vocab;
-    sp.rows = d_rows.ptr;
-    sp.work = d_work.ptr;
-    sp.weights = d_weights.ptr;
-    sp.out = d_out.ptr;
-    SCK(sample(sp, nullptr));
-    SCK(cudaDeviceSynchronize());
-    const int iters = 20;
-    SCK(cudaEventRecord(e0));
-    for (int i = 0; i < iters; ++i) SCK(sample(sp, nullptr));
-    SCK(cudaEventRecord(e1));
-    SCK(cudaEventSynchronize(e1));
-    float ms = 0;
-    SCK(cudaEventElapsedTime(&ms, e0, e1));
-    std::printf("sampler bench: vocab %d bf16 T0.8 top-k 50 top-p 0.9, batch %3d: %8.1f us/step\n",
-                vocab, batch, 1000.0 * ms / iters);
+  struct Setting {
+    const char* name;
+    float temperature, top_p;
+    int top_k;
+  };
+  // The production setting first; greedy and plain temperature show the floor of the passes.
+  for (const Setting& set :
+       {Setting{"T0.8 top-k 50 top-p 0.9", 0.8f, 0.9f, 50}, Setting{"greedy", 0.0f, 1.0f, -1},
+        Setting{"T0.8", 0.8f, 1.0f, -1}, Setting{"T0.8 top-p 0.9", 0.8f, 0.9f, -1}}) {
+    std::vector<SampleRow> srows(static_cast<size_t>(max_rows));
+    for (int r = 0; r < max_rows; ++r) {
+      srows[size_t(r)].temperature = set.temperature;
+      srows[size_t(r)].top_k = set.top_k;
+      srows[size_t(r)].top_p = set.top_p;
+      srows[size_t(r)].u = engine::sample_uniform(uint64_t(r), 0);
+    }
+    SCK(cudaMemcpy(d_rows.ptr, srows.data(), srows.size() * sizeof(SampleRow),
+                   cudaMemcpyHostToDevice));
+    for (int batch : {1, 64, 256}) {
+      SampleParams sp;
+      sp.dtype = DType::kBF16;
+      sp.logits = d_logits.ptr;
+      sp.num_rows = batch;
+      sp.vocab = vocab;
+      sp.rows = d_rows.ptr;
+      sp.work = d_work.ptr;
+      sp.weights = d_weights.ptr;
+      sp.out = d_out.ptr;
+      SCK(sample(sp, nullptr));
+      SCK(cudaDeviceSynchronize());
+      const int iters = 20;
+      SCK(cudaEventRecord(e0));
+      for (int i = 0; i < iters; ++i) SCK(sample(sp, nullptr));
+      SCK(cudaEventRecord(e1));
+      SCK(cudaEventSynchronize(e1));
+      float ms = 0;
+      SCK(cudaEventElapsedTime(&ms, e0, e1));
+      std::printf("sampler bench: vocab %d bf16 %-24s batch %3d: %8.1f us/step\n", vocab, set.name,
+                  batch, 1000.0 * ms / iters);
+    }
   }
   SamplingParams p;
   p.temperature = 0.8f;

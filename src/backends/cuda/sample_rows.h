@@ -11,18 +11,20 @@ constexpr int kMaxTopLogprobs = 20;  // SamplingParams::kMaxLogprobs
 // One logits row to sample or score. The row's id lists are consecutive in the batch's flat id
 // buffer, starting at ids_begin: num_banned banned ids, then num_prompt prompt ids, then num_output
 // output ids. The prompt ids are packed only with a repetition penalty, the output ids only with a
-// repetition, frequency or presence penalty. Ids outside the vocabulary are ignored (as on the CPU).
+// repetition, frequency or presence penalty. Ids outside the vocabulary are ignored (as on the
+// CPU).
 struct SampleRow {
-  double u = 0.0;  // engine::sample_uniform(seed, num_output_tokens), in [0, 1)
+  double u = 0.0;            // engine::sample_uniform(seed, num_output_tokens), in [0, 1)
   float temperature = 1.0f;  // 0 = greedy
   float top_p = 1.0f;
   float min_p = 0.0f;
   float repetition_penalty = 1.0f;
   float frequency_penalty = 0.0f;
   float presence_penalty = 0.0f;
-  int32_t top_k = -1;        // <= 0: off
-  int32_t num_top = 0;       // top-N raw logprobs to return, 0..kMaxTopLogprobs
-  int32_t score_token = -1;  // >= 0: a prompt-logprob row scoring this token (no penalties, no draw)
+  int32_t top_k = -1;   // <= 0: off
+  int32_t num_top = 0;  // top-N raw logprobs to return, 0..kMaxTopLogprobs
+  int32_t score_token =
+      -1;  // >= 0: a prompt-logprob row scoring this token (no penalties, no draw)
   int32_t ids_begin = 0;
   int32_t num_banned = 0;
   int32_t num_prompt = 0;

@@ -21,8 +21,8 @@ namespace {
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
-constexpr int kDrawBlock = 1024;  // engine/sampler.cpp's kDrawBlock
-constexpr int kBins = 4096;       // the widest radix digit (12 bits)
+constexpr int kDrawBlock = 1024;               // engine/sampler.cpp's kDrawBlock
+constexpr int kBins = 4096;                    // the widest radix digit (12 bits)
 constexpr int kMaxVocab = kBins * kDrawBlock;  // block masses reuse the mass histogram
 constexpr int kSortMax = kSampleSortMax;
 
@@ -31,11 +31,11 @@ constexpr uint32_t kBanned = 1u << 31, kRepeated = 1u << 30, kClaimed = 1u << 29
 constexpr uint32_t kCountMask = kClaimed - 1;  // occurrences in the output
 
 struct Smem {
-  int hist[kBins];                                        // radix histogram: counts
-  double mass[kBins];                                     // radix mass, or per-block draw masses
-  float cand_x[kSortMax], cand_w[kSortMax];               // gathered candidates, any order
+  int hist[kBins];                           // radix histogram: counts
+  double mass[kBins];                        // radix mass, or per-block draw masses
+  float cand_x[kSortMax], cand_w[kSortMax];  // gathered candidates, any order
   int cand_id[kSortMax];
-  float sort_x[kSortMax], sort_w[kSortMax];               // the same, best first
+  float sort_x[kSortMax], sort_w[kSortMax];  // the same, best first
   int sort_id[kSortMax];
   // Everything here is plain data with one layout in host and device compilation (sizeof(Smem) is
   // taken on the host for the launch).
@@ -191,7 +191,7 @@ __device__ void histogram(Smem& s, const float* x, const float* w, int vocab, co
     s.mass[j] = 0.0;
   }
   __syncthreads();
-  #pragma unroll 4
+#pragma unroll 4
   for (int i = threadIdx.x; i < vocab; i += kThreads) {
     const float xi = x[i];
     if (!pred(w, i, xi)) continue;
@@ -242,10 +242,16 @@ __device__ int find_bin(Smem& s, const V* val, int nb, V target, V& before) {
   if (bin >= lo && bin < hi) {
     run = excl;
     for (int j = lo; j < bin; ++j) run += val[j];
-    if constexpr (sizeof(V) == 8) s.dval = double(run); else s.ival = int(run);
+    if constexpr (sizeof(V) == 8)
+      s.dval = double(run);
+    else
+      s.ival = int(run);
   }
   __syncthreads();
-  if constexpr (sizeof(V) == 8) before = V(s.dval); else before = V(s.ival);
+  if constexpr (sizeof(V) == 8)
+    before = V(s.dval);
+  else
+    before = V(s.ival);
   __syncthreads();
   return bin;
 }
@@ -260,7 +266,7 @@ __device__ int nth_tie(Smem& s, const float* x, const float* w, int vocab, const
     if (threadIdx.x == 0) s.found = first ? INT_MAX : -1;
     __syncthreads();
     int mine = first ? INT_MAX : -1;
-    #pragma unroll 4
+#pragma unroll 4
     for (int i = threadIdx.x; i < vocab; i += kThreads) {
       const float xi = x[i];
       if (pred(w, i, xi) && key_of(xi) == key) {
@@ -340,7 +346,7 @@ __device__ int gather_sorted(Smem& s, const float* x, const float* w, int vocab,
                              const Cut& bound) {
   if (threadIdx.x == 0) s.count = 0;
   __syncthreads();
-  #pragma unroll 4
+#pragma unroll 4
   for (int i = threadIdx.x; i < vocab; i += kThreads) {
     const float xi = x[i];
     if (!pred(w, i, xi) || !within(bound, xi, i)) continue;
@@ -369,7 +375,7 @@ __device__ int gather_sorted(Smem& s, const float* x, const float* w, int vocab,
 __device__ int count_within(Smem& s, const float* x, const float* w, int vocab, const Pred& pred,
                             const Cut& bound) {
   int c = 0;
-  #pragma unroll 4
+#pragma unroll 4
   for (int i = threadIdx.x; i < vocab; i += kThreads) {
     const float xi = x[i];
     c += pred(w, i, xi) && within(bound, xi, i);
@@ -448,10 +454,10 @@ __device__ Cut top_p_cut(Smem& s, const SampleRow& r, const float* x, float* w, 
   double total;
   if (r.top_k > 0) {  // the CPU sums the top-k set's mass in order
     const int num_set = cut_k.active ? r.top_k : num_positive;
-    if (num_set <= kSortMax) return prefix_cut(s, gather_sorted(s, x, w, vocab, set, none), -1.0,
-                                               r.top_p);
+    if (num_set <= kSortMax)
+      return prefix_cut(s, gather_sorted(s, x, w, vocab, set, none), -1.0, r.top_p);
     double part = 0.0;
-    #pragma unroll 4
+#pragma unroll 4
     for (int i = threadIdx.x; i < vocab; i += kThreads)
       if (set(w, i, x[i])) part += w[i];
     total = block_sum(part, s);
@@ -468,7 +474,7 @@ __device__ Cut top_p_cut(Smem& s, const SampleRow& r, const float* x, float* w, 
   // Too long a prefix to sort (a near-flat row): the cut from the histogram sums.
   const uint32_t key = select_mass(s, x, w, vocab, set, target, before);
   int ties = 0;
-  #pragma unroll 4
+#pragma unroll 4
   for (int i = threadIdx.x; i < vocab; i += kThreads)
     ties += set(w, i, x[i]) && key_of(x[i]) == key;
   ties = block_sum(ties, s);
@@ -525,7 +531,7 @@ __device__ int draw(Smem& s, const float* w, int vocab, double total, double u) 
 __device__ int sample_row(Smem& s, const SampleRow& r, const float* x, float* w, int vocab,
                           float max_x) {
   int num_positive = 0;
-  #pragma unroll 4
+#pragma unroll 4
   for (int i = threadIdx.x; i < vocab; i += kThreads) {
     const float z = __fdiv_rn(__fsub_rn(x[i], max_x), r.temperature);
     const float wi = float(exp(double(z)));
@@ -614,18 +620,19 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
 
   // Steps 1-2: the clean raw row, its log-sum-exp and the raw top-N.
   float m = -INFINITY;
-  int unused = 0;
-  #pragma unroll 4
+  int m_id = INT_MAX;
+#pragma unroll 4
   for (int i = threadIdx.x; i < vocab; i += kThreads) {
     const float v = clean(to_float(logits[i]));
     x[i] = v;
-    m = fmaxf(m, v);
+    if (better(v, i, m, m_id)) m = v, m_id = i;
   }
-  block_argmax(m, unused, s);
+  block_argmax(m, m_id, s);
   double sum = 0.0;
-  if (m > -INFINITY)
-    #pragma unroll 4
+  if (m > -INFINITY) {
+#pragma unroll 4
     for (int i = threadIdx.x; i < vocab; i += kThreads) sum += double(expf(x[i] - m));
+  }
   sum = block_sum(sum, s);
   const double lse = m > -INFINITY ? double(m) + log(sum) : -INFINITY;
   auto logprob = [&](float raw) { return m > -INFINITY ? float(double(raw) - lse) : -INFINITY; };
@@ -651,13 +658,17 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
 
   // Steps 3-7.
   const int32_t* list = p.ids ? p.ids + r.ids_begin : nullptr;
-  if (list) apply_penalties(r, list, x, reinterpret_cast<uint32_t*>(w), vocab);
-  float best = -INFINITY;
-  int best_id = INT_MAX;
-  #pragma unroll 4
-  for (int i = threadIdx.x; i < vocab; i += kThreads)
-    if (better(x[i], i, best, best_id)) best = x[i], best_id = i;
-  block_argmax(best, best_id, s);
+  float best = m;  // without bans or penalties: the raw row's argmax
+  int best_id = m_id;
+  if (list && r.num_banned + r.num_prompt + r.num_output > 0) {
+    apply_penalties(r, list, x, reinterpret_cast<uint32_t*>(w), vocab);
+    best = -INFINITY;
+    best_id = INT_MAX;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < vocab; i += kThreads)
+      if (better(x[i], i, best, best_id)) best = x[i], best_id = i;
+    block_argmax(best, best_id, s);
+  }
   int token = -1;
   if (best > -INFINITY)
     token = r.temperature == 0.0f ? best_id : sample_row(s, r, x, w, vocab, clean(best));
