@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -314,10 +315,56 @@ bool run_batch(DType t, int vocab, int num_rows, uint64_t seed, SuiteResult& res
   sp.work = d_work.ptr;
   sp.weights = d_weights.ptr;
   sp.out = d_out.ptr;
-  SCK(sample(sp, nullptr));
+  if (std::getenv("PAGELLM_SAMPLER_ONE_ROW")) {
+    // Diagnostics: one launch per row (rules out interference between the rows of a launch).
+    for (int r = 0; r < num_rows; ++r) {
+      SampleParams one = sp;
+      one.logits = d_logits.ptr + raw.size() / size_t(num_rows) * size_t(r);
+      one.num_rows = 1;
+      one.rows = d_rows.ptr + r;
+      one.work = d_work.ptr + size_t(r) * size_t(vocab);
+      one.weights = d_weights.ptr + size_t(r) * size_t(vocab);
+      one.out = d_out.ptr + r;
+      SCK(sample(one, nullptr));
+      SCK(cudaDeviceSynchronize());
+    }
+  } else {
+    SCK(sample(sp, nullptr));
+  }
   SCK(cudaDeviceSynchronize());
   std::vector<SampleOutput> out(static_cast<size_t>(num_rows));
   SCK(cudaMemcpy(out.data(), d_out.ptr, out.size() * sizeof(SampleOutput), cudaMemcpyDeviceToHost));
+  int dumped = 0;
+  // Diagnostics for the first mismatching rows: the kernel's fp32 working row and scratch.
+  auto dump = [&](int r, int cpu_token) {
+    if (!std::getenv("PAGELLM_SAMPLER_DEBUG") || dumped++ >= 4) return;
+    std::vector<float> xr(static_cast<size_t>(vocab)), wr(static_cast<size_t>(vocab));
+    SCK(cudaMemcpy(xr.data(), d_work.ptr + size_t(r) * vocab, xr.size() * 4, cudaMemcpyDeviceToHost));
+    SCK(cudaMemcpy(wr.data(), d_weights.ptr + size_t(r) * vocab, wr.size() * 4,
+                   cudaMemcpyDeviceToHost));
+    const size_t esz = raw.size() / (size_t(num_rows) * size_t(vocab));
+    std::vector<uint8_t> lr(size_t(vocab) * esz);
+    SCK(cudaMemcpy(lr.data(), d_logits.ptr + size_t(r) * vocab * esz, lr.size(),
+                   cudaMemcpyDeviceToHost));
+    const bool same_input = std::memcmp(lr.data(), raw.data() + size_t(r) * vocab * esz, lr.size()) == 0;
+    int finite = 0, best = 0;
+    for (int i = 0; i < vocab; ++i) {
+      finite += std::isfinite(xr[size_t(i)]);
+      if (xr[size_t(i)] > xr[size_t(best)]) best = i;
+    }
+    uint32_t w0, w1, w2;
+    std::memcpy(&w0, &wr[0], 4);
+    std::memcpy(&w1, &wr[1], 4);
+    std::memcpy(&w2, &wr[2], 4);
+    const SampleOutput& o = out[size_t(r)];
+    std::printf("    debug row %d: x finite %d, x argmax %d (%g), x[0..2] %g %g %g, x[cpu %d] %g, "
+                "x[gpu %d] %g, w bits[0..2] %08x %08x %08x, out token %d logprob %g (bits %08x), "
+                "device logits row %s the host's\n",
+                r, finite, best, xr[size_t(best)], xr[0], xr[1], xr[2], cpu_token,
+                xr[size_t(cpu_token)], o.token, o.token >= 0 && o.token < vocab ? xr[size_t(o.token)] : 0.f,
+                w0, w1, w2, o.token, o.logprob, std::bit_cast<uint32_t>(o.logprob),
+                same_input ? "equals" : "DIFFERS FROM");
+  };
 
   int bad_tokens = 0, bad_lp = 0;
   double max_lp_err = 0.0;
@@ -346,6 +393,7 @@ bool run_batch(DType t, int vocab, int num_rows, uint64_t seed, SuiteResult& res
     const SampleOutput& o = out[size_t(r)];
     bool ok = o.token == ref.token_id && lp_close(o.logprob, ref.logprob) &&
               size_t(o.num_top) == ref.top.size();
+    if (!ok) dump(r, ref.token_id);
     if (o.token != ref.token_id) {
       ++bad_tokens;
       std::printf("    row %d (%s, %s): cpu token %d, gpu token %d, u=%.17g\n", r,

@@ -1,4 +1,4 @@
-// The CPU sampler's pipeline (engine/sampler.cpp) on the GPU: one CTA of 1024 threads per row.
+// The CPU sampler's pipeline (engine/sampler.cpp) on the GPU: one CTA of 512 threads per row.
 //
 // Exactness: the penalized row uses the CPU's float operations per element (no FMA contraction:
 // explicit _rn intrinsics), weights are (float)exp((double)((x - max) / T)) on both sides, and the
@@ -19,7 +19,12 @@
 namespace pagellm::cuda {
 namespace {
 
-constexpr int kThreads = 1024;
+// 512 threads per row. The same code with 1024 threads (64 registers per thread) returned wrong
+// block reductions on an H100 (all -inf rows reduced to finite maxima, argmax losing the maximum)
+// while the 512-thread build, the ptxas -O0 build and a host emulation of the kernel were exact on
+// the same inputs; the cause was not pinned down, so do not raise this without rerunning
+// tests/device (cuda_kernel_tests --filter sampler).
+constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 constexpr int kDrawBlock = 1024;               // engine/sampler.cpp's kDrawBlock
 constexpr int kBins = 4096;                    // the widest radix digit (12 bits)
@@ -191,20 +196,25 @@ __device__ void histogram(Smem& s, const float* x, const float* w, int vocab, co
     s.mass[j] = 0.0;
   }
   __syncthreads();
-#pragma unroll 4
-  for (int i = threadIdx.x; i < vocab; i += kThreads) {
-    const float xi = x[i];
-    if (!pred(w, i, xi)) continue;
-    const uint32_t key = key_of(xi);
-    if ((key & mask) != prefix) continue;
-    const int bin = int((key >> d.shift) & uint32_t(nb - 1));
+  // Whole warps walk the row together (the match below needs every lane of the warp).
+  const int lane = threadIdx.x & 31;
+  for (int base = int(threadIdx.x) - lane; base < vocab; base += kThreads) {
+    const int i = base + lane;
+    int bin = -1;
+    if (i < vocab) {
+      const float xi = x[i];
+      const uint32_t key = key_of(xi);
+      if (pred(w, i, xi) && (key & mask) == prefix) bin = int((key >> d.shift) & uint32_t(nb - 1));
+    }
     if (with_mass) {
-      atomicAdd(&s.hist[bin], 1);
-      atomicAdd(&s.mass[bin], double(w[i]));
+      if (bin >= 0) {
+        atomicAdd(&s.hist[bin], 1);
+        atomicAdd(&s.mass[bin], double(w[i]));
+      }
     } else {
       // Peaked rows put most ids into a few bins: one shared atomic per distinct bin per warp.
-      const unsigned peers = __match_any_sync(__activemask(), bin);
-      if ((threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&s.hist[bin], __popc(peers));
+      const unsigned peers = __match_any_sync(0xffffffffu, bin);
+      if (bin >= 0 && lane == __ffs(peers) - 1) atomicAdd(&s.hist[bin], __popc(peers));
     }
   }
   __syncthreads();
