@@ -5,6 +5,8 @@
 #                         CUDA runtime, cuBLASLt and cuBLAS (so device-side test binaries stay portable)
 #   pagellm_cuda          the CUDA runner (src/runner/cuda_*.cpp) on top of the kernels and pagellm_core
 #   cuda_kernel_tests     self-checking kernel tests + benchmarks against CPU references (tests/device/)
+#   cuda_runner_check     the runner end to end (stories260K vs the CPU runner, decode throughput)
+#   cuda_engine_check     the engine on the GPU: batched vs solo, preemption, prefix caching, graphs
 #
 # Each kernel family and dtype lives in its own translation unit with few template instantiations so
 # that the CI compile (2 cores, no GPU) stays within a few minutes.
@@ -43,6 +45,11 @@ if(PAGELLM_CUDA_RUNNER_SOURCES)
   add_executable(cuda_runner_check ${CMAKE_SOURCE_DIR}/tests/device/runner_check.cpp)
   target_compile_options(cuda_runner_check PRIVATE ${PAGELLM_WARNINGS})
   target_link_libraries(cuda_runner_check PRIVATE pagellm_cuda)
+  # The engine's behaviours (batching, preemption, prefix caching, graphs vs eager) on the GPU.
+  add_executable(cuda_engine_check ${CMAKE_SOURCE_DIR}/tests/device/engine_check.cpp)
+  target_compile_options(cuda_engine_check PRIVATE ${PAGELLM_WARNINGS})
+  # pagellm_core first: its loader calls into pagellm_cuda, which must come after it on the link line.
+  target_link_libraries(cuda_engine_check PRIVATE pagellm_core pagellm_cuda)
 else()
   add_library(pagellm_cuda INTERFACE)
   target_link_libraries(pagellm_cuda INTERFACE pagellm_cuda_kernels)
@@ -56,6 +63,7 @@ add_executable(cuda_kernel_tests ${CMAKE_SOURCE_DIR}/tests/device/kernel_tests.c
                                  ${CMAKE_SOURCE_DIR}/tests/device/kernel_reference.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/sampler_tests.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/kernel_bench.cu
+                                 ${CMAKE_SOURCE_DIR}/src/common/dtype.cpp  # host reference of convert.cu
                                  ${CMAKE_SOURCE_DIR}/src/engine/sampler.cpp
                                  ${CMAKE_SOURCE_DIR}/src/common/error.cpp)
 target_include_directories(cuda_kernel_tests PRIVATE ${CMAKE_SOURCE_DIR}/include)

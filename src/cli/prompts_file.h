@@ -19,4 +19,8 @@ struct PromptLine {
 std::vector<PromptLine> read_prompts_file(const std::string& path, const SamplingParams& defaults,
                                           size_t max_lines = 0);
 
+// One non-blank line of such a file; `where` (file:line) prefixes every error. Exposed for fuzzing.
+PromptLine parse_prompt_line(const std::string& line, const SamplingParams& defaults,
+                             const std::string& where);
+
 }  // namespace pagellm::cli

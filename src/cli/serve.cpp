@@ -1,5 +1,6 @@
 // `pagellm serve`: the OpenAI-compatible HTTP server. Wiring only: flags → AsyncEngine →
 // AsyncEngineClient → ApiServer (routes) → HttpServer; then waits for SIGINT/SIGTERM and drains.
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include "cli/engine_flags.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "io/hf_config.h"
 #include "pagellm/llm.h"
 #include "server/async_engine_client.h"
 #include "server/http_server.h"
@@ -86,6 +88,11 @@ int run(int argc, char** argv) {
   config.max_num_seqs = args.max_num_seqs;
   config.log_prompts = f.log_prompts;
   config.log_requests = !f.disable_log_requests;
+  const io::GenerationConfig generation =
+      args.model.empty() ? io::GenerationConfig{} : io::load_generation_config(args.model);
+  config.sampling_defaults = default_sampling_params(args);
+  if (generation.max_new_tokens && *generation.max_new_tokens >= 1)
+    config.default_max_tokens = int(std::min<int64_t>(*generation.max_new_tokens, INT32_MAX));
   server::ApiServer api(client, config);
 
   server::HttpServerOptions options;

@@ -20,9 +20,20 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
+namespace {
+std::atomic<int> g_global_threads{0};  // size the global pool is created with (0 = all cores)
+}  // namespace
+
 ThreadPool& ThreadPool::global() {
-  static ThreadPool pool;
+  static ThreadPool pool(g_global_threads.load());
   return pool;
+}
+
+bool ThreadPool::configure_global(int num_threads) {
+  g_global_threads.store(num_threads);
+  const int wanted =
+      num_threads > 0 ? num_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return global().num_threads() == wanted;
 }
 
 void ThreadPool::run_chunks(const std::function<void(size_t, size_t)>& fn, size_t n, size_t chunk,

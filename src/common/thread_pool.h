@@ -32,6 +32,9 @@ class ThreadPool {
 
   // The process-wide pool used by the CPU backend.
   static ThreadPool& global();
+  // Sets the global pool's size (<= 0: one thread per hardware thread). Only the first use of the
+  // pool fixes its size; returns false when it already runs with another count.
+  static bool configure_global(int num_threads);
 
  private:
   void worker_loop(int index);

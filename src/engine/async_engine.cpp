@@ -134,8 +134,10 @@ void AsyncEngine::State::loop() {
     try {
       for (Command& cmd : commands) apply(cmd);
       commands.clear();
-      for (RequestOutput& out : core->step()) deliver(std::move(out));
+      std::vector<RequestOutput> outputs = core->step();
+      // Stats first: a caller woken by a callback then reads counters that include that output.
       publish_stats();
+      for (RequestOutput& out : outputs) deliver(std::move(out));
     } catch (const std::exception& e) {
       log::error(std::string("engine loop failed: ") + e.what());
       fail_everything(std::string("engine failed: ") + e.what());

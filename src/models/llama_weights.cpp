@@ -1,41 +1,33 @@
-// Weight-name mapping of Hugging Face Llama-family checkpoints onto LlamaWeights, and dummy
-// weights.
+// LlamaWeights (the CPU backend's fp32 host weights) filled by walking the shared weight plan
+// (weight_plan.h): from a checkpoint, or with dummy weights.
 #include <cmath>
 #include <cstring>
-#include <set>
 #include <string>
 
 #include "common/error.h"
 #include "common/thread_pool.h"
 #include "models/llama.h"
+#include "models/weight_plan.h"
 
 namespace pagellm::models {
 
 namespace {
 
-std::string shape_str(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-// Where weights come from: a checkpoint or a random generator. fill() writes the tensor `name` of
-// the given HF shape as fp32 into dst.
+// Where weights come from: a checkpoint or a random generator. fill() writes the HF tensor
+// `tensor` as fp32 into dst.
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
-  virtual void fill(const std::string& name, const std::vector<int64_t>& shape, float* dst) = 0;
+  virtual void fill(const HfTensorSpec& tensor, float* dst) = 0;
 };
 
+// Reads a checkpoint that check_llama_checkpoint() has validated (names and shapes).
 class CheckpointSource : public WeightSource {
  public:
   explicit CheckpointSource(const io::WeightStore& store) : store_(store) {}
 
-  void fill(const std::string& name, const std::vector<int64_t>& shape, float* dst) override {
-    const io::TensorView& t = store_.get(name);
-    if (t.shape != shape)
-      invalid_argument(t.file + ": tensor '" + name + "' has shape " + shape_str(t.shape) +
-                       " but config.json implies " + shape_str(shape));
+  void fill(const HfTensorSpec& tensor, float* dst) override {
+    const io::TensorView& t = store_.get(tensor.name);
     const size_t count = static_cast<size_t>(t.num_elements());
     // Data offsets inside a file need not be aligned to the element size; convert from an aligned
     // copy.
@@ -46,59 +38,33 @@ class CheckpointSource : public WeightSource {
     } else {
       convert_to_f32(t.dtype, t.data, dst, count);  // F32 is a memcpy: alignment is irrelevant
     }
-    used_.insert(name);
-  }
-
-  // Every checkpoint tensor must have been consumed, except ones HF ignores too.
-  void check_all_used(const io::ModelConfig& config) const {
-    for (const std::string& name : store_.names()) {
-      if (used_.count(name) != 0) continue;
-      if (name.ends_with("rotary_emb.inv_freq")) continue;  // a buffer older exports saved
-      if (name == "lm_head.weight" && config.tie_word_embeddings) continue;
-      invalid_argument(store_.find(name)->file + ": unexpected tensor '" + name + "' for " +
-                       config.architecture + " with this config.json");
-    }
   }
 
  private:
   const io::WeightStore& store_;
-  std::set<std::string> used_;
 };
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// Counter-based uniform weights: element i of tensor `name` depends only on (seed, name, i), so the
-// fill can be threaded and is reproducible. Norm weights are 1 (as HF initialises them); matrices
-// are uniform with a 1/sqrt(fan_in) bound so activations keep their scale through the layers.
+// Counter-based uniform weights (dummy_fill): element i of a tensor depends only on (seed, name,
+// i), so the fill can be threaded and is reproducible, and the GPU generator makes the same
+// numbers.
 class RandomSource : public WeightSource {
  public:
   explicit RandomSource(uint64_t seed) : seed_(seed) {}
 
-  void fill(const std::string& name, const std::vector<int64_t>& shape, float* dst) override {
-    int64_t count = 1;
-    for (int64_t d : shape) count *= d;
-    if (name.ends_with("norm.weight")) {
+  void fill(const HfTensorSpec& tensor, float* dst) override {
+    const int64_t count = tensor.num_elements();
+    const DummyFill f = dummy_fill(tensor, seed_);
+    if (f.ones) {
       std::fill_n(dst, count, 1.0f);
       return;
     }
-    uint64_t key = seed_;
-    for (char c : name) key = splitmix64(key ^ static_cast<uint8_t>(c));
-    float bound = 0.02f;
-    if (shape.size() == 2)
-      bound = name.find("embed_tokens") != std::string::npos
-                  ? 1.0f
-                  : 1.0f / std::sqrt(static_cast<float>(shape[1]));
     ThreadPool::global().parallel_for(
         static_cast<size_t>(count),
         [&](size_t begin, size_t end) {
           for (size_t i = begin; i < end; ++i) {
-            const double u = static_cast<double>(splitmix64(key + i) >> 11) * 0x1.0p-53;  // [0, 1)
-            dst[i] = static_cast<float>((2.0 * u - 1.0) * bound);
+            const double u =
+                static_cast<double>(splitmix64(f.key + i) >> 11) * 0x1.0p-53;  // [0, 1)
+            dst[i] = static_cast<float>((2.0 * u - 1.0) * f.bound);
           }
         },
         1 << 16);
@@ -108,50 +74,19 @@ class RandomSource : public WeightSource {
   uint64_t seed_;
 };
 
-// Allocates and fills all weights in the HF layout, fusing q/k/v and gate/up as it goes.
-LlamaWeights build_weights(const io::ModelConfig& c, WeightSource& src) {
-  const int64_t hidden = c.hidden_size, hd = c.head_dim, inter = c.intermediate_size;
-  const int64_t q_rows = c.num_attention_heads * hd, kv_rows = c.num_key_value_heads * hd;
+// Allocates and fills all weights in the HF layout, fusing parts as the plan says.
+LlamaWeights build_weights(const io::ModelConfig& c, const std::vector<WeightTensorSpec>& plan,
+                           WeightSource& src) {
   LlamaWeights w;
-  w.embed.resize(static_cast<size_t>(c.vocab_size * hidden));
-  src.fill("model.embed_tokens.weight", {c.vocab_size, hidden}, w.embed.data());
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    LlamaLayerWeights& l = w.layers.emplace_back();
-    l.input_norm.resize(static_cast<size_t>(hidden));
-    src.fill(p + "input_layernorm.weight", {hidden}, l.input_norm.data());
-    l.qkv.resize(static_cast<size_t>((q_rows + 2 * kv_rows) * hidden));
-    src.fill(p + "self_attn.q_proj.weight", {q_rows, hidden}, l.qkv.data());
-    src.fill(p + "self_attn.k_proj.weight", {kv_rows, hidden}, l.qkv.data() + q_rows * hidden);
-    src.fill(p + "self_attn.v_proj.weight", {kv_rows, hidden},
-             l.qkv.data() + (q_rows + kv_rows) * hidden);
-    if (c.attention_bias) {
-      l.qkv_bias.resize(static_cast<size_t>(q_rows + 2 * kv_rows));
-      src.fill(p + "self_attn.q_proj.bias", {q_rows}, l.qkv_bias.data());
-      src.fill(p + "self_attn.k_proj.bias", {kv_rows}, l.qkv_bias.data() + q_rows);
-      src.fill(p + "self_attn.v_proj.bias", {kv_rows}, l.qkv_bias.data() + q_rows + kv_rows);
+  w.layers.resize(static_cast<size_t>(c.num_hidden_layers));
+  for (const WeightTensorSpec& t : plan) {
+    std::vector<float>& dst = weight_slot(w, t);
+    dst.resize(static_cast<size_t>(t.num_elements()));
+    float* out = dst.data();
+    for (const HfTensorSpec& part : t.parts) {
+      src.fill(part, out);
+      out += part.num_elements();
     }
-    if (c.qk_norm) {
-      l.q_norm.resize(static_cast<size_t>(hd));
-      l.k_norm.resize(static_cast<size_t>(hd));
-      src.fill(p + "self_attn.q_norm.weight", {hd}, l.q_norm.data());
-      src.fill(p + "self_attn.k_norm.weight", {hd}, l.k_norm.data());
-    }
-    l.o_proj.resize(static_cast<size_t>(hidden * q_rows));
-    src.fill(p + "self_attn.o_proj.weight", {hidden, q_rows}, l.o_proj.data());
-    l.post_norm.resize(static_cast<size_t>(hidden));
-    src.fill(p + "post_attention_layernorm.weight", {hidden}, l.post_norm.data());
-    l.gate_up.resize(static_cast<size_t>(2 * inter * hidden));
-    src.fill(p + "mlp.gate_proj.weight", {inter, hidden}, l.gate_up.data());
-    src.fill(p + "mlp.up_proj.weight", {inter, hidden}, l.gate_up.data() + inter * hidden);
-    l.down.resize(static_cast<size_t>(hidden * inter));
-    src.fill(p + "mlp.down_proj.weight", {hidden, inter}, l.down.data());
-  }
-  w.final_norm.resize(static_cast<size_t>(hidden));
-  src.fill("model.norm.weight", {hidden}, w.final_norm.data());
-  if (!c.tie_word_embeddings) {
-    w.lm_head.resize(static_cast<size_t>(c.vocab_size * hidden));
-    src.fill("lm_head.weight", {c.vocab_size, hidden}, w.lm_head.data());
   }
   return w;
 }
@@ -159,28 +94,19 @@ LlamaWeights build_weights(const io::ModelConfig& c, WeightSource& src) {
 }  // namespace
 
 LlamaWeights load_llama_weights(const io::ModelConfig& config, const io::WeightStore& store) {
+  const std::vector<WeightTensorSpec> plan = llama_weight_plan(config);
+  check_llama_checkpoint(config, store, plan);
   CheckpointSource src(store);
-  LlamaWeights w = build_weights(config, src);
-  src.check_all_used(config);
-  return w;
+  return build_weights(config, plan, src);
 }
 
 LlamaWeights random_llama_weights(const io::ModelConfig& config, uint64_t seed) {
   RandomSource src(seed);
-  return build_weights(config, src);
+  return build_weights(config, llama_weight_plan(config), src);
 }
 
 uint64_t llama_weight_bytes(const io::ModelConfig& c) {
-  // Sizes are bounded by parse_model_config, so this cannot overflow.
-  const uint64_t hidden = static_cast<uint64_t>(c.hidden_size),
-                 hd = static_cast<uint64_t>(c.head_dim);
-  const uint64_t q_rows = static_cast<uint64_t>(c.num_attention_heads) * hd;
-  const uint64_t kv_rows = static_cast<uint64_t>(c.num_key_value_heads) * hd;
-  const uint64_t per_layer = (q_rows + 2 * kv_rows) * hidden + hidden * q_rows +
-                             3 * static_cast<uint64_t>(c.intermediate_size) * hidden + 2 * hidden;
-  const uint64_t embed =
-      static_cast<uint64_t>(c.vocab_size) * hidden * (c.tie_word_embeddings ? 1 : 2);
-  return 4 * (per_layer * static_cast<uint64_t>(c.num_hidden_layers) + embed + hidden);
+  return 4 * plan_num_elements(llama_weight_plan(c));
 }
 
 }  // namespace pagellm::models

@@ -8,18 +8,20 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "backends/cuda/kernels.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "engine/sampler.h"
+#include "runner/cuda_weight_loader.h"
 
 namespace pagellm::runner {
 
 // ---- setup -----------------------------------------------------------------------------------
 
-void CudaRunner::Impl::init(const models::LlamaWeights* weights) {
+void CudaRunner::Impl::init(const io::WeightStore* checkpoint) {
   int device_count = 0;
   if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0)
     throw_error(ErrorKind::kUnsupported, "--device cuda: no CUDA GPU is visible");
@@ -53,7 +55,7 @@ void CudaRunner::Impl::init(const models::LlamaWeights* weights) {
   check(err, "creating the cuBLASLt context");
 
   auto t0 = std::chrono::steady_clock::now();
-  load_weights(weights);
+  load_weights(checkpoint);
   stats.load_ms = ms_since(t0);
   t0 = std::chrono::steady_clock::now();
   alloc_activations();
@@ -66,107 +68,58 @@ void CudaRunner::Impl::init(const models::LlamaWeights* weights) {
   }
 }
 
-// One weight tensor in the model dtype: converted from the checkpoint's fp32 copy, or generated
-// on the device exactly like the CPU loader's RandomSource (same names, keys and bounds).
-DevMem CudaRunner::Impl::weight(const std::string& name, std::vector<int64_t> shape,
-                                const std::vector<float>* src) {
-  int64_t count = 1;
-  for (int64_t d : shape) count *= d;
-  DevMem mem(size_t(count) * esz, name);
-  stats.weight_bytes += int64_t(mem.bytes());
-  if (src) {
-    if (int64_t(src->size()) != count) internal("weight " + name + " has the wrong size");
-    // Convert on the host through a pinned staging buffer, in chunks.
-    constexpr int64_t kChunk = 8 << 20;  // elements
-    void* staging = nullptr;
-    check(cudaMallocHost(&staging, size_t(std::min(count, kChunk)) * esz), "pinned staging");
-    for (int64_t off = 0; off < count; off += kChunk) {
-      const int64_t n = std::min(kChunk, count - off);
-      const float* in = src->data() + off;
-      if (dt == DType::kF32) {
-        std::memcpy(staging, in, size_t(n) * 4);
-      } else {
-        auto* out = static_cast<uint16_t*>(staging);
-        for (int64_t i = 0; i < n; ++i)
-          out[i] = dt == DType::kBF16 ? f32_to_bf16(in[i]) : f32_to_f16(in[i]);
-      }
-      check(cudaMemcpy(mem.as<unsigned char>() + size_t(off) * esz, staging, size_t(n) * esz,
-                       cudaMemcpyHostToDevice),
-            "uploading " + name);
-    }
-    cudaFreeHost(staging);
-    return mem;
-  }
-  if (name.ends_with("norm.weight")) {
-    check(cuda::fill_constant(dt, mem.get(), count, 1.f, stream), "filling " + name);
-    return mem;
-  }
-  uint64_t key = opt.seed;
-  for (char ch : name) key = splitmix64(key ^ static_cast<uint8_t>(ch));
-  float bound = 0.02f;
-  if (shape.size() == 2)
-    bound = name.find("embed_tokens") != std::string::npos
-                ? 1.0f
-                : 1.0f / std::sqrt(static_cast<float>(shape[1]));
-  check(cuda::fill_uniform(dt, mem.get(), count, key, bound, stream), "filling " + name);
-  return mem;
+// Refuses a model whose weights cannot fit before allocating any of them, naming the sizes.
+void CudaRunner::Impl::check_weights_fit(uint64_t weight_bytes) {
+  size_t free_bytes = 0, total_bytes = 0;
+  check(cudaMemGetInfo(&free_bytes, &total_bytes), "reading free memory");
+  if (weight_bytes <= free_bytes) return;
+  cudaDeviceProp prop;
+  check(cudaGetDeviceProperties(&prop, 0), "reading device properties");
+  throw_error(ErrorKind::kResourceExhausted,
+              opt.model_name + ": weights in " + std::string(dtype_name(dt)) + " need " +
+                  std::to_string(weight_bytes >> 20) + " MiB but " + prop.name + " has only " +
+                  std::to_string(free_bytes >> 20) + " MiB free (of " +
+                  std::to_string(total_bytes >> 20) + " MiB)");
 }
 
-void CudaRunner::Impl::load_weights(const models::LlamaWeights* w) {
+void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
   const auto& c = config;
-  const int64_t q_rows = int64_t(num_heads) * head_dim, kv_rows = int64_t(num_kv_heads) * head_dim;
-  // Fused tensors are generated part by part under their HF names (as the CPU loader fuses them).
-  auto fused = [&](const std::vector<std::pair<std::string, int64_t>>& parts, int64_t cols,
-                   const std::vector<float>* src, const std::string& label) {
-    int64_t rows = 0;
-    for (auto& p : parts) rows += p.second;
-    if (src)
-      return weight(label, cols ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows},
-                    src);
-    DevMem mem(size_t(rows * std::max<int64_t>(cols, 1)) * esz, label);
-    int64_t off = 0;
-    for (auto& [name, r] : parts) {
-      DevMem part =
-          weight(name, cols ? std::vector<int64_t>{r, cols} : std::vector<int64_t>{r}, nullptr);
-      stats.weight_bytes -= int64_t(part.bytes());
-      check(cudaMemcpyAsync(mem.as<unsigned char>() + size_t(off) * esz, part.get(), part.bytes(),
-                            cudaMemcpyDeviceToDevice, stream),
-            "assembling " + label);
-      check(cudaStreamSynchronize(stream), "assembling " + label);
-      off += r * std::max<int64_t>(cols, 1);
-    }
-    stats.weight_bytes += int64_t(mem.bytes());
-    return mem;
-  };
-  embed = weight("model.embed_tokens.weight", {c.vocab_size, hidden}, w ? &w->embed : nullptr);
-  for (int i = 0; i < num_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    const models::LlamaLayerWeights* lw = w ? &w->layers[size_t(i)] : nullptr;
-    LayerWeights& l = layers.emplace_back();
-    l.input_norm = weight(p + "input_layernorm.weight", {hidden}, lw ? &lw->input_norm : nullptr);
-    l.qkv = fused({{p + "self_attn.q_proj.weight", q_rows},
-                   {p + "self_attn.k_proj.weight", kv_rows},
-                   {p + "self_attn.v_proj.weight", kv_rows}},
-                  hidden, lw ? &lw->qkv : nullptr, p + "qkv");
-    if (c.attention_bias)
-      l.qkv_bias = fused({{p + "self_attn.q_proj.bias", q_rows},
-                          {p + "self_attn.k_proj.bias", kv_rows},
-                          {p + "self_attn.v_proj.bias", kv_rows}},
-                         0, lw ? &lw->qkv_bias : nullptr, p + "qkv_bias");
-    if (c.qk_norm) {
-      l.q_norm = weight(p + "self_attn.q_norm.weight", {head_dim}, lw ? &lw->q_norm : nullptr);
-      l.k_norm = weight(p + "self_attn.k_norm.weight", {head_dim}, lw ? &lw->k_norm : nullptr);
-    }
-    l.o_proj = weight(p + "self_attn.o_proj.weight", {hidden, q_rows}, lw ? &lw->o_proj : nullptr);
-    l.post_norm =
-        weight(p + "post_attention_layernorm.weight", {hidden}, lw ? &lw->post_norm : nullptr);
-    l.gate_up = fused({{p + "mlp.gate_proj.weight", inter}, {p + "mlp.up_proj.weight", inter}},
-                      hidden, lw ? &lw->gate_up : nullptr, p + "gate_up");
-    l.down = weight(p + "mlp.down_proj.weight", {hidden, inter}, lw ? &lw->down : nullptr);
+  const std::vector<models::WeightTensorSpec> plan = models::llama_weight_plan(c);
+  // Names and shapes are checked before anything is allocated or read.
+  if (checkpoint) models::check_llama_checkpoint(c, *checkpoint, plan);
+  check_weights_fit(models::plan_num_elements(plan) * esz);
+  std::optional<WeightUploader> uploader;
+  if (checkpoint) {
+    size_t largest = 0;
+    for (const auto& t : plan)
+      for (const auto& part : t.parts)
+        largest = std::max(largest, checkpoint->get(part.name).num_bytes);
+    uploader.emplace(stream, dt, largest);
   }
-  final_norm = weight("model.norm.weight", {hidden}, w ? &w->final_norm : nullptr);
-  if (!c.tie_word_embeddings)
-    lm_head = weight("lm_head.weight", {c.vocab_size, hidden}, w ? &w->lm_head : nullptr);
+  layers.resize(size_t(num_layers));
+  for (const models::WeightTensorSpec& t : plan) {
+    DevMem& mem = models::weight_slot(*this, t);
+    mem = DevMem(size_t(t.num_elements()) * esz, t.label);
+    stats.weight_bytes += int64_t(mem.bytes());
+    unsigned char* out = mem.as<unsigned char>();  // fused parts follow each other
+    for (const models::HfTensorSpec& part : t.parts) {
+      const int64_t count = part.num_elements();
+      if (uploader) {
+        uploader->upload(checkpoint->get(part.name), out);
+      } else {
+        // Generated like the CPU loader's dummy weights (same keys and bounds, models::dummy_fill).
+        const models::DummyFill f = models::dummy_fill(part, opt.seed);
+        check(f.ones ? cuda::fill_constant(dt, out, count, 1.f, stream)
+                     : cuda::fill_uniform(dt, out, count, f.key, f.bound, stream),
+              "filling " + part.name);
+      }
+      out += size_t(count) * esz;
+    }
+  }
+  if (uploader) {
+    uploader->finish();
+    stats.checkpoint_bytes = int64_t(uploader->bytes_read());
+  }
 
   std::vector<float> freqs(size_t(head_dim / 2));
   cuda::RopeScalingSpec spec;
@@ -234,6 +187,50 @@ void CudaRunner::Impl::alloc_activations() {
 
 // ---- one step --------------------------------------------------------------------------------
 
+// What plan_attention needs of a step of this shape (pointers for their alignment only).
+cuda::AttentionParams CudaRunner::Impl::planning_params(int num_tokens, int num_seqs) const {
+  cuda::AttentionParams ap;
+  ap.dtype = dt;
+  ap.q = x_qkv.get();
+  ap.k_cache = kv_pool.get() ? kv_pool.get() : x_qkv.get();
+  ap.v_cache = ap.k_cache;
+  ap.out = x_attn.get();
+  ap.num_seqs = num_seqs;
+  ap.num_tokens = num_tokens;
+  ap.num_heads = num_heads;
+  ap.num_kv_heads = num_kv_heads;
+  ap.head_dim = head_dim;
+  ap.block_size = opt.block_size;
+  ap.max_blocks_per_seq = max_blocks;
+  ap.q_token_stride = qkv_width;
+  return ap;
+}
+
+CudaRunner::Impl::DecodeShape CudaRunner::Impl::decode_shape(int num_seqs) {
+  DecodeShape shape;
+  for (int b : graph_batch_sizes(max_seqs)) {
+    if (b >= num_seqs) {
+      shape.padded_seqs = b;
+      break;
+    }
+  }
+  if (shape.padded_seqs == 0 || num_seqs < 1)
+    internal("decode batch of " + std::to_string(num_seqs) + " seqs exceeds max_num_seqs");
+  const int b = shape.padded_seqs;
+  auto it = decode_splits.find(b);
+  if (it == decode_splits.end()) {
+    // Splits are fixed per padded size: chosen for the longest context such a step may see.
+    std::vector<int32_t> qsl(size_t(b) + 1), lens(size_t(b), opt.max_model_len);
+    for (int i = 0; i <= b; ++i) qsl[size_t(i)] = i;
+    cuda::AttentionPlanHost ph;
+    check(cuda::plan_attention(planning_params(b, b), qsl.data(), lens.data(), num_sms, 0, &ph),
+          "planning decode attention");
+    it = decode_splits.emplace(b, ph.num_splits).first;
+  }
+  shape.num_splits = it->second;
+  return shape;
+}
+
 CudaRunner::Impl::Staged CudaRunner::Impl::stage(
     const std::vector<int32_t>& token_ids, const std::vector<int32_t>& positions,
     const std::vector<int64_t>& slots, const std::vector<int32_t>& qsl,
@@ -256,20 +253,7 @@ CudaRunner::Impl::Staged CudaRunner::Impl::stage(
     std::memcpy(tab + size_t(i) * max_blocks, tables[size_t(i)], size_t(len) * 4);
     std::fill(tab + size_t(i) * max_blocks + len, tab + size_t(i + 1) * max_blocks, 0);
   }
-  cuda::AttentionParams ap;
-  ap.dtype = dt;
-  ap.q = x_qkv.get();
-  ap.k_cache = kv_pool.get() ? kv_pool.get() : x_qkv.get();  // alignment only
-  ap.v_cache = ap.k_cache;
-  ap.out = x_attn.get();
-  ap.num_seqs = s.num_seqs;
-  ap.num_tokens = s.num_tokens;
-  ap.num_heads = num_heads;
-  ap.num_kv_heads = num_kv_heads;
-  ap.head_dim = head_dim;
-  ap.block_size = opt.block_size;
-  ap.max_blocks_per_seq = max_blocks;
-  ap.q_token_stride = qkv_width;
+  const cuda::AttentionParams ap = planning_params(s.num_tokens, s.num_seqs);
   cuda::AttentionPlanHost ph;
   check(cuda::plan_attention(ap, qsl.data(), seq_lens.data(), num_sms, fixed_splits, &ph),
         "planning attention");
@@ -500,17 +484,14 @@ void CudaRunner::Impl::profile_and_alloc_kv() {
 
 void CudaRunner::Impl::capture_graphs() {
   for (int b : graph_batch_sizes(max_seqs)) {
-    // Splits are fixed per graph: chosen for the longest context the graph will see.
+    const int splits = decode_shape(b).num_splits;
     std::vector<int32_t> ids(size_t(b), 0), pos(size_t(b), 0), qsl(size_t(b) + 1),
-        lens(size_t(b), opt.max_model_len);
+        lens(size_t(b), 1);
     std::vector<int64_t> slots(size_t(b), -1);
     const int32_t zero_block = 0;
     std::vector<const int32_t*> tptr(size_t(b), &zero_block);
     std::vector<int> tlen(size_t(b), 1);
     for (int i = 0; i <= b; ++i) qsl[size_t(i)] = i;
-    Staged probe = stage(ids, pos, slots, qsl, lens, tptr, tlen, 0);
-    const int splits = probe.plan.num_splits;
-    std::fill(lens.begin(), lens.end(), 1);
     Staged st = stage(ids, pos, slots, qsl, lens, tptr, tlen, splits);
     for (int r = 0; r < b; ++r) host<int32_t>(lay.rows)[r] = r;
     upload_inputs();
@@ -528,19 +509,18 @@ void CudaRunner::Impl::capture_graphs() {
     cudaGraphDestroy(graph);
     check(err, "instantiating a decode graph");
     graphs[b] = exec;
-    graph_splits[b] = splits;
   }
   stats.num_graphs = int(graphs.size());
 }
 
 // ---- CudaRunner --------------------------------------------------------------------------------
 
-CudaRunner::CudaRunner(io::ModelConfig config, const models::LlamaWeights* weights,
+CudaRunner::CudaRunner(io::ModelConfig config, const io::WeightStore* checkpoint,
                        const CudaRunnerOptions& options)
     : impl_(std::make_unique<Impl>()) {
   impl_->config = std::move(config);
   impl_->opt = options;
-  impl_->init(weights);
+  impl_->init(checkpoint);
 }
 
 CudaRunner::~CudaRunner() = default;

@@ -1,16 +1,19 @@
 // The CUDA model runner for the Llama family (Llama 1-3, Mistral, Qwen2, Qwen3): weights on the GPU
 // in bf16 / f16 / f32, GEMMs through cuBLASLt, pagellm's own kernels for everything else, a paged
 // KV pool sized by --gpu-memory-utilization after a maximum-size dummy step, and CUDA graphs for
-// decode-only steps (captured per padded batch size unless --enforce-eager). Logits of the rows
+// decode-only steps (captured per padded batch size unless --enforce-eager; eager decode pads the
+// same way and uses the same KV split count, so both give identical tokens). Logits of the rows
 // that need them come back to the host, where the shared CPU sampler draws (so the random stream is
 // the CPU runner's by construction).
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/dtype.h"
-#include "models/llama.h"
+#include "io/hf_config.h"
+#include "io/safetensors.h"
 #include "runner/model_runner.h"
 
 namespace pagellm::runner {
@@ -25,21 +28,25 @@ struct CudaRunnerOptions {
   int max_model_len = 0;  // 0 = config.max_position_embeddings
   bool enforce_eager = false;
   uint64_t seed = 0;  // dummy weights
+  std::string model_name = "model";  // for error messages
 };
 
 // What startup cost, for the startup log.
 struct CudaStartupStats {
   double load_ms = 0, profile_ms = 0, graph_ms = 0;
   int64_t weight_bytes = 0, activation_bytes = 0, kv_bytes = 0;
+  int64_t checkpoint_bytes = 0;  // read from the checkpoint (0 for dummy weights)
   int num_graphs = 0;
 };
 
 class CudaRunner : public ModelRunner {
  public:
-  // weights: host fp32 weights of a checkpoint, converted and uploaded; null = dummy weights made
-  // on the GPU with the CPU loader's random scheme. Throws pagellm::Error when there is no usable
-  // GPU, the model does not fit, or no KV block is left.
-  CudaRunner(io::ModelConfig config, const models::LlamaWeights* weights,
+  // checkpoint: the model's safetensors, validated against config (models/weight_plan.h) and
+  // streamed from the mapping to the GPU, converted there to options.dtype; it need not outlive
+  // the constructor. null = dummy weights made on the GPU with the CPU loader's random scheme.
+  // Throws pagellm::Error when the checkpoint does not match the config, there is no usable GPU,
+  // the weights do not fit in free GPU memory, or no KV block is left.
+  CudaRunner(io::ModelConfig config, const io::WeightStore* checkpoint,
              const CudaRunnerOptions& options);
   ~CudaRunner() override;
 

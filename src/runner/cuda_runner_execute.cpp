@@ -1,6 +1,7 @@
-// CudaRunner::execute: flattening a SchedulerOutput into the step inputs, running it (a captured
-// decode graph when one fits, else eagerly), and sampling every row on the GPU (cuda::sample, the
-// CPU sampler's pipeline): only (token, logprob, top-N) per row comes back to the host.
+// CudaRunner::execute: flattening a SchedulerOutput into the step inputs, running it (decode-only
+// steps padded to a graph size and replayed from its graph, or run eagerly on the same shapes under
+// --enforce-eager; other steps eagerly), and sampling every row on the GPU (cuda::sample, the CPU
+// sampler's pipeline): only (token, logprob, top-N) per row comes back to the host.
 #include <algorithm>
 #include <cstring>
 #include <span>
@@ -174,10 +175,11 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
     }
   };
 
-  auto graph = decode_only ? m.graphs.lower_bound(num_seqs) : m.graphs.end();
-  if (graph != m.graphs.end()) {
-    // Pad to the graph's batch size with 1-token seqs that write nothing and read block 0.
-    const int b = graph->first;
+  if (decode_only) {
+    // Pad to the decode shape's batch size with 1-token seqs that write nothing and read block 0,
+    // then replay its graph, or (--enforce-eager) run the same kernels on the same shapes.
+    const CudaRunner::Impl::DecodeShape shape = m.decode_shape(num_seqs);
+    const int b = shape.padded_seqs;
     static const int32_t kZeroBlock = 0;
     for (int i = num_seqs; i < b; ++i) {
       f.ids.push_back(0);
@@ -188,11 +190,18 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
       f.tables.push_back(&kZeroBlock);
       f.table_lens.push_back(1);
     }
-    m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables, f.table_lens, m.graph_splits[b]);
+    const CudaRunner::Impl::Staged st =
+        m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables, f.table_lens, shape.num_splits);
     for (int r = 0; r < b; ++r) m.host<int32_t>(m.lay.rows)[r] = r;
     m.upload_inputs();
     if (sample) m.upload_sample_ids(sin.ids);
-    check(cudaGraphLaunch(graph->second, m.stream), "launching a decode graph");
+    const auto graph = m.graphs.find(b);
+    if (graph != m.graphs.end()) {
+      check(cudaGraphLaunch(graph->second, m.stream), "launching a decode graph");
+    } else {
+      m.forward(st, m.kv_pool.get());
+      m.compute_logits(0, b);
+    }
     fetch(0, num_rows);
     return result;
   }

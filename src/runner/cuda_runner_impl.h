@@ -10,6 +10,7 @@
 
 #include "backends/cuda/kernels.h"
 #include "common/error.h"
+#include "models/weight_plan.h"
 #include "runner/cuda_runner.h"
 
 namespace pagellm::runner {
@@ -59,13 +60,6 @@ class DevMem {
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
-
-inline uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 struct LayerWeights {
   DevMem input_norm;  // [hidden]
@@ -145,7 +139,7 @@ struct CudaRunner::Impl {
   size_t block_bytes = 0;  // one block of one layer's K (or V)
 
   std::map<int, cudaGraphExec_t> graphs;  // padded decode batch size -> graph
-  std::map<int, int> graph_splits;        // padded decode batch size -> its KV split count
+  std::map<int, int> decode_splits;       // padded decode batch size -> its KV split count
 
   ~Impl() {
     for (auto& [b, g] : graphs) cudaGraphExecDestroy(g);
@@ -166,12 +160,24 @@ struct CudaRunner::Impl {
     return reinterpret_cast<T*>(ints_dev.as<unsigned char>() + off);
   }
 
-  void init(const models::LlamaWeights* weights);
-  void load_weights(const models::LlamaWeights* weights);
-  DevMem weight(const std::string& name, std::vector<int64_t> shape, const std::vector<float>* src);
+  void init(const io::WeightStore* checkpoint);
+  // Weights of the shared plan (models/weight_plan.h): streamed from the checkpoint, or dummy.
+  void load_weights(const io::WeightStore* checkpoint);
+  void check_weights_fit(uint64_t weight_bytes);
   void alloc_activations();
   void profile_and_alloc_kv();
   void capture_graphs();
+
+  // The shape every decode-only step of num_seqs seqs runs with, graph or eager: the batch padded
+  // to the next graph size and the fixed KV split count chosen for that size at max_model_len.
+  // Sharing it makes --enforce-eager run the graphs' kernels on the graphs' shapes (same cuBLASLt
+  // algorithm for the same m, same split-KV partition), so both give identical tokens.
+  struct DecodeShape {
+    int padded_seqs = 0;
+    int num_splits = 1;
+  };
+  DecodeShape decode_shape(int num_seqs);
+  cuda::AttentionParams planning_params(int num_tokens, int num_seqs) const;
 
   // Host-side staging of one step; returns the attention plan (device pointers filled).
   struct Staged {

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -9,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/thread_pool.h"
 #include "runner/cpu_runner.h"
 #ifdef PAGELLM_HAVE_CUDA
 #include "runner/cuda_runner.h"
@@ -105,22 +107,29 @@ LoadedModel load_cuda_model(const EngineArgs& args, LoadedModel m, bool demo,
   o.max_model_len = args.max_model_len;
   o.enforce_eager = args.enforce_eager;
   o.seed = args.seed;
+  o.model_name = m.name;
   std::unique_ptr<CudaRunner> runner;
   if (demo || args.load_format == "dummy") {
     runner = std::make_unique<CudaRunner>(m.config, nullptr, o);
   } else {
+    // Streamed from the mapping straight to the GPU: no host copy of the weights.
     const io::WeightStore store = io::WeightStore::open(args.model);
-    const models::LlamaWeights weights = models::load_llama_weights(m.config, store);
-    runner = std::make_unique<CudaRunner>(m.config, &weights, o);
+    runner = std::make_unique<CudaRunner>(m.config, &store, o);
   }
   const CudaStartupStats& st = runner->startup_stats();
-  char line[320];
+  char rate[64] = " (generated)";
+  if (st.checkpoint_bytes > 0)
+    std::snprintf(rate, sizeof rate, " (%.2f GB at %.1f GB/s)", double(st.checkpoint_bytes) / 1e9,
+                  double(st.checkpoint_bytes) / 1e6 / std::max(st.load_ms, 1e-3));
+  char line[384];
   std::snprintf(line, sizeof line,
-                "loaded %s on cuda (%s, %s, %.2f GB of weights) in %.0f ms: weights %.0f ms, memory "
-                "profiling %.0f ms, %d CUDA graphs %.0f ms; KV cache %d blocks x %d tokens (%.2f GB)",
+                "loaded %s on cuda (%s, %s, %.2f GB of weights) in %.0f ms: weights %.0f ms%s, "
+                "memory profiling %.0f ms, %d CUDA graphs %.0f ms; KV cache %d blocks x %d tokens "
+                "(%.2f GB)",
                 m.name.c_str(), m.config.architecture.c_str(), std::string(dtype_name(o.dtype)).c_str(),
-                double(st.weight_bytes) / 1e9, ms_since(start), st.load_ms, st.profile_ms, st.num_graphs,
-                st.graph_ms, runner->num_kv_blocks(), runner->block_size(), double(st.kv_bytes) / 1e9);
+                double(st.weight_bytes) / 1e9, ms_since(start), st.load_ms, rate, st.profile_ms,
+                st.num_graphs, st.graph_ms, runner->num_kv_blocks(), runner->block_size(),
+                double(st.kv_bytes) / 1e9);
   log::info(line);
   m.runner = std::move(runner);
   return m;
@@ -161,6 +170,10 @@ LoadedModel load_model(const EngineArgs& args) {
 #ifdef PAGELLM_HAVE_CUDA
   if (args.device == "cuda") return load_cuda_model(args, std::move(m), demo, start);
 #endif
+  if (!ThreadPool::configure_global(args.num_threads))
+    log::warning("--num-threads " + std::to_string(args.num_threads) +
+                 ": the CPU thread pool of this process already runs with " +
+                 std::to_string(ThreadPool::global().num_threads()) + " threads; keeping them");
   const int num_blocks = kv_block_count(args, m.config);
   check_fits_in_memory(m.config, num_blocks, args.block_size, source);
   models::LlamaWeights weights;

@@ -188,8 +188,14 @@ void parse_stop(const json& body, SamplingParams& p, const ProtocolLimits& limit
 }
 
 // Sampling fields common to both endpoints.
-void parse_sampling(const json& body, GenerationRequest& r, const ProtocolLimits& limits) {
+void parse_sampling(const json& body, GenerationRequest& r, const ProtocolLimits& limits,
+                    const SamplingParams& defaults) {
   SamplingParams& p = r.params;
+  p.temperature = defaults.temperature;
+  p.top_p = defaults.top_p;
+  p.top_k = defaults.top_k;
+  p.min_p = defaults.min_p;
+  p.repetition_penalty = defaults.repetition_penalty;
   constexpr int64_t kMaxTokens = std::numeric_limits<int32_t>::max();
   auto max_tokens = get_int(body, "max_tokens", 1, kMaxTokens);
   if (auto v = get_int(body, "max_completion_tokens", 1, kMaxTokens)) max_tokens = v;
@@ -349,10 +355,11 @@ nlohmann::json parse_json_object(std::string_view body, const ProtocolLimits& li
   return value;
 }
 
-CompletionRequest parse_completion_request(const json& body, const ProtocolLimits& limits) {
+CompletionRequest parse_completion_request(const json& body, const ProtocolLimits& limits,
+                                           const SamplingParams& defaults) {
   CompletionRequest r;
   r.prompts = parse_prompts(body, limits);
-  parse_sampling(body, r, limits);
+  parse_sampling(body, r, limits, defaults);
   if (auto v = get_bool(body, "echo")) r.echo = *v;
   if (auto v = get_bool(body, "add_special_tokens")) r.add_special_tokens = *v;
   if (auto v = get_int(body, "logprobs", 0, SamplingParams::kMaxLogprobs)) {
@@ -364,10 +371,11 @@ CompletionRequest parse_completion_request(const json& body, const ProtocolLimit
   return r;
 }
 
-ChatRequest parse_chat_request(const json& body, const ProtocolLimits& limits) {
+ChatRequest parse_chat_request(const json& body, const ProtocolLimits& limits,
+                               const SamplingParams& defaults) {
   ChatRequest r;
   r.messages = parse_messages(body, limits);
-  parse_sampling(body, r, limits);
+  parse_sampling(body, r, limits, defaults);
   if (auto v = get_bool(body, "logprobs")) r.logprobs = *v;
   if (auto v = get_int(body, "top_logprobs", 0, SamplingParams::kMaxLogprobs)) {
     if (!r.logprobs) throw_bad_request("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");

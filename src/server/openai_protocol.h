@@ -87,8 +87,12 @@ struct ChatRequest : GenerationRequest {
   nlohmann::json template_kwargs = nlohmann::json::object();  // chat_template_kwargs
 };
 
-CompletionRequest parse_completion_request(const nlohmann::json& body, const ProtocolLimits& limits);
-ChatRequest parse_chat_request(const nlohmann::json& body, const ProtocolLimits& limits);
+// `defaults` supplies the sampling values a request leaves unset (the model's generation_config.json,
+// as vLLM applies them); only temperature, top_p, top_k, min_p and repetition_penalty are taken.
+CompletionRequest parse_completion_request(const nlohmann::json& body, const ProtocolLimits& limits,
+                                           const SamplingParams& defaults = {});
+ChatRequest parse_chat_request(const nlohmann::json& body, const ProtocolLimits& limits,
+                               const SamplingParams& defaults = {});
 
 // POST /tokenize: either a prompt or chat messages.
 struct TokenizeRequest {

@@ -26,8 +26,11 @@ void ApiServer::fit_context(PreparedRequest& prepared, bool max_tokens_set, cons
                    "invalid_request_error", max_tokens_set ? "max_tokens" : prompt_param, "context_length_exceeded");
   }
   if (!max_tokens_set) {
-    // As vLLM does: without max_tokens a completion may fill the rest of the context.
+    // As vLLM does: without max_tokens a completion may fill the rest of the context, or up to
+    // generation_config's max_new_tokens when that is smaller.
     params.max_tokens = static_cast<int>(max_len - longest);
+    if (config_.default_max_tokens && *config_.default_max_tokens < params.max_tokens)
+      params.max_tokens = *config_.default_max_tokens;
     if (params.min_tokens > params.max_tokens) {
       throw_bad_request("'min_tokens' (" + std::to_string(params.min_tokens) + ") exceeds the " +
                             std::to_string(params.max_tokens) + " tokens left in the context",
@@ -37,7 +40,7 @@ void ApiServer::fit_context(PreparedRequest& prepared, bool max_tokens_set, cons
 }
 
 PreparedRequest ApiServer::prepare_completion(const json& body) {
-  CompletionRequest r = parse_completion_request(body, config_.limits);
+  CompletionRequest r = parse_completion_request(body, config_.limits, config_.sampling_defaults);
   check_model(r.model);
   const int32_t vocab = engine_.vocab_size();
   check_token_ids(r.params.stop_token_ids, vocab, "stop_token_ids");
@@ -84,7 +87,7 @@ std::string ApiServer::render_chat(const json& messages, bool add_generation_pro
 }
 
 PreparedRequest ApiServer::prepare_chat(const json& body) {
-  ChatRequest r = parse_chat_request(body, config_.limits);
+  ChatRequest r = parse_chat_request(body, config_.limits, config_.sampling_defaults);
   check_model(r.model);
   check_token_ids(r.params.stop_token_ids, engine_.vocab_size(), "stop_token_ids");
   PreparedRequest p;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "server/engine_client.h"
@@ -25,6 +26,10 @@ struct ServerConfig {
   bool log_prompts = false;
   bool log_requests = true;
   ProtocolLimits limits;
+  // Values for what a request leaves unset, from generation_config.json (as vLLM): sampling
+  // defaults, and max_new_tokens caps the max_tokens a request without one gets.
+  SamplingParams sampling_defaults;
+  std::optional<int> default_max_tokens;
 };
 
 class ApiServer : public HttpHandler {

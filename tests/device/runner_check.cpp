@@ -14,12 +14,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
 
 #include "../unit/cpu_test_util.h"
+#include "../unit/model_files_util.h"
 #include "engine/sampler.h"
 #include "io/safetensors.h"
 #include "runner/cuda_runner.h"
@@ -150,7 +152,7 @@ void check_stories(const std::filesystem::path& dir) {
   auto& cpu_runner = dynamic_cast<runner::CpuRunner&>(*cpu.runner);
   const auto cpu_ids = greedy(cpu_runner, {1}, 256, 17);
   const SampledRun cpu_sampled = sample_batch(cpu_runner);
-  const models::LlamaWeights w = models::load_llama_weights(cpu.config, io::WeightStore::open(dir));
+  const io::WeightStore store = io::WeightStore::open(dir);
   for (bool eager : {false, true}) {
     runner::CudaRunnerOptions o;
     o.dtype = DType::kF32;
@@ -158,7 +160,7 @@ void check_stories(const std::filesystem::path& dir) {
     o.max_num_seqs = 8;
     o.max_num_batched_tokens = 512;
     o.enforce_eager = eager;
-    runner::CudaRunner gpu(cpu.config, &w, o);
+    runner::CudaRunner gpu(cpu.config, &store, o);
     const auto ids = greedy(gpu, {1}, 256, 17);
     size_t same = 0;
     while (same < ids.size() && ids[same] == cpu_ids[same]) ++same;
@@ -206,6 +208,61 @@ void check_stories(const std::filesystem::path& dir) {
   }
 }
 
+// Writes dir's checkpoint converted on the host (common/dtype.h) to `dtype` as
+// out/model.safetensors, with the data section at an odd file offset so that every tensor is
+// misaligned in the mapping.
+void write_converted_copy(const std::filesystem::path& dir, DType dtype,
+                          const std::filesystem::path& out) {
+  const io::WeightStore store = io::WeightStore::open(dir);
+  testing::SafetensorsBuilder b;
+  for (const std::string& name : store.names()) {
+    const io::TensorView& t = store.get(name);
+    std::vector<float> v(size_t(t.num_elements()));
+    std::vector<uint8_t> aligned(t.data, t.data + t.num_bytes);
+    convert_to_f32(t.dtype, aligned.data(), v.data(), v.size());
+    if (dtype == DType::kBF16)
+      b.add_bf16(name, t.shape, v);
+    else
+      b.add_f16(name, t.shape, v);
+  }
+  std::string header = b.header.dump();
+  if ((8 + header.size()) % 2 == 0) header += ' ';  // JSON allows trailing blanks
+  testing::write_file(out / "model.safetensors", testing::safetensors_bytes(header, b.data));
+}
+
+// The fp32 stories260K loaded with --dtype bf16 / f16 (raw f32 uploaded, converted on the GPU) must
+// give bit for bit the logits of the same checkpoint converted on the host first (raw bf16 / f16
+// copied, from misaligned offsets).
+void check_device_conversion(const std::filesystem::path& dir) {
+  std::printf("== stories260K: GPU dtype conversion vs host-converted checkpoint\n");
+  const io::ModelConfig config = io::load_model_config(dir);
+  const io::WeightStore f32 = io::WeightStore::open(dir);
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    testing::TempDir tmp;
+    write_converted_copy(dir, dtype, tmp.path());
+    const io::WeightStore converted = io::WeightStore::open(tmp.path());
+    runner::CudaRunnerOptions o;
+    o.dtype = dtype;
+    o.num_kv_blocks = 64;
+    o.max_num_seqs = 4;
+    o.max_num_batched_tokens = 256;
+    o.enforce_eager = true;
+    runner::CudaRunner a(config, &f32, o);
+    runner::CudaRunner b(config, &converted, o);
+    std::vector<int32_t> prompt(100);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 1) % 512);
+    testing::TestSeq sa(0, 16, prompt), sb(0, 16, prompt);
+    const auto la = a.execute_logits(testing::make_batch({sa.schedule()}));
+    const auto lb = b.execute_logits(testing::make_batch({sb.schedule()}));
+    const bool same = !la[0].empty() && la[0].size() == lb[0].size() &&
+                      std::memcmp(la[0].data(), lb[0].data(), la[0].size() * 4) == 0;
+    report(same && a.startup_stats().checkpoint_bytes == 2 * b.startup_stats().checkpoint_bytes,
+           std::string(dtype_name(dtype)) +
+               ": prefill logits of f32->device conversion equal the host-converted checkpoint's "
+               "bit for bit");
+  }
+}
+
 io::ModelConfig tiny_config(int head_dim) {
   io::ModelConfig c = runner::demo_model_config();
   c.attention_bias = true;
@@ -231,15 +288,15 @@ void check_tiny(int head_dim, DType dtype) {
   const io::ModelConfig c = tiny_config(head_dim);
   runner::CpuRunner cpu(std::make_unique<models::LlamaModel>(c, models::random_llama_weights(c, 7)),
                         64, 4);
-  const models::LlamaWeights w = models::random_llama_weights(c, 7);
   runner::CudaRunnerOptions o;
+  o.seed = 7;  // the GPU's own dummy weights must be the CPU's random_llama_weights(c, 7)
   o.dtype = dtype;
   o.block_size = 4;
   o.num_kv_blocks = 64;
   o.max_num_seqs = 4;
   o.max_num_batched_tokens = 64;
   o.max_model_len = 64;
-  runner::CudaRunner gpu(c, &w, o);
+  runner::CudaRunner gpu(c, nullptr, o);
   std::vector<testing::TestSeq> seqs;
   std::mt19937 rng(3);
   for (int i = 0; i < 3; ++i) {
@@ -402,6 +459,7 @@ int main(int argc, char** argv) {
   const bool skip_perf = argc > 2 && std::string(argv[2]) == "--skip-perf";
   try {
     pagellm::check_stories(std::filesystem::path(argv[1]) / "stories260K");
+    pagellm::check_device_conversion(std::filesystem::path(argv[1]) / "stories260K");
     std::printf("== tiny random models (GPU vs CPU runner)\n");
     for (int d : {16, 64})
       for (pagellm::DType t : {pagellm::DType::kF32, pagellm::DType::kBF16, pagellm::DType::kF16})

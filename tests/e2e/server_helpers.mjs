@@ -41,10 +41,11 @@ export function freePort() {
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-// Starts the server and resolves once /health answers 200. `extra` are more CLI flags.
-export async function startServer(extra = []) {
+// Starts the server and resolves once /health answers 200. `extra` are more CLI flags; `model` is the
+// model folder (stories260K by default).
+export async function startServer(extra = [], model = modelDir) {
   const port = await freePort();
-  const args = ['serve', '--model', modelDir, '--port', String(port), '--chat-template', chatTemplateFile(), ...extra];
+  const args = ['serve', '--model', model, '--port', String(port), '--chat-template', chatTemplateFile(), ...extra];
   const proc = spawn(pagellmBin(), args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
   proc.stdout.on('data', (d) => { log += d; });

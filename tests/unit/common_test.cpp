@@ -85,5 +85,13 @@ TEST(Error, CarriesKind) {
   }
 }
 
+TEST(ThreadPool, ConfigureGlobalReportsAFixedSize) {
+  const int n = ThreadPool::global().num_threads();  // the pool exists from here on
+  EXPECT_TRUE(ThreadPool::configure_global(n));
+  EXPECT_FALSE(ThreadPool::configure_global(n + 1));
+  EXPECT_EQ(ThreadPool::global().num_threads(), n);
+  ThreadPool::configure_global(0);
+}
+
 }  // namespace
 }  // namespace pagellm

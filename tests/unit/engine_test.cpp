@@ -362,10 +362,11 @@ TEST(AsyncEngine, StreamsDeltasFromManyThreadsAndAborts) {
     });
   }
   for (auto& th : threads) th.join();
-  EXPECT_THROW(engine.add_request("req0", prompts[0], stories_greedy(4), callback), Error);
   SamplingParams long_run = stories_greedy(400);
   long_run.ignore_eos = true;
   engine.add_request("long", prompts[0], long_run, callback);
+  // A duplicate of a live id is refused ("long" cannot have finished: it is aborted only below).
+  EXPECT_THROW(engine.add_request("long", prompts[0], stories_greedy(4), callback), Error);
   engine.abort_request("long");
   {
     std::unique_lock<std::mutex> lock(got.mu);

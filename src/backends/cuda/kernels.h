@@ -205,6 +205,14 @@ cudaError_t fill_uniform(DType dtype, void* out, int64_t count, uint64_t key, do
                          cudaStream_t stream);
 cudaError_t fill_constant(DType dtype, void* out, int64_t count, float value, cudaStream_t stream);
 
+// ---- convert.cu --------------------------------------------------------------------------------
+// dst[i] = src[i] converted from src_dtype to dst_dtype (weights of a checkpoint whose dtype is not
+// the runner's), bit for bit like common/dtype.h on the host: f16/bf16 -> f32 exact, f32 -> f16/bf16
+// rounded to nearest even (NaN stays NaN with the host's bits), f16 <-> bf16 through f32, equal
+// dtypes copied unchanged. src and dst must be aligned to their element sizes.
+cudaError_t convert_dtype(DType src_dtype, const void* src, DType dst_dtype, void* dst,
+                          int64_t count, cudaStream_t stream);
+
 // Decode tokens of GQA models (bf16 / f16, head_dim 64 or 128) use tensor cores unless this turns
 // them off (process-wide; for benchmarks and tests of the CUDA-core path).
 void attention_set_decode_tensor_cores(bool enabled);

@@ -8,6 +8,7 @@
 // the same combine kernel merges splits.
 #pragma once
 
+#include "backends/cuda/attention/mma_softmax.cuh"
 #include "backends/cuda/attention/split_kv.cuh"
 #include "backends/cuda/attention/tile.cuh"
 
@@ -112,40 +113,13 @@ __global__ void __launch_bounds__(kTileThreads)
       mma16816<T>(s[1], qf[kk], b[2], b[3]);
     }
     const int key0 = k_begin + j * kTileN + warp * 16;
-    float mx_a = m_a, mx_b = m_b;
-#pragma unroll
-    for (int n = 0; n < 2; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = key0 + n * 8 + 2 * t4 + (e & 1);
-        s[n][e] = key < k_end ? s[n][e] * qscale : -INFINITY;
-      }
-      mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
-      mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
-    }
-#pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
-      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
-    }
-    // A warp whose keys of this tile are all past k_end keeps -inf: base 0 avoids inf - inf.
-    const float base_a = mx_a == -INFINITY ? 0.f : mx_a;
-    const float base_b = mx_b == -INFINITY ? 0.f : mx_b;
-    const float corr_a = exp2f(m_a - base_a), corr_b = exp2f(m_b - base_b);
-    m_a = mx_a;
-    m_b = mx_b;
-    float sum_a = 0.f, sum_b = 0.f;
-#pragma unroll
-    for (int n = 0; n < 2; ++n) {
-      s[n][0] = exp2f(s[n][0] - base_a);
-      s[n][1] = exp2f(s[n][1] - base_a);
-      s[n][2] = exp2f(s[n][2] - base_b);
-      s[n][3] = exp2f(s[n][3] - base_b);
-      sum_a += s[n][0] + s[n][1];
-      sum_b += s[n][2] + s[n][3];
-    }
-    l_a = l_a * corr_a + sum_a;
-    l_b = l_b * corr_b + sum_b;
+    // A warp whose keys of this tile are all past k_end keeps max -inf (handled by the step).
+    const auto scale_mask = [&](int n, int e, float raw) {
+      const int key = key0 + n * 8 + 2 * t4 + (e & 1);
+      return key < k_end ? raw * qscale : -INFINITY;
+    };
+    float corr_a, corr_b;
+    online_softmax_step(s, scale_mask, m_a, m_b, l_a, l_b, corr_a, corr_b);
     uint32_t a[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]),
                      pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][2], s[1][3])};
 #pragma unroll
@@ -170,11 +144,7 @@ __global__ void __launch_bounds__(kTileThreads)
   __syncthreads();
 
   // Merge the four warps' states (rows g and g + 8 of each) through the K/V area.
-#pragma unroll
-  for (int off = 1; off < 4; off <<= 1) {
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, off);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
-  }
+  quad_sum(l_a, l_b);
   float* s_o = reinterpret_cast<float*>(s_kv);  // [4 warps, 16 rows, D]
   float* s_m = s_o + 4 * 16 * D;                // [4, 16]
   float* s_l = s_m + 4 * 16;                    // [4, 16]

@@ -12,6 +12,7 @@
 #include <cuda_fp16.h>
 
 #include "backends/cuda/attention/attention_internal.h"
+#include "backends/cuda/attention/mma_softmax.cuh"
 #include "backends/cuda/common.cuh"
 
 namespace pagellm::cuda::attention {
@@ -19,72 +20,6 @@ namespace pagellm::cuda::attention {
 constexpr int kTileM = kAttentionTileRows;  // query rows per block (16 per warp)
 constexpr int kTileN = 64;                  // keys per K/V tile
 constexpr int kTileThreads = 128;
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte global→shared copy; src_bytes == 0 fills the destination with zeros (rows past the
-// context or the query range), so no garbage (possibly NaN) ever reaches the tensor cores.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
-// d += a · b for one m16n8k16 tile.
-template <typename T>
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  } else {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
-}
-
-// Shared-memory tiles are [rows, D] of T with the 16-byte chunks of each row XOR-swizzled by
-// (row & 7): ldmatrix reads 8 rows at one logical chunk, and the swizzle spreads them over all
-// banks.
-template <int D>
-__device__ __forceinline__ int swz(int row, int chunk) {
-  return row * D + ((chunk ^ (row & 7)) << 3);
-}
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kTileThreads)
@@ -193,43 +128,14 @@ __global__ void __launch_bounds__(kTileThreads)
     // softmax.
     const int key0 = j * kTileN;
     const bool need_mask = key0 + kTileN - 1 > pos0 + row0;
-    float mx_a = m_a, mx_b = m_b;
-#pragma unroll
-    for (int n = 0; n < kTileN / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = key0 + n * 8 + 2 * t4 + (e & 1);
-        float v = s[n][e] * qscale;
-        if (need_mask && key > (e < 2 ? pos_a : pos_b)) v = -INFINITY;
-        s[n][e] = v;
-      }
-      mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
-      mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
-    }
-#pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
-      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
-    }
-    // A row whose keys are all masked so far keeps max -inf; use 0 as its base to avoid inf - inf.
-    const float base_a = mx_a == -INFINITY ? 0.f : mx_a;
-    const float base_b = mx_b == -INFINITY ? 0.f : mx_b;
-    const float corr_a = exp2f(m_a - base_a);
-    const float corr_b = exp2f(m_b - base_b);
-    m_a = mx_a;
-    m_b = mx_b;
-    float sum_a = 0.f, sum_b = 0.f;
-#pragma unroll
-    for (int n = 0; n < kTileN / 8; ++n) {
-      s[n][0] = exp2f(s[n][0] - base_a);
-      s[n][1] = exp2f(s[n][1] - base_a);
-      s[n][2] = exp2f(s[n][2] - base_b);
-      s[n][3] = exp2f(s[n][3] - base_b);
-      sum_a += s[n][0] + s[n][1];
-      sum_b += s[n][2] + s[n][3];
-    }
-    l_a = l_a * corr_a + sum_a;
-    l_b = l_b * corr_b + sum_b;
+    const auto scale_mask = [&](int n, int e, float raw) {
+      const int key = key0 + n * 8 + 2 * t4 + (e & 1);
+      float v = raw * qscale;
+      if (need_mask && key > (e < 2 ? pos_a : pos_b)) v = -INFINITY;
+      return v;
+    };
+    float corr_a, corr_b;
+    online_softmax_step(s, scale_mask, m_a, m_b, l_a, l_b, corr_a, corr_b);
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) {
       o[i][0] *= corr_a;
@@ -258,11 +164,7 @@ __global__ void __launch_bounds__(kTileThreads)
     __syncthreads();  // the next iteration's prefetch overwrites the stage just read
   }
 
-#pragma unroll
-  for (int off = 1; off < 4; off <<= 1) {
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, off);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
-  }
+  quad_sum(l_a, l_b);
   const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f;
   const float inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
   const int row_a = row0 + wrow + g;

