@@ -339,14 +339,16 @@ bool run_batch(DType t, int vocab, int num_rows, uint64_t seed, SuiteResult& res
   auto dump = [&](int r, int cpu_token) {
     if (!std::getenv("PAGELLM_SAMPLER_DEBUG") || dumped++ >= 4) return;
     std::vector<float> xr(static_cast<size_t>(vocab)), wr(static_cast<size_t>(vocab));
-    SCK(cudaMemcpy(xr.data(), d_work.ptr + size_t(r) * vocab, xr.size() * 4, cudaMemcpyDeviceToHost));
+    SCK(cudaMemcpy(xr.data(), d_work.ptr + size_t(r) * vocab, xr.size() * 4,
+                   cudaMemcpyDeviceToHost));
     SCK(cudaMemcpy(wr.data(), d_weights.ptr + size_t(r) * vocab, wr.size() * 4,
                    cudaMemcpyDeviceToHost));
     const size_t esz = raw.size() / (size_t(num_rows) * size_t(vocab));
     std::vector<uint8_t> lr(size_t(vocab) * esz);
     SCK(cudaMemcpy(lr.data(), d_logits.ptr + size_t(r) * vocab * esz, lr.size(),
                    cudaMemcpyDeviceToHost));
-    const bool same_input = std::memcmp(lr.data(), raw.data() + size_t(r) * vocab * esz, lr.size()) == 0;
+    const bool same_input =
+        std::memcmp(lr.data(), raw.data() + size_t(r) * vocab * esz, lr.size()) == 0;
     int finite = 0, best = 0;
     for (int i = 0; i < vocab; ++i) {
       finite += std::isfinite(xr[size_t(i)]);
@@ -357,13 +359,13 @@ bool run_batch(DType t, int vocab, int num_rows, uint64_t seed, SuiteResult& res
     std::memcpy(&w1, &wr[1], 4);
     std::memcpy(&w2, &wr[2], 4);
     const SampleOutput& o = out[size_t(r)];
-    std::printf("    debug row %d: x finite %d, x argmax %d (%g), x[0..2] %g %g %g, x[cpu %d] %g, "
-                "x[gpu %d] %g, w bits[0..2] %08x %08x %08x, out token %d logprob %g (bits %08x), "
-                "device logits row %s the host's\n",
-                r, finite, best, xr[size_t(best)], xr[0], xr[1], xr[2], cpu_token,
-                xr[size_t(cpu_token)], o.token, o.token >= 0 && o.token < vocab ? xr[size_t(o.token)] : 0.f,
-                w0, w1, w2, o.token, o.logprob, std::bit_cast<uint32_t>(o.logprob),
-                same_input ? "equals" : "DIFFERS FROM");
+    std::printf(
+        "    debug row %d: x finite %d, x argmax %d (%g), x[0..2] %g %g %g, x[cpu %d] %g, "
+        "x[gpu %d] %g, w bits[0..2] %08x %08x %08x, out token %d logprob %g (bits %08x), "
+        "device logits row %s the host's\n",
+        r, finite, best, xr[size_t(best)], xr[0], xr[1], xr[2], cpu_token, xr[size_t(cpu_token)],
+        o.token, o.token >= 0 && o.token < vocab ? xr[size_t(o.token)] : 0.f, w0, w1, w2, o.token,
+        o.logprob, std::bit_cast<uint32_t>(o.logprob), same_input ? "equals" : "DIFFERS FROM");
   };
 
   int bad_tokens = 0, bad_lp = 0;
