@@ -56,11 +56,18 @@ else()
 endif()
 
 # Device tests: a standalone driver (no gtest, no Debian libraries) so it runs on the GPU machine.
+# The GPU sampler is checked against the CPU sampler itself: engine/sampler.cpp (and the error type
+# it throws) is compiled in directly, as in pagellm_core (no FMA contraction), since both need only
+# the standard library.
 add_executable(cuda_kernel_tests ${CMAKE_SOURCE_DIR}/tests/device/kernel_tests.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/kernel_reference.cpp
+                                 ${CMAKE_SOURCE_DIR}/tests/device/sampler_tests.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/kernel_bench.cu
-                                 ${CMAKE_SOURCE_DIR}/src/common/dtype.cpp)  # host reference of convert.cu
+                                 ${CMAKE_SOURCE_DIR}/src/common/dtype.cpp  # host reference of convert.cu
+                                 ${CMAKE_SOURCE_DIR}/src/engine/sampler.cpp
+                                 ${CMAKE_SOURCE_DIR}/src/common/error.cpp)
+target_include_directories(cuda_kernel_tests PRIVATE ${CMAKE_SOURCE_DIR}/include)
 target_compile_options(cuda_kernel_tests PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:${PAGELLM_CUDA_GENCODE}>
-    $<$<COMPILE_LANGUAGE:CXX>:${PAGELLM_WARNINGS}>)
+    $<$<COMPILE_LANGUAGE:CXX>:${PAGELLM_WARNINGS} -ffp-contract=off>)
 target_link_libraries(cuda_kernel_tests PRIVATE pagellm_cuda_kernels Threads::Threads)

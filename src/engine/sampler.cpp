@@ -5,7 +5,8 @@
 //      frequency then presence penalty over output tokens (logit -= f * count; logit -= p);
 //      after the call the row holds these penalized logits;
 //   4. greedy (temperature == 0): argmax, lowest id on ties — top-k/top-p/min-p are ignored;
-//   5. otherwise weights w = expf((x - max) / T) (the most likely token has w == 1); top-k, then
+//   5. otherwise weights w = (float)exp((double)((x - max) / T)) (the most likely token has w == 1;
+//      exp in double rounded once, so that the CUDA sampler gets identical weights); top-k, then
 //      top-p (smallest prefix of the (logit desc, id asc) order whose mass >= top_p of the top-k
 //      mass), then min-p (w >= min_p, i.e. prob >= min_p * max prob); dropped tokens get w = 0;
 //   6. draw by inverse CDF in ASCENDING TOKEN-ID order with u = sample_uniform(seed,
@@ -231,7 +232,10 @@ int32_t argmax(std::span<const float> x) {
 // Fills w = exp((x - max) / T) and the per-block masses; returns the total mass.
 double fill_weights(std::span<const float> x, float max_x, float temperature, Scratch& s) {
   float* w = s.weights.data();  // [vocab]
-  for (size_t i = 0; i < x.size(); ++i) w[i] = std::exp((x[i] - max_x) / temperature);
+  // exp in double, rounded once to float: correctly rounded in practice, so the CUDA sampler
+  // ((float)exp((double)z)) computes the same weights and the same truncation sets.
+  for (size_t i = 0; i < x.size(); ++i)
+    w[i] = static_cast<float>(std::exp(static_cast<double>((x[i] - max_x) / temperature)));
   double total = 0.0;
   for (size_t b = 0; b * kDrawBlock < x.size(); ++b) {
     const size_t begin = b * kDrawBlock;

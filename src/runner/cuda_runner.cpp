@@ -169,16 +169,20 @@ void CudaRunner::Impl::alloc_activations() {
   lay.split_items = take(2 * T * 4);
   lay.tile_items = take(2 * (T / cuda::kAttentionTileRows + S + 1) * 4);
   lay.rows = take(T * 4);
+  lay.sample_rows = take(S * sizeof(cuda::SampleRow));
   lay.total = off;
   ints_dev = DevMem(lay.total, "step inputs");
   check(cudaMallocHost(reinterpret_cast<void**>(&ints_host), lay.total), "pinned step inputs");
   check(cudaMallocHost(&logits_host, S * vocab * esz), "pinned logits");
-  x_greedy_tokens = DevMem(S * 4, "greedy tokens");
-  x_greedy_logprobs = DevMem(S * 4, "greedy logprobs");
-  check(cudaMallocHost(&greedy_host, S * 8), "pinned greedy results");
+  x_sample_work = DevMem(S * vocab * sizeof(float), "sampler scratch");
+  x_sample_weights = DevMem(S * vocab * sizeof(float), "sampler scratch");
+  x_sample_out = DevMem(S * sizeof(cuda::SampleOutput), "sampler outputs");
+  check(cudaMallocHost(reinterpret_cast<void**>(&sample_out_host), S * sizeof(cuda::SampleOutput)),
+        "pinned sampler outputs");
   stats.activation_bytes =
       int64_t(x_hidden.bytes() * 3 + x_qkv.bytes() + x_attn.bytes() + x_gate_up.bytes() +
-              x_act.bytes() + x_rows.bytes() + x_logits.bytes() + attn_ws.bytes() + lay.total);
+              x_act.bytes() + x_rows.bytes() + x_logits.bytes() + attn_ws.bytes() + lay.total +
+              x_sample_work.bytes() + x_sample_weights.bytes());
 }
 
 // ---- one step --------------------------------------------------------------------------------
@@ -375,15 +379,46 @@ void CudaRunner::Impl::compute_logits(int first, int num_rows) {
   cuda::GemmParams p{dt,    x_rows.get(), head.get(), x_logits.get(), num_rows,
                      vocab, hidden,       false,      nullptr};
   check(cuda::gemm(gemm, p, stream), "lm head");
-  // Greedy choices ride along (a second read of the logits, tiny next to the LM head): steps whose
-  // rows are all plain greedy download 8 bytes per row instead of the logits.
-  cuda::GreedySampleParams g{dt,
-                             x_logits.get(),
-                             num_rows,
-                             vocab,
-                             x_greedy_tokens.as<int32_t>(),
-                             x_greedy_logprobs.as<float>()};
-  check(cuda::greedy_sample(g, stream), "greedy sampling");
+}
+
+void CudaRunner::Impl::upload_sample_ids(const std::vector<int32_t>& ids) {
+  if (ids.empty()) return;
+  if (ids.size() > sample_ids_capacity) {
+    // Only reached between steps: every step ends with a stream synchronize, so the old buffers
+    // are idle.
+    const size_t cap = std::max(ids.size(), 2 * sample_ids_capacity);
+    if (sample_ids_host) cudaFreeHost(sample_ids_host);
+    sample_ids_host = nullptr;
+    sample_ids_capacity = 0;
+    sample_ids_dev = DevMem();
+    sample_ids_dev = DevMem(cap * 4, "sampler id lists");
+    check(cudaMallocHost(reinterpret_cast<void**>(&sample_ids_host), cap * 4),
+          "pinned sampler id lists");
+    sample_ids_capacity = cap;
+  }
+  std::memcpy(sample_ids_host, ids.data(), ids.size() * 4);
+  check(cudaMemcpyAsync(sample_ids_dev.get(), sample_ids_host, ids.size() * 4,
+                        cudaMemcpyHostToDevice, stream),
+        "uploading sampler id lists");
+}
+
+void CudaRunner::Impl::sample_rows(int num_rows, cuda::SampleOutput* out) {
+  cuda::SampleParams p;
+  p.dtype = dt;
+  p.logits = x_logits.get();
+  p.num_rows = num_rows;
+  p.vocab = vocab;
+  p.rows = dev<cuda::SampleRow>(lay.sample_rows);
+  p.ids = sample_ids_dev.as<int32_t>();
+  p.work = x_sample_work.as<float>();
+  p.weights = x_sample_weights.as<float>();
+  p.out = x_sample_out.as<cuda::SampleOutput>();
+  check(cuda::sample(p, stream), "sampling");
+  check(cudaMemcpyAsync(sample_out_host, p.out, size_t(num_rows) * sizeof(cuda::SampleOutput),
+                        cudaMemcpyDeviceToHost, stream),
+        "downloading sampled tokens");
+  check(cudaStreamSynchronize(stream), "running the step");
+  std::copy_n(sample_out_host, num_rows, out);
 }
 
 void CudaRunner::Impl::profile_and_alloc_kv() {

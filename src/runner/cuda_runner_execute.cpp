@@ -1,13 +1,14 @@
 // CudaRunner::execute: flattening a SchedulerOutput into the step inputs, running it (decode-only
 // steps padded to a graph size and replayed from its graph, or run eagerly on the same shapes under
-// --enforce-eager; other steps eagerly), and sampling on the host with the shared sampler.
+// --enforce-eager; other steps eagerly), and sampling every row on the GPU (cuda::sample, the CPU
+// sampler's pipeline): only (token, logprob, top-N) per row comes back to the host.
 #include <algorithm>
 #include <cstring>
 #include <span>
 
 #include "common/thread_pool.h"
-#include "engine/sampler.h"
 #include "runner/cuda_runner_impl.h"
+#include "runner/sample_pack.h"
 
 namespace pagellm::runner {
 
@@ -29,27 +30,41 @@ struct Flat {
   std::vector<LogitsRow> rows;
 };
 
-// What a step brings back: logits of every row, or (greedy steps) only each row's choice.
+// What a step brings back: the logits of every row (execute_logits), or the GPU sampler's answer
+// per row (execute).
 struct StepResult {
-  std::vector<float> logits;    // [rows, vocab] fp32; empty for greedy steps
-  std::vector<int32_t> tokens;  // [rows] greedy steps only
-  std::vector<float> logprobs;  // [rows] greedy steps only
+  std::vector<float> logits;                // [rows, vocab] fp32; logits steps only
+  std::vector<cuda::SampleOutput> sampled;  // [rows] sampling steps only
 };
 
-// A row the GPU's greedy choice serves exactly as engine::sample_token would.
-bool plain_greedy(const engine::ScheduledSeq& seq) {
-  const SamplingParams* p = seq.params;
-  return p && p->greedy() && !p->logprobs && p->repetition_penalty == 1.0f &&
-         p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f &&
-         seq.banned_token_ids.empty() && seq.prompt_logprobs == 0;
+// The sampler inputs of every logits row, in row order, and the rows' flat id lists.
+struct SampleInputs {
+  std::vector<cuda::SampleRow> rows;  // [num_rows]
+  std::vector<int32_t> ids;           // [sum of list lengths]
+};
+
+SampleInputs pack_rows(const engine::SchedulerOutput& batch, const std::vector<LogitsRow>& rows,
+                       int vocab) {
+  SampleInputs in;
+  in.rows.reserve(rows.size());
+  for (const LogitsRow& row : rows) {
+    const engine::ScheduledSeq& seq = batch.seqs[row.seq];
+    if (row.sample)
+      in.rows.push_back(pack_sample_row(seq, in.ids));
+    else
+      in.rows.push_back(
+          pack_score_row(seq, seq.prompt_token_ids[size_t(row.position) + 1], vocab));
+  }
+  return in;
 }
 
 }  // namespace
 
 // Shared by execute and execute_logits: validates and flattens, copies blocks, runs the forward
-// pass and returns the logits of `rows` as fp32 [rows, vocab], or with `greedy` only the choices.
+// pass and returns the logits of `rows` as fp32 [rows, vocab], or with `sample` the GPU sampler's
+// outputs.
 static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& batch,
-                           bool with_prompt_rows, bool greedy, std::vector<LogitsRow>& rows_out) {
+                           bool with_prompt_rows, bool sample, std::vector<LogitsRow>& rows_out) {
   if (!batch.blocks_to_swap_in.empty() || !batch.blocks_to_swap_out.empty())
     internal("swap requested but this runner has no swap space");
   const int64_t bs = m.opt.block_size;
@@ -110,25 +125,34 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
   const int num_rows = int(f.rows.size());
   const size_t row_bytes = size_t(m.vocab) * m.esz;
   StepResult result;
-  if (!greedy) result.logits.resize(size_t(num_rows) * size_t(m.vocab));  // [num_rows, vocab]
+  SampleInputs sin;
+  if (sample) {
+    sin = pack_rows(batch, f.rows, m.vocab);
+    result.sampled.resize(size_t(num_rows));
+  } else {
+    result.logits.resize(size_t(num_rows) * size_t(m.vocab));  // [num_rows, vocab]
+  }
   std::vector<float>& logits = result.logits;
   if (num_seqs == 0) return result;
+  // The first chunk's sampler rows ride with the step inputs (upload_inputs); later chunks of
+  // prompt-logprob rows upload theirs in fetch (the previous fetch synchronized the stream).
+  auto put_sample_rows = [&](int first, int count) {
+    std::memcpy(m.host<cuda::SampleRow>(m.lay.sample_rows), sin.rows.data() + first,
+                size_t(count) * sizeof(cuda::SampleRow));
+  };
+  if (sample) put_sample_rows(0, std::min(num_rows, m.max_seqs));
 
   auto fetch = [&](int first, int count) {
-    if (greedy) {
-      check(cudaMemcpyAsync(m.greedy_host, m.x_greedy_tokens.get(), size_t(count) * 4,
-                            cudaMemcpyDeviceToHost, m.stream),
-            "downloading greedy tokens");
-      check(cudaMemcpyAsync(static_cast<char*>(m.greedy_host) + size_t(m.max_seqs) * 4,
-                            m.x_greedy_logprobs.get(), size_t(count) * 4, cudaMemcpyDeviceToHost,
-                            m.stream),
-            "downloading greedy logprobs");
-      check(cudaStreamSynchronize(m.stream), "running the step");
-      const auto* tok = static_cast<const int32_t*>(m.greedy_host);
-      const auto* lp = reinterpret_cast<const float*>(static_cast<const char*>(m.greedy_host) +
-                                                      size_t(m.max_seqs) * 4);
-      result.tokens.insert(result.tokens.end(), tok, tok + count);
-      result.logprobs.insert(result.logprobs.end(), lp, lp + count);
+    if (sample) {
+      if (first > 0) {
+        put_sample_rows(first, count);
+        check(cudaMemcpyAsync(m.dev<cuda::SampleRow>(m.lay.sample_rows),
+                              m.host<cuda::SampleRow>(m.lay.sample_rows),
+                              size_t(count) * sizeof(cuda::SampleRow), cudaMemcpyHostToDevice,
+                              m.stream),
+              "uploading sampler rows");
+      }
+      m.sample_rows(count, result.sampled.data() + first);
       return;
     }
     check(cudaMemcpyAsync(m.logits_host, m.x_logits.get(), size_t(count) * row_bytes,
@@ -170,6 +194,7 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
         m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables, f.table_lens, shape.num_splits);
     for (int r = 0; r < b; ++r) m.host<int32_t>(m.lay.rows)[r] = r;
     m.upload_inputs();
+    if (sample) m.upload_sample_ids(sin.ids);
     const auto graph = m.graphs.find(b);
     if (graph != m.graphs.end()) {
       check(cudaGraphLaunch(graph->second, m.stream), "launching a decode graph");
@@ -184,6 +209,7 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
       m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables, f.table_lens, 0);
   for (int r = 0; r < num_rows; ++r) m.host<int32_t>(m.lay.rows)[r] = f.rows[size_t(r)].row;
   m.upload_inputs();
+  if (sample) m.upload_sample_ids(sin.ids);
   m.forward(st, m.kv_pool.get());
   for (int first = 0; first < num_rows; first += m.max_seqs) {
     const int count = std::min(m.max_seqs, num_rows - first);
@@ -198,54 +224,20 @@ engine::ModelRunnerOutput CudaRunner::execute(const engine::SchedulerOutput& bat
   for (const engine::ScheduledSeq& seq : batch.seqs)
     if ((seq.needs_sample || seq.prompt_logprobs > 0) && seq.params == nullptr)
       internal("seq " + std::to_string(seq.seq_id) + " has no sampling params");
-  bool greedy = true;
-  for (const engine::ScheduledSeq& seq : batch.seqs)
-    greedy = greedy && seq.prompt_logprobs == 0 && (!seq.needs_sample || plain_greedy(seq));
   std::vector<LogitsRow> rows;
-  StepResult step = run_step(*impl_, batch, true, greedy, rows);
-  const size_t vocab = size_t(impl_->vocab);
+  StepResult step = run_step(*impl_, batch, true, true, rows);
   engine::ModelRunnerOutput out;
   out.sampled_token_ids.assign(batch.seqs.size(), -1);
   out.sampled_logprobs.resize(batch.seqs.size());
   out.prompt_logprobs.resize(batch.seqs.size());
-  if (greedy) {
-    for (size_t r = 0; r < rows.size(); ++r) {
-      // Token -1: every logit was -inf; the CPU sampler's fallback is then token 0 (nothing
-      // banned).
-      const int32_t token = step.tokens[r] >= 0 ? step.tokens[r] : 0;
-      TokenLogprobs lp;
-      lp.token_id = token;
-      lp.logprob = step.logprobs[r];
-      out.sampled_token_ids[rows[r].seq] = token;
-      out.sampled_logprobs[rows[r].seq] = std::move(lp);
-    }
-    return out;
-  }
-  std::vector<float>& logits = step.logits;
-  // Rows are independent (each draw depends only on its row, params, seed and counter), so they are
-  // sampled in parallel; results land in per-row slots and are gathered in order.
-  std::vector<engine::SampleResult> sampled(rows.size());
-  std::vector<TokenLogprobs> prompt_lp(rows.size());
-  ThreadPool::global().parallel_for(rows.size(), [&](size_t b, size_t e) {
-    for (size_t r = b; r < e; ++r) {
-      const LogitsRow& row = rows[r];
-      const engine::ScheduledSeq& seq = batch.seqs[row.seq];
-      const std::span<float> row_logits(logits.data() + r * vocab, vocab);
-      if (row.sample) {
-        sampled[r] = engine::sample_token(row_logits, seq);
-      } else {
-        const int32_t next = seq.prompt_token_ids[size_t(row.position) + 1];
-        prompt_lp[r] = engine::compute_logprobs(row_logits, next, seq.prompt_logprobs);
-      }
-    }
-  });
   for (size_t r = 0; r < rows.size(); ++r) {
     const LogitsRow& row = rows[r];
+    TokenLogprobs lp = to_token_logprobs(step.sampled[r]);
     if (row.sample) {
-      out.sampled_token_ids[row.seq] = sampled[r].token_id;
-      out.sampled_logprobs[row.seq] = std::move(sampled[r].logprobs);
+      out.sampled_token_ids[row.seq] = lp.token_id;
+      out.sampled_logprobs[row.seq] = std::move(lp);
     } else {
-      out.prompt_logprobs[row.seq].push_back(std::move(prompt_lp[r]));
+      out.prompt_logprobs[row.seq].push_back(std::move(lp));
     }
   }
   return out;

@@ -115,13 +115,19 @@ struct CudaRunner::Impl {
   DevMem x_rows;                // [max_seqs, hidden] normed rows that need logits
   DevMem x_logits;              // [max_seqs, vocab]
   DevMem attn_ws;               // split-KV partials
-  DevMem x_greedy_tokens;       // [max_seqs] int32, greedy choice per logits row
-  DevMem x_greedy_logprobs;     // [max_seqs] float
-  void* greedy_host = nullptr;  // pinned [max_seqs] int32 then [max_seqs] float
+  DevMem x_sample_work;         // [max_seqs, vocab] fp32 sampler scratch: penalized logits
+  DevMem x_sample_weights;      // [max_seqs, vocab] fp32 sampler scratch: flags, then weights
+  DevMem x_sample_out;          // [max_seqs] cuda::SampleOutput
+  cuda::SampleOutput* sample_out_host = nullptr;  // pinned [max_seqs]
+  // The sampler's flat id lists (bans, penalties), grown on demand: pinned host + device copy.
+  DevMem sample_ids_dev;                          // [sample_ids_capacity] int32
+  int32_t* sample_ids_host = nullptr;             // pinned [sample_ids_capacity]
+  size_t sample_ids_capacity = 0;
 
   // Step inputs: one pinned host block mirrored by one device block, uploaded with one copy.
   struct Layout {
-    size_t token_ids, positions, slots, qsl, seq_lens, tables, split_items, tile_items, rows, total;
+    size_t token_ids, positions, slots, qsl, seq_lens, tables, split_items, tile_items, rows,
+        sample_rows, total;  // sample_rows: [max_seqs] cuda::SampleRow
   } lay{};
   DevMem ints_dev;
   unsigned char* ints_host = nullptr;
@@ -139,7 +145,8 @@ struct CudaRunner::Impl {
     for (auto& [b, g] : graphs) cudaGraphExecDestroy(g);
     if (ints_host) cudaFreeHost(ints_host);
     if (logits_host) cudaFreeHost(logits_host);
-    if (greedy_host) cudaFreeHost(greedy_host);
+    if (sample_out_host) cudaFreeHost(sample_out_host);
+    if (sample_ids_host) cudaFreeHost(sample_ids_host);
     cuda::gemm_destroy(gemm);
     if (stream) cudaStreamDestroy(stream);
   }
@@ -184,6 +191,11 @@ struct CudaRunner::Impl {
   void upload_inputs();
   void forward(const Staged& s, void* k_pool);
   void compute_logits(int row_offset_in_rows, int num_rows);
+  // Stages the flat sampler id lists (pinned, grown on demand) and uploads them on the stream.
+  void upload_sample_ids(const std::vector<int32_t>& ids);
+  // Samples / scores rows [0, num_rows) of x_logits with the SampleRows at lay.sample_rows (already
+  // on the device) and returns the outputs (synchronizes the stream).
+  void sample_rows(int num_rows, cuda::SampleOutput* out);
 };
 
 }  // namespace pagellm::runner

@@ -559,59 +559,6 @@ void test_gemm(GemmContext* ctx, DType t, int m, int n, int k, bool accumulate, 
   check(name, download(yb, t, y.size()), y, t == DType::kF32 ? Tol{1e-5, 1e-4} : tol_for(t, false));
 }
 
-// Greedy rows with ties at the maximum, NaN and ±inf entries, and one row of all -inf.
-void test_greedy(DType t, int rows, int vocab) {
-  char name[128];
-  std::snprintf(name, sizeof name, "greedy_sample %s rows=%d vocab=%d", dname(t), rows, vocab);
-  if (!selected(name)) return;
-  std::vector<float> x = random_vec(t, size_t(rows) * vocab, 8.f);
-  std::uniform_int_distribution<int> col(0, vocab - 1);
-  for (int r = 0; r < rows; ++r) {
-    float* row = &x[size_t(r) * vocab];
-    const int a = col(g_rng), b = col(g_rng);
-    row[a] = row[b] = 9.f;                       // a tie: the lower id must win
-    row[col(g_rng)] = NAN;                       // NaN counts as -inf
-    if (r % 3 == 1) row[col(g_rng)] = INFINITY;  // +inf counts as the largest float
-    if (r % 3 == 2) row[col(g_rng)] = -INFINITY;
-  }
-  if (rows > 3) std::fill_n(&x[size_t(3) * vocab], vocab, -INFINITY);
-  DevBuf xb(x.size() * dsize(t)), tb(size_t(rows) * 4), lb(size_t(rows) * 4);
-  upload(xb, t, x);
-  tb.poison();
-  lb.poison();
-  CK(greedy_sample(
-      {t, xb.ptr, rows, vocab, static_cast<int32_t*>(tb.ptr), static_cast<float*>(lb.ptr)},
-      nullptr));
-  CK(cudaDeviceSynchronize());
-  std::vector<int32_t> tok(rows);
-  std::vector<float> lp(rows);
-  CK(cudaMemcpy(tok.data(), tb.ptr, size_t(rows) * 4, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(lp.data(), lb.ptr, size_t(rows) * 4, cudaMemcpyDeviceToHost));
-  int bad = 0;
-  double max_err = 0;
-  for (int r = 0; r < rows; ++r) {
-    const float* row = &x[size_t(r) * vocab];
-    auto clean = [](float v) { return v != v ? -INFINITY : v > 3.4028235e38f ? 3.4028235e38f : v; };
-    float best = -INFINITY;
-    int best_id = -1;
-    for (int i = 0; i < vocab; ++i)
-      if (clean(row[i]) > best) best = clean(row[i]), best_id = i;
-    if (best_id < 0) {
-      bad += tok[r] != -1;
-      continue;
-    }
-    double sum = 0;
-    for (int i = 0; i < vocab; ++i) sum += std::exp(double(clean(row[i])) - best);
-    const double ref_lp = -std::log(sum);
-    bad += tok[r] != best_id || !std::isfinite(lp[r]);
-    max_err = std::max(max_err, std::fabs(lp[r] - ref_lp));
-  }
-  const bool ok = bad == 0 && max_err < 1e-4;
-  (ok ? g_passed : g_failed) += 1;
-  std::printf("  %s %-70s wrong tokens %d, max logprob error %.2e\n", ok ? "ok  " : "FAIL", name,
-              bad, max_err);
-}
-
 // ---- dtype conversion ------------------------------------------------------------------------
 
 uint32_t f32_bits(float f) {
@@ -713,11 +660,6 @@ void elementwise_suite() {
       test_kv_write(t, 5, 4, 8, bs);
     }
   }
-  for (DType t : {DType::kBF16, DType::kF16, DType::kF32}) {
-    test_greedy(t, 7, 128256);
-    test_greedy(t, 64, 1000);
-    test_greedy(t, 5, 3);
-  }
   cudaError_t err;
   GemmContext* ctx = gemm_create(32 << 20, &err);
   CK(err);
@@ -736,13 +678,15 @@ void elementwise_suite() {
 
 }  // namespace
 
-void bench_main();  // kernel_bench.cpp
+void bench_main();                                                  // kernel_bench.cpp
+void sampler_suite(const std::string& filter, int& passed, int& failed);  // sampler_tests.cpp
+void sampler_bench();                                               // sampler_tests.cpp
 
 }  // namespace pagellm::cuda::test
 
 int main(int argc, char** argv) {
   using namespace pagellm::cuda::test;
-  bool bench = false, tests = true;
+  bool bench = false, tests = true, sampler_only_bench = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--filter" && i + 1 < argc)
@@ -752,8 +696,12 @@ int main(int argc, char** argv) {
     else if (a == "--bench-only") {
       bench = true;
       tests = false;
+    } else if (a == "--sampler-bench") {
+      sampler_only_bench = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--filter SUBSTRING] [--bench | --bench-only]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--filter SUBSTRING] [--bench | --bench-only] [--sampler-bench]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -767,10 +715,12 @@ int main(int argc, char** argv) {
     convert_suite();
     elementwise_suite();
     attention_suite();
+    sampler_suite(g_filter, g_passed, g_failed);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("kernel tests: %d passed, %d failed (%.1f s)\n", g_passed, g_failed, secs);
   }
   if (bench) bench_main();
+  if (bench || sampler_only_bench) sampler_bench();
   return g_failed == 0 ? 0 : 1;
 }

@@ -26,7 +26,7 @@ timeout 120 "$B/cuda_probe" > "$LOGS/probe.log" 2>&1
 say "probe: $(grep -iE 'copy|gemm|tflop|GB/s' "$LOGS/probe.log" | tr '\n' ' ' | cut -c1-300)"
 
 if [ "$ONLY_HF" = 0 ]; then
-  timeout 300 "$B/cuda_kernel_tests" > "$LOGS/kernel_tests.log" 2>&1
+  timeout 300 "$B/cuda_kernel_tests" --sampler-bench > "$LOGS/kernel_tests.log" 2>&1
   say "kernel tests (exit $?): $(grep -E '^kernel tests:' "$LOGS/kernel_tests.log")"
   grep -E "FAIL" "$LOGS/kernel_tests.log" | head -20 | tee -a "$SUMMARY"
   grep -E "sampl" "$LOGS/kernel_tests.log" | grep -iE "bench|us|µs" | head -12 | tee -a "$SUMMARY"

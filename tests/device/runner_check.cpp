@@ -1,7 +1,8 @@
 // End-to-end checks and first performance numbers of the CUDA runner, run on the GPU machine:
 //   cuda_runner_check MODELS_DIR [--skip-perf]
 // 1. stories260K in fp32 on the GPU: 256 greedy tokens equal the CPU runner's (which reproduces
-//    llama2.c), with CUDA graphs and without.
+//    llama2.c), with CUDA graphs and without; seeded sampling of 8 seqs x 64 steps through
+//    execute() (the GPU sampler) gives the CPU runner's tokens and logprobs.
 // 2. A random tiny model with every optional path (bias, q/k norm, GQA, untied head, llama3 RoPE),
 //    head_dim 16 and 64: fp32 GPU logits match the CPU runner's over chunked prefill + batched
 //    decode; bf16/f16 obey the top-5 logprob-closeness rule.
@@ -60,6 +61,88 @@ std::string readme_sample(const std::filesystem::path& dir) {
   return b == std::string::npos || e == std::string::npos ? "" : s.substr(b + 4, e - b - 4);
 }
 
+// Seeded sampling through execute(): 8 seqs decoded together for 64 steps with T 0.8, top-p 0.9,
+// top-k 40 and 5 logprobs (odd seqs also with repetition and presence penalties, seq 0 with prompt
+// logprobs). Returns every step's output per seq.
+struct SampledRun {
+  std::vector<std::vector<int32_t>> tokens;              // [seq][step]
+  std::vector<std::vector<TokenLogprobs>> logprobs;      // [seq][step]
+  std::vector<TokenLogprobs> prompt_logprobs;            // seq 0
+};
+
+template <typename Runner>
+SampledRun sample_batch(Runner& r) {
+  constexpr int kSeqs = 8, kSteps = 64;
+  std::vector<SamplingParams> params(kSeqs);
+  std::vector<testing::TestSeq> seqs;
+  std::vector<std::vector<int32_t>> prompts;
+  SampledRun run;
+  run.tokens.resize(kSeqs);
+  run.logprobs.resize(kSeqs);
+  for (int s = 0; s < kSeqs; ++s) {
+    params[size_t(s)].temperature = 0.8f;
+    params[size_t(s)].top_p = 0.9f;
+    params[size_t(s)].top_k = 40;
+    params[size_t(s)].logprobs = 5;
+    if (s % 2) {
+      params[size_t(s)].repetition_penalty = 1.1f;
+      params[size_t(s)].presence_penalty = 0.2f;
+    }
+    seqs.emplace_back(s, 6, std::vector<int32_t>{1, int32_t(50 + 7 * s), int32_t(300 + s)});
+    prompts.push_back(seqs.back().tokens);
+  }
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<engine::ScheduledSeq> sch;
+    for (int s = 0; s < kSeqs; ++s) {
+      engine::ScheduledSeq x = seqs[size_t(s)].schedule();
+      x.params = &params[size_t(s)];
+      x.seed = 1000 + uint64_t(s);
+      x.prompt_token_ids = prompts[size_t(s)];
+      x.output_token_ids = run.tokens[size_t(s)];
+      x.prompt_logprobs = s == 0 ? 3 : 0;
+      sch.push_back(x);
+    }
+    engine::ModelRunnerOutput out = r.execute(testing::make_batch(sch));
+    for (int s = 0; s < kSeqs; ++s) {
+      testing::TestSeq& seq = seqs[size_t(s)];
+      seq.num_computed = int32_t(seq.tokens.size());
+      const int32_t tok = out.sampled_token_ids[size_t(s)];
+      run.tokens[size_t(s)].push_back(tok);
+      run.logprobs[size_t(s)].push_back(out.sampled_logprobs[size_t(s)].value_or(TokenLogprobs{}));
+      seq.tokens.push_back(tok);
+    }
+    for (TokenLogprobs& lp : out.prompt_logprobs[0]) run.prompt_logprobs.push_back(std::move(lp));
+  }
+  return run;
+}
+
+// Same tokens everywhere, logprobs within 1e-4, same top-N ids.
+bool same_run(const SampledRun& a, const SampledRun& b, std::string& detail) {
+  size_t equal = 0, total = 0, bad_lp = 0;
+  auto close = [](const TokenLogprobs& x, const TokenLogprobs& y) {
+    if (x.token_id != y.token_id || x.top.size() != y.top.size()) return false;
+    if (std::fabs(x.logprob - y.logprob) > 1e-4f) return false;
+    for (size_t i = 0; i < x.top.size(); ++i)
+      if (x.top[i].first != y.top[i].first || std::fabs(x.top[i].second - y.top[i].second) > 1e-4f)
+        return false;
+    return true;
+  };
+  for (size_t s = 0; s < a.tokens.size(); ++s)
+    for (size_t i = 0; i < a.tokens[s].size(); ++i) {
+      ++total;
+      equal += a.tokens[s][i] == b.tokens[s][i];
+      bad_lp += !close(a.logprobs[s][i], b.logprobs[s][i]);
+    }
+  size_t bad_prompt = a.prompt_logprobs.size() != b.prompt_logprobs.size();
+  for (size_t i = 0; !bad_prompt && i < a.prompt_logprobs.size(); ++i)
+    bad_prompt += !close(a.prompt_logprobs[i], b.prompt_logprobs[i]);
+  detail = std::to_string(equal) + "/" + std::to_string(total) + " sampled tokens equal, " +
+           std::to_string(bad_lp) + " logprob mismatches, " +
+           std::to_string(a.prompt_logprobs.size()) + " prompt logprobs " +
+           (bad_prompt ? "DIFFER" : "equal");
+  return equal == total && bad_lp == 0 && !bad_prompt;
+}
+
 void check_stories(const std::filesystem::path& dir) {
   std::printf("== stories260K fp32 (GPU vs CPU runner vs llama2.c)\n");
   EngineArgs args;
@@ -68,6 +151,7 @@ void check_stories(const std::filesystem::path& dir) {
   auto cpu = runner::load_model(args);
   auto& cpu_runner = dynamic_cast<runner::CpuRunner&>(*cpu.runner);
   const auto cpu_ids = greedy(cpu_runner, {1}, 256, 17);
+  const SampledRun cpu_sampled = sample_batch(cpu_runner);
   const io::WeightStore store = io::WeightStore::open(dir);
   for (bool eager : {false, true}) {
     runner::CudaRunnerOptions o;
@@ -110,6 +194,13 @@ void check_stories(const std::filesystem::path& dir) {
       report(same && max_lp_err < 1e-4,
              std::string(eager ? "eager" : "graphs") + ": GPU greedy sampling: 64 tokens " +
                  (same ? "equal" : "DIFFER") + ", max logprob error " + std::to_string(max_lp_err));
+    }
+    {
+      std::string detail;
+      const bool ok = same_run(cpu_sampled, sample_batch(gpu), detail);
+      report(ok, std::string(eager ? "eager" : "graphs") +
+                     ": seeded sampling (T 0.8, top-p 0.9, top-k 40, 5 logprobs), 8 seqs x 64 "
+                     "steps vs the CPU runner: " + detail);
     }
     const std::string text = testing::decode_with_vocab(dir / "tokenizer.json", ids);
     report(text == readme_sample(dir),

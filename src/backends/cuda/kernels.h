@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/cuda/sample_rows.h"
 #include "common/dtype.h"
 
 namespace pagellm::cuda {
@@ -174,18 +175,27 @@ cudaError_t plan_attention(const AttentionParams& p, const int32_t* query_start_
 cudaError_t run_attention(const AttentionParams& p, const AttentionPlan& plan, void* workspace,
                           cudaStream_t stream);
 
-// ---- sampling.cu -------------------------------------------------------------------------------
-// Greedy choice per row with engine::sample_token's semantics for rows without bans, penalties or
-// top-N logprobs (see sampling.cu); token -1 where every logit is -inf (the host decides).
-struct GreedySampleParams {
+// ---- sampler.cu --------------------------------------------------------------------------------
+// The CPU sampler's pipeline (engine/sampler.cpp, see its header comment) for every row on the GPU:
+// raw logprobs + top-N, bans and penalties, greedy or temperature / top-k / top-p / min-p and the
+// two-level inverse-CDF draw in token-id order with the row's uniform u. Weights are
+// (float)exp((double)((x - max) / T)) on both backends, block masses and the draw use the CPU's
+// summation order, and top-p sums in the CPU's order whenever its candidate prefix has at most
+// kSampleSortMax tokens, so the GPU draws the CPU's token (see sampler.cu for the rare exceptions).
+// The model-dtype logits are left untouched; `work` and `weights` are fp32 scratch.
+constexpr int kSampleSortMax = 2048;
+struct SampleParams {
   DType dtype = DType::kBF16;
-  const void* logits = nullptr;  // [num_rows, vocab]
+  const void* logits = nullptr;   // [num_rows, vocab]
   int num_rows = 0;
   int vocab = 0;
-  int32_t* tokens = nullptr;  // [num_rows]
-  float* logprobs = nullptr;  // [num_rows] raw-model logprob of the chosen token
+  const SampleRow* rows = nullptr;  // [num_rows]
+  const int32_t* ids = nullptr;     // flat id lists indexed by SampleRow::ids_begin (may be null)
+  float* work = nullptr;            // [num_rows, vocab] scratch: cleaned, penalized logits
+  float* weights = nullptr;         // [num_rows, vocab] scratch: flags, then weights
+  SampleOutput* out = nullptr;      // [num_rows]
 };
-cudaError_t greedy_sample(const GreedySampleParams& p, cudaStream_t stream);
+cudaError_t sample(const SampleParams& p, cudaStream_t stream);
 
 // ---- fill.cu -----------------------------------------------------------------------------------
 // Dummy weights (--load-format dummy) generated on the device with the CPU loader's counter-based

@@ -1,0 +1,710 @@
+// The CPU sampler's pipeline (engine/sampler.cpp) on the GPU: one CTA of 512 threads per row.
+//
+// Exactness: the penalized row uses the CPU's float operations per element (no FMA contraction:
+// explicit _rn intrinsics), weights are (float)exp((double)((x - max) / T)) on both sides, and the
+// final block masses, their total and the draw are summed in exactly the CPU's order (8 interleaved
+// lanes per 1024-id block combined as a tree, blocks in order, the chosen block token by token).
+// Truncation cuts are found without sorting the row: radix selection over order-preserving keys of
+// x (digits of 12, 12 and 8 bits, histograms in shared memory; top-p histograms also carry the
+// mass in double), then ties at the cut value resolved by id with an ordered block scan. Top-p's
+// prefix is then gathered and summed in the CPU's (x desc, id asc) order whenever it has at most
+// kSampleSortMax tokens, so the cut is the CPU's; only larger prefixes (near-flat rows) use the
+// histogram sums, whose rounding can move the cut where the target is within ~1e-15 relative of a
+// prefix sum.
+#include <cfloat>
+#include <climits>
+
+#include "backends/cuda/common.cuh"
+
+namespace pagellm::cuda {
+namespace {
+
+// 512 threads per row. The same code with 1024 threads (64 registers per thread) returned wrong
+// block reductions on an H100 (all -inf rows reduced to finite maxima, argmax losing the maximum)
+// while the 512-thread build, the ptxas -O0 build and a host emulation of the kernel were exact on
+// the same inputs; the cause was not pinned down, so do not raise this without rerunning
+// tests/device (cuda_kernel_tests --filter sampler).
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr int kDrawBlock = 1024;               // engine/sampler.cpp's kDrawBlock
+constexpr int kBins = 4096;                    // the widest radix digit (12 bits)
+constexpr int kMaxVocab = kBins * kDrawBlock;  // block masses reuse the mass histogram
+constexpr int kSortMax = kSampleSortMax;
+
+// Per-(row, id) flags of the penalty step, kept in the row's weight scratch before the weights.
+constexpr uint32_t kBanned = 1u << 31, kRepeated = 1u << 30, kClaimed = 1u << 29;
+constexpr uint32_t kCountMask = kClaimed - 1;  // occurrences in the output
+
+struct Smem {
+  int hist[kBins];                           // radix histogram: counts
+  double mass[kBins];                        // radix mass, or per-block draw masses
+  float cand_x[kSortMax], cand_w[kSortMax];  // gathered candidates, any order
+  int cand_id[kSortMax];
+  float sort_x[kSortMax], sort_w[kSortMax];  // the same, best first
+  int sort_id[kSortMax];
+  // Everything here is plain data with one layout in host and device compilation (sizeof(Smem) is
+  // taken on the host for the launch).
+  double scan_d[kWarps];
+  int scan_i[kWarps];
+  double red_d[kWarps];
+  float red_f[kWarps];
+  int red_i[kWarps];
+  int sel, last, count, found, ival;
+  double dval;
+};
+
+// The kept set of a truncation: a prefix of the (x desc, id asc) order ending at (x, id).
+struct Cut {
+  bool active = false;
+  float x = 0.0f;
+  int id = 0;
+};
+
+__device__ __forceinline__ bool within(const Cut& c, float x, int i) {
+  return !c.active || x > c.x || (x == c.x && i <= c.id);
+}
+
+__device__ __forceinline__ bool better(float xa, int a, float xb, int b) {
+  return xa > xb || (xa == xb && a < b);
+}
+
+__device__ __forceinline__ float clean(float x) {
+  if (x != x) return -INFINITY;
+  return x > FLT_MAX ? FLT_MAX : x;
+}
+
+// Order-preserving key, ascending as x descends; -0 and +0 share a key (they compare equal).
+__device__ __forceinline__ uint32_t key_of(float x) {
+  if (x == 0.0f) x = 0.0f;
+  const uint32_t b = __float_as_uint(x);
+  return ~((b & 0x80000000u) ? ~b : (b | 0x80000000u));
+}
+
+__device__ __forceinline__ float value_of(uint32_t key) {
+  const uint32_t u = ~key;
+  return __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
+}
+
+// Which ids a selection runs over.
+struct Pred {
+  int kind = 0;  // 0: every id; 1: w > 0; 2: w > 0 and within `cut`
+  Cut cut;
+  __device__ bool operator()(const float* w, int i, float xi) const {
+    if (kind == 0) return true;
+    if (!(w[i] > 0.0f)) return false;
+    return kind == 1 || within(cut, xi, i);
+  }
+};
+
+// ---- block-wide reductions (every thread gets the result) --------------------------------------
+
+__device__ double block_sum(double v, Smem& s) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) s.red_d[threadIdx.x >> 5] = v;
+  __syncthreads();
+  double t = 0.0;
+  for (int w = 0; w < kWarps; ++w) t += s.red_d[w];
+  return t;
+}
+
+__device__ int block_sum(int v, Smem& s) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) s.red_i[threadIdx.x >> 5] = v;
+  __syncthreads();
+  int t = 0;
+  for (int w = 0; w < kWarps; ++w) t += s.red_i[w];
+  return t;
+}
+
+__device__ int block_min(int v, Smem& s) {
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) s.red_i[threadIdx.x >> 5] = v;
+  __syncthreads();
+  int t = INT_MAX;
+  for (int w = 0; w < kWarps; ++w) t = min(t, s.red_i[w]);
+  return t;
+}
+
+// (max value, lowest id among the maxima).
+__device__ void block_argmax(float& v, int& id, Smem& s) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
+    const int id2 = __shfl_xor_sync(0xffffffffu, id, o);
+    if (better(v2, id2, v, id)) v = v2, id = id2;
+  }
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) {
+    s.red_f[threadIdx.x >> 5] = v;
+    s.red_i[threadIdx.x >> 5] = id;
+  }
+  __syncthreads();
+  v = s.red_f[0];
+  id = s.red_i[0];
+  for (int w = 1; w < kWarps; ++w)
+    if (better(s.red_f[w], s.red_i[w], v, id)) v = s.red_f[w], id = s.red_i[w];
+}
+
+// Block-wide exclusive prefix sum in thread order, and the total (every thread gets it).
+template <typename V>
+__device__ void block_scan(V v, V& excl, V& total, V* warp_totals) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  V inc = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const V n = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += n;
+  }
+  const V up = __shfl_up_sync(0xffffffffu, inc, 1);
+  __syncthreads();  // warp_totals may still be read by a previous call
+  if (lane == 31) warp_totals[warp] = inc;
+  __syncthreads();
+  V before = 0, sum = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    if (w < warp) before += warp_totals[w];
+    sum += warp_totals[w];
+  }
+  excl = before + (lane > 0 ? up : V(0));
+  total = sum;
+}
+__device__ __forceinline__ void scan(Smem& s, int v, int& excl, int& total) {
+  block_scan(v, excl, total, s.scan_i);
+}
+__device__ __forceinline__ void scan(Smem& s, double v, double& excl, double& total) {
+  block_scan(v, excl, total, s.scan_d);
+}
+
+// ---- radix selection ---------------------------------------------------------------------------
+
+struct Digit {
+  int shift, bits;
+};
+constexpr int kNumDigits = 3;
+__device__ __forceinline__ Digit digit(int pass) {  // 12 + 12 + 8 bits, most significant first
+  return pass == 0 ? Digit{20, 12} : pass == 1 ? Digit{8, 12} : Digit{0, 8};
+}
+
+// Counts (and with_mass, sums w of) the selected ids whose key matches `prefix` on `mask`, by the
+// digit at `d`.
+__device__ void histogram(Smem& s, const float* x, const float* w, int vocab, const Pred& pred,
+                          uint32_t prefix, uint32_t mask, Digit d, bool with_mass) {
+  const int nb = 1 << d.bits;
+  __syncthreads();  // the previous pass's histogram may still be read
+  for (int j = threadIdx.x; j < nb; j += kThreads) {
+    s.hist[j] = 0;
+    s.mass[j] = 0.0;
+  }
+  __syncthreads();
+  // Whole warps walk the row together (the match below needs every lane of the warp).
+  const int lane = threadIdx.x & 31;
+  for (int base = int(threadIdx.x) - lane; base < vocab; base += kThreads) {
+    const int i = base + lane;
+    int bin = -1;
+    if (i < vocab) {
+      const float xi = x[i];
+      const uint32_t key = key_of(xi);
+      if (pred(w, i, xi) && (key & mask) == prefix) bin = int((key >> d.shift) & uint32_t(nb - 1));
+    }
+    if (with_mass) {
+      if (bin >= 0) {
+        atomicAdd(&s.hist[bin], 1);
+        atomicAdd(&s.mass[bin], double(w[i]));
+      }
+    } else {
+      // Peaked rows put most ids into a few bins: one shared atomic per distinct bin per warp.
+      const unsigned peers = __match_any_sync(0xffffffffu, bin);
+      if (bin >= 0 && lane == __ffs(peers) - 1) atomicAdd(&s.hist[bin], __popc(peers));
+    }
+  }
+  __syncthreads();
+}
+
+// The first nonempty bin (in key order) whose inclusive running value reaches `target`, or the last
+// nonempty bin when rounding leaves the target unreached; `before` = the running value before it.
+template <typename V>
+__device__ int find_bin(Smem& s, const V* val, int nb, V target, V& before) {
+  const int per = (nb + kThreads - 1) / kThreads;
+  const int lo = min(nb, int(threadIdx.x) * per), hi = min(nb, lo + per);
+  V local = 0;
+  for (int j = lo; j < hi; ++j) local += val[j];
+  if (threadIdx.x == 0) {
+    s.sel = INT_MAX;
+    s.last = -1;
+  }
+  __syncthreads();
+  V excl, total;
+  scan(s, local, excl, total);
+  V run = excl;
+  for (int j = lo; j < hi; ++j) {
+    const V after = run + val[j];
+    if (s.hist[j] > 0) {
+      atomicMax(&s.last, j);
+      if (after >= target) {
+        atomicMin(&s.sel, j);
+        break;
+      }
+    }
+    run = after;
+  }
+  __syncthreads();
+  int bin = s.sel != INT_MAX ? s.sel : max(s.last, 0);
+  if (bin >= lo && bin < hi) {
+    run = excl;
+    for (int j = lo; j < bin; ++j) run += val[j];
+    if constexpr (sizeof(V) == 8)
+      s.dval = double(run);
+    else
+      s.ival = int(run);
+  }
+  __syncthreads();
+  if constexpr (sizeof(V) == 8)
+    before = V(s.dval);
+  else
+    before = V(s.ival);
+  __syncthreads();
+  return bin;
+}
+
+// The need-th (1-based) lowest id among the `num_ties` selected ids with key `key`. The first or
+// last of them (the common case: a unique value at the cut) takes one pass with an atomic; other
+// ranks an ordered block scan.
+__device__ int nth_tie(Smem& s, const float* x, const float* w, int vocab, const Pred& pred,
+                       uint32_t key, int need, int num_ties) {
+  if (need == 1 || need == num_ties) {
+    const bool first = need == 1;
+    if (threadIdx.x == 0) s.found = first ? INT_MAX : -1;
+    __syncthreads();
+    int mine = first ? INT_MAX : -1;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < vocab; i += kThreads) {
+      const float xi = x[i];
+      if (pred(w, i, xi) && key_of(xi) == key) {
+        mine = i;
+        if (first) break;
+      }
+    }
+    if (first && mine != INT_MAX) atomicMin(&s.found, mine);
+    if (!first && mine >= 0) atomicMax(&s.found, mine);
+    __syncthreads();
+    const int id = s.found;
+    __syncthreads();
+    return id < 0 || id == INT_MAX ? 0 : id;
+  }
+  if (threadIdx.x == 0) s.found = -1;
+  for (int base = 0; base < vocab; base += kThreads) {
+    const int i = base + int(threadIdx.x);
+    int f = 0;
+    if (i < vocab) {
+      const float xi = x[i];
+      f = pred(w, i, xi) && key_of(xi) == key;
+    }
+    int pos, total;
+    __syncthreads();
+    scan(s, f, pos, total);
+    if (f && pos == need - 1) s.found = i;
+    if (need <= total) break;
+    need -= total;
+  }
+  __syncthreads();
+  const int id = s.found;
+  __syncthreads();
+  return id < 0 ? 0 : id;
+}
+
+// The k-th best selected id (1 <= k <= number selected) as a cut.
+__device__ Cut select_kth(Smem& s, const float* x, const float* w, int vocab, const Pred& pred,
+                          int k) {
+  uint32_t prefix = 0, mask = 0;
+  int need = k, num_ties = 0;
+  for (int pass = 0; pass < kNumDigits; ++pass) {
+    const Digit d = digit(pass);
+    histogram(s, x, w, vocab, pred, prefix, mask, d, false);
+    int before = 0;
+    const int bin = find_bin(s, s.hist, 1 << d.bits, need, before);
+    need -= before;
+    num_ties = s.hist[bin];  // the last pass's bin: every selected id with exactly this key
+    prefix |= uint32_t(bin) << d.shift;
+    mask |= uint32_t((1 << d.bits) - 1) << d.shift;
+  }
+  const int id = nth_tie(s, x, w, vocab, pred, prefix, need, num_ties);
+  return Cut{true, x[id], id};
+}
+
+// The key at which the running mass (best first) of the selected ids reaches `target`; `before`:
+// the mass of the selected ids with smaller keys (histogram order).
+__device__ uint32_t select_mass(Smem& s, const float* x, const float* w, int vocab,
+                                const Pred& pred, double target, double& before) {
+  uint32_t prefix = 0, mask = 0;
+  before = 0.0;
+  for (int pass = 0; pass < kNumDigits; ++pass) {
+    const Digit d = digit(pass);
+    histogram(s, x, w, vocab, pred, prefix, mask, d, true);
+    double b = 0.0;
+    const int bin = find_bin(s, s.mass, 1 << d.bits, target, b);
+    target -= b;
+    before += b;
+    prefix |= uint32_t(bin) << d.shift;
+    mask |= uint32_t((1 << d.bits) - 1) << d.shift;
+  }
+  return prefix;
+}
+
+// Gathers the selected ids within `bound` (at most kSortMax) and sorts them best first into
+// sort_*; returns how many.
+__device__ int gather_sorted(Smem& s, const float* x, const float* w, int vocab, const Pred& pred,
+                             const Cut& bound) {
+  if (threadIdx.x == 0) s.count = 0;
+  __syncthreads();
+#pragma unroll 4
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float xi = x[i];
+    if (!pred(w, i, xi) || !within(bound, xi, i)) continue;
+    const int slot = atomicAdd(&s.count, 1);
+    if (slot < kSortMax) {
+      s.cand_x[slot] = xi;
+      s.cand_id[slot] = i;
+      s.cand_w[slot] = pred.kind == 0 ? 0.0f : w[i];
+    }
+  }
+  __syncthreads();
+  const int n = min(s.count, kSortMax);
+  for (int e = threadIdx.x; e < n; e += kThreads) {
+    const float xe = s.cand_x[e];
+    const int ie = s.cand_id[e];
+    int rank = 0;
+    for (int j = 0; j < n; ++j) rank += better(s.cand_x[j], s.cand_id[j], xe, ie);
+    s.sort_x[rank] = xe;
+    s.sort_id[rank] = ie;
+    s.sort_w[rank] = s.cand_w[e];
+  }
+  __syncthreads();
+  return n;
+}
+
+__device__ int count_within(Smem& s, const float* x, const float* w, int vocab, const Pred& pred,
+                            const Cut& bound) {
+  int c = 0;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float xi = x[i];
+    c += pred(w, i, xi) && within(bound, xi, i);
+  }
+  return block_sum(c, s);
+}
+
+// Top-p over the n sorted candidates as the CPU computes it: the first prefix whose running sum
+// (in order, double) reaches `target`; with target < 0, target = top_p * (their sum in order).
+__device__ Cut prefix_cut(Smem& s, int n, double target, float top_p) {
+  if (threadIdx.x == 0) {
+    if (target < 0.0) {
+      double total = 0.0;
+      for (int j = 0; j < n; ++j) total += s.sort_w[j];
+      target = double(top_p) * total;
+    }
+    double cum = 0.0;
+    int j = 0;
+    for (; j < n; ++j) {
+      cum += s.sort_w[j];
+      if (cum >= target) break;
+    }
+    s.ival = min(j, n - 1);
+  }
+  __syncthreads();
+  const int j = s.ival;
+  const Cut c{true, s.sort_x[j], s.sort_id[j]};
+  __syncthreads();
+  return c;
+}
+
+// Per 1024-id block: the mass of the kept weights in sum_lanes order (8 interleaved partial sums,
+// combined as a tree), into s.mass; returns their total summed block by block. With `apply`, the
+// weights outside `cut` or below `min_w` are zeroed first (the CPU's apply_cut).
+__device__ double block_masses(Smem& s, const float* x, float* w, int vocab, const Cut& cut,
+                               float min_w, bool apply) {
+  const int num_blocks = (vocab + kDrawBlock - 1) / kDrawBlock;
+  const int lane = threadIdx.x & 31, group = lane >> 3, j = lane & 7;
+  for (int b0 = int(threadIdx.x >> 5) * 4; b0 < num_blocks; b0 += kWarps * 4) {
+    const int b = b0 + group;
+    double acc = 0.0;
+    if (b < num_blocks) {
+      const int end = min(vocab, (b + 1) * kDrawBlock);
+      for (int i = b * kDrawBlock + j; i < end; i += 8) {
+        float wi = w[i];
+        if (apply && (!within(cut, x[i], i) || wi < min_w)) {
+          wi = 0.0f;
+          w[i] = 0.0f;
+        }
+        acc += wi;
+      }
+    }
+    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+    if (j == 0 && b < num_blocks) s.mass[b] = acc;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0.0;
+    for (int b = 0; b < num_blocks; ++b) total += s.mass[b];
+    s.dval = total;
+  }
+  __syncthreads();
+  const double total = s.dval;
+  __syncthreads();
+  return total;
+}
+
+// Top-p over the top-k set (or every id with w > 0): the CPU's cut whenever the prefix to sum has
+// at most kSortMax ids.
+__device__ Cut top_p_cut(Smem& s, const SampleRow& r, const float* x, float* w, int vocab,
+                         const Cut& cut_k, int num_positive) {
+  const Pred set{cut_k.active ? 2 : 1, cut_k};
+  const Cut none{};
+  double total;
+  if (r.top_k > 0) {  // the CPU sums the top-k set's mass in order
+    const int num_set = cut_k.active ? r.top_k : num_positive;
+    if (num_set <= kSortMax)
+      return prefix_cut(s, gather_sorted(s, x, w, vocab, set, none), -1.0, r.top_p);
+    double part = 0.0;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < vocab; i += kThreads)
+      if (set(w, i, x[i])) part += w[i];
+    total = block_sum(part, s);
+  } else {
+    total = block_masses(s, x, w, vocab, none, 0.0f, false);
+  }
+  const double target = double(r.top_p) * total;
+  double before = 0.0;
+  // A slightly larger target bounds the prefix safely despite the histograms' summation order.
+  const uint32_t bound_key = select_mass(s, x, w, vocab, set, target * (1.0 + 1e-9), before);
+  const Cut bound{true, value_of(bound_key), INT_MAX};
+  if (count_within(s, x, w, vocab, set, bound) <= kSortMax)
+    return prefix_cut(s, gather_sorted(s, x, w, vocab, set, bound), target, r.top_p);
+  // Too long a prefix to sort (a near-flat row): the cut from the histogram sums.
+  const uint32_t key = select_mass(s, x, w, vocab, set, target, before);
+  int ties = 0;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < vocab; i += kThreads)
+    ties += set(w, i, x[i]) && key_of(x[i]) == key;
+  ties = block_sum(ties, s);
+  const int first = nth_tie(s, x, w, vocab, set, key, 1, ties);
+  const double need = ceil((target - before) / double(w[first]));
+  const int nth = int(fmin(fmax(need, 1.0), double(ties)));
+  const int id = nth_tie(s, x, w, vocab, set, key, nth, ties);
+  return Cut{true, x[id], id};
+}
+
+// The CPU's two-level inverse-CDF draw over the kept weights (s.mass holds the block masses).
+__device__ int draw(Smem& s, const float* w, int vocab, double total, double u) {
+  const int num_blocks = (vocab + kDrawBlock - 1) / kDrawBlock;
+  if (threadIdx.x == 0) {
+    const double target = u * total;
+    double cum = 0.0;
+    int block = num_blocks;
+    bool reached = false;
+    for (int b = 0; b < num_blocks && !reached; ++b) {
+      if (s.mass[b] > 0.0) block = b;
+      reached = cum + s.mass[b] > target;
+      if (!reached) cum += s.mass[b];
+    }
+    s.ival = block == num_blocks ? -1 : block;
+    s.dval = reached ? target - cum : INFINITY;
+  }
+  __syncthreads();
+  const int block = s.ival;
+  const double rest = s.dval;
+  __syncthreads();
+  if (block < 0) return -1;
+  const int begin = block * kDrawBlock, end = min(vocab, begin + kDrawBlock);
+  for (int i = begin + int(threadIdx.x); i < end; i += kThreads) s.cand_w[i - begin] = w[i];
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double run = 0.0;
+    int last = -1;
+    for (int i = begin; i < end; ++i) {
+      const float wi = s.cand_w[i - begin];
+      if (!(wi > 0.0f)) continue;
+      run += wi;
+      last = i;
+      if (run > rest) break;
+    }
+    s.ival = last;
+  }
+  __syncthreads();
+  const int token = s.ival;
+  __syncthreads();
+  return token;
+}
+
+// Steps 5 and 6 for a row whose penalized max `max_x` is finite.
+__device__ int sample_row(Smem& s, const SampleRow& r, const float* x, float* w, int vocab,
+                          float max_x) {
+  int num_positive = 0;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float z = __fdiv_rn(__fsub_rn(x[i], max_x), r.temperature);
+    const float wi = float(exp(double(z)));
+    w[i] = wi;
+    num_positive += wi > 0.0f;
+  }
+  num_positive = block_sum(num_positive, s);
+  Cut cut;
+  if ((r.top_k > 0 && r.top_k < vocab) || r.top_p < 1.0f) {
+    if (r.top_k > 0 && r.top_k <= num_positive)
+      cut = select_kth(s, x, w, vocab, Pred{1, {}}, r.top_k);
+    if (r.top_p < 1.0f) cut = top_p_cut(s, r, x, w, vocab, cut, num_positive);
+  }
+  const double total = block_masses(s, x, w, vocab, cut, r.min_p, true);
+  return draw(s, w, vocab, total, r.u);
+}
+
+// Step 3: bans, repetition, frequency and presence penalties on the listed ids. Flags and counts
+// live in the row's weight scratch (`flags`), zeroed at the listed ids first; the first thread to
+// claim an id applies all of its penalties in the CPU's order.
+__device__ void apply_penalties(const SampleRow& r, const int32_t* list, float* x, uint32_t* flags,
+                                int vocab) {
+  const int nb = r.num_banned, np = r.num_prompt, n = r.num_banned + r.num_prompt + r.num_output;
+  if (n == 0) return;
+  const bool rep = r.repetition_penalty != 1.0f;
+  const bool freq = r.frequency_penalty != 0.0f || r.presence_penalty != 0.0f;
+  for (int e = threadIdx.x; e < n; e += kThreads)
+    if (list[e] >= 0 && list[e] < vocab) flags[list[e]] = 0;
+  __syncthreads();
+  for (int e = threadIdx.x; e < n; e += kThreads) {
+    const int id = list[e];
+    if (id < 0 || id >= vocab) continue;
+    if (e < nb) {
+      atomicOr(&flags[id], kBanned);
+      continue;
+    }
+    if (rep) atomicOr(&flags[id], kRepeated);
+    if (freq && e >= nb + np) atomicAdd(&flags[id], 1u);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < n; e += kThreads) {
+    const int id = list[e];
+    if (id < 0 || id >= vocab) continue;
+    const uint32_t f = atomicOr(&flags[id], kClaimed);
+    if (f & kClaimed) continue;
+    float v = x[id];
+    if (f & kBanned) v = -INFINITY;
+    if (f & kRepeated)
+      v = v > 0.0f ? __fdiv_rn(v, r.repetition_penalty) : __fmul_rn(v, r.repetition_penalty);
+    if (const uint32_t count = f & kCountMask) {
+      v = __fsub_rn(v, __fmul_rn(r.frequency_penalty, float(count)));
+      v = __fsub_rn(v, r.presence_penalty);
+    }
+    x[id] = v;
+  }
+  __syncthreads();
+}
+
+// The lowest id not in `banned` (0 when every id is banned): among the first num_banned + 1 ids,
+// marked in `marks` (the row's flag scratch, free again once every logit is -inf).
+__device__ int fallback_token(Smem& s, const int32_t* banned, int num_banned, int vocab,
+                              uint32_t* marks) {
+  const int limit = min(num_banned, vocab - 1);
+  for (int t = threadIdx.x; t <= limit; t += kThreads) marks[t] = 0;
+  __syncthreads();
+  for (int e = threadIdx.x; e < num_banned; e += kThreads)
+    if (banned[e] >= 0 && banned[e] <= limit) marks[banned[e]] = 1;
+  __syncthreads();
+  int best = INT_MAX;
+  for (int t = threadIdx.x; t <= limit; t += kThreads)
+    if (marks[t] == 0) best = min(best, t);
+  best = block_min(best, s);
+  return best == INT_MAX ? 0 : best;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant__ SampleParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Smem& s = *reinterpret_cast<Smem*>(smem_raw);
+  const int vocab = p.vocab;
+  const SampleRow r = p.rows[blockIdx.x];
+  const T* logits = static_cast<const T*>(p.logits) + int64_t(blockIdx.x) * vocab;  // [vocab]
+  float* x = p.work + int64_t(blockIdx.x) * vocab;                                  // [vocab]
+  float* w = p.weights + int64_t(blockIdx.x) * vocab;                               // [vocab]
+  SampleOutput& out = p.out[blockIdx.x];
+
+  // Steps 1-2: the clean raw row, its log-sum-exp and the raw top-N.
+  float m = -INFINITY;
+  int m_id = INT_MAX;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float v = clean(to_float(logits[i]));
+    x[i] = v;
+    if (better(v, i, m, m_id)) m = v, m_id = i;
+  }
+  block_argmax(m, m_id, s);
+  double sum = 0.0;
+  if (m > -INFINITY) {
+#pragma unroll 4
+    for (int i = threadIdx.x; i < vocab; i += kThreads) sum += double(expf(x[i] - m));
+  }
+  sum = block_sum(sum, s);
+  const double lse = m > -INFINITY ? double(m) + log(sum) : -INFINITY;
+  auto logprob = [&](float raw) { return m > -INFINITY ? float(double(raw) - lse) : -INFINITY; };
+  const int num_top = min(max(r.num_top, 0), min(vocab, kMaxTopLogprobs));
+  if (num_top > 0) {
+    const Pred all{};
+    const Cut cut = select_kth(s, x, w, vocab, all, num_top);
+    gather_sorted(s, x, w, vocab, all, cut);
+    if (int(threadIdx.x) < num_top) {
+      out.top_ids[threadIdx.x] = s.sort_id[threadIdx.x];
+      out.top_logprobs[threadIdx.x] = logprob(s.sort_x[threadIdx.x]);
+    }
+  }
+  if (r.score_token >= 0) {
+    if (threadIdx.x == 0) {
+      const int t = min(r.score_token, vocab - 1);
+      out.token = t;
+      out.logprob = logprob(x[t]);
+      out.num_top = num_top;
+    }
+    return;
+  }
+
+  // Steps 3-7.
+  const int32_t* list = p.ids ? p.ids + r.ids_begin : nullptr;
+  float best = m;  // without bans or penalties: the raw row's argmax
+  int best_id = m_id;
+  if (list && r.num_banned + r.num_prompt + r.num_output > 0) {
+    apply_penalties(r, list, x, reinterpret_cast<uint32_t*>(w), vocab);
+    best = -INFINITY;
+    best_id = INT_MAX;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < vocab; i += kThreads)
+      if (better(x[i], i, best, best_id)) best = x[i], best_id = i;
+    block_argmax(best, best_id, s);
+  }
+  int token = -1;
+  if (best > -INFINITY)
+    token = r.temperature == 0.0f ? best_id : sample_row(s, r, x, w, vocab, clean(best));
+  if (token < 0)
+    token = fallback_token(s, list, list ? r.num_banned : 0, vocab, reinterpret_cast<uint32_t*>(w));
+  if (threadIdx.x == 0) {
+    out.token = token;
+    out.logprob = logprob(clean(to_float(logits[token])));
+    out.num_top = num_top;
+  }
+}
+
+}  // namespace
+
+cudaError_t sample(const SampleParams& p, cudaStream_t stream) {
+  if (p.num_rows < 0 || p.vocab <= 0 || p.vocab > kMaxVocab) return cudaErrorInvalidValue;
+  if (p.num_rows == 0) return cudaSuccess;
+  if (!p.logits || !p.rows || !p.work || !p.weights || !p.out) return cudaErrorInvalidValue;
+  return PAGELLM_DISPATCH_DTYPE(p.dtype, [&] {
+    auto* kernel = sample_kernel<scalar_t>;
+    const cudaError_t err = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(Smem)));
+    if (err != cudaSuccess) return err;
+    kernel<<<p.num_rows, kThreads, sizeof(Smem), stream>>>(p);
+    return launch_status();
+  });
+}
+
+}  // namespace pagellm::cuda

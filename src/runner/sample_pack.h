@@ -1,0 +1,27 @@
+// Host side of the GPU sampler: turns the engine's per-seq sampling context into the kernel's
+// plain-data rows (backends/cuda/sample_rows.h) and the kernel's outputs back into TokenLogprobs.
+// CUDA-free, so it lives in pagellm_core and is unit-tested without a GPU.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backends/cuda/sample_rows.h"
+#include "engine/scheduler_output.h"
+#include "pagellm/outputs.h"
+
+namespace pagellm::runner {
+
+// The sampling row of `seq` (params must be set). Appends the row's id lists to `ids` (banned ids,
+// then the prompt ids when a repetition penalty is set, then the output ids when any penalty is
+// set) and records where they start; u = engine::sample_uniform(seed, num output tokens).
+cuda::SampleRow pack_sample_row(const engine::ScheduledSeq& seq, std::vector<int32_t>& ids);
+
+// A prompt-logprob row: the raw logprob of `next_token` and the seq's prompt_logprobs top-N.
+// Throws if next_token is outside [0, vocab).
+cuda::SampleRow pack_score_row(const engine::ScheduledSeq& seq, int32_t next_token, int vocab);
+
+// The kernel's answer for one row as the engine's TokenLogprobs (top-N best first).
+TokenLogprobs to_token_logprobs(const cuda::SampleOutput& out);
+
+}  // namespace pagellm::runner
