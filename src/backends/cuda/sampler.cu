@@ -312,44 +312,6 @@ __device__ int nth_tie(Smem& s, const float* x, const float* w, int vocab, const
   return id < 0 ? 0 : id;
 }
 
-// The k-th best selected id (1 <= k <= number selected) as a cut.
-__device__ Cut select_kth(Smem& s, const float* x, const float* w, int vocab, const Pred& pred,
-                          int k) {
-  uint32_t prefix = 0, mask = 0;
-  int need = k, num_ties = 0;
-  for (int pass = 0; pass < kNumDigits; ++pass) {
-    const Digit d = digit(pass);
-    histogram(s, x, w, vocab, pred, prefix, mask, d, false);
-    int before = 0;
-    const int bin = find_bin(s, s.hist, 1 << d.bits, need, before);
-    need -= before;
-    num_ties = s.hist[bin];  // the last pass's bin: every selected id with exactly this key
-    prefix |= uint32_t(bin) << d.shift;
-    mask |= uint32_t((1 << d.bits) - 1) << d.shift;
-  }
-  const int id = nth_tie(s, x, w, vocab, pred, prefix, need, num_ties);
-  return Cut{true, x[id], id};
-}
-
-// The key at which the running mass (best first) of the selected ids reaches `target`; `before`:
-// the mass of the selected ids with smaller keys (histogram order).
-__device__ uint32_t select_mass(Smem& s, const float* x, const float* w, int vocab,
-                                const Pred& pred, double target, double& before) {
-  uint32_t prefix = 0, mask = 0;
-  before = 0.0;
-  for (int pass = 0; pass < kNumDigits; ++pass) {
-    const Digit d = digit(pass);
-    histogram(s, x, w, vocab, pred, prefix, mask, d, true);
-    double b = 0.0;
-    const int bin = find_bin(s, s.mass, 1 << d.bits, target, b);
-    target -= b;
-    before += b;
-    prefix |= uint32_t(bin) << d.shift;
-    mask |= uint32_t((1 << d.bits) - 1) << d.shift;
-  }
-  return prefix;
-}
-
 // Gathers the selected ids within `bound` (at most kSortMax) and sorts them best first into
 // sort_*; returns how many.
 __device__ int gather_sorted(Smem& s, const float* x, const float* w, int vocab, const Pred& pred,
@@ -380,6 +342,59 @@ __device__ int gather_sorted(Smem& s, const float* x, const float* w, int vocab,
   }
   __syncthreads();
   return n;
+}
+
+// Every key whose top digit is at most `bin`, as a cut on x (x >= its least value; keys past
+// -inf's are NaN patterns, never keys of a row value).
+__device__ __forceinline__ Cut top_digit_bound(int bin) {
+  const uint64_t last = ((uint64_t(bin) + 1) << digit(0).shift) - 1;
+  return Cut{true, value_of(uint32_t(min(last, uint64_t(key_of(-INFINITY))))), INT_MAX};
+}
+
+// The k-th best selected id (1 <= k <= number selected) as a cut. When the ids up to the first
+// digit's bin are few (the usual case for small k), they are gathered and sorted instead of
+// running the remaining passes; *sorted then says that sort_* holds them best first (>= k ids).
+__device__ Cut select_kth(Smem& s, const float* x, const float* w, int vocab, const Pred& pred,
+                          int k, bool* sorted) {
+  *sorted = false;
+  uint32_t prefix = 0, mask = 0;
+  int need = k, num_ties = 0;
+  for (int pass = 0; pass < kNumDigits; ++pass) {
+    const Digit d = digit(pass);
+    histogram(s, x, w, vocab, pred, prefix, mask, d, false);
+    int before = 0;
+    const int bin = find_bin(s, s.hist, 1 << d.bits, need, before);
+    num_ties = s.hist[bin];  // the last pass's bin: every selected id with exactly this key
+    if (pass == 0 && before + num_ties <= kSortMax) {
+      gather_sorted(s, x, w, vocab, pred, top_digit_bound(bin));
+      *sorted = true;
+      return Cut{true, s.sort_x[k - 1], s.sort_id[k - 1]};
+    }
+    need -= before;
+    prefix |= uint32_t(bin) << d.shift;
+    mask |= uint32_t((1 << d.bits) - 1) << d.shift;
+  }
+  const int id = nth_tie(s, x, w, vocab, pred, prefix, need, num_ties);
+  return Cut{true, x[id], id};
+}
+
+// The key at which the running mass (best first) of the selected ids reaches `target`; `before`:
+// the mass of the selected ids with smaller keys (histogram order).
+__device__ uint32_t select_mass(Smem& s, const float* x, const float* w, int vocab,
+                                const Pred& pred, double target, double& before) {
+  uint32_t prefix = 0, mask = 0;
+  before = 0.0;
+  for (int pass = 0; pass < kNumDigits; ++pass) {
+    const Digit d = digit(pass);
+    histogram(s, x, w, vocab, pred, prefix, mask, d, true);
+    double b = 0.0;
+    const int bin = find_bin(s, s.mass, 1 << d.bits, target, b);
+    target -= b;
+    before += b;
+    prefix |= uint32_t(bin) << d.shift;
+    mask |= uint32_t((1 << d.bits) - 1) << d.shift;
+  }
+  return prefix;
 }
 
 __device__ int count_within(Smem& s, const float* x, const float* w, int vocab, const Pred& pred,
@@ -458,11 +473,12 @@ __device__ double block_masses(Smem& s, const float* x, float* w, int vocab, con
 // Top-p over the top-k set (or every id with w > 0): the CPU's cut whenever the prefix to sum has
 // at most kSortMax ids.
 __device__ Cut top_p_cut(Smem& s, const SampleRow& r, const float* x, float* w, int vocab,
-                         const Cut& cut_k, int num_positive) {
+                         const Cut& cut_k, int num_positive, bool top_k_sorted) {
   const Pred set{cut_k.active ? 2 : 1, cut_k};
   const Cut none{};
   double total;
   if (r.top_k > 0) {  // the CPU sums the top-k set's mass in order
+    if (cut_k.active && top_k_sorted) return prefix_cut(s, r.top_k, -1.0, r.top_p);
     const int num_set = cut_k.active ? r.top_k : num_positive;
     if (num_set <= kSortMax)
       return prefix_cut(s, gather_sorted(s, x, w, vocab, set, none), -1.0, r.top_p);
@@ -477,6 +493,17 @@ __device__ Cut top_p_cut(Smem& s, const SampleRow& r, const float* x, float* w, 
   const double target = double(r.top_p) * total;
   double before = 0.0;
   // A slightly larger target bounds the prefix safely despite the histograms' summation order.
+  // Usually the ids up to the first digit's bin that reaches it are few enough to sort.
+  {
+    histogram(s, x, w, vocab, set, 0, 0, digit(0), true);
+    const int bin = find_bin(s, s.mass, 1 << digit(0).bits, target * (1.0 + 1e-9), before);
+    int count = 0;
+    for (int j = threadIdx.x; j < bin; j += kThreads) count += s.hist[j];
+    count = block_sum(count, s) + s.hist[bin];
+    if (count <= kSortMax)
+      return prefix_cut(s, gather_sorted(s, x, w, vocab, set, top_digit_bound(bin)), target,
+                        r.top_p);
+  }
   const uint32_t bound_key = select_mass(s, x, w, vocab, set, target * (1.0 + 1e-9), before);
   const Cut bound{true, value_of(bound_key), INT_MAX};
   if (count_within(s, x, w, vocab, set, bound) <= kSortMax)
@@ -551,9 +578,10 @@ __device__ int sample_row(Smem& s, const SampleRow& r, const float* x, float* w,
   num_positive = block_sum(num_positive, s);
   Cut cut;
   if ((r.top_k > 0 && r.top_k < vocab) || r.top_p < 1.0f) {
+    bool sorted = false;  // sort_* starts with the top-k set
     if (r.top_k > 0 && r.top_k <= num_positive)
-      cut = select_kth(s, x, w, vocab, Pred{1, {}}, r.top_k);
-    if (r.top_p < 1.0f) cut = top_p_cut(s, r, x, w, vocab, cut, num_positive);
+      cut = select_kth(s, x, w, vocab, Pred{1, {}}, r.top_k, &sorted);
+    if (r.top_p < 1.0f) cut = top_p_cut(s, r, x, w, vocab, cut, num_positive, sorted);
   }
   const double total = block_masses(s, x, w, vocab, cut, r.min_p, true);
   return draw(s, w, vocab, total, r.u);
@@ -649,8 +677,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
   const int num_top = min(max(r.num_top, 0), min(vocab, kMaxTopLogprobs));
   if (num_top > 0) {
     const Pred all{};
-    const Cut cut = select_kth(s, x, w, vocab, all, num_top);
-    gather_sorted(s, x, w, vocab, all, cut);
+    bool sorted = false;
+    const Cut cut = select_kth(s, x, w, vocab, all, num_top, &sorted);
+    if (!sorted) gather_sorted(s, x, w, vocab, all, cut);  // else sort_* already starts with them
     if (int(threadIdx.x) < num_top) {
       out.top_ids[threadIdx.x] = s.sort_id[threadIdx.x];
       out.top_logprobs[threadIdx.x] = logprob(s.sort_x[threadIdx.x]);
