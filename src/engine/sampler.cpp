@@ -219,7 +219,11 @@ void apply_bans_and_penalties(std::span<float> x, const ScheduledSeq& seq, Scrat
   if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
     apply_presence_frequency(x, seq.output_token_ids, p, s);
   }
-  for (int32_t id : s.touched) s.marks[id] = 0;
+  for (int32_t id : s.touched) {
+    s.marks[id] = 0;
+    // A penalty may overflow (x / 0.01 near FLT_MAX): +inf would make the weights inf and NaN.
+    if (x[id] > FLT_MAX) x[id] = FLT_MAX;
+  }
 }
 
 // Lowest id among the maximal logits; -1 when every logit is -inf.

@@ -1,9 +1,11 @@
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <numeric>
 #include <random>
+#include <set>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -129,6 +131,22 @@ TEST(Sampler, PenaltiesExactValues) {
   EXPECT_FLOAT_EQ(row[5], 1.0f / 1.5f - 0.25f - 0.5f);
   EXPECT_FLOAT_EQ(row[6], -1.0f * 1.5f);  // prompt only, negative
   EXPECT_FLOAT_EQ(row[7], 7.0f);
+}
+
+TEST(Sampler, PenaltyOverflowClampsToTheLargestFloat) {
+  Seq seq;
+  seq.params.repetition_penalty = 0.01f;  // 3e38 / 0.01 overflows to +inf without the clamp
+  seq.prompt = {1};
+  std::vector<float> row = {0.0f, 3e38f, FLT_MAX, -1.0f};
+  sample_token(row, seq.view());
+  EXPECT_EQ(row[1], FLT_MAX);
+  // Ids 1 and 2 now tie at FLT_MAX: both must be drawn (an inf weight would take every draw).
+  std::set<int32_t> seen;
+  for (uint64_t seed = 0; seed < 64; ++seed) {
+    seq.seed = seed;
+    seen.insert(sample({0.0f, 3e38f, FLT_MAX, -1.0f}, seq).token_id);
+  }
+  EXPECT_EQ(seen, (std::set<int32_t>{1, 2}));
 }
 
 TEST(Sampler, NegativePenaltiesEncourageRepeats) {

@@ -623,7 +623,7 @@ __device__ void apply_penalties(const SampleRow& r, const int32_t* list, float* 
       v = __fsub_rn(v, __fmul_rn(r.frequency_penalty, float(count)));
       v = __fsub_rn(v, r.presence_penalty);
     }
-    x[id] = v;
+    x[id] = v > FLT_MAX ? FLT_MAX : v;  // a penalty may overflow: +inf would poison the weights
   }
   __syncthreads();
 }
