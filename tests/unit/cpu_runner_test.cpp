@@ -149,7 +149,8 @@ TEST(CpuRunner, SwapOutAndInCarryTheKvBlocks) {
   runner.execute(through);
   EXPECT_EQ(device_block(runner, 9), block0);
   // Invalid ids are internal errors and move nothing.
-  for (auto bad : {std::pair<int32_t, int32_t>{16, 0}, {0, 8}, {-1, 0}, {0, -1}}) {
+  const std::vector<std::pair<int32_t, int32_t>> bad_pairs = {{16, 0}, {0, 8}, {-1, 0}, {0, -1}};
+  for (const auto& bad : bad_pairs) {
     engine::SchedulerOutput o;
     o.blocks_to_swap_out = {{5, 1}, bad};
     try {
