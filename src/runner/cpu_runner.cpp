@@ -1,5 +1,8 @@
 #include "runner/cpu_runner.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <string>
@@ -21,10 +24,71 @@ constexpr size_t kMinRowsPerThread = 16;
 
 }  // namespace
 
-CpuRunner::CpuRunner(std::unique_ptr<models::LlamaModel> model, int num_kv_blocks, int block_size)
+void CpuRunner::FreeDeleter::operator()(float* p) const { std::free(p); }
+
+CpuRunner::CpuRunner(std::unique_ptr<models::LlamaModel> model, int num_kv_blocks, int block_size,
+                     int num_swap_blocks)
     : model_(std::move(model)),
       cache_(model_->config().num_hidden_layers, num_kv_blocks, block_size,
-             model_->config().num_key_value_heads, model_->config().head_dim) {}
+             model_->config().num_key_value_heads, model_->config().head_dim),
+      num_swap_blocks_(std::max(num_swap_blocks, 0)),
+      block_floats_(int64_t{block_size} * model_->config().num_key_value_heads *
+                    model_->config().head_dim) {
+  if (num_swap_blocks_ == 0) return;
+  const size_t count = size_t(num_swap_blocks_) * 2 * size_t(model_->config().num_hidden_layers) *
+                       size_t(block_floats_);
+  swap_.reset(static_cast<float*>(std::calloc(count, sizeof(float))));
+  if (!swap_)
+    throw_error(ErrorKind::kResourceExhausted,
+                "swap space: cannot allocate " + std::to_string(count * sizeof(float) >> 20) +
+                    " MiB of host memory");
+}
+
+std::span<const float> CpuRunner::swap_block(int host_block) const {
+  if (host_block < 0 || host_block >= num_swap_blocks_) internal("invalid swap block");
+  const size_t per_block = 2 * size_t(model_->config().num_hidden_layers) * size_t(block_floats_);
+  return {swap_.get() + size_t(host_block) * per_block, per_block};
+}
+
+void CpuRunner::swap_block_copy(int32_t device, int32_t host, bool to_host) {
+  const size_t bytes = size_t(block_floats_) * sizeof(float);
+  const int64_t num_layers = model_->config().num_hidden_layers;
+  float* host_base = swap_.get() + size_t(host) * 2 * size_t(num_layers) * size_t(block_floats_);
+  for (int64_t l = 0; l < num_layers; ++l) {
+    const cpu::KvLayerView v = cache_.layer(l);
+    float* dev_k = v.k + int64_t{device} * block_floats_;
+    float* dev_v = v.v + int64_t{device} * block_floats_;
+    float* host_k = host_base + size_t(2 * l) * size_t(block_floats_);
+    float* host_v = host_k + block_floats_;
+    if (to_host) {
+      std::memcpy(host_k, dev_k, bytes);
+      std::memcpy(host_v, dev_v, bytes);
+    } else {
+      std::memcpy(dev_k, host_k, bytes);
+      std::memcpy(dev_v, host_v, bytes);
+    }
+  }
+}
+
+void CpuRunner::apply_block_ops(const engine::SchedulerOutput& batch) {
+  const int64_t num_blocks = cache_.num_blocks();
+  auto device_ok = [&](int32_t b) { return b >= 0 && b < num_blocks; };
+  auto host_ok = [&](int32_t b) { return b >= 0 && b < num_swap_blocks_; };
+  // Everything is validated first so a bad list leaves the pools untouched.
+  for (const auto& [dev, host] : batch.blocks_to_swap_out)
+    if (!device_ok(dev) || !host_ok(host))
+      internal("swap-out of an invalid block pair (device " + std::to_string(dev) + ", host " +
+               std::to_string(host) + "; " + std::to_string(num_swap_blocks_) + " swap blocks)");
+  for (const auto& [host, dev] : batch.blocks_to_swap_in)
+    if (!device_ok(dev) || !host_ok(host))
+      internal("swap-in of an invalid block pair (host " + std::to_string(host) + ", device " +
+               std::to_string(dev) + "; " + std::to_string(num_swap_blocks_) + " swap blocks)");
+  for (const auto& [src, dst] : batch.blocks_to_copy)
+    if (!device_ok(src) || !device_ok(dst)) internal("copy of an invalid KV block");
+  for (const auto& [dev, host] : batch.blocks_to_swap_out) swap_block_copy(dev, host, true);
+  for (const auto& [host, dev] : batch.blocks_to_swap_in) swap_block_copy(dev, host, false);
+  for (const auto& [src, dst] : batch.blocks_to_copy) cache_.copy_block(src, dst);
+}
 
 int64_t CpuRunner::kv_bytes_per_block(const io::ModelConfig& c, int block_size) {
   return 2 * c.num_hidden_layers * block_size * c.num_key_value_heads * c.head_dim *
@@ -33,14 +97,11 @@ int64_t CpuRunner::kv_bytes_per_block(const io::ModelConfig& c, int block_size) 
 
 std::span<float> CpuRunner::forward(const engine::SchedulerOutput& batch, bool with_prompt_rows,
                                     std::vector<LogitsRow>& rows) {
-  if (!batch.blocks_to_swap_in.empty() || !batch.blocks_to_swap_out.empty())
-    internal("swap requested but this runner has no swap space");
+  apply_block_ops(batch);
+  rows.clear();
+  // A step may only move blocks (a swap-out with nothing left to run).
+  if (batch.seqs.empty()) return {};
   const int64_t num_blocks = cache_.num_blocks();
-  for (const auto& [src, dst] : batch.blocks_to_copy) {
-    if (src < 0 || src >= num_blocks || dst < 0 || dst >= num_blocks)
-      internal("copy of an invalid KV block");
-    cache_.copy_block(src, dst);
-  }
   const int64_t bs = cache_.block_size();
   const int64_t vocab = config().vocab_size;
   token_ids_.clear();

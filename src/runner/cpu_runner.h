@@ -15,14 +15,18 @@ namespace pagellm::runner {
 
 class CpuRunner : public ModelRunner {
  public:
-  // Owns the model and a KV pool of num_kv_blocks blocks of block_size tokens.
-  CpuRunner(std::unique_ptr<models::LlamaModel> model, int num_kv_blocks, int block_size);
+  // Owns the model, a KV pool of num_kv_blocks blocks of block_size tokens, and a host swap pool of
+  // num_swap_blocks blocks of the same geometry (0 = no swapping).
+  CpuRunner(std::unique_ptr<models::LlamaModel> model, int num_kv_blocks, int block_size,
+            int num_swap_blocks = 0);
 
   int num_kv_blocks() const override { return static_cast<int>(cache_.num_blocks()); }
+  int num_swap_blocks() const override { return num_swap_blocks_; }
   int block_size() const override { return static_cast<int>(cache_.block_size()); }
   const io::ModelConfig& config() const override { return model_->config(); }
 
-  // Swap lists must be empty: this runner has no host swap space (num_swap_blocks() == 0).
+  // Applies swap-out, swap-in and copy lists (in that order) before computing; block ids outside
+  // the device or swap pool are an internal error.
   engine::ModelRunnerOutput execute(const engine::SchedulerOutput& batch) override;
 
   // The forward pass of execute() without sampling: per scheduled seq, the logits [vocab] of its
@@ -31,6 +35,11 @@ class CpuRunner : public ModelRunner {
 
   // Bytes of KV cache per block (all layers, K and V): for sizing the pool.
   static int64_t kv_bytes_per_block(const io::ModelConfig& config, int block_size);
+
+  // The device-side KV pool, for tests that inspect block contents.
+  models::KvCache& kv_cache() { return cache_; }
+  // One swap block's K/V, laid out [num_layers, 2, block_size, num_kv_heads, head_dim].
+  std::span<const float> swap_block(int host_block) const;
 
  private:
   // A row of the flattened batch whose logits are needed.
@@ -46,9 +55,23 @@ class CpuRunner : public ModelRunner {
   // execute_logits/execute).
   std::span<float> forward(const engine::SchedulerOutput& batch, bool with_prompt_rows,
                            std::vector<LogitsRow>& rows);
+  // Validates every block id of the step's swap and copy lists, then applies them in the
+  // SchedulerOutput order: swap out, swap in, copy.
+  void apply_block_ops(const engine::SchedulerOutput& batch);
+  // Copies all layers' K/V of device block `device` to (to_host) or from host block `host`.
+  void swap_block_copy(int32_t device, int32_t host, bool to_host);
+
+  struct FreeDeleter {
+    void operator()(float* p) const;
+  };
 
   std::unique_ptr<models::LlamaModel> model_;
   models::KvCache cache_;
+  int num_swap_blocks_ = 0;
+  int64_t block_floats_ = 0;  // one layer's K (or V) of one block: block_size * kv_heads * head_dim
+  // Host swap pool [num_swap_blocks, num_layers, 2, block_size, kv_heads, head_dim]; calloc'd so
+  // untouched swap space costs no resident memory.
+  std::unique_ptr<float[], FreeDeleter> swap_;
   // Flattened step inputs, reused across steps.
   std::vector<int32_t> token_ids_;     // [num_tokens]
   std::vector<int32_t> positions_;     // [num_tokens]

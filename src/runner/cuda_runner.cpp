@@ -480,6 +480,27 @@ void CudaRunner::Impl::profile_and_alloc_kv() {
   num_blocks = int(blocks);
   kv_pool = DevMem(size_t(blocks) * per_block_all_layers, "KV cache");
   stats.kv_bytes = int64_t(kv_pool.bytes());
+  alloc_swap_pool();
+}
+
+void CudaRunner::Impl::alloc_swap_pool() {
+  if (!(opt.swap_space_gib > 0)) return;
+  const size_t per_block_all_layers = 2 * size_t(num_layers) * block_bytes;
+  const double blocks =
+      std::floor(opt.swap_space_gib * 1073741824.0 / double(per_block_all_layers));
+  if (blocks < 1) return;
+  num_swap_blocks = int(std::min(blocks, double(INT32_MAX / 2)));
+  const size_t bytes = size_t(num_swap_blocks) * per_block_all_layers;
+  const cudaError_t err = cudaMallocHost(reinterpret_cast<void**>(&swap_pool), bytes);
+  if (err != cudaSuccess) {
+    swap_pool = nullptr;
+    num_swap_blocks = 0;
+    cudaGetLastError();
+    throw_error(ErrorKind::kResourceExhausted,
+                "--swap-space " + std::to_string(opt.swap_space_gib) + ": cannot pin " +
+                    std::to_string(bytes >> 20) + " MiB of host memory: " +
+                    cudaGetErrorString(err));
+  }
 }
 
 void CudaRunner::Impl::capture_graphs() {
@@ -526,6 +547,7 @@ CudaRunner::CudaRunner(io::ModelConfig config, const io::WeightStore* checkpoint
 CudaRunner::~CudaRunner() = default;
 
 int CudaRunner::num_kv_blocks() const { return impl_->num_blocks; }
+int CudaRunner::num_swap_blocks() const { return impl_->num_swap_blocks; }
 int CudaRunner::block_size() const { return impl_->opt.block_size; }
 const io::ModelConfig& CudaRunner::config() const { return impl_->config; }
 const CudaStartupStats& CudaRunner::startup_stats() const { return impl_->stats; }

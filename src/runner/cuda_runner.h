@@ -28,6 +28,9 @@ struct CudaRunnerOptions {
   int max_model_len = 0;  // 0 = config.max_position_embeddings
   bool enforce_eager = false;
   uint64_t seed = 0;  // dummy weights
+  // Pinned host swap pool for preemption by swapping: floor(GiB / bytes of one block of all
+  // layers' K and V in dtype) blocks; 0 = no swapping.
+  double swap_space_gib = 0.0;
   std::string model_name = "model";  // for error messages
 };
 
@@ -51,6 +54,7 @@ class CudaRunner : public ModelRunner {
   ~CudaRunner() override;
 
   int num_kv_blocks() const override;
+  int num_swap_blocks() const override;
   int block_size() const override;
   const io::ModelConfig& config() const override;
   engine::ModelRunnerOutput execute(const engine::SchedulerOutput& batch) override;

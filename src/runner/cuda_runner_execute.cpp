@@ -58,6 +58,40 @@ SampleInputs pack_rows(const engine::SchedulerOutput& batch, const std::vector<L
   return in;
 }
 
+// Applies the step's swap lists on the runner stream, before the step's copies and compute (stream
+// order; the host pool is pinned, and nothing on the host touches it): swap-out = D2H of every
+// layer's K and V of the device block into the host block, swap-in = H2D. All ids are validated
+// first, so a bad list moves nothing.
+void apply_swaps(CudaRunner::Impl& m, const engine::SchedulerOutput& batch) {
+  if (batch.blocks_to_swap_out.empty() && batch.blocks_to_swap_in.empty()) return;
+  auto bad = [&](int32_t device, int32_t host) {
+    return device < 0 || device >= m.num_blocks || host < 0 || host >= m.num_swap_blocks;
+  };
+  for (const auto& [device, host] : batch.blocks_to_swap_out)
+    if (bad(device, host))
+      internal("swap-out of an invalid block pair (device " + std::to_string(device) + ", host " +
+               std::to_string(host) + "; " + std::to_string(m.num_swap_blocks) + " swap blocks)");
+  for (const auto& [host, device] : batch.blocks_to_swap_in)
+    if (bad(device, host))
+      internal("swap-in of an invalid block pair (host " + std::to_string(host) + ", device " +
+               std::to_string(device) + "; " + std::to_string(m.num_swap_blocks) + " swap blocks)");
+  const size_t layer_bytes = size_t(m.num_blocks) * m.block_bytes;  // one layer's K (or V)
+  const size_t host_block_bytes = 2 * size_t(m.num_layers) * m.block_bytes;
+  auto move = [&](int32_t device, int32_t host, bool to_host) {
+    unsigned char* h = m.swap_pool + size_t(host) * host_block_bytes;
+    for (int l = 0; l < 2 * m.num_layers; ++l) {
+      unsigned char* d =
+          m.kv_pool.as<unsigned char>() + size_t(l) * layer_bytes + size_t(device) * m.block_bytes;
+      unsigned char* hl = h + size_t(l) * m.block_bytes;
+      check(cudaMemcpyAsync(to_host ? hl : d, to_host ? d : hl, m.block_bytes,
+                            to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, m.stream),
+            to_host ? "swapping out a KV block" : "swapping in a KV block");
+    }
+  };
+  for (const auto& [device, host] : batch.blocks_to_swap_out) move(device, host, true);
+  for (const auto& [host, device] : batch.blocks_to_swap_in) move(device, host, false);
+}
+
 }  // namespace
 
 // Shared by execute and execute_logits: validates and flattens, copies blocks, runs the forward
@@ -65,8 +99,7 @@ SampleInputs pack_rows(const engine::SchedulerOutput& batch, const std::vector<L
 // outputs.
 static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& batch,
                            bool with_prompt_rows, bool sample, std::vector<LogitsRow>& rows_out) {
-  if (!batch.blocks_to_swap_in.empty() || !batch.blocks_to_swap_out.empty())
-    internal("swap requested but this runner has no swap space");
+  apply_swaps(m, batch);
   const int64_t bs = m.opt.block_size;
   const size_t layer_bytes = size_t(m.num_blocks) * m.block_bytes;
   for (const auto& [src, dst] : batch.blocks_to_copy) {

@@ -137,6 +137,9 @@ struct CudaRunner::Impl {
   DevMem kv_pool;
   int num_blocks = 0;
   size_t block_bytes = 0;  // one block of one layer's K (or V)
+  // Pinned host swap pool: [num_swap_blocks, num_layers, 2, block_size, Hkv, D] of dtype.
+  unsigned char* swap_pool = nullptr;
+  int num_swap_blocks = 0;
 
   std::map<int, cudaGraphExec_t> graphs;  // padded decode batch size -> graph
   std::map<int, int> decode_splits;       // padded decode batch size -> its KV split count
@@ -147,6 +150,7 @@ struct CudaRunner::Impl {
     if (logits_host) cudaFreeHost(logits_host);
     if (sample_out_host) cudaFreeHost(sample_out_host);
     if (sample_ids_host) cudaFreeHost(sample_ids_host);
+    if (swap_pool) cudaFreeHost(swap_pool);
     cuda::gemm_destroy(gemm);
     if (stream) cudaStreamDestroy(stream);
   }
@@ -166,6 +170,8 @@ struct CudaRunner::Impl {
   void check_weights_fit(uint64_t weight_bytes);
   void alloc_activations();
   void profile_and_alloc_kv();
+  // Allocates the pinned swap pool of opt.swap_space_gib (after block_bytes is known).
+  void alloc_swap_pool();
   void capture_graphs();
 
   // The shape every decode-only step of num_seqs seqs runs with, graph or eager: the batch padded

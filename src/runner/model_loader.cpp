@@ -66,19 +66,32 @@ int kv_block_count(const EngineArgs& args, const io::ModelConfig& config) {
   return static_cast<int>(blocks);
 }
 
-// Refuses configs whose fp32 weights plus KV pool cannot fit in this machine's memory, before
-// allocating anything (a hostile or mistyped config.json must not make us swap or get OOM-killed).
-void check_fits_in_memory(const io::ModelConfig& config, int num_blocks, int block_size,
-                          const std::string& source) {
+// --swap-space GiB as a count of host blocks of bytes_per_block bytes (vLLM's swap space: all
+// layers' K and V of one block); 0 = swapping disabled.
+int swap_block_count(double swap_space_gib, int64_t bytes_per_block) {
+  if (!(swap_space_gib >= 0) || !std::isfinite(swap_space_gib))
+    invalid_argument("--swap-space must be a non-negative number of GiB");
+  const double blocks = std::floor(swap_space_gib * 1073741824.0 / double(bytes_per_block));
+  return static_cast<int>(std::min(blocks, double(INT32_MAX / 2)));
+}
+
+// Refuses configs whose fp32 weights plus KV pool plus swap pool cannot fit in this machine's
+// memory, before allocating anything (a hostile or mistyped config.json must not make us swap or
+// get OOM-killed).
+void check_fits_in_memory(const io::ModelConfig& config, int num_blocks, int num_swap_blocks,
+                          int block_size, const std::string& source) {
   const uint64_t weights = models::llama_weight_bytes(config);
-  const uint64_t kv = static_cast<uint64_t>(num_blocks) *
-                      static_cast<uint64_t>(CpuRunner::kv_bytes_per_block(config, block_size));
+  const uint64_t per_block =
+      static_cast<uint64_t>(CpuRunner::kv_bytes_per_block(config, block_size));
+  const uint64_t kv = static_cast<uint64_t>(num_blocks) * per_block;
+  const uint64_t swap = static_cast<uint64_t>(num_swap_blocks) * per_block;
   const uint64_t limit = physical_memory_bytes();
-  if (weights > limit || kv > limit - weights)
+  if (weights > limit || kv > limit - weights || swap > limit - weights - kv)
     throw_error(ErrorKind::kResourceExhausted,
                 source + ": fp32 weights (" + std::to_string(weights >> 20) +
-                    " MiB) plus KV cache (" + std::to_string(kv >> 20) +
-                    " MiB) exceed this machine's memory (" + std::to_string(limit >> 20) + " MiB)");
+                    " MiB) plus KV cache (" + std::to_string(kv >> 20) + " MiB) plus swap space (" +
+                    std::to_string(swap >> 20) + " MiB) exceed this machine's memory (" +
+                    std::to_string(limit >> 20) + " MiB)");
 }
 
 #ifdef PAGELLM_HAVE_CUDA
@@ -108,6 +121,16 @@ LoadedModel load_cuda_model(const EngineArgs& args, LoadedModel m, bool demo,
   o.enforce_eager = args.enforce_eager;
   o.seed = args.seed;
   o.model_name = m.name;
+  // The pinned host pool must fit in host memory next to everything else; the runner sizes it in
+  // blocks of its KV dtype.
+  if (!(args.swap_space_gib >= 0) || !std::isfinite(args.swap_space_gib))
+    invalid_argument("--swap-space must be a non-negative number of GiB");
+  if (args.swap_space_gib * 1073741824.0 > double(physical_memory_bytes()))
+    throw_error(ErrorKind::kResourceExhausted,
+                "--swap-space " + std::to_string(args.swap_space_gib) +
+                    " GiB exceeds this machine's memory (" +
+                    std::to_string(physical_memory_bytes() >> 20) + " MiB)");
+  o.swap_space_gib = args.swap_space_gib;
   std::unique_ptr<CudaRunner> runner;
   if (demo || args.load_format == "dummy") {
     runner = std::make_unique<CudaRunner>(m.config, nullptr, o);
@@ -175,7 +198,9 @@ LoadedModel load_model(const EngineArgs& args) {
                  ": the CPU thread pool of this process already runs with " +
                  std::to_string(ThreadPool::global().num_threads()) + " threads; keeping them");
   const int num_blocks = kv_block_count(args, m.config);
-  check_fits_in_memory(m.config, num_blocks, args.block_size, source);
+  const int num_swap_blocks = swap_block_count(
+      args.swap_space_gib, CpuRunner::kv_bytes_per_block(m.config, args.block_size));
+  check_fits_in_memory(m.config, num_blocks, num_swap_blocks, args.block_size, source);
   models::LlamaWeights weights;
   if (demo || args.load_format == "dummy") {
     weights = models::random_llama_weights(m.config, args.seed);
@@ -184,7 +209,8 @@ LoadedModel load_model(const EngineArgs& args) {
     weights = models::load_llama_weights(m.config, store);
   }
   auto model = std::make_unique<models::LlamaModel>(m.config, std::move(weights));
-  m.runner = std::make_unique<CpuRunner>(std::move(model), num_blocks, args.block_size);
+  m.runner =
+      std::make_unique<CpuRunner>(std::move(model), num_blocks, args.block_size, num_swap_blocks);
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (demo)

@@ -1,5 +1,5 @@
 // The engine's behaviours on the GPU, through the public API (LLM / LLMEngine with device cuda):
-//   cuda_engine_check MODELS_DIR [--device cuda|cpu] [--model dummy|stories|all] [--cases 1234]
+//   cuda_engine_check MODELS_DIR [--device cuda|cpu] [--model dummy|stories|all] [--cases 12345]
 // For two models, a random-weight Llama (--load-format dummy, bf16, hidden 1024, GQA 4, head_dim
 // 64) and stories260K (real weights, fp32):
 // 1. batched vs solo: 24 prompts of 3..252 tokens (some sharing prefixes, most longer than the
@@ -12,7 +12,10 @@
 // 4. CUDA graphs on vs off (enforce_eager): identical tokens for greedy (GPU greedy path and
 //    logprobs path) and seeded sampling (T 0.8, top-p 0.9), with varied lengths so decode batches
 //    shrink through every graph size.
-// Comparisons 1-3 follow vLLM's check_logprobs_close for bf16 (per step the tokens agree or each
+// 5. preemption by swap: case 2's small KV pool plus --swap-space, so victims' KV blocks go to the
+//    runner's pinned host pool and come back (swapped requests must be seen); compared with the
+//    unpreempted batch.
+// Comparisons 1-3 and 5 follow vLLM's check_logprobs_close for bf16 (per step the tokens agree or each
 // is in the other's top-5; a sequence is compared up to its first difference) and require
 // identical tokens in fp32. --device cpu runs the same checks on the CPU runner (CUDA graphs are
 // then a no-op), for developing this program without a GPU.
@@ -231,6 +234,42 @@ void case_preemption(const Subject& s, const std::vector<RequestOutput>& batched
   compare("[" + s.label + "] 2. preempted vs unpreempted", out, batched, s.exact);
 }
 
+// Runs prompts to completion through llm's step loop, recording the most requests swapped out at
+// once; outputs in prompt order.
+std::vector<RequestOutput> generate_watching_swaps(LLM& llm, const std::vector<PromptInput>& prompts,
+                                                   const SamplingParams& p, int& max_swapped) {
+  LLMEngine& engine = llm.engine();
+  for (size_t i = 0; i < prompts.size(); ++i) engine.add_request(std::to_string(i), prompts[i], p);
+  std::vector<RequestOutput> out(prompts.size());
+  max_swapped = 0;
+  while (engine.has_unfinished_requests()) {
+    for (RequestOutput& o : engine.step())
+      if (o.finished) out[std::stoul(o.request_id)] = std::move(o);
+    max_swapped = std::max(max_swapped, engine.take_stats().num_swapped);
+  }
+  return out;
+}
+
+void case_swap(const Subject& s, const std::vector<RequestOutput>& batched) {
+  EngineArgs args = s.args;
+  size_t max_prompt_len = 0;
+  for (const RequestOutput& o : batched)
+    max_prompt_len = std::max(max_prompt_len, o.prompt_token_ids.size());
+  args.num_kv_blocks =
+      (int(max_prompt_len) + kMaxTokens + args.block_size - 1) / args.block_size + 4;
+  args.swap_space_gib = 0.25;  // thousands of blocks: every victim can be swapped
+  auto llm = make_llm(s, args, "small KV pool + swap space");
+  int max_swapped = 0;
+  const std::vector<RequestOutput> out =
+      generate_watching_swaps(*llm, s.prompts, greedy_params(true), max_swapped);
+  const EngineStats st = llm->engine().take_stats();
+  report(st.num_preemptions > 0 && max_swapped > 0,
+         "[" + s.label + "] 5. " + std::to_string(st.num_preemptions) + " preemptions with " +
+             std::to_string(args.num_kv_blocks) + " KV blocks, up to " +
+             std::to_string(max_swapped) + " requests swapped out at once");
+  compare("[" + s.label + "] 5. preempted by swap vs unpreempted", out, batched, s.exact);
+}
+
 // Two waves of prefix prompts through one engine.
 std::vector<RequestOutput> two_waves(LLM& llm, const std::vector<PromptInput>& prompts,
                                      std::vector<RequestOutput>* second_wave) {
@@ -282,10 +321,11 @@ void run_subject(const Subject& s, const std::string& cases) {
     auto ref = make_llm(s, s.args, "reference");
     auto wanted = [&](char c) { return cases.find(c) != std::string::npos; };
     std::vector<RequestOutput> batched;
-    if (wanted('1') || wanted('2')) case_batched_vs_solo(s, *ref, batched);
+    if (wanted('1') || wanted('2') || wanted('5')) case_batched_vs_solo(s, *ref, batched);
     if (wanted('2')) case_preemption(s, batched);
     if (wanted('3')) case_prefix_caching(s, *ref);
     if (wanted('4')) case_graphs(s, *ref);
+    if (wanted('5')) case_swap(s, batched);
   } catch (const std::exception& e) {
     report(false, "[" + s.label + "] threw: " + e.what());
   }
@@ -400,12 +440,12 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(
         stderr,
-        "usage: %s MODELS_DIR [--device cuda|cpu] [--model dummy|stories|all] [--cases 1234]\n",
+        "usage: %s MODELS_DIR [--device cuda|cpu] [--model dummy|stories|all] [--cases 12345]\n",
         argv[0]);
     return 2;
   }
   const fs::path models = argv[1];
-  std::string device = "cuda", which = "all", cases = "1234";
+  std::string device = "cuda", which = "all", cases = "12345";
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--device") {

@@ -95,6 +95,92 @@ TEST(CpuRunner, CopyOnWriteBlocksCarryTheCachedPrefix) {
   EXPECT_NE(runner.execute_logits(make_batch({c.schedule()}))[0], solo);
 }
 
+// All layers' K and V of one device block, [num_layers, 2, block_size, kv_heads, head_dim].
+std::vector<float> device_block(runner::CpuRunner& r, int block) {
+  const io::ModelConfig& c = r.config();
+  const size_t n = static_cast<size_t>(r.block_size() * c.num_key_value_heads * c.head_dim);
+  std::vector<float> out;
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const cpu::KvLayerView v = r.kv_cache().layer(l);
+    out.insert(out.end(), v.k + block * n, v.k + (block + 1) * n);
+    out.insert(out.end(), v.v + block * n, v.v + (block + 1) * n);
+  }
+  return out;
+}
+
+TEST(CpuRunner, SwapOutAndInCarryTheKvBlocks) {
+  if (!std::filesystem::exists(kStories / "model.safetensors")) GTEST_SKIP();
+  EngineArgs args;
+  args.model = kStories.string();
+  args.num_kv_blocks = 16;
+  args.block_size = 4;
+  const io::ModelConfig config = io::load_model_config(kStories);
+  args.swap_space_gib =
+      8.5 * static_cast<double>(runner::CpuRunner::kv_bytes_per_block(config, 4)) / 1073741824.0;
+  auto m = runner::load_model(args);
+  auto& runner = cpu(m);
+  ASSERT_EQ(runner.num_swap_blocks(), 8);  // floor(8.5 blocks)
+  TestSeq a(0, 2, kPrompt);  // blocks 0, 1 hold all 8 positions
+  const auto solo = runner.execute_logits(make_batch({a.schedule()}))[0];
+  const std::vector<float> block0 = device_block(runner, 0), block1 = device_block(runner, 1);
+  // A step that only moves blocks: swap both out.
+  engine::SchedulerOutput out;
+  out.blocks_to_swap_out = {{0, 3}, {1, 7}};
+  EXPECT_TRUE(runner.execute(out).sampled_token_ids.empty());
+  const auto host3 = runner.swap_block(3), host7 = runner.swap_block(7);
+  EXPECT_EQ(std::vector<float>(host3.begin(), host3.end()), block0);
+  EXPECT_EQ(std::vector<float>(host7.begin(), host7.end()), block1);
+  // Another prompt overwrites the device blocks.
+  TestSeq other(0, 2, {1, 300, 301, 302, 303, 304, 305, 306});
+  runner.execute_logits(make_batch({other.schedule()}));
+  ASSERT_NE(device_block(runner, 0), block0);
+  // Swap in elsewhere (5 <- 3, 6 <- 7) in the step that computes the last token from them.
+  TestSeq b(0, 2, kPrompt);
+  b.block_table = {5, 6};
+  b.num_computed = static_cast<int32_t>(kPrompt.size()) - 1;
+  auto batch = make_batch({b.schedule()});
+  batch.blocks_to_swap_in = {{3, 5}, {7, 6}};
+  EXPECT_EQ(runner.execute_logits(batch)[0], solo);
+  EXPECT_EQ(device_block(runner, 5), block0);
+  // Within one step a swap-out precedes a swap-in through the same host block.
+  engine::SchedulerOutput through;
+  through.blocks_to_swap_out = {{5, 0}};
+  through.blocks_to_swap_in = {{0, 9}};
+  runner.execute(through);
+  EXPECT_EQ(device_block(runner, 9), block0);
+  // Invalid ids are internal errors and move nothing.
+  const std::vector<std::pair<int32_t, int32_t>> bad_pairs = {{16, 0}, {0, 8}, {-1, 0}, {0, -1}};
+  for (const auto& bad : bad_pairs) {
+    engine::SchedulerOutput o;
+    o.blocks_to_swap_out = {{5, 1}, bad};
+    try {
+      runner.execute(o);
+      ADD_FAILURE() << "swap-out " << bad.first << " -> " << bad.second << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInternal);
+    }
+    engine::SchedulerOutput i;
+    i.blocks_to_swap_in = {{bad.second, bad.first}};
+    EXPECT_THROW(runner.execute(i), Error);
+  }
+  EXPECT_NE(std::vector<float>(runner.swap_block(1).begin(), runner.swap_block(1).end()), block0);
+}
+
+TEST(ModelLoader, SwapSpaceIsValidatedAndFitsInMemory) {
+  EngineArgs args;  // demo model
+  args.swap_space_gib = -1;
+  EXPECT_THROW(runner::load_model(args), Error);
+  args.swap_space_gib = 1e9;  // an exabyte of host swap
+  try {
+    runner::load_model(args);
+    ADD_FAILURE() << "1e9 GiB of swap space was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kResourceExhausted);
+  }
+  args.swap_space_gib = 0;
+  EXPECT_EQ(runner::load_model(args).runner->num_swap_blocks(), 0);
+}
+
 TEST(CpuRunner, RejectsBadBatches) {
   auto m = load("");
   auto& runner = cpu(m);

@@ -282,6 +282,33 @@ TEST(EngineStories, PreemptionKeepsOutputsIdentical) {
   EXPECT_GT(llm.engine().take_stats().num_preemptions, 0u) << "the pool was meant to be too small";
 }
 
+// Preemption by swapping (--swap-space): victims' KV blocks go to the CPU runner's host pool and
+// come back into other device blocks; the tokens must not change.
+TEST(EngineStories, PreemptionBySwapKeepsOutputsIdentical) {
+  const auto prompts = varied_prompts(24);
+  const std::vector<SamplingParams> params(24, stories_greedy(48));
+  const auto solo = solo_outputs(prompts, params);
+  EngineArgs a = stories_args();
+  a.num_kv_blocks = 20;  // 320 token slots for 24 sequences of ~60 tokens
+  a.max_num_batched_tokens = 512;
+  a.enable_prefix_caching = false;
+  // Room for 256 swapped blocks: all layers' K and V of 16 tokens of stories260K.
+  a.swap_space_gib = 256.0 * 2 * 5 * 16 * 4 * 8 * 4 / 1073741824.0;
+  LLMEngine engine(a);
+  for (size_t i = 0; i < prompts.size(); ++i)
+    engine.add_request(std::to_string(i), prompts[i], params[i]);
+  std::vector<std::vector<int32_t>> outputs(prompts.size());
+  int max_swapped = 0;
+  while (engine.has_unfinished_requests()) {
+    for (RequestOutput& out : engine.step())
+      if (out.finished) outputs[std::stoul(out.request_id)] = out.outputs.at(0).token_ids;
+    max_swapped = std::max(max_swapped, engine.take_stats().num_swapped);
+  }
+  for (size_t i = 0; i < solo.size(); ++i) EXPECT_EQ(outputs[i], solo[i]) << "prompt " << i;
+  EXPECT_GT(engine.take_stats().num_preemptions, 0u) << "the pool was meant to be too small";
+  EXPECT_GT(max_swapped, 0) << "preemption was meant to swap, not recompute";
+}
+
 TEST(EngineStories, SharedPrefixHitsTheCacheWithIdenticalOutputs) {
   EngineArgs a = stories_args();
   LLM probe(a);
