@@ -2,9 +2,10 @@
 // in bf16 / f16 / f32, GEMMs through cuBLASLt, pagellm's own kernels for everything else, a paged
 // KV pool sized by --gpu-memory-utilization after a maximum-size dummy step, and CUDA graphs for
 // decode-only steps (captured per padded batch size unless --enforce-eager; eager decode pads the
-// same way and uses the same KV split count, so both give identical tokens). Logits of the rows
-// that need them come back to the host, where the shared CPU sampler draws (so the random stream is
-// the CPU runner's by construction).
+// same way and uses the same KV split count, so both give identical tokens). Every row is sampled on
+// the GPU (cuda::sample, the CPU sampler's pipeline and random stream); only the token, its logprob
+// and the top-N come back to the host. Weights stream from the safetensors mmap through pinned
+// buffers; --swap-space gives a pinned host pool for preemption by swapping.
 #pragma once
 
 #include <memory>
