@@ -19,6 +19,7 @@
 
 #include "backends/cuda/kernels.h"
 #include "common/dtype.h"
+#include "device_test_util.h"
 #include "kernel_reference.h"
 
 namespace pagellm::cuda::test {
@@ -29,24 +30,6 @@ std::string g_filter;
 int g_failed = 0, g_passed = 0;
 int g_num_sms = 132;
 
-#define CK(expr)                                                                             \
-  do {                                                                                       \
-    cudaError_t e_ = (expr);                                                                 \
-    if (e_ != cudaSuccess) {                                                                 \
-      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, \
-                   __LINE__, #expr);                                                         \
-      std::exit(2);                                                                          \
-    }                                                                                        \
-  } while (0)
-
-const char* dname(DType t) { return t == DType::kF32 ? "f32" : t == DType::kF16 ? "f16" : "bf16"; }
-size_t dsize(DType t) { return t == DType::kF32 ? 4 : 2; }
-
-float round_to(DType t, float v) {
-  if (t == DType::kBF16) return __bfloat162float(__float2bfloat16_rn(v));
-  if (t == DType::kF16) return __half2float(__float2half_rn(v));
-  return v;
-}
 RoundFn rounder(DType t) {
   return [t](float v) { return round_to(t, v); };
 }
@@ -64,40 +47,6 @@ struct DevBuf {
   }
   void poison() { CK(cudaMemset(ptr, 0xff, bytes)); }  // all-ones bits: NaN in f32, f16 and bf16
 };
-
-std::vector<uint8_t> encode(DType t, const std::vector<float>& v) {
-  std::vector<uint8_t> out(v.size() * dsize(t));
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (t == DType::kF32) {
-      std::memcpy(&out[i * 4], &v[i], 4);
-    } else if (t == DType::kBF16) {
-      __nv_bfloat16 b = __float2bfloat16_rn(v[i]);
-      std::memcpy(&out[i * 2], &b, 2);
-    } else {
-      __half h = __float2half_rn(v[i]);
-      std::memcpy(&out[i * 2], &h, 2);
-    }
-  }
-  return out;
-}
-
-std::vector<float> decode(DType t, const std::vector<uint8_t>& raw) {
-  std::vector<float> out(raw.size() / dsize(t));
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (t == DType::kF32) {
-      std::memcpy(&out[i], &raw[i * 4], 4);
-    } else if (t == DType::kBF16) {
-      __nv_bfloat16 b;
-      std::memcpy(&b, &raw[i * 2], 2);
-      out[i] = __bfloat162float(b);
-    } else {
-      __half h;
-      std::memcpy(&h, &raw[i * 2], 2);
-      out[i] = __half2float(h);
-    }
-  }
-  return out;
-}
 
 // Random values in [-scale, scale] rounded to dtype (so host and device hold the same numbers).
 std::vector<float> random_vec(DType t, size_t n, float scale = 1.f) {

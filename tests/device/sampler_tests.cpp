@@ -20,53 +20,16 @@
 #include <vector>
 
 #include "backends/cuda/kernels.h"
+#include "device_test_util.h"
 #include "engine/sampler.h"
 
 namespace pagellm::cuda::test {
 namespace {
 
-#define SCK(expr)                                                                            \
-  do {                                                                                       \
-    cudaError_t e_ = (expr);                                                                 \
-    if (e_ != cudaSuccess) {                                                                 \
-      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, \
-                   __LINE__, #expr);                                                         \
-      std::exit(2);                                                                          \
-    }                                                                                        \
-  } while (0)
-
-const char* short_dtype(DType t) {
-  return t == DType::kF32 ? "f32" : t == DType::kF16 ? "f16" : "bf16";
-}
-
-float round_dtype(DType t, float v) {
-  if (v != v) return v;
-  if (t == DType::kBF16) return __bfloat162float(__float2bfloat16_rn(v));
-  if (t == DType::kF16) return __half2float(__float2half_rn(v));
-  return v;
-}
-
-// The row as the model-dtype bytes the kernel reads.
-std::vector<uint8_t> encode_rows(DType t, const std::vector<float>& v) {
-  std::vector<uint8_t> out(v.size() * (t == DType::kF32 ? 4 : 2));
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (t == DType::kF32) {
-      std::memcpy(&out[i * 4], &v[i], 4);
-    } else if (t == DType::kBF16) {
-      const __nv_bfloat16 h = __float2bfloat16_rn(v[i]);
-      std::memcpy(&out[i * 2], &h, 2);
-    } else {
-      const __half h = __float2half_rn(v[i]);
-      std::memcpy(&out[i * 2], &h, 2);
-    }
-  }
-  return out;
-}
-
 template <typename T>
 struct Dev {
   T* ptr = nullptr;
-  explicit Dev(size_t n) { SCK(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(T))); }
+  explicit Dev(size_t n) { CK(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(T))); }
   ~Dev() { cudaFree(ptr); }
   Dev(const Dev&) = delete;
   Dev& operator=(const Dev&) = delete;
@@ -203,10 +166,10 @@ void fill_row(std::mt19937_64& rng, DType t, int kind, bool allow_inf, int vocab
         v = normal(rng) * 2.0f;
         break;
     }
-    x[i] = round_dtype(t, v);
+    x[i] = round_to(t, v);
   }
   if (kind == kPeaked || kind == kNanInf || kind == kAllBanned || kind == kRealistic)
-    for (int s = 0; s < 5; ++s) x[col(rng)] = round_dtype(t, 15.0f + 5.0f * unit(rng));
+    for (int s = 0; s < 5; ++s) x[col(rng)] = round_to(t, 15.0f + 5.0f * unit(rng));
   if (kind == kNanInf) {
     for (int s = 0; s < 8; ++s) x[col(rng)] = NAN;
     for (int s = 0; s < 8; ++s) x[col(rng)] = -INFINITY;
@@ -295,16 +258,16 @@ bool run_batch(DType t, int vocab, int num_rows, uint64_t seed, SuiteResult& res
       ids.insert(ids.end(), row.output.begin(), row.output.end());
     }
   }
-  const std::vector<uint8_t> raw = encode_rows(t, logits);
+  const std::vector<uint8_t> raw = encode(t, logits);
   Dev<uint8_t> d_logits(raw.size());
   Dev<SampleRow> d_rows(srows.size());
   Dev<int32_t> d_ids(ids.size());
   Dev<float> d_work(logits.size()), d_weights(logits.size());
   Dev<SampleOutput> d_out(static_cast<size_t>(num_rows));
-  SCK(cudaMemcpy(d_logits.ptr, raw.data(), raw.size(), cudaMemcpyHostToDevice));
-  SCK(cudaMemcpy(d_rows.ptr, srows.data(), srows.size() * sizeof(SampleRow),
+  CK(cudaMemcpy(d_logits.ptr, raw.data(), raw.size(), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d_rows.ptr, srows.data(), srows.size() * sizeof(SampleRow),
                  cudaMemcpyHostToDevice));
-  if (!ids.empty()) SCK(cudaMemcpy(d_ids.ptr, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+  if (!ids.empty()) CK(cudaMemcpy(d_ids.ptr, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
   SampleParams sp;
   sp.dtype = t;
   sp.logits = d_logits.ptr;
@@ -325,27 +288,27 @@ bool run_batch(DType t, int vocab, int num_rows, uint64_t seed, SuiteResult& res
       one.work = d_work.ptr + size_t(r) * size_t(vocab);
       one.weights = d_weights.ptr + size_t(r) * size_t(vocab);
       one.out = d_out.ptr + r;
-      SCK(sample(one, nullptr));
-      SCK(cudaDeviceSynchronize());
+      CK(sample(one, nullptr));
+      CK(cudaDeviceSynchronize());
     }
   } else {
-    SCK(sample(sp, nullptr));
+    CK(sample(sp, nullptr));
   }
-  SCK(cudaDeviceSynchronize());
+  CK(cudaDeviceSynchronize());
   std::vector<SampleOutput> out(static_cast<size_t>(num_rows));
-  SCK(cudaMemcpy(out.data(), d_out.ptr, out.size() * sizeof(SampleOutput), cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(out.data(), d_out.ptr, out.size() * sizeof(SampleOutput), cudaMemcpyDeviceToHost));
   int dumped = 0;
   // Diagnostics for the first mismatching rows: the kernel's fp32 working row and scratch.
   auto dump = [&](int r, int cpu_token) {
     if (!std::getenv("PAGELLM_SAMPLER_DEBUG") || dumped++ >= 4) return;
     std::vector<float> xr(static_cast<size_t>(vocab)), wr(static_cast<size_t>(vocab));
-    SCK(cudaMemcpy(xr.data(), d_work.ptr + size_t(r) * vocab, xr.size() * 4,
+    CK(cudaMemcpy(xr.data(), d_work.ptr + size_t(r) * vocab, xr.size() * 4,
                    cudaMemcpyDeviceToHost));
-    SCK(cudaMemcpy(wr.data(), d_weights.ptr + size_t(r) * vocab, wr.size() * 4,
+    CK(cudaMemcpy(wr.data(), d_weights.ptr + size_t(r) * vocab, wr.size() * 4,
                    cudaMemcpyDeviceToHost));
     const size_t esz = raw.size() / (size_t(num_rows) * size_t(vocab));
     std::vector<uint8_t> lr(size_t(vocab) * esz);
-    SCK(cudaMemcpy(lr.data(), d_logits.ptr + size_t(r) * vocab * esz, lr.size(),
+    CK(cudaMemcpy(lr.data(), d_logits.ptr + size_t(r) * vocab * esz, lr.size(),
                    cudaMemcpyDeviceToHost));
     const bool same_input =
         std::memcmp(lr.data(), raw.data() + size_t(r) * vocab * esz, lr.size()) == 0;
@@ -415,7 +378,7 @@ bool run_batch(DType t, int vocab, int num_rows, uint64_t seed, SuiteResult& res
   std::printf(
       "  %s sampler %-5s vocab=%-6d rows=%-4d token mismatches %d, logprob mismatches %d, "
       "max logprob error %.2e\n",
-      ok ? "ok  " : "FAIL", short_dtype(t), vocab, num_rows, bad_tokens, bad_lp, max_lp_err);
+      ok ? "ok  " : "FAIL", dname(t), vocab, num_rows, bad_tokens, bad_lp, max_lp_err);
   return ok;
 }
 
@@ -445,15 +408,15 @@ void sampler_bench() {
   std::vector<float> logits(size_t(max_rows) * vocab);
   for (int r = 0; r < max_rows; ++r)
     fill_row(rng, DType::kBF16, kRealistic, false, vocab, &logits[size_t(r) * vocab]);
-  const std::vector<uint8_t> raw = encode_rows(DType::kBF16, logits);
+  const std::vector<uint8_t> raw = encode(DType::kBF16, logits);
   Dev<uint8_t> d_logits(raw.size());
-  SCK(cudaMemcpy(d_logits.ptr, raw.data(), raw.size(), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d_logits.ptr, raw.data(), raw.size(), cudaMemcpyHostToDevice));
   Dev<SampleRow> d_rows(static_cast<size_t>(max_rows));
   Dev<float> d_work(logits.size()), d_weights(logits.size());
   Dev<SampleOutput> d_out(static_cast<size_t>(max_rows));
   cudaEvent_t e0, e1;
-  SCK(cudaEventCreate(&e0));
-  SCK(cudaEventCreate(&e1));
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
   struct Setting {
     const char* name;
     float temperature, top_p;
@@ -470,7 +433,7 @@ void sampler_bench() {
       srows[size_t(r)].top_p = set.top_p;
       srows[size_t(r)].u = engine::sample_uniform(uint64_t(r), 0);
     }
-    SCK(cudaMemcpy(d_rows.ptr, srows.data(), srows.size() * sizeof(SampleRow),
+    CK(cudaMemcpy(d_rows.ptr, srows.data(), srows.size() * sizeof(SampleRow),
                    cudaMemcpyHostToDevice));
     for (int batch : {1, 64, 256}) {
       SampleParams sp;
@@ -482,15 +445,15 @@ void sampler_bench() {
       sp.work = d_work.ptr;
       sp.weights = d_weights.ptr;
       sp.out = d_out.ptr;
-      SCK(sample(sp, nullptr));
-      SCK(cudaDeviceSynchronize());
+      CK(sample(sp, nullptr));
+      CK(cudaDeviceSynchronize());
       const int iters = 20;
-      SCK(cudaEventRecord(e0));
-      for (int i = 0; i < iters; ++i) SCK(sample(sp, nullptr));
-      SCK(cudaEventRecord(e1));
-      SCK(cudaEventSynchronize(e1));
+      CK(cudaEventRecord(e0));
+      for (int i = 0; i < iters; ++i) CK(sample(sp, nullptr));
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
       float ms = 0;
-      SCK(cudaEventElapsedTime(&ms, e0, e1));
+      CK(cudaEventElapsedTime(&ms, e0, e1));
       std::printf("sampler bench: vocab %d bf16 %-24s batch %3d: %8.1f us/step\n", vocab, set.name,
                   batch, 1000.0 * ms / iters);
     }
