@@ -38,9 +38,12 @@ void add_engine_flags(CLI::App& app, EngineArgs& args) {
 }
 
 SamplingParams default_sampling_params(const EngineArgs& args) {
+  if (args.model.empty()) return SamplingParams{};
+  return default_sampling_params(io::load_generation_config(args.model));
+}
+
+SamplingParams default_sampling_params(const io::GenerationConfig& g) {
   SamplingParams p;
-  if (args.model.empty()) return p;
-  const io::GenerationConfig g = io::load_generation_config(args.model);
   if (g.temperature) p.temperature = static_cast<float>(*g.temperature);
   if (g.top_p) p.top_p = static_cast<float>(*g.top_p);
   if (g.top_k) p.top_k = static_cast<int>(*g.top_k);

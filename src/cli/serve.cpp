@@ -90,7 +90,7 @@ int run(int argc, char** argv) {
   config.log_requests = !f.disable_log_requests;
   const io::GenerationConfig generation =
       args.model.empty() ? io::GenerationConfig{} : io::load_generation_config(args.model);
-  config.sampling_defaults = default_sampling_params(args);
+  config.sampling_defaults = default_sampling_params(generation);
   if (generation.max_new_tokens && *generation.max_new_tokens >= 1)
     config.default_max_tokens = int(std::min<int64_t>(*generation.max_new_tokens, INT32_MAX));
   server::ApiServer api(client, config);

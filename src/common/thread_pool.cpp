@@ -6,8 +6,17 @@
 
 namespace pagellm {
 
+namespace {
+// num_threads <= 0 means one per hardware thread.
+int resolve_num_threads(int num_threads) {
+  return num_threads > 0 ? num_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+std::atomic<int> g_global_threads{0};  // size the global pool is created with (0 = all cores)
+}  // namespace
+
 ThreadPool::ThreadPool(int num_threads) {
-  if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  num_threads = resolve_num_threads(num_threads);
   for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
@@ -20,10 +29,6 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-namespace {
-std::atomic<int> g_global_threads{0};  // size the global pool is created with (0 = all cores)
-}  // namespace
-
 ThreadPool& ThreadPool::global() {
   static ThreadPool pool(g_global_threads.load());
   return pool;
@@ -31,9 +36,7 @@ ThreadPool& ThreadPool::global() {
 
 bool ThreadPool::configure_global(int num_threads) {
   g_global_threads.store(num_threads);
-  const int wanted =
-      num_threads > 0 ? num_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return global().num_threads() == wanted;
+  return global().num_threads() == resolve_num_threads(num_threads);
 }
 
 void ThreadPool::run_chunks(const std::function<void(size_t, size_t)>& fn, size_t n, size_t chunk,
