@@ -58,12 +58,12 @@ SampleInputs pack_rows(const engine::SchedulerOutput& batch, const std::vector<L
   return in;
 }
 
-// Applies the step's swap lists on the runner stream, before the step's copies and compute (stream
-// order; the host pool is pinned, and nothing on the host touches it): swap-out = D2H of every
-// layer's K and V of the device block into the host block, swap-in = H2D. All ids are validated
-// first, so a bad list moves nothing.
-void apply_swaps(CudaRunner::Impl& m, const engine::SchedulerOutput& batch) {
-  if (batch.blocks_to_swap_out.empty() && batch.blocks_to_swap_in.empty()) return;
+// Applies the step's block operations on the runner stream, in SchedulerOutput's order (swap out,
+// swap in, copy), before the step's compute (stream order; the host pool is pinned, and nothing on
+// the host touches it): swap-out = D2H of every layer's K and V of the device block into the host
+// block, swap-in = H2D, copy = D2D (copy-on-write). All ids are validated first, so a bad list
+// moves nothing.
+void apply_block_ops(CudaRunner::Impl& m, const engine::SchedulerOutput& batch) {
   auto bad = [&](int32_t device, int32_t host) {
     return device < 0 || device >= m.num_blocks || host < 0 || host >= m.num_swap_blocks;
   };
@@ -75,6 +75,9 @@ void apply_swaps(CudaRunner::Impl& m, const engine::SchedulerOutput& batch) {
     if (bad(device, host))
       internal("swap-in of an invalid block pair (host " + std::to_string(host) + ", device " +
                std::to_string(device) + "; " + std::to_string(m.num_swap_blocks) + " swap blocks)");
+  for (const auto& [src, dst] : batch.blocks_to_copy)
+    if (src < 0 || src >= m.num_blocks || dst < 0 || dst >= m.num_blocks)
+      internal("copy of an invalid KV block");
   const size_t layer_bytes = size_t(m.num_blocks) * m.block_bytes;  // one layer's K (or V)
   const size_t host_block_bytes = 2 * size_t(m.num_layers) * m.block_bytes;
   auto move = [&](int32_t device, int32_t host, bool to_host) {
@@ -90,6 +93,14 @@ void apply_swaps(CudaRunner::Impl& m, const engine::SchedulerOutput& batch) {
   };
   for (const auto& [device, host] : batch.blocks_to_swap_out) move(device, host, true);
   for (const auto& [host, device] : batch.blocks_to_swap_in) move(device, host, false);
+  for (const auto& [src, dst] : batch.blocks_to_copy) {
+    for (int l = 0; l < 2 * m.num_layers; ++l) {
+      unsigned char* base = m.kv_pool.as<unsigned char>() + size_t(l) * layer_bytes;
+      check(cudaMemcpyAsync(base + size_t(dst) * m.block_bytes, base + size_t(src) * m.block_bytes,
+                            m.block_bytes, cudaMemcpyDeviceToDevice, m.stream),
+            "copying a KV block");
+    }
+  }
 }
 
 }  // namespace
@@ -99,19 +110,8 @@ void apply_swaps(CudaRunner::Impl& m, const engine::SchedulerOutput& batch) {
 // outputs.
 static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& batch,
                            bool with_prompt_rows, bool sample, std::vector<LogitsRow>& rows_out) {
-  apply_swaps(m, batch);
+  apply_block_ops(m, batch);
   const int64_t bs = m.opt.block_size;
-  const size_t layer_bytes = size_t(m.num_blocks) * m.block_bytes;
-  for (const auto& [src, dst] : batch.blocks_to_copy) {
-    if (src < 0 || src >= m.num_blocks || dst < 0 || dst >= m.num_blocks)
-      internal("copy of an invalid KV block");
-    for (int l = 0; l < 2 * m.num_layers; ++l) {
-      unsigned char* base = m.kv_pool.as<unsigned char>() + size_t(l) * layer_bytes;
-      check(cudaMemcpyAsync(base + size_t(dst) * m.block_bytes, base + size_t(src) * m.block_bytes,
-                            m.block_bytes, cudaMemcpyDeviceToDevice, m.stream),
-            "copying a KV block");
-    }
-  }
   Flat f;
   bool decode_only = true;
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
