@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/thread_pool.h"
 #include "engine/sampler.h"
+#include "runner/block_ops.h"
 
 namespace pagellm::runner {
 
@@ -71,20 +72,7 @@ void CpuRunner::swap_block_copy(int32_t device, int32_t host, bool to_host) {
 }
 
 void CpuRunner::apply_block_ops(const engine::SchedulerOutput& batch) {
-  const int64_t num_blocks = cache_.num_blocks();
-  auto device_ok = [&](int32_t b) { return b >= 0 && b < num_blocks; };
-  auto host_ok = [&](int32_t b) { return b >= 0 && b < num_swap_blocks_; };
-  // Everything is validated first so a bad list leaves the pools untouched.
-  for (const auto& [dev, host] : batch.blocks_to_swap_out)
-    if (!device_ok(dev) || !host_ok(host))
-      internal("swap-out of an invalid block pair (device " + std::to_string(dev) + ", host " +
-               std::to_string(host) + "; " + std::to_string(num_swap_blocks_) + " swap blocks)");
-  for (const auto& [host, dev] : batch.blocks_to_swap_in)
-    if (!device_ok(dev) || !host_ok(host))
-      internal("swap-in of an invalid block pair (host " + std::to_string(host) + ", device " +
-               std::to_string(dev) + "; " + std::to_string(num_swap_blocks_) + " swap blocks)");
-  for (const auto& [src, dst] : batch.blocks_to_copy)
-    if (!device_ok(src) || !device_ok(dst)) internal("copy of an invalid KV block");
+  check_block_ops(batch, cache_.num_blocks(), num_swap_blocks_, "cpu runner");
   for (const auto& [dev, host] : batch.blocks_to_swap_out) swap_block_copy(dev, host, true);
   for (const auto& [host, dev] : batch.blocks_to_swap_in) swap_block_copy(dev, host, false);
   for (const auto& [src, dst] : batch.blocks_to_copy) cache_.copy_block(src, dst);

@@ -7,6 +7,7 @@
 #include <span>
 
 #include "common/thread_pool.h"
+#include "runner/block_ops.h"
 #include "runner/cuda_runner_impl.h"
 #include "runner/sample_pack.h"
 
@@ -64,20 +65,7 @@ SampleInputs pack_rows(const engine::SchedulerOutput& batch, const std::vector<L
 // block, swap-in = H2D, copy = D2D (copy-on-write). All ids are validated first, so a bad list
 // moves nothing.
 void apply_block_ops(CudaRunner::Impl& m, const engine::SchedulerOutput& batch) {
-  auto bad = [&](int32_t device, int32_t host) {
-    return device < 0 || device >= m.num_blocks || host < 0 || host >= m.num_swap_blocks;
-  };
-  for (const auto& [device, host] : batch.blocks_to_swap_out)
-    if (bad(device, host))
-      internal("swap-out of an invalid block pair (device " + std::to_string(device) + ", host " +
-               std::to_string(host) + "; " + std::to_string(m.num_swap_blocks) + " swap blocks)");
-  for (const auto& [host, device] : batch.blocks_to_swap_in)
-    if (bad(device, host))
-      internal("swap-in of an invalid block pair (host " + std::to_string(host) + ", device " +
-               std::to_string(device) + "; " + std::to_string(m.num_swap_blocks) + " swap blocks)");
-  for (const auto& [src, dst] : batch.blocks_to_copy)
-    if (src < 0 || src >= m.num_blocks || dst < 0 || dst >= m.num_blocks)
-      internal("copy of an invalid KV block");
+  check_block_ops(batch, m.num_blocks, m.num_swap_blocks, "cuda runner");
   const size_t layer_bytes = size_t(m.num_blocks) * m.block_bytes;  // one layer's K (or V)
   const size_t host_block_bytes = 2 * size_t(m.num_layers) * m.block_bytes;
   auto move = [&](int32_t device, int32_t host, bool to_host) {
