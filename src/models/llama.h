@@ -11,6 +11,7 @@
 #include "backends/cpu/kernels.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
+#include "parallel/shard.h"
 
 namespace pagellm::models {
 
@@ -33,15 +34,19 @@ struct LlamaWeights {
   std::vector<float> lm_head;     // [vocab, hidden]; empty when tied to embed
 };
 
-// Reads every weight from a checkpoint, checking names and shapes against the config. Throws
-// pagellm::Error naming the file and tensor for a missing, unexpected or misshaped tensor.
-LlamaWeights load_llama_weights(const io::ModelConfig& config, const io::WeightStore& store);
+// Reads a rank's weights (all of them without parallelism) from a checkpoint, checking names and
+// shapes of the whole checkpoint against the config. Throws pagellm::Error naming the file and
+// tensor for a missing, unexpected or misshaped tensor.
+LlamaWeights load_llama_weights(const io::ModelConfig& config, const io::WeightStore& store,
+                                const parallel::ShardSpec& shard = {});
 
-// Random weights from the config alone (--load-format dummy, the demo model), reproducible by seed.
-LlamaWeights random_llama_weights(const io::ModelConfig& config, uint64_t seed);
+// Random weights from the config alone (--load-format dummy, the demo model), reproducible by seed;
+// a rank's shard holds the same numbers as the corresponding slice of the whole model.
+LlamaWeights random_llama_weights(const io::ModelConfig& config, uint64_t seed,
+                                  const parallel::ShardSpec& shard = {});
 
-// Bytes the fp32 weights of this config take (for refusing configs that cannot fit in memory).
-uint64_t llama_weight_bytes(const io::ModelConfig& config);
+// Bytes the fp32 weights of one rank take (for refusing configs that cannot fit in memory).
+uint64_t llama_weight_bytes(const io::ModelConfig& config, const parallel::ShardSpec& shard = {});
 
 // The paged KV cache of all layers: per layer K and V [num_blocks, block_size, num_kv_heads,
 // head_dim].

@@ -26,18 +26,22 @@ class CheckpointSource : public WeightSource {
  public:
   explicit CheckpointSource(const io::WeightStore& store) : store_(store) {}
 
+  // Reads only the rank's slice, run by run, straight from the mapping.
   void fill(const HfTensorSpec& tensor, float* dst) override {
     const io::TensorView& t = store_.get(tensor.name);
-    const size_t count = static_cast<size_t>(t.num_elements());
-    // Data offsets inside a file need not be aligned to the element size; convert from an aligned
-    // copy.
-    if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0 && t.dtype != DType::kF32) {
-      std::vector<uint16_t> aligned(count);
-      std::memcpy(aligned.data(), t.data, t.num_bytes);
-      convert_to_f32(t.dtype, aligned.data(), dst, count);
-    } else {
-      convert_to_f32(t.dtype, t.data, dst, count);  // F32 is a memcpy: alignment is irrelevant
-    }
+    const size_t esz = dtype_size(t.dtype);
+    std::vector<uint16_t> aligned;
+    for_each_slice_run(tensor, [&](int64_t full, int64_t local, int64_t count) {
+      const uint8_t* src = t.data + size_t(full) * esz;
+      // Data offsets inside a file need not be aligned to the element size; convert from an
+      // aligned copy (F32 is a memcpy: alignment is irrelevant).
+      if (reinterpret_cast<uintptr_t>(src) % esz != 0 && t.dtype != DType::kF32) {
+        aligned.resize(size_t(count));
+        std::memcpy(aligned.data(), src, size_t(count) * esz);
+        src = reinterpret_cast<const uint8_t*>(aligned.data());
+      }
+      convert_to_f32(t.dtype, src, dst + local, size_t(count));
+    });
   }
 
  private:
@@ -52,22 +56,24 @@ class RandomSource : public WeightSource {
   explicit RandomSource(uint64_t seed) : seed_(seed) {}
 
   void fill(const HfTensorSpec& tensor, float* dst) override {
-    const int64_t count = tensor.num_elements();
     const DummyFill f = dummy_fill(tensor, seed_);
     if (f.ones) {
-      std::fill_n(dst, count, 1.0f);
+      std::fill_n(dst, tensor.num_elements(), 1.0f);
       return;
     }
-    ThreadPool::global().parallel_for(
-        static_cast<size_t>(count),
-        [&](size_t begin, size_t end) {
-          for (size_t i = begin; i < end; ++i) {
-            const double u =
-                static_cast<double>(splitmix64(f.key + i) >> 11) * 0x1.0p-53;  // [0, 1)
-            dst[i] = static_cast<float>((2.0 * u - 1.0) * f.bound);
-          }
-        },
-        1 << 16);
+    // Element i of the full tensor gets key + i, so a slice holds the full model's numbers.
+    for_each_slice_run(tensor, [&](int64_t full, int64_t local, int64_t count) {
+      ThreadPool::global().parallel_for(
+          static_cast<size_t>(count),
+          [&](size_t begin, size_t end) {
+            for (size_t i = begin; i < end; ++i) {
+              const double u =
+                  static_cast<double>(splitmix64(f.key + uint64_t(full) + i) >> 11) * 0x1.0p-53;
+              dst[size_t(local) + i] = static_cast<float>((2.0 * u - 1.0) * f.bound);  // u in [0,1)
+            }
+          },
+          1 << 16);
+    });
   }
 
  private:
@@ -75,10 +81,10 @@ class RandomSource : public WeightSource {
 };
 
 // Allocates and fills all weights in the HF layout, fusing parts as the plan says.
-LlamaWeights build_weights(const io::ModelConfig& c, const std::vector<WeightTensorSpec>& plan,
-                           WeightSource& src) {
+LlamaWeights build_weights(const std::vector<WeightTensorSpec>& plan, WeightSource& src) {
   LlamaWeights w;
-  w.layers.resize(static_cast<size_t>(c.num_hidden_layers));
+  for (const WeightTensorSpec& t : plan)
+    if (t.layer >= 0 && size_t(t.layer) >= w.layers.size()) w.layers.resize(size_t(t.layer) + 1);
   for (const WeightTensorSpec& t : plan) {
     std::vector<float>& dst = weight_slot(w, t);
     dst.resize(static_cast<size_t>(t.num_elements()));
@@ -93,20 +99,21 @@ LlamaWeights build_weights(const io::ModelConfig& c, const std::vector<WeightTen
 
 }  // namespace
 
-LlamaWeights load_llama_weights(const io::ModelConfig& config, const io::WeightStore& store) {
-  const std::vector<WeightTensorSpec> plan = llama_weight_plan(config);
-  check_llama_checkpoint(config, store, plan);
+LlamaWeights load_llama_weights(const io::ModelConfig& config, const io::WeightStore& store,
+                                const parallel::ShardSpec& shard) {
+  check_llama_checkpoint(config, store);
   CheckpointSource src(store);
-  return build_weights(config, plan, src);
+  return build_weights(llama_weight_plan(config, shard), src);
 }
 
-LlamaWeights random_llama_weights(const io::ModelConfig& config, uint64_t seed) {
+LlamaWeights random_llama_weights(const io::ModelConfig& config, uint64_t seed,
+                                  const parallel::ShardSpec& shard) {
   RandomSource src(seed);
-  return build_weights(config, llama_weight_plan(config), src);
+  return build_weights(llama_weight_plan(config, shard), src);
 }
 
-uint64_t llama_weight_bytes(const io::ModelConfig& c) {
-  return 4 * plan_num_elements(llama_weight_plan(c));
+uint64_t llama_weight_bytes(const io::ModelConfig& c, const parallel::ShardSpec& shard) {
+  return 4 * plan_num_elements(llama_weight_plan(c, shard));
 }
 
 }  // namespace pagellm::models

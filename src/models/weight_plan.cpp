@@ -17,9 +17,15 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
+std::vector<int64_t> HfTensorSpec::local_shape() const {
+  std::vector<int64_t> s = shape;
+  if (slice.dim >= 0) s[static_cast<size_t>(slice.dim)] = slice.count;
+  return s;
+}
+
 int64_t HfTensorSpec::num_elements() const {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : local_shape()) n *= d;
   return n;
 }
 
@@ -29,44 +35,68 @@ int64_t WeightTensorSpec::num_elements() const {
   return n;
 }
 
-std::vector<WeightTensorSpec> llama_weight_plan(const io::ModelConfig& c) {
+std::vector<WeightTensorSpec> llama_weight_plan(const io::ModelConfig& c,
+                                                const parallel::ShardSpec& shard) {
   // Sizes are bounded by parse_model_config, so no product below overflows.
+  const parallel::ShardGeometry g = parallel::shard_geometry(c, shard);
   const int64_t hidden = c.hidden_size, hd = c.head_dim, inter = c.intermediate_size;
   const int64_t q_rows = c.num_attention_heads * hd, kv_rows = c.num_key_value_heads * hd;
+  const bool sharded = shard.tp_size > 1;
+  // Slices are left out (whole tensors) without tensor parallelism.
+  auto rows = [&](int64_t begin, int64_t count) {
+    return sharded ? TensorSlice{0, begin, count} : TensorSlice{};
+  };
+  auto cols = [&](int64_t begin, int64_t count) {
+    return sharded ? TensorSlice{1, begin, count} : TensorSlice{};
+  };
+  const TensorSlice q_slice = rows(g.q_head_begin * hd, g.num_q_heads * hd);
+  const TensorSlice kv_slice = rows(g.kv_head_begin * hd, g.num_kv_heads * hd);
+  const TensorSlice vocab_slice = rows(g.vocab_begin, g.vocab);
   std::vector<WeightTensorSpec> plan;
   auto add = [&](WeightSlot slot, int layer, std::string label, std::vector<HfTensorSpec> parts) {
     plan.push_back({slot, layer, std::move(label), std::move(parts)});
   };
-  auto one = [&](WeightSlot slot, int layer, const std::string& name, std::vector<int64_t> shape) {
-    add(slot, layer, name, {{name, std::move(shape)}});
+  auto one = [&](WeightSlot slot, int layer, const std::string& name, std::vector<int64_t> shape,
+                 TensorSlice slice = {}) {
+    add(slot, layer, name, {{name, std::move(shape), slice}});
   };
-  one(WeightSlot::kEmbed, -1, "model.embed_tokens.weight", {c.vocab_size, hidden});
-  for (int i = 0; i < int(c.num_hidden_layers); ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
+  if (shard.first_stage())
+    one(WeightSlot::kEmbed, -1, "model.embed_tokens.weight", {c.vocab_size, hidden}, vocab_slice);
+  for (int64_t layer = g.layer_begin; layer < g.layer_end; ++layer) {
+    const int i = int(layer - g.layer_begin);
+    const std::string p = "model.layers." + std::to_string(layer) + ".";
     one(WeightSlot::kInputNorm, i, p + "input_layernorm.weight", {hidden});
     add(WeightSlot::kQkv, i, p + "qkv",
-        {{p + "self_attn.q_proj.weight", {q_rows, hidden}},
-         {p + "self_attn.k_proj.weight", {kv_rows, hidden}},
-         {p + "self_attn.v_proj.weight", {kv_rows, hidden}}});
+        {{p + "self_attn.q_proj.weight", {q_rows, hidden}, q_slice},
+         {p + "self_attn.k_proj.weight", {kv_rows, hidden}, kv_slice},
+         {p + "self_attn.v_proj.weight", {kv_rows, hidden}, kv_slice}});
     if (c.attention_bias)
       add(WeightSlot::kQkvBias, i, p + "qkv_bias",
-          {{p + "self_attn.q_proj.bias", {q_rows}},
-           {p + "self_attn.k_proj.bias", {kv_rows}},
-           {p + "self_attn.v_proj.bias", {kv_rows}}});
+          {{p + "self_attn.q_proj.bias", {q_rows}, q_slice},
+           {p + "self_attn.k_proj.bias", {kv_rows}, kv_slice},
+           {p + "self_attn.v_proj.bias", {kv_rows}, kv_slice}});
     if (c.qk_norm) {
       one(WeightSlot::kQNorm, i, p + "self_attn.q_norm.weight", {hd});
       one(WeightSlot::kKNorm, i, p + "self_attn.k_norm.weight", {hd});
     }
-    one(WeightSlot::kOProj, i, p + "self_attn.o_proj.weight", {hidden, q_rows});
+    one(WeightSlot::kOProj, i, p + "self_attn.o_proj.weight", {hidden, q_rows},
+        cols(g.q_head_begin * hd, g.num_q_heads * hd));
     one(WeightSlot::kPostNorm, i, p + "post_attention_layernorm.weight", {hidden});
+    const TensorSlice inter_rows = rows(g.inter_begin, g.inter);
     add(WeightSlot::kGateUp, i, p + "gate_up",
-        {{p + "mlp.gate_proj.weight", {inter, hidden}},
-         {p + "mlp.up_proj.weight", {inter, hidden}}});
-    one(WeightSlot::kDown, i, p + "mlp.down_proj.weight", {hidden, inter});
+        {{p + "mlp.gate_proj.weight", {inter, hidden}, inter_rows},
+         {p + "mlp.up_proj.weight", {inter, hidden}, inter_rows}});
+    one(WeightSlot::kDown, i, p + "mlp.down_proj.weight", {hidden, inter},
+        cols(g.inter_begin, g.inter));
   }
-  one(WeightSlot::kFinalNorm, -1, "model.norm.weight", {hidden});
-  if (!c.tie_word_embeddings)
-    one(WeightSlot::kLmHead, -1, "lm_head.weight", {c.vocab_size, hidden});
+  if (shard.last_stage()) {
+    one(WeightSlot::kFinalNorm, -1, "model.norm.weight", {hidden});
+    if (!c.tie_word_embeddings)
+      one(WeightSlot::kLmHead, -1, "lm_head.weight", {c.vocab_size, hidden}, vocab_slice);
+    else if (!shard.first_stage())  // tied, but the embedding lives on the first stage
+      add(WeightSlot::kLmHead, -1, "lm_head.weight (tied)",
+          {{"model.embed_tokens.weight", {c.vocab_size, hidden}, vocab_slice}});
+  }
   return plan;
 }
 
@@ -76,8 +106,8 @@ uint64_t plan_num_elements(const std::vector<WeightTensorSpec>& plan) {
   return n;
 }
 
-void check_llama_checkpoint(const io::ModelConfig& config, const io::WeightStore& store,
-                            const std::vector<WeightTensorSpec>& plan) {
+void check_llama_checkpoint(const io::ModelConfig& config, const io::WeightStore& store) {
+  const std::vector<WeightTensorSpec> plan = llama_weight_plan(config);
   std::set<std::string, std::less<>> used;
   for (const WeightTensorSpec& t : plan) {
     for (const HfTensorSpec& part : t.parts) {

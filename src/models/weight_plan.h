@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
+#include "parallel/shard.h"
 
 namespace pagellm::models {
 
@@ -31,12 +32,46 @@ enum class WeightSlot {
   kLmHead,     // [vocab, hidden]; only when not tied to the embedding
 };
 
-// One tensor of a Hugging Face checkpoint, with the shape config.json implies for it.
+// The part of a checkpoint tensor one rank holds: `count` indices from `begin` along dimension
+// `dim` (0: rows, 1: columns of a matrix); dim -1 is the whole tensor.
+struct TensorSlice {
+  int dim = -1;
+  int64_t begin = 0;
+  int64_t count = 0;
+};
+
+// One tensor of a Hugging Face checkpoint, with the full shape config.json implies for it, and the
+// slice of it this rank loads (the whole tensor without tensor parallelism).
 struct HfTensorSpec {
   std::string name;
-  std::vector<int64_t> shape;
+  std::vector<int64_t> shape;  // the checkpoint's shape
+  TensorSlice slice;
+  // Shape and element count of the slice (of the whole tensor when unsliced).
+  std::vector<int64_t> local_shape() const;
   int64_t num_elements() const;
 };
+
+// Calls fn(full_offset, local_offset, count) for each contiguous run of t's slice, in elements of
+// the full tensor's row-major order and of the slice's: one run for an unsliced tensor or a row
+// slice, one per row for a column slice.
+template <typename Fn>
+void for_each_slice_run(const HfTensorSpec& t, Fn&& fn) {
+  const int64_t total = [&] {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    return n;
+  }();
+  if (t.slice.dim < 0) {
+    fn(int64_t{0}, int64_t{0}, total);
+    return;
+  }
+  const int64_t rows = t.shape[0], inner = rows > 0 ? total / rows : 0;
+  if (t.slice.dim == 0) {
+    fn(t.slice.begin * inner, int64_t{0}, t.slice.count * inner);
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r) fn(r * inner + t.slice.begin, r * t.slice.count, t.slice.count);
+}
 
 // One runtime tensor: its parts concatenated along dimension 0, in order.
 struct WeightTensorSpec {
@@ -47,8 +82,13 @@ struct WeightTensorSpec {
   int64_t num_elements() const;
 };
 
-// The plan of a config, in load order (embedding, layer by layer, final norm, LM head).
-std::vector<WeightTensorSpec> llama_weight_plan(const io::ModelConfig& config);
+// The plan of a config for one rank, in load order (embedding, layer by layer, final norm, LM
+// head): the stage's layers only; column-parallel parts sliced by rows, row-parallel ones by
+// columns, the embedding and LM head by vocabulary rows (see parallel/shard.h). The first stage
+// holds the embedding, the last the final norm and LM head (taken from the embedding when tied
+// and the embedding lives on another stage). Layer indices in the plan are stage-local.
+std::vector<WeightTensorSpec> llama_weight_plan(const io::ModelConfig& config,
+                                                const parallel::ShardSpec& shard = {});
 
 // The runtime tensor of `model` that plan entry `t` fills. Model is any weight holder that names
 // its tensors like LlamaWeights (embed, final_norm, lm_head, layers[i].qkv, ...), so the CPU
@@ -97,18 +137,18 @@ auto& weight_slot(Model& model, const WeightTensorSpec& t) {
 // Total elements of all runtime tensors of a plan.
 uint64_t plan_num_elements(const std::vector<WeightTensorSpec>& plan);
 
-// Checks that the checkpoint holds exactly the plan's tensors with the plan's shapes, before any
-// weight is read. Throws pagellm::Error naming the file and tensor: "FILE: missing tensor NAME",
+// Checks that the checkpoint holds exactly the full model's tensors with config.json's shapes, before
+// any weight is read (every rank checks the whole checkpoint: a rank's plan names a subset). Throws pagellm::Error naming the file and tensor: "FILE: missing tensor NAME",
 // "FILE: tensor 'NAME' has shape [...] but config.json implies [...]", or "FILE: unexpected tensor
 // 'NAME' ..." (rotary_emb.inv_freq buffers, and lm_head.weight of a tied model, are ignored as
 // Hugging Face ignores them).
-void check_llama_checkpoint(const io::ModelConfig& config, const io::WeightStore& store,
-                            const std::vector<WeightTensorSpec>& plan);
+void check_llama_checkpoint(const io::ModelConfig& config, const io::WeightStore& store);
 
 // How --load-format dummy fills one HF tensor, shared by the CPU and GPU generators so both build
 // the same random model: norm weights are 1 (as HF initialises them); everything else is
 // (2u - 1) * bound with u = (splitmix64(key + i) >> 11) * 2^-53 for element i, the key derived from
-// (seed, name) and bound = 1 for the embedding, 1/sqrt(fan_in) for matrices, 0.02 for vectors.
+// (seed, name) and bound = 1 for the embedding, 1/sqrt(fan_in) for matrices, 0.02 for vectors. i
+// is the element's index in the full tensor, so a rank's slice holds the full model's numbers.
 struct DummyFill {
   bool ones = false;
   uint64_t key = 0;

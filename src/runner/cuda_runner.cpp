@@ -86,7 +86,7 @@ void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
   const auto& c = config;
   const std::vector<models::WeightTensorSpec> plan = models::llama_weight_plan(c);
   // Names and shapes are checked before anything is allocated or read.
-  if (checkpoint) models::check_llama_checkpoint(c, *checkpoint, plan);
+  if (checkpoint) models::check_llama_checkpoint(c, *checkpoint);
   check_weights_fit(models::plan_num_elements(plan) * esz);
   std::optional<WeightUploader> uploader;
   if (checkpoint) {

@@ -90,7 +90,7 @@ class CheckpointCheck : public ::testing::Test {
   std::string error(const io::ModelConfig& c) {
     const io::WeightStore store = io::WeightStore::open(dir_.path());
     try {
-      models::check_llama_checkpoint(c, store, models::llama_weight_plan(c));
+      models::check_llama_checkpoint(c, store);
     } catch (const Error& e) {
       return e.what();
     }
@@ -135,17 +135,17 @@ TEST_F(CheckpointCheck, NamesMisshapedMissingAndUnexpectedTensors) {
 }
 
 TEST(WeightPlan, DummyFillsKeyOnSeedAndName) {
-  const auto norm = models::dummy_fill({"model.norm.weight", {16}}, 1);
+  const auto norm = models::dummy_fill({"model.norm.weight", {16}, {}}, 1);
   EXPECT_TRUE(norm.ones);
-  const auto embed = models::dummy_fill({"model.embed_tokens.weight", {32, 16}}, 1);
+  const auto embed = models::dummy_fill({"model.embed_tokens.weight", {32, 16}, {}}, 1);
   EXPECT_FALSE(embed.ones);
   EXPECT_EQ(embed.bound, 1.0);
-  const auto down = models::dummy_fill({"model.layers.0.mlp.down_proj.weight", {16, 25}}, 1);
+  const auto down = models::dummy_fill({"model.layers.0.mlp.down_proj.weight", {16, 25}, {}}, 1);
   EXPECT_EQ(down.bound, double(1.0f / std::sqrt(25.0f)));
-  EXPECT_EQ(models::dummy_fill({"model.layers.0.self_attn.q_proj.bias", {16}}, 1).bound,
+  EXPECT_EQ(models::dummy_fill({"model.layers.0.self_attn.q_proj.bias", {16}, {}}, 1).bound,
             double(0.02f));
-  EXPECT_NE(down.key, models::dummy_fill({"model.layers.0.mlp.down_proj.weight", {16, 25}}, 2).key);
-  EXPECT_NE(down.key, models::dummy_fill({"model.layers.1.mlp.down_proj.weight", {16, 25}}, 1).key);
+  EXPECT_NE(down.key, models::dummy_fill({"model.layers.0.mlp.down_proj.weight", {16, 25}, {}}, 2).key);
+  EXPECT_NE(down.key, models::dummy_fill({"model.layers.1.mlp.down_proj.weight", {16, 25}, {}}, 1).key);
 }
 
 // A fused tensor's parts are generated independently (as the GPU generates them in place), so the
@@ -153,7 +153,7 @@ TEST(WeightPlan, DummyFillsKeyOnSeedAndName) {
 TEST(WeightPlan, RandomWeightsFuseIndependentlyGeneratedParts) {
   const io::ModelConfig c = tiny_config();
   const models::LlamaWeights w = models::random_llama_weights(c, 5);
-  const auto k = models::dummy_fill({"model.layers.0.self_attn.k_proj.weight", {8, 16}}, 5);
+  const auto k = models::dummy_fill({"model.layers.0.self_attn.k_proj.weight", {8, 16}, {}}, 5);
   const double u = double(models::splitmix64(k.key) >> 11) * 0x1.0p-53;
   EXPECT_EQ(w.layers[0].qkv[16 * 16], float((2.0 * u - 1.0) * k.bound));
   EXPECT_EQ(w.layers[0].qkv.size(), size_t((16 + 2 * 8) * 16));
