@@ -62,6 +62,8 @@ endif()
 add_executable(cuda_kernel_tests ${CMAKE_SOURCE_DIR}/tests/device/kernel_tests.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/kernel_reference.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/sampler_tests.cpp
+                                 ${CMAKE_SOURCE_DIR}/tests/device/fp8_tests.cpp
+                                 ${CMAKE_SOURCE_DIR}/tests/device/fp8_bench.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/kernel_bench.cu
                                  ${CMAKE_SOURCE_DIR}/src/common/dtype.cpp  # host reference of convert.cu
                                  ${CMAKE_SOURCE_DIR}/src/engine/sampler.cpp

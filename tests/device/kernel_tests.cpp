@@ -1,6 +1,8 @@
 // Self-checking tests and benchmarks of pagellm's CUDA kernels against the CPU references in
 // kernel_reference.cpp. Runs on the GPU machine (no gtest, no Debian libraries there):
-//   cuda_kernel_tests [--filter SUBSTRING] [--bench]
+//   cuda_kernel_tests [--filter SUBSTRING] [--bench | --bench-only] [--sampler-bench]
+//                     [--fp8-bench | --fp8-bench-only]
+// (--filter fp8: only the FP8 linear tests; --fp8-bench-only: only their benchmark)
 // Every output buffer is poisoned with NaN before the kernel runs, every input is fresh random
 // data, and NaN never passes. Exit status 0 only if every case passed.
 #include <cuda_bf16.h>
@@ -627,15 +629,17 @@ void elementwise_suite() {
 
 }  // namespace
 
-void bench_main();                                                  // kernel_bench.cpp
+void bench_main();                                                        // kernel_bench.cpp
 void sampler_suite(const std::string& filter, int& passed, int& failed);  // sampler_tests.cpp
-void sampler_bench();                                               // sampler_tests.cpp
+void sampler_bench();                                                     // sampler_tests.cpp
+void fp8_suite(const std::string& filter, int& passed, int& failed);      // fp8_tests.cpp
+void fp8_bench();                                                         // fp8_bench.cpp
 
 }  // namespace pagellm::cuda::test
 
 int main(int argc, char** argv) {
   using namespace pagellm::cuda::test;
-  bool bench = false, tests = true, sampler_only_bench = false;
+  bool bench = false, tests = true, sampler_only_bench = false, fp8_only_bench = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--filter" && i + 1 < argc)
@@ -647,9 +651,15 @@ int main(int argc, char** argv) {
       tests = false;
     } else if (a == "--sampler-bench") {
       sampler_only_bench = true;
+    } else if (a == "--fp8-bench") {
+      fp8_only_bench = true;
+    } else if (a == "--fp8-bench-only") {
+      fp8_only_bench = true;
+      tests = false;
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--filter SUBSTRING] [--bench | --bench-only] [--sampler-bench]\n",
+                   "usage: %s [--filter SUBSTRING] [--bench | --bench-only] [--sampler-bench] "
+                   "[--fp8-bench | --fp8-bench-only]\n",
                    argv[0]);
       return 2;
     }
@@ -665,11 +675,13 @@ int main(int argc, char** argv) {
     elementwise_suite();
     attention_suite();
     sampler_suite(g_filter, g_passed, g_failed);
+    fp8_suite(g_filter, g_passed, g_failed);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("kernel tests: %d passed, %d failed (%.1f s)\n", g_passed, g_failed, secs);
   }
   if (bench) bench_main();
   if (bench || sampler_only_bench) sampler_bench();
+  if (bench || fp8_only_bench) fp8_bench();
   return g_failed == 0 ? 0 : 1;
 }

@@ -5,25 +5,11 @@
 #include <cublasLt.h>
 
 #include <cstring>
-#include <map>
-#include <tuple>
 
+#include "backends/cuda/gemm_context.h"
 #include "backends/cuda/gemv.h"
-#include "backends/cuda/kernels.h"
 
 namespace pagellm::cuda {
-
-class GemmContext {
- public:
-  cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;  // [workspace_bytes] device scratch for split-K and friends
-  std::size_t workspace_bytes = 0;
-  bool use_gemv = true;  // decode-sized m through gemv.cu
-  // Heuristic choice per shape: the query costs tens of microseconds, a step issues ~7 GEMMs per
-  // layer.
-  using Key = std::tuple<int, int, int, int, bool, bool>;
-  std::map<Key, cublasLtMatmulAlgo_t> algos;
-};
 
 GemmContext* gemm_create(std::size_t workspace_bytes, cudaError_t* error) {
   auto* ctx = new GemmContext();
@@ -65,18 +51,6 @@ cudaDataType_t cuda_type(DType dtype) {
   }
   return CUDA_R_32F;
 }
-
-// Owns the descriptors of one call.
-struct LtDescs {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  ~LtDescs() {
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
 
 }  // namespace
 

@@ -2,8 +2,13 @@
 // into — an e4m3 weight [n, k] with one fp32 scale per output channel (per-tensor scales are
 // broadcast; fused q/k/v and gate/up shards keep their own scales row by row) — and dynamic
 // per-token activation quantization. Decode-sized m reads the FP8 weight once and multiplies the
-// 16-bit activations directly (weight-bound); larger m quantizes activations per token and runs a
-// tensor-core FP8 GEMM (sm_89+) with the per-token x per-channel scales applied in the epilogue.
+// 16-bit activations directly (weight-bound: CUDA cores for the smallest m,
+// gemm/fp8_weight_only.cu, tensor cores beyond, gemm/fp8_weight_only_mma.cu); larger m quantizes
+// activations per token and runs cuBLASLt's tensor-core FP8 GEMM (sm_89+) with the per-token x
+// per-channel scales applied inside cuBLASLt (outer-vector scaling, cuBLAS >= 12.9 on sm_90) or,
+// where cuBLASLt lacks that mode, in a small epilogue kernel (gemm/fp8_linear.cpp). Block-scaled
+// checkpoints (128x128 weight blocks) can also run as they are: activations are then quantized per
+// 128-column group and cuBLASLt applies both block scales.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,16 +22,32 @@ namespace pagellm::cuda {
 
 // Largest finite e4m3 value: scales are amax / kFp8Max.
 constexpr float kFp8Max = 448.0f;
+// Floor of the amax in a scale, so that an all-zero row gets a finite, nonzero scale.
+constexpr float kFp8MinAmax = 1e-12f;
+// Side of the square weight blocks (and of the activation groups) of block-scaled FP8 checkpoints
+// ("weight_block_size": [128, 128], DeepSeek-V3 / Qwen3-FP8 style).
+constexpr int kFp8Block = 128;
+// Row stride, in floats, of a block-scaled weight's scales: ceil(k / 128) rounded up to 4 (the
+// 16-byte aligned rows cuBLASLt's 128x128 scale mode reads). The loader pads the checkpoint's
+// [ceil(n / 128), ceil(k / 128)] scale tensor to this stride.
+constexpr int fp8_block_scale_stride(int k) {
+  return ((k + kFp8Block - 1) / kFp8Block + 3) / 4 * 4;
+}
 
-// xq[i, :] = saturate(x[i, :] / scale[i]) as e4m3, scale[i] = max(amax(x[i, :]), eps) / kFp8Max.
-// x [m, k] of dtype (16-bit), xq [m, k] bytes, scale [m] fp32.
+// xq[i, :] = saturate(x[i, :] / scale[i]) as e4m3 (round to nearest even, ±448 on overflow, NaN
+// stays NaN; bit-exact with common/fp8.h on the host), scale[i] = max(amax(x[i, :]), kFp8MinAmax)
+// / kFp8Max, both IEEE fp32 divisions. x [m, k] of dtype (bf16 or f16; f32 returns
+// cudaErrorNotSupported), xq [m, k] bytes. k a multiple of 8, x and xq 16-byte aligned.
+// group_size 128 instead scales each 128-column group of a row on its own (k a multiple of 128),
+// with scale [k / 128, m] group-major (scale[g * m + i]: the layout of cuBLASLt's VEC128 mode).
 struct QuantizeFp8Params {
   DType dtype = DType::kBF16;
   const void* x = nullptr;
   void* xq = nullptr;
-  float* scale = nullptr;
+  float* scale = nullptr;  // [m], or [k / 128, m] with group_size 128
   int m = 0;
   int k = 0;
+  int group_size = 0;  // 0 (whole row) or kFp8Block
 };
 cudaError_t quantize_fp8_per_token(const QuantizeFp8Params& p, cudaStream_t stream);
 
@@ -35,23 +56,53 @@ cudaError_t quantize_fp8_per_token(const QuantizeFp8Params& p, cudaStream_t stre
 cudaError_t quantize_fp8_per_channel(DType dtype, const void* w, int n, int k, void* wq,
                                      float* w_scale, cudaStream_t stream);
 
-// y [m, n] of dtype = (x [m, k] · dequant(wq)ᵀ) + bias, dequant(wq)[j, :] = wq[j, :] * w_scale[j].
-// xq_work [m, k] bytes and x_scale_work [m] floats are scratch for the activation quantization.
+// y [m, n] of dtype = (x [m, k] · dequant(wq)ᵀ) + bias, dequant(wq)[j, :] = wq[j, :] * w_scale[j]
+// (or, with w_block = 128, wq[j, l] * w_scale[(j / 128) * fp8_block_scale_stride(k) + l / 128]).
+// k a multiple of 16 (of 128 with w_block); x, wq and xq_work 16-byte aligned (any alignment of y
+// and bias works). xq_work [m, k] bytes and x_scale_work [m] floats ([k / 128, m] with w_block:
+// activations are then quantized per 128-column group) are scratch for the activation
+// quantization; they are read only when m exceeds the weight-only limit below
+// (kFp8BlockWeightOnlyMaxRows with w_block) on an FP8-tensor-core GPU and may be null otherwise.
 struct Fp8LinearParams {
-  DType dtype = DType::kBF16;  // of x, y and bias
-  const void* x = nullptr;     // [m, k]
-  const void* wq = nullptr;    // [n, k] e4m3
-  const float* w_scale = nullptr;  // [n]
-  void* y = nullptr;           // [m, n]
-  const void* bias = nullptr;  // [n] or null
+  DType dtype = DType::kBF16;      // of x, y and bias: bf16 or f16
+  const void* x = nullptr;         // [m, k]
+  const void* wq = nullptr;        // [n, k] e4m3
+  const float* w_scale = nullptr;  // [n], or [ceil(n / 128), fp8_block_scale_stride(k)]
+  void* y = nullptr;               // [m, n]
+  const void* bias = nullptr;      // [n] or null
   int m = 0;
   int n = 0;
   int k = 0;
+  int w_block = 0;                // 0: per-channel scales; kFp8Block: 128x128 block scales
   void* xq_work = nullptr;        // [m, k] e4m3 scratch
-  float* x_scale_work = nullptr;  // [m] scratch
+  float* x_scale_work = nullptr;  // [m] (or [k / 128, m]) scratch
 };
-// Graph-capturable (no allocation, no synchronization). Returns cudaErrorNotSupported on a GPU
-// without FP8 tensor cores for m above the weight-only path's limit.
+
+// Largest m that takes the weight-only path (measured on H100, docs/PERF.md "FP8 GEMM kernels"):
+// per-channel weights, tensor-core weight-only ties cuBLASLt at m = 16 and wins below; block-scaled
+// weights have only the CUDA-core weight-only kernel, which cuBLASLt's block-scaled GEMM beats
+// from m = 4 (where cuBLASLt starts to accept the shape).
+constexpr int kFp8WeightOnlyMaxRows = 16;
+constexpr int kFp8BlockWeightOnlyMaxRows = 3;
+
+// Graph-capturable (no allocation, no synchronization; the cuBLASLt choice per shape is cached in
+// ctx on first use, so a graph should be captured after one eager call of each shape). On a GPU
+// without FP8 tensor cores (sm_80) every m takes the weight-only path: correct, and on tensor
+// cores (bf16/f16 mma) for per-channel weights, but it re-reads the weight for every 16 rows of x,
+// so prefill there runs well below the GEMM rate (not yet run on an sm_80 GPU). Shapes cuBLASLt's
+// FP8 kernels reject (odd n, say, or m < 4 with block scales) take the same path.
 cudaError_t fp8_linear(GemmContext* ctx, const Fp8LinearParams& p, cudaStream_t stream);
+
+// Pins fp8_linear's path (tests and benchmarks); kAuto chooses by m and the GPU as above. A pinned
+// tensor-core path that cuBLASLt cannot run returns cudaErrorNotSupported.
+enum class Fp8Path {
+  kAuto,
+  kWeightOnly,     // the weight-bandwidth kernel, any m
+  kScaledGemm,     // quantize x, cuBLASLt FP8 GEMM with outer-vector scales (+ bias epilogue),
+                   // or with 128x128 / 1x128 block scales for w_block (+ bias kernel)
+  kGemmThenScale,  // quantize x, unscaled cuBLASLt FP8 GEMM into y as bf16, scales + bias kernel
+                   // (per-channel scales only; one more bf16 rounding than kScaledGemm)
+};
+void fp8_linear_set_path(GemmContext* ctx, Fp8Path path);
 
 }  // namespace pagellm::cuda

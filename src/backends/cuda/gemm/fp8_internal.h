@@ -1,0 +1,30 @@
+// Launchers behind fp8_linear (gemm/fp8_linear.cpp), shared with the device tests and benchmarks
+// that pin one of them.
+#pragma once
+
+#include "backends/cuda/gemm/fp8_gemm.h"
+
+namespace pagellm::cuda {
+
+// Weight-only kernels, any m >= 1: y = x · dequant(wq)ᵀ (+ bias) with unquantized activations.
+// `variant` 0 is fp8_linear's choice: CUDA cores (fp8_weight_only.cu) for m <= kFp8CudaCoreMaxRows
+// and for block-scaled weights, tensor cores (fp8_weight_only_mma.cu) otherwise. The others pin
+// one kernel for tests and the benchmark: 1 = CUDA cores in their default configuration (4 rows
+// per warp x 4 loads in flight), 2 and 3 = CUDA cores with 1 x 16 and 2 x 8 (bf16 only), 4 =
+// tensor cores (per-channel scales only).
+constexpr int kFp8WeightOnlyNumVariants = 5;
+// Measured on H100 (docs/PERF.md): CUDA cores win at m = 1 on every Llama-3.1-8B shape, tensor
+// cores tie at m = 2 and win from m = 4 on.
+constexpr int kFp8CudaCoreMaxRows = 1;
+const char* fp8_weight_only_variant_name(int variant);
+cudaError_t fp8_weight_only(const Fp8LinearParams& p, int variant, cudaStream_t stream);
+cudaError_t fp8_weight_only_mma(const Fp8LinearParams& p, cudaStream_t stream);
+
+// y [m, n]: in place, from the unscaled product stored as bf16 to dtype,
+// y[i, j] = y[i, j] * x_scale[i] * w_scale[j] (+ bias[j]) (fp8_quantize.cu).
+cudaError_t fp8_scale_output(const Fp8LinearParams& p, cudaStream_t stream);
+
+// y [m, n] += bias [n] in place (fp8_quantize.cu).
+cudaError_t fp8_add_bias(const Fp8LinearParams& p, cudaStream_t stream);
+
+}  // namespace pagellm::cuda

@@ -1,0 +1,197 @@
+// Per-row FP8 (e4m3) quantization of 16-bit rows (activations per token, weights per output
+// channel), its per-128-column-group variant (block-scaled layers), and the epilogues of the
+// tensor-core paths (scales of the unscaled GEMM, bias of the block-scaled GEMM). One block per
+// row: the row is read twice (amax, then convert); the second pass hits L1/L2, and a row is at most
+// a few tens of KB, so the kernel runs at close to one pass over HBM for large m.
+#include <cuda_fp8.h>
+
+#include <algorithm>
+
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/gemm/fp8_internal.h"
+
+namespace pagellm::cuda {
+namespace {
+
+constexpr int kQuantThreads = 256;
+
+// Max over a block of at most 1024 threads; every thread gets the result. `scratch`: 32 floats.
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  v = warp_max(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int num_warps = (blockDim.x + 31) >> 5;
+  return warp_max(lane < num_warps ? scratch[lane] : 0.f);
+}
+
+// Two floats to two e4m3 bytes (low byte = a): round to nearest even, saturate to ±448, NaN kept.
+__device__ __forceinline__ uint32_t to_e4m3x2(float a, float b) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+}
+
+// grid: one block per row. x [num_rows, k], xq [num_rows, k], scale [num_rows]; k % 8 == 0.
+template <typename T>
+__global__ void __launch_bounds__(kQuantThreads)
+    quantize_rows_kernel(const T* __restrict__ x, uint8_t* __restrict__ xq,
+                         float* __restrict__ scale, int k) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const T* xr = x + row * k;
+  uint8_t* qr = xq + row * k;
+  const int num_vec = k / 8;  // 8 elements = 16 bytes in, 8 bytes out
+  // fmaxf drops NaN, as std::fmax does in the host reference: a NaN element becomes a NaN code
+  // below without poisoning the row's scale.
+  float amax = 0.f;
+  for (int v = threadIdx.x; v < num_vec; v += kQuantThreads) {
+    float f[8];
+    load16(xr + v * 8, f);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(f[e]));
+  }
+  amax = block_max(amax, scratch);
+  // IEEE divisions (not a reciprocal multiply) so that the host reference reproduces every byte.
+  const float s = fmaxf(amax, kFp8MinAmax) / kFp8Max;
+  if (threadIdx.x == 0) scale[row] = s;
+  for (int v = threadIdx.x; v < num_vec; v += kQuantThreads) {
+    float f[8];
+    load16(xr + v * 8, f);
+    uint2 out;
+    out.x = to_e4m3x2(f[0] / s, f[1] / s) | to_e4m3x2(f[2] / s, f[3] / s) << 16;
+    out.y = to_e4m3x2(f[4] / s, f[5] / s) | to_e4m3x2(f[6] / s, f[7] / s) << 16;
+    *reinterpret_cast<uint2*>(qr + v * 8) = out;
+  }
+}
+
+// 128-column groups: each half-warp (16 lanes x 8 elements) quantizes one group, so the amax is a
+// 4-step shuffle and nothing waits on a block barrier. x [m, k], xq [m, k], scale [k / 128, m]
+// (group-major); grid covers m * k / 128 groups, 16 per block.
+template <typename T>
+__global__ void __launch_bounds__(kQuantThreads)
+    quantize_groups_kernel(const T* __restrict__ x, uint8_t* __restrict__ xq,
+                           float* __restrict__ scale, int m, int k) {
+  const int groups_per_row = k / kFp8Block;
+  const int64_t group = (int64_t{blockIdx.x} * kQuantThreads + threadIdx.x) / 16;
+  const bool valid = group < int64_t{m} * groups_per_row;
+  const int64_t row = valid ? group / groups_per_row : 0;
+  const int g = valid ? static_cast<int>(group % groups_per_row) : 0;
+  const int64_t offset = row * k + g * kFp8Block + (threadIdx.x & 15) * 8;
+  float f[8] = {};
+  if (valid) load16(x + offset, f);
+  float amax = 0.f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(f[e]));
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if (!valid) return;
+  const float s = fmaxf(amax, kFp8MinAmax) / kFp8Max;
+  if ((threadIdx.x & 15) == 0) scale[int64_t{g} * m + row] = s;
+  uint2 out;
+  out.x = to_e4m3x2(f[0] / s, f[1] / s) | to_e4m3x2(f[2] / s, f[3] / s) << 16;
+  out.y = to_e4m3x2(f[4] / s, f[5] / s) | to_e4m3x2(f[6] / s, f[7] / s) << 16;
+  *reinterpret_cast<uint2*>(xq + offset) = out;
+}
+
+cudaError_t quantize_groups(DType dtype, const void* x, int m, int k, void* xq, float* scale,
+                            cudaStream_t stream) {
+  if (m < 0 || k <= 0 || k % kFp8Block != 0) return cudaErrorInvalidValue;
+  if (m == 0) return cudaSuccess;
+  if (!x || !xq || !scale || !aligned16(x) || !aligned16(xq)) return cudaErrorInvalidValue;
+  if (dtype == DType::kF32) return cudaErrorNotSupported;
+  const int64_t num_groups = int64_t{m} * (k / kFp8Block);
+  const dim3 grid(static_cast<unsigned>((num_groups * 16 + kQuantThreads - 1) / kQuantThreads));
+  if (dtype == DType::kBF16)
+    quantize_groups_kernel<__nv_bfloat16><<<grid, kQuantThreads, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(x), static_cast<uint8_t*>(xq), scale, m, k);
+  else
+    quantize_groups_kernel<__half><<<grid, kQuantThreads, 0, stream>>>(
+        static_cast<const __half*>(x), static_cast<uint8_t*>(xq), scale, m, k);
+  return cudaGetLastError();
+}
+
+cudaError_t quantize_rows(DType dtype, const void* x, int num_rows, int k, void* xq, float* scale,
+                          cudaStream_t stream) {
+  if (num_rows < 0 || k <= 0 || k % 8 != 0) return cudaErrorInvalidValue;
+  if (num_rows == 0) return cudaSuccess;
+  if (!x || !xq || !scale || !aligned16(x) || !aligned16(xq)) return cudaErrorInvalidValue;
+  if (dtype == DType::kF32) return cudaErrorNotSupported;
+  const dim3 grid(static_cast<unsigned>(num_rows));
+  if (dtype == DType::kBF16)
+    quantize_rows_kernel<__nv_bfloat16><<<grid, kQuantThreads, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(x), static_cast<uint8_t*>(xq), scale, k);
+  else
+    quantize_rows_kernel<__half><<<grid, kQuantThreads, 0, stream>>>(
+        static_cast<const __half*>(x), static_cast<uint8_t*>(xq), scale, k);
+  return cudaGetLastError();
+}
+
+// y [m, n] += bias [n] in place (the block-scaled cuBLASLt path, which has no bias epilogue).
+template <typename T>
+__global__ void add_bias_kernel(T* y, const T* __restrict__ bias, int m, int n) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= n) return;
+  const float b = to_float(bias[col]);
+  for (int row = blockIdx.y; row < m; row += gridDim.y) {
+    const int64_t i = int64_t{row} * n + col;
+    y[i] = from_float<T>(to_float(y[i]) + b);
+  }
+}
+
+// y [m, n] in place: bf16 unscaled product -> T with row and column scales and bias. grid.x covers
+// n, grid.y strides over rows.
+template <typename T>
+__global__ void scale_output_kernel(void* y, const float* __restrict__ x_scale,
+                                    const float* __restrict__ w_scale, const T* __restrict__ bias,
+                                    int m, int n) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= n) return;
+  const float ws = w_scale[col];
+  const float b = bias ? to_float(bias[col]) : 0.f;
+  for (int row = blockIdx.y; row < m; row += gridDim.y) {
+    const int64_t i = int64_t{row} * n + col;
+    // Same element size: each thread reads its bf16 and writes its T at the same address.
+    const float v = __bfloat162float(static_cast<const __nv_bfloat16*>(y)[i]);
+    static_cast<T*>(y)[i] = from_float<T>(v * x_scale[row] * ws + b);
+  }
+}
+
+}  // namespace
+
+cudaError_t quantize_fp8_per_token(const QuantizeFp8Params& p, cudaStream_t stream) {
+  if (p.group_size == kFp8Block)
+    return quantize_groups(p.dtype, p.x, p.m, p.k, p.xq, p.scale, stream);
+  if (p.group_size != 0) return cudaErrorInvalidValue;
+  return quantize_rows(p.dtype, p.x, p.m, p.k, p.xq, p.scale, stream);
+}
+
+cudaError_t quantize_fp8_per_channel(DType dtype, const void* w, int n, int k, void* wq,
+                                     float* w_scale, cudaStream_t stream) {
+  return quantize_rows(dtype, w, n, k, wq, w_scale, stream);
+}
+
+cudaError_t fp8_scale_output(const Fp8LinearParams& p, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  const dim3 grid((p.n + kThreads - 1) / kThreads, static_cast<unsigned>(std::min(p.m, 4096)));
+  if (p.dtype == DType::kBF16)
+    scale_output_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(
+        p.y, p.x_scale_work, p.w_scale, static_cast<const __nv_bfloat16*>(p.bias), p.m, p.n);
+  else
+    scale_output_kernel<__half><<<grid, kThreads, 0, stream>>>(
+        p.y, p.x_scale_work, p.w_scale, static_cast<const __half*>(p.bias), p.m, p.n);
+  return cudaGetLastError();
+}
+
+cudaError_t fp8_add_bias(const Fp8LinearParams& p, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  const dim3 grid((p.n + kThreads - 1) / kThreads, static_cast<unsigned>(std::min(p.m, 4096)));
+  if (p.dtype == DType::kBF16)
+    add_bias_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(
+        static_cast<__nv_bfloat16*>(p.y), static_cast<const __nv_bfloat16*>(p.bias), p.m, p.n);
+  else
+    add_bias_kernel<__half><<<grid, kThreads, 0, stream>>>(
+        static_cast<__half*>(p.y), static_cast<const __half*>(p.bias), p.m, p.n);
+  return cudaGetLastError();
+}
+
+}  // namespace pagellm::cuda

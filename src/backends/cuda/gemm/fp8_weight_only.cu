@@ -1,0 +1,225 @@
+// FP8 weight-only linear for decode-sized m: y[m, n] = x[m, k] · (wq[n, k] * w_scale[n])ᵀ (+ bias)
+// with 16-bit activations used as they are. A decode step is bound by reading the weights once;
+// e4m3 halves those bytes against bf16, so this kernel must stream them at HBM speed: each warp
+// owns R weight rows, every lane keeps R x U 16-byte loads in flight (evict-first: the weights are
+// read once), converts e4m3 -> f16x2 (one instruction per pair on sm_89+) -> fp32 and accumulates
+// in fp32 against M activation rows that stay in L1 (block-scaled weights: each 16-byte vector's
+// partial sum is scaled by its 128x128 block's scale). Larger m runs as ceil(m / 8) slices of the
+// same kernel (grid.y), which re-read the weights per slice: the large-m fallback of block-scaled
+// weights on sm_80 or where cuBLASLt rejects the shape.
+#include <cuda_fp8.h>
+
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/gemm/fp8_internal.h"
+
+namespace pagellm::cuda {
+namespace {
+
+constexpr int kThreads = 128;  // small blocks: n / (4 warps * R) blocks fill every SM at once
+constexpr int kWarps = kThreads / 32;
+
+// 16 e4m3 bytes -> 16 floats (exact: every e4m3 value is an f16 value).
+__device__ __forceinline__ void e4m3x16_to_float(const uint4& v, float (&f)[16]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __half2 lo(__nv_cvt_fp8x2_to_halfraw2(
+        static_cast<__nv_fp8x2_storage_t>(words[i] & 0xffffu), __NV_E4M3));
+    const __half2 hi(
+        __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(words[i] >> 16), __NV_E4M3));
+    const float2 a = __half22float2(lo), b = __half22float2(hi);
+    f[4 * i] = a.x;
+    f[4 * i + 1] = a.y;
+    f[4 * i + 2] = b.x;
+    f[4 * i + 3] = b.y;
+  }
+}
+
+// 16 activations (two 16-byte loads; x is small and stays in L1) -> 16 floats.
+template <typename T>
+__device__ __forceinline__ void load_x16(const T* src, float (&f)[16]) {
+  float a[8], b[8];
+  load16(src, a);
+  load16(src + 8, b);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    f[e] = a[e];
+    f[e + 8] = b[e];
+  }
+}
+
+// grid: (ceil(n / (kWarps * R)), ceil(m / M)). M activation rows per block (rows past p.m re-read
+// row p.m - 1 and are discarded); R weight rows per warp; U 16-byte vectors per row in flight.
+template <typename T, int M, int R, int U>
+__global__ void __launch_bounds__(kThreads)
+    fp8_weight_only_kernel(const __grid_constant__ Fp8LinearParams p) {
+  const int lane = threadIdx.x & 31;
+  const int row0 = (blockIdx.x * kWarps + (threadIdx.x >> 5)) * R;
+  if (row0 >= p.n) return;  // whole warp: no barrier below
+  const int m0 = blockIdx.y * M;
+  const int num_vec = p.k / 16;  // 16-byte weight vectors per row
+  const uint4* w[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    w[r] = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.wq) +
+                                          int64_t{min(row0 + r, p.n - 1)} * p.k);
+  // Block-scaled weights: the scale row of each weight row's 128-row block; a 16-byte vector v
+  // lies in column block v / 8. Per-channel weights scale the finished sums instead.
+  const float* block_scale[R];
+  const int scale_stride = fp8_block_scale_stride(p.k);
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    block_scale[r] = p.w_scale + (min(row0 + r, p.n - 1) / kFp8Block) * scale_stride;
+  const bool blocked = p.w_block != 0;
+  const T* x[M];
+#pragma unroll
+  for (int i = 0; i < M; ++i)
+    x[i] = static_cast<const T*>(p.x) + int64_t{min(m0 + i, p.m - 1)} * p.k;
+  float acc[R][M];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int i = 0; i < M; ++i) acc[r][i] = 0.f;
+
+  for (int v0 = lane; v0 < num_vec; v0 += 32 * U) {
+    // All R x U loads are issued before the first conversion; vectors past the row end are
+    // predicated off (k = 14336 leaves a partial last round).
+    uint4 wv[R][U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        wv[r][u] = v0 + u * 32 < num_vec ? __ldcs(w[r] + v0 + u * 32) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int v = v0 + u * 32;
+      if (v >= num_vec) break;
+      float wf[R][16], sb[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        e4m3x16_to_float(wv[r][u], wf[r]);
+        sb[r] = blocked ? block_scale[r][v / 8] : 1.f;
+      }
+#pragma unroll
+      for (int i = 0; i < M; ++i) {
+        float xv[16];
+        load_x16(x[i] + v * 16, xv);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          // Two chains per vector halve the dependent-FMA latency.
+          float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+          for (int e = 0; e < 16; e += 2) {
+            s0 = fmaf(wf[r][e], xv[e], s0);
+            s1 = fmaf(wf[r][e + 1], xv[e + 1], s1);
+          }
+          acc[r][i] = fmaf(s0 + s1, sb[r], acc[r][i]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int i = 0; i < M; ++i) acc[r][i] = warp_sum(acc[r][i]);
+  // Every lane holds every sum; lane r * M + i stores (r, i), so R * M <= 32 stores go out at once.
+  T* y = static_cast<T*>(p.y);
+  const T* bias = static_cast<const T*>(p.bias);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      const int row = row0 + r, mi = m0 + i;
+      if (lane != r * M + i || row >= p.n || mi >= p.m) continue;
+      float out = blocked ? acc[r][i] : acc[r][i] * p.w_scale[row];
+      if (bias) out += to_float(bias[row]);
+      y[int64_t{mi} * p.n + row] = from_float<T>(out);
+    }
+  }
+}
+
+template <typename T, int M, int R, int U>
+cudaError_t launch(const Fp8LinearParams& p, cudaStream_t stream) {
+  static_assert(R * M <= 32, "one lane stores each (row, activation) sum");
+  const int rows_per_block = kWarps * R;
+  const dim3 grid((p.n + rows_per_block - 1) / rows_per_block, (p.m + M - 1) / M);
+  fp8_weight_only_kernel<T, M, R, U><<<grid, kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+// Default configuration: four rows per warp, four 16-byte loads per row in flight (R x U = 16 per
+// lane). Measured on H100 (docs/PERF.md) against R2xU8 and R1xU16 it is the fastest at m = 1 on
+// all four Llama-3.1-8B shapes and at m = 4 and 8; at m = 2 it wins on three of them.
+template <typename T>
+cudaError_t launch_default(const Fp8LinearParams& p, cudaStream_t stream) {
+  if (p.m <= 1) return launch<T, 1, 4, 4>(p, stream);
+  if (p.m <= 2) return launch<T, 2, 4, 4>(p, stream);
+  if (p.m <= 4) return launch<T, 4, 4, 4>(p, stream);
+  return launch<T, 8, 4, 4>(p, stream);
+}
+
+// The alternatives the benchmark keeps measuring (bf16): one row per warp with 16 loads in
+// flight (variant 2), two rows with 8 (variant 3).
+cudaError_t launch_variant(int variant, const Fp8LinearParams& p, cudaStream_t stream) {
+  using T = __nv_bfloat16;
+  const int mb = p.m <= 1 ? 1 : p.m <= 2 ? 2 : p.m <= 4 ? 4 : 8;
+  if (variant == 2) {
+    switch (mb) {
+      case 1:
+        return launch<T, 1, 1, 16>(p, stream);
+      case 2:
+        return launch<T, 2, 1, 16>(p, stream);
+      case 4:
+        return launch<T, 4, 1, 16>(p, stream);
+      default:
+        return launch<T, 8, 1, 16>(p, stream);
+    }
+  }
+  switch (mb) {
+    case 1:
+      return launch<T, 1, 2, 8>(p, stream);
+    case 2:
+      return launch<T, 2, 2, 8>(p, stream);
+    case 4:
+      return launch<T, 4, 2, 8>(p, stream);
+    default:
+      return launch<T, 8, 2, 8>(p, stream);
+  }
+}
+
+}  // namespace
+
+const char* fp8_weight_only_variant_name(int variant) {
+  switch (variant) {
+    case 0:
+      return "auto";
+    case 1:
+      return "cores R4xU4";
+    case 2:
+      return "cores R1xU16";
+    case 3:
+      return "cores R2xU8";
+    default:
+      return "tensor mma.sync";
+  }
+}
+
+cudaError_t fp8_weight_only(const Fp8LinearParams& p, int variant, cudaStream_t stream) {
+  if (p.m < 0 || p.n <= 0 || p.k <= 0 || p.k % 16 != 0) return cudaErrorInvalidValue;
+  if (p.w_block != 0 && (p.w_block != kFp8Block || p.k % kFp8Block != 0))
+    return cudaErrorInvalidValue;
+  if (p.m == 0) return cudaSuccess;
+  if (!p.x || !p.wq || !p.w_scale || !p.y || !aligned16(p.x) || !aligned16(p.wq))
+    return cudaErrorInvalidValue;
+  if (p.dtype == DType::kF32 || variant < 0 || variant >= kFp8WeightOnlyNumVariants)
+    return cudaErrorNotSupported;
+  if (variant == 0) variant = p.m <= kFp8CudaCoreMaxRows || p.w_block != 0 ? 1 : 4;
+  if (variant == 4) return fp8_weight_only_mma(p, stream);
+  if (variant == 1)
+    return p.dtype == DType::kBF16 ? launch_default<__nv_bfloat16>(p, stream)
+                                   : launch_default<__half>(p, stream);
+  if (p.dtype != DType::kBF16) return cudaErrorNotSupported;
+  return launch_variant(variant, p, stream);
+}
+
+}  // namespace pagellm::cuda
