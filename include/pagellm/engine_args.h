@@ -29,6 +29,8 @@ struct EngineArgs {
   bool log_stats = false;
   int num_threads = 0;            // CPU threads; 0 = all cores
   std::string chat_template;      // file overriding tokenizer_config.json's template
+  int tensor_parallel_size = 1;    // ranks splitting each layer (Megatron-style)
+  int pipeline_parallel_size = 1;  // stages of contiguous layers
 
   void validate() const;
 };

@@ -35,6 +35,11 @@ void EngineArgs::validate() const {
   require(scheduling_policy == "fcfs" || scheduling_policy == "priority",
           "--scheduling-policy: expected fcfs or priority, got '" + scheduling_policy + "'");
   require(num_threads >= 0 && num_threads <= 1024, "--num-threads: must be in [0, 1024]");
+  require(tensor_parallel_size >= 1 && tensor_parallel_size <= 1024,
+          "--tensor-parallel-size: must be in [1, 1024], got " + std::to_string(tensor_parallel_size));
+  require(pipeline_parallel_size >= 1 && pipeline_parallel_size <= 1024,
+          "--pipeline-parallel-size: must be in [1, 1024], got " +
+              std::to_string(pipeline_parallel_size));
 }
 
 }  // namespace pagellm

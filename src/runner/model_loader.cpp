@@ -7,10 +7,13 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/thread_pool.h"
+#include "parallel/shard.h"
+#include "parallel/thread_group.h"
 #include "runner/cpu_runner.h"
 #ifdef PAGELLM_HAVE_CUDA
 #include "runner/cuda_runner.h"
@@ -47,10 +50,8 @@ uint64_t physical_memory_bytes() {
   return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
 }
 
-int kv_block_count(const EngineArgs& args, const io::ModelConfig& config) {
-  if (args.block_size < 1 || args.block_size > 1024)
-    invalid_argument("--block-size must be in [1, 1024], got " + std::to_string(args.block_size));
-  const int64_t per_block = CpuRunner::kv_bytes_per_block(config, args.block_size);
+// KV blocks of per_block bytes (all ranks together) that --num-kv-blocks or --kv-cache-memory give.
+int kv_block_count(const EngineArgs& args, int64_t per_block) {
   int64_t blocks = args.num_kv_blocks;
   if (blocks <= 0) {
     if (!(args.kv_cache_memory_gib > 0) || !std::isfinite(args.kv_cache_memory_gib))
@@ -75,14 +76,18 @@ int swap_block_count(double swap_space_gib, int64_t bytes_per_block) {
   return static_cast<int>(std::min(blocks, double(INT32_MAX / 2)));
 }
 
-// Refuses configs whose fp32 weights plus KV pool plus swap pool cannot fit in this machine's
-// memory, before allocating anything (a hostile or mistyped config.json must not make us swap or
-// get OOM-killed).
-void check_fits_in_memory(const io::ModelConfig& config, int num_blocks, int num_swap_blocks,
-                          int block_size, const std::string& source) {
-  const uint64_t weights = models::llama_weight_bytes(config);
-  const uint64_t per_block =
-      static_cast<uint64_t>(CpuRunner::kv_bytes_per_block(config, block_size));
+// Refuses configs whose fp32 weights plus KV pool plus swap pool (of all ranks) cannot fit in this
+// machine's memory, before allocating anything (a hostile or mistyped config.json must not make us
+// swap or get OOM-killed).
+void check_fits_in_memory(const io::ModelConfig& config, const std::vector<parallel::ShardSpec>& ranks,
+                          int num_blocks, int num_swap_blocks, int block_size,
+                          const std::string& source) {
+  uint64_t weights = 0, per_block = 0;
+  for (const parallel::ShardSpec& r : ranks) {
+    weights += models::llama_weight_bytes(config, r);
+    per_block += static_cast<uint64_t>(
+        CpuRunner::kv_bytes_per_block(parallel::local_config(config, r), block_size));
+  }
   const uint64_t kv = static_cast<uint64_t>(num_blocks) * per_block;
   const uint64_t swap = static_cast<uint64_t>(num_swap_blocks) * per_block;
   const uint64_t limit = physical_memory_bytes();
@@ -92,6 +97,48 @@ void check_fits_in_memory(const io::ModelConfig& config, int num_blocks, int num
                     " MiB) plus KV cache (" + std::to_string(kv >> 20) + " MiB) plus swap space (" +
                     std::to_string(swap >> 20) + " MiB) exceed this machine's memory (" +
                     std::to_string(limit >> 20) + " MiB)");
+}
+
+// Every rank of a tp x pp group, in world-rank order (pp_rank * tp + tp_rank).
+std::vector<parallel::ShardSpec> all_ranks(int tp, int pp) {
+  std::vector<parallel::ShardSpec> ranks;
+  for (int p = 0; p < pp; ++p)
+    for (int t = 0; t < tp; ++t) ranks.push_back({t, tp, p, pp});
+  return ranks;
+}
+
+// The CPU runner: one model per rank (a single one without parallelism), each rank reading only
+// its slices of the checkpoint.
+std::unique_ptr<CpuRunner> build_cpu_runner(const EngineArgs& args, const io::ModelConfig& config,
+                                            bool random, int num_blocks, int num_swap_blocks) {
+  const std::vector<parallel::ShardSpec> ranks =
+      all_ranks(args.tensor_parallel_size, args.pipeline_parallel_size);
+  std::optional<io::WeightStore> store;
+  if (!random) store.emplace(io::WeightStore::open(args.model));
+  auto weights_of = [&](const parallel::ShardSpec& r) {
+    return random ? models::random_llama_weights(config, args.seed, r)
+                  : models::load_llama_weights(config, *store, r);
+  };
+  if (ranks.size() == 1)
+    return std::make_unique<CpuRunner>(
+        std::make_unique<models::LlamaModel>(config, weights_of(ranks[0])), num_blocks,
+        args.block_size, num_swap_blocks);
+  // One world group (stage-to-stage sends) and, under it, one tensor-parallel group per stage.
+  const auto world = parallel::ThreadGroup::create(int(ranks.size()));
+  std::vector<std::shared_ptr<parallel::ThreadGroup>> stages;
+  for (int p = 0; p < args.pipeline_parallel_size; ++p)
+    stages.push_back(world->subgroup(args.tensor_parallel_size));
+  std::vector<std::unique_ptr<models::LlamaModel>> models;
+  for (size_t w = 0; w < ranks.size(); ++w) {
+    const parallel::ShardSpec& r = ranks[w];
+    models::ModelParallel par;
+    par.shard = r;
+    par.world = world->communicator(int(w));
+    par.tp = stages[size_t(r.pp_rank)]->communicator(r.tp_rank);
+    models.push_back(std::make_unique<models::LlamaModel>(config, weights_of(r), par));
+  }
+  return std::make_unique<CpuRunner>(std::move(models), world, num_blocks, args.block_size,
+                                     num_swap_blocks);
 }
 
 #ifdef PAGELLM_HAVE_CUDA
@@ -190,6 +237,10 @@ LoadedModel load_model(const EngineArgs& args) {
       args.load_format != "dummy")
     invalid_argument("--load-format '" + args.load_format +
                      "' is not supported (auto, safetensors, dummy)");
+  if (args.block_size < 1 || args.block_size > 1024)
+    invalid_argument("--block-size must be in [1, 1024], got " + std::to_string(args.block_size));
+  parallel::check_parallel_config(m.config, args.tensor_parallel_size,
+                                  args.pipeline_parallel_size);
 #ifdef PAGELLM_HAVE_CUDA
   if (args.device == "cuda") return load_cuda_model(args, std::move(m), demo, start);
 #endif
@@ -197,20 +248,16 @@ LoadedModel load_model(const EngineArgs& args) {
     log::warning("--num-threads " + std::to_string(args.num_threads) +
                  ": the CPU thread pool of this process already runs with " +
                  std::to_string(ThreadPool::global().num_threads()) + " threads; keeping them");
-  const int num_blocks = kv_block_count(args, m.config);
-  const int num_swap_blocks = swap_block_count(
-      args.swap_space_gib, CpuRunner::kv_bytes_per_block(m.config, args.block_size));
-  check_fits_in_memory(m.config, num_blocks, num_swap_blocks, args.block_size, source);
-  models::LlamaWeights weights;
-  if (demo || args.load_format == "dummy") {
-    weights = models::random_llama_weights(m.config, args.seed);
-  } else {
-    const io::WeightStore store = io::WeightStore::open(args.model);
-    weights = models::load_llama_weights(m.config, store);
-  }
-  auto model = std::make_unique<models::LlamaModel>(m.config, std::move(weights));
-  m.runner =
-      std::make_unique<CpuRunner>(std::move(model), num_blocks, args.block_size, num_swap_blocks);
+  const std::vector<parallel::ShardSpec> ranks =
+      all_ranks(args.tensor_parallel_size, args.pipeline_parallel_size);
+  int64_t per_block = 0;  // all ranks' KV bytes of one block
+  for (const parallel::ShardSpec& r : ranks)
+    per_block += CpuRunner::kv_bytes_per_block(parallel::local_config(m.config, r), args.block_size);
+  const int num_blocks = kv_block_count(args, per_block);
+  const int num_swap_blocks = swap_block_count(args.swap_space_gib, per_block);
+  check_fits_in_memory(m.config, ranks, num_blocks, num_swap_blocks, args.block_size, source);
+  m.runner = build_cpu_runner(args, m.config, demo || args.load_format == "dummy", num_blocks,
+                              num_swap_blocks);
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (demo)
@@ -221,16 +268,15 @@ LoadedModel load_model(const EngineArgs& args) {
   else if (args.load_format == "dummy")
     log::warning("--load-format dummy: weights of " + m.name + " are random (seed " +
                  std::to_string(args.seed) + ")");
-  char line[256];
+  char line[320];
   std::snprintf(
       line, sizeof line,
-      "loaded %s (%s, %.1f M params) in %.0f ms; KV cache %d blocks x %d tokens (%.1f MiB)",
+      "loaded %s (%s, %.1f M params) in %.0f ms on %zu CPU rank(s) (tensor parallel %d x pipeline "
+      "parallel %d); KV cache %d blocks x %d tokens (%.1f MiB)",
       m.name.c_str(), m.config.architecture.c_str(),
-      static_cast<double>(models::llama_weight_bytes(m.config)) / 4e6, ms, num_blocks,
-      args.block_size,
-      static_cast<double>(num_blocks) *
-          static_cast<double>(CpuRunner::kv_bytes_per_block(m.config, args.block_size)) /
-          1048576.0);
+      static_cast<double>(models::llama_weight_bytes(m.config)) / 4e6, ms, ranks.size(),
+      args.tensor_parallel_size, args.pipeline_parallel_size, num_blocks, args.block_size,
+      static_cast<double>(num_blocks) * static_cast<double>(per_block) / 1048576.0);
   log::info(line);
   return m;
 }
