@@ -35,10 +35,10 @@ void add_engine_flags(CLI::App& app, EngineArgs& args) {
   app.add_flag("--log-stats", args.log_stats, "log throughput and queue stats every 5 seconds");
   app.add_option("--num-threads", args.num_threads, "CPU threads (0 = all cores)")->capture_default_str();
   app.add_option("--chat-template", args.chat_template, "chat template file overriding the tokenizer's");
-  app.add_option("--tensor-parallel-size,-tp", args.tensor_parallel_size,
+  app.add_option("--tensor-parallel-size", args.tensor_parallel_size,
                  "ranks (GPUs, or CPU threads) splitting each layer")
       ->capture_default_str();
-  app.add_option("--pipeline-parallel-size,-pp", args.pipeline_parallel_size,
+  app.add_option("--pipeline-parallel-size", args.pipeline_parallel_size,
                  "pipeline stages of contiguous layers")
       ->capture_default_str();
 }

@@ -6,7 +6,6 @@
 #include <exception>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include "common/error.h"
 #include "common/thread_pool.h"
@@ -114,23 +113,9 @@ void CpuRunner::run_ranks(const models::ForwardBatch& fb) {
     run(shards_[0]);
     return;
   }
-  std::vector<std::exception_ptr> errors(shards_.size());
-  auto guarded = [&](size_t r) {
-    try {
-      run(shards_[r]);
-    } catch (const std::exception& e) {
-      errors[r] = std::current_exception();
-      group_->abort("rank " + std::to_string(r) + " failed: " + e.what());
-    }
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(shards_.size() - 1);
-  for (size_t r = 1; r < shards_.size(); ++r) threads.emplace_back(guarded, r);
-  guarded(0);
-  for (std::thread& t : threads) t.join();
-  // The first rank's own error is the cause; the others then saw the group abort.
-  for (const std::exception_ptr& e : errors)
-    if (e) std::rethrow_exception(e);
+  if (!threads_) threads_ = std::make_unique<parallel::RankThreads>(int(shards_.size()));
+  threads_->run([&](int r) { run(shards_[size_t(r)]); },
+                [&](const std::string& why) { group_->abort(why); });
 }
 
 int64_t CpuRunner::kv_bytes_per_block(const io::ModelConfig& c, int block_size) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "models/llama.h"
+#include "parallel/rank_threads.h"
 #include "parallel/thread_group.h"
 #include "runner/model_runner.h"
 
@@ -95,6 +96,7 @@ class CpuRunner : public ModelRunner {
 
   std::vector<Shard> shards_;  // [num_ranks]
   std::shared_ptr<parallel::ThreadGroup> group_;  // null without parallelism
+  std::unique_ptr<parallel::RankThreads> threads_;  // one per rank, made on the first parallel step
   int num_swap_blocks_ = 0;
   // Flattened step inputs, reused across steps.
   std::vector<int32_t> token_ids_;     // [num_tokens]

@@ -16,6 +16,7 @@
 #include "parallel/thread_group.h"
 #include "runner/cpu_runner.h"
 #ifdef PAGELLM_HAVE_CUDA
+#include "runner/cuda_parallel_runner.h"
 #include "runner/cuda_runner.h"
 #endif
 
@@ -178,25 +179,33 @@ LoadedModel load_cuda_model(const EngineArgs& args, LoadedModel m, bool demo,
                     " GiB exceeds this machine's memory (" +
                     std::to_string(physical_memory_bytes() >> 20) + " MiB)");
   o.swap_space_gib = args.swap_space_gib;
-  std::unique_ptr<CudaRunner> runner;
-  if (demo || args.load_format == "dummy") {
-    runner = std::make_unique<CudaRunner>(m.config, nullptr, o);
-  } else {
-    // Streamed from the mapping straight to the GPU: no host copy of the weights.
-    const io::WeightStore store = io::WeightStore::open(args.model);
-    runner = std::make_unique<CudaRunner>(m.config, &store, o);
+  const int tp = args.tensor_parallel_size, pp = args.pipeline_parallel_size;
+  std::unique_ptr<ModelRunner> runner;
+  {
+    // Streamed from the mapping straight to the GPU(s): no host copy of the weights.
+    std::optional<io::WeightStore> store;
+    if (!demo && args.load_format != "dummy") store.emplace(io::WeightStore::open(args.model));
+    const io::WeightStore* checkpoint = store ? &*store : nullptr;
+    if (tp * pp == 1)
+      runner = std::make_unique<CudaRunner>(m.config, checkpoint, o);
+    else
+      runner = std::make_unique<ParallelCudaRunner>(m.config, checkpoint, o, tp, pp);
   }
-  const CudaStartupStats& st = runner->startup_stats();
+  const CudaStartupStats& st =
+      tp * pp == 1 ? static_cast<CudaRunner&>(*runner).startup_stats()
+                   : static_cast<ParallelCudaRunner&>(*runner).startup_stats();
   char rate[64] = " (generated)";
   if (st.checkpoint_bytes > 0)
     std::snprintf(rate, sizeof rate, " (%.2f GB at %.1f GB/s)", double(st.checkpoint_bytes) / 1e9,
                   double(st.checkpoint_bytes) / 1e6 / std::max(st.load_ms, 1e-3));
-  char line[384];
+  char line[448];
   std::snprintf(line, sizeof line,
-                "loaded %s on cuda (%s, %s, %.2f GB of weights) in %.0f ms: weights %.0f ms%s, "
+                "loaded %s on cuda x %d (tensor parallel %d x pipeline parallel %d; %s, %s, %.2f GB "
+                "of weights per rank) in %.0f ms: weights %.0f ms%s, "
                 "memory profiling %.0f ms, %d CUDA graphs %.0f ms; KV cache %d blocks x %d tokens "
                 "(%.2f GB)",
-                m.name.c_str(), m.config.architecture.c_str(), std::string(dtype_name(o.dtype)).c_str(),
+                m.name.c_str(), tp * pp, tp, pp, m.config.architecture.c_str(),
+                std::string(dtype_name(o.dtype)).c_str(),
                 double(st.weight_bytes) / 1e9, ms_since(start), st.load_ms, rate, st.profile_ms,
                 st.num_graphs, st.graph_ms, runner->num_kv_blocks(), runner->block_size(),
                 double(st.kv_bytes) / 1e9);
