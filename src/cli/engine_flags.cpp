@@ -41,6 +41,14 @@ void add_engine_flags(CLI::App& app, EngineArgs& args) {
   app.add_option("--pipeline-parallel-size", args.pipeline_parallel_size,
                  "pipeline stages of contiguous layers")
       ->capture_default_str();
+  app.add_option("--nnodes", args.nnodes, "processes (nodes) of a multi-node group, each with its GPUs")
+      ->capture_default_str();
+  app.add_option("--node-rank", args.node_rank, "this process's index in the group (0 serves)")
+      ->capture_default_str();
+  app.add_option("--master-addr", args.master_addr,
+                 "address of node 0 for the rendezvous (default $MASTER_ADDR or 127.0.0.1)");
+  app.add_option("--master-port", args.master_port,
+                 "rendezvous port on node 0 (default $MASTER_PORT or 29500)");
 }
 
 SamplingParams default_sampling_params(const EngineArgs& args) {

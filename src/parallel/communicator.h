@@ -23,6 +23,8 @@ class Communicator {
   virtual void all_reduce_sum(void* data, size_t count, DType dtype, void* stream) = 0;
   // out [size() * count]: rank r's in [count] lands at out + r * count.
   virtual void all_gather(const void* in, void* out, size_t count, DType dtype, void* stream) = 0;
+  // The minimum of one host value per rank, returned on every rank (blocking; startup only).
+  virtual int64_t all_reduce_min(int64_t value) = 0;
   // Point to point (pipeline stages): the receiver's count and dtype must equal the sender's.
   virtual void send(const void* data, size_t count, DType dtype, int peer, void* stream) = 0;
   virtual void recv(void* data, size_t count, DType dtype, int peer, void* stream) = 0;

@@ -55,6 +55,21 @@ class NcclCommunicator : public Communicator {
   void all_gather(const void* in, void* out, size_t count, DType dtype, void* stream) override {
     check(ncclAllGather(in, out, count, nccl_type(dtype), comm_, cuda_stream(stream)), "all-gather");
   }
+  int64_t all_reduce_min(int64_t value) override {
+    void* dev = nullptr;
+    int64_t out = value;
+    if (cudaMalloc(&dev, sizeof value) != cudaSuccess)
+      throw_error(ErrorKind::kResourceExhausted, "nccl: cannot allocate 8 bytes for an agreement");
+    cudaMemcpy(dev, &value, sizeof value, cudaMemcpyHostToDevice);
+    const ncclResult_t r = ncclAllReduce(dev, dev, 1, ncclInt64, ncclMin, comm_, nullptr);
+    const cudaError_t e = r == ncclSuccess ? cudaMemcpy(&out, dev, sizeof out, cudaMemcpyDeviceToHost)
+                                           : cudaSuccess;
+    cudaFree(dev);
+    check(r, "agreeing on a value");
+    if (e != cudaSuccess) throw_error(ErrorKind::kInternal, std::string("nccl: ") + cudaGetErrorString(e));
+    return out;
+  }
+
   void send(const void* data, size_t count, DType dtype, int peer, void* stream) override {
     check(ncclSend(data, count, nccl_type(dtype), peer, comm_, cuda_stream(stream)), "send");
   }

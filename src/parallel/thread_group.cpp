@@ -1,5 +1,6 @@
 #include "parallel/thread_group.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/error.h"
@@ -62,6 +63,14 @@ class ThreadCommunicator : public Communicator {
     for (int r = 0; r < g.size_; ++r)
       std::memcpy(static_cast<unsigned char*>(out) + size_t(r) * bytes, g.posted_[size_t(r)], bytes);
     g.barrier();
+  }
+
+  int64_t all_reduce_min(int64_t value) override {
+    std::vector<int64_t> all(size_t(group_->size_));
+    all_gather(&value, all.data(), 2, DType::kF32, nullptr);  // 8 bytes each: two 4-byte elements
+    int64_t m = all[0];
+    for (int64_t v : all) m = std::min(m, v);
+    return m;
   }
 
   void send(const void* data, size_t count, DType dtype, int peer, void* stream) override {

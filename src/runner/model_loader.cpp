@@ -12,12 +12,12 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/thread_pool.h"
+#include "parallel/launch.h"
 #include "parallel/shard.h"
 #include "parallel/thread_group.h"
 #include "runner/cpu_runner.h"
 #ifdef PAGELLM_HAVE_CUDA
-#include "runner/cuda_parallel_runner.h"
-#include "runner/cuda_runner.h"
+#include "runner/cuda_model_loader.h"
 #endif
 
 namespace pagellm::runner {
@@ -142,83 +142,10 @@ std::unique_ptr<CpuRunner> build_cpu_runner(const EngineArgs& args, const io::Mo
                                      num_swap_blocks);
 }
 
-#ifdef PAGELLM_HAVE_CUDA
-double ms_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
-}
 
-// The CUDA runner: weights in the --dtype (default: config.json's torch_dtype), dummy weights made on
-// the GPU, the KV pool sized by --gpu-memory-utilization unless --num-kv-blocks is given.
-LoadedModel load_cuda_model(const EngineArgs& args, LoadedModel m, bool demo,
-                            std::chrono::steady_clock::time_point start) {
-  CudaRunnerOptions o;
-  o.dtype = m.config.torch_dtype;
-  if (args.dtype != "auto") {
-    const auto dt = dtype_from_torch_name(args.dtype);
-    if (!dt) invalid_argument("--dtype '" + args.dtype + "' is not supported (float32, float16, bfloat16)");
-    o.dtype = *dt;
-  }
-  if (!(args.gpu_memory_utilization > 0 && args.gpu_memory_utilization <= 1))
-    invalid_argument("--gpu-memory-utilization must be in (0, 1]");
-  o.block_size = args.block_size;
-  o.gpu_memory_utilization = args.gpu_memory_utilization;
-  o.num_kv_blocks = args.num_kv_blocks;
-  o.max_num_seqs = args.max_num_seqs;
-  o.max_num_batched_tokens = args.max_num_batched_tokens;
-  o.max_model_len = args.max_model_len;
-  o.enforce_eager = args.enforce_eager;
-  o.seed = args.seed;
-  o.model_name = m.name;
-  // The pinned host pool must fit in host memory next to everything else; the runner sizes it in
-  // blocks of its KV dtype.
-  if (!(args.swap_space_gib >= 0) || !std::isfinite(args.swap_space_gib))
-    invalid_argument("--swap-space must be a non-negative number of GiB");
-  if (args.swap_space_gib * 1073741824.0 > double(physical_memory_bytes()))
-    throw_error(ErrorKind::kResourceExhausted,
-                "--swap-space " + std::to_string(args.swap_space_gib) +
-                    " GiB exceeds this machine's memory (" +
-                    std::to_string(physical_memory_bytes() >> 20) + " MiB)");
-  o.swap_space_gib = args.swap_space_gib;
-  const int tp = args.tensor_parallel_size, pp = args.pipeline_parallel_size;
-  std::unique_ptr<ModelRunner> runner;
-  {
-    // Streamed from the mapping straight to the GPU(s): no host copy of the weights.
-    std::optional<io::WeightStore> store;
-    if (!demo && args.load_format != "dummy") store.emplace(io::WeightStore::open(args.model));
-    const io::WeightStore* checkpoint = store ? &*store : nullptr;
-    if (tp * pp == 1)
-      runner = std::make_unique<CudaRunner>(m.config, checkpoint, o);
-    else
-      runner = std::make_unique<ParallelCudaRunner>(m.config, checkpoint, o, tp, pp);
-  }
-  const CudaStartupStats& st =
-      tp * pp == 1 ? static_cast<CudaRunner&>(*runner).startup_stats()
-                   : static_cast<ParallelCudaRunner&>(*runner).startup_stats();
-  char rate[64] = " (generated)";
-  if (st.checkpoint_bytes > 0)
-    std::snprintf(rate, sizeof rate, " (%.2f GB at %.1f GB/s)", double(st.checkpoint_bytes) / 1e9,
-                  double(st.checkpoint_bytes) / 1e6 / std::max(st.load_ms, 1e-3));
-  char line[448];
-  std::snprintf(line, sizeof line,
-                "loaded %s on cuda x %d (tensor parallel %d x pipeline parallel %d; %s, %s, %.2f GB "
-                "of weights per rank) in %.0f ms: weights %.0f ms%s, "
-                "memory profiling %.0f ms, %d CUDA graphs %.0f ms; KV cache %d blocks x %d tokens "
-                "(%.2f GB)",
-                m.name.c_str(), tp * pp, tp, pp, m.config.architecture.c_str(),
-                std::string(dtype_name(o.dtype)).c_str(),
-                double(st.weight_bytes) / 1e9, ms_since(start), st.load_ms, rate, st.profile_ms,
-                st.num_graphs, st.graph_ms, runner->num_kv_blocks(), runner->block_size(),
-                double(st.kv_bytes) / 1e9);
-  log::info(line);
-  m.runner = std::move(runner);
-  return m;
-}
-#endif
-
-}  // namespace
-
-LoadedModel load_model(const EngineArgs& args) {
-  const auto start = std::chrono::steady_clock::now();
+// The model without its runner: name, config, generation config, after checking the flags that
+// do not depend on the backend.
+LoadedModel describe_model(const EngineArgs& args, std::string* source) {
   if (args.device != "cpu" && args.device != "cuda")
     invalid_argument("--device " + args.device + ": expected cpu or cuda");
 #ifndef PAGELLM_HAVE_CUDA
@@ -226,21 +153,19 @@ LoadedModel load_model(const EngineArgs& args) {
     unsupported("--device cuda: this build has no CUDA backend (configure with -DPAGELLM_CUDA=ON)");
 #endif
   LoadedModel m;
-  std::string source;
-  const bool demo = args.model.empty();
-  if (demo) {
+  if (args.model.empty()) {
     m.name = "demo";
     m.config = demo_model_config();
     m.generation_config.bos_token_id = m.config.bos_token_id;
     m.generation_config.eos_token_ids = m.config.eos_token_ids;
-    source = "demo model";
+    *source = "demo model";
   } else {
     const std::filesystem::path dir(args.model);
     m.name =
         dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
     m.config = io::load_model_config(dir);
     m.generation_config = io::load_generation_config(dir);
-    source = (dir / "config.json").string();
+    *source = (dir / "config.json").string();
   }
   if (args.load_format != "auto" && args.load_format != "safetensors" &&
       args.load_format != "dummy")
@@ -250,8 +175,41 @@ LoadedModel load_model(const EngineArgs& args) {
     invalid_argument("--block-size must be in [1, 1024], got " + std::to_string(args.block_size));
   parallel::check_parallel_config(m.config, args.tensor_parallel_size,
                                   args.pipeline_parallel_size);
+  return m;
+}
+
+// Multi-process groups run on GPUs only: the CPU backend's ranks are threads of one process.
+void require_cuda_for(const parallel::LaunchPlan& plan, const EngineArgs& args) {
+  if (plan.multi_process() && args.device != "cuda")
+    unsupported("a multi-process group (" + plan.launcher +
+                ") needs --device cuda; on the CPU, --tensor-parallel-size / "
+                "--pipeline-parallel-size run as threads of one process");
+}
+
+}  // namespace
+
+std::optional<int> run_worker_process(const EngineArgs& args) {
+  const parallel::LaunchPlan plan = parallel::plan_launch(args);
+  if (!plan.multi_process() || plan.leader()) return std::nullopt;
+  require_cuda_for(plan, args);
+  std::string source;
+  const LoadedModel m = describe_model(args, &source);
 #ifdef PAGELLM_HAVE_CUDA
-  if (args.device == "cuda") return load_cuda_model(args, std::move(m), demo, start);
+  return run_cuda_worker(args, m, plan);
+#else
+  return 1;  // unreachable: require_cuda_for refused
+#endif
+}
+
+LoadedModel load_model(const EngineArgs& args) {
+  const auto start = std::chrono::steady_clock::now();
+  std::string source;
+  LoadedModel m = describe_model(args, &source);
+  const bool demo = args.model.empty();
+  const parallel::LaunchPlan plan = parallel::plan_launch(args);
+  require_cuda_for(plan, args);
+#ifdef PAGELLM_HAVE_CUDA
+  if (args.device == "cuda") return load_cuda_model(args, std::move(m), plan, start);
 #endif
   if (!ThreadPool::configure_global(args.num_threads))
     log::warning("--num-threads " + std::to_string(args.num_threads) +
