@@ -59,6 +59,31 @@ if [ "${FAILED:-0}" = 1 ]; then
   cat "$SUMMARY"; exit 1
 fi
 
+# 2b. The multi-process path on one host: two processes with one GPU each, TCP rendezvous.
+for r in 1 0; do
+  CUDA_VISIBLE_DEVICES=$r timeout 120 "$P" generate --device cuda --model "$B/models/pycode-25M" \
+    --prompts-file "$B/py_prompts.jsonl" --temperature 0 --max-tokens 64 --ignore-eos --max-num-seqs 16 \
+    --tensor-parallel-size 2 --nnodes 2 --node-rank $r --master-port 29611 \
+    --output "$LOGS/pycode_2proc_$r.jsonl" > "$LOGS/pycode_2proc_$r.out" 2> "$LOGS/pycode_2proc_$r.err" &
+done
+wait
+same=$(python3 -c "import json,sys; a=[json.loads(l)['token_ids'] for l in open(sys.argv[1])]; b=[json.loads(l)['token_ids'] for l in open(sys.argv[2])]; print(sum(x==y for x,y in zip(a,b)), 'of', len(a))" "$LOGS/pycode_tp2.jsonl" "$LOGS/pycode_2proc_0.jsonl" 2>&1)
+say "pycode-25M TP=2 as two processes (--nnodes 2): identical to in-process TP=2: $same"
+# A worker killed mid-run: the server must report unhealthy and exit non-zero within 30 s.
+CUDA_VISIBLE_DEVICES=1 "$P" serve --device cuda --model "$B/models/pycode-25M" --tensor-parallel-size 2 \
+  --nnodes 2 --node-rank 1 --master-port 29612 > "$LOGS/kill_worker.out" 2>&1 &
+WPID=$!
+CUDA_VISIBLE_DEVICES=0 "$P" serve --device cuda --model "$B/models/pycode-25M" --tensor-parallel-size 2 \
+  --nnodes 2 --node-rank 0 --master-port 29612 --port 18080 > "$LOGS/kill_leader.out" 2>&1 &
+LPID=$!
+for i in $(seq 60); do curl -sf localhost:18080/health >/dev/null && break; sleep 1; done
+curl -s localhost:18080/v1/completions -H 'Content-Type: application/json' \
+  -d '{"model":"pycode-25M","prompt":"def f(x):","max_tokens":2000,"ignore_eos":true}' > "$LOGS/kill_request.json" &
+sleep 2; kill -9 $WPID; T0=$(date +%s)
+h=$(curl -s -o /dev/null -w '%{http_code}' localhost:18080/health)
+timeout 40 tail --pid=$LPID -f /dev/null; wait $LPID; rc=$?
+say "worker killed: /health right after = $h, leader exit code $rc after $(( $(date +%s) - T0 )) s; request: $(head -c 200 "$LOGS/kill_request.json")"
+
 # 3. 8B batch-1 decode.
 for cfg in "tp1:" "tp2:--tensor-parallel-size 2" "pp2:--pipeline-parallel-size 2"; do
   name=${cfg%%:*}
