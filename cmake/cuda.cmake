@@ -32,19 +32,23 @@ target_compile_options(pagellm_cuda_kernels PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:${PAGELLM_WARNINGS}>)
 target_link_libraries(pagellm_cuda_kernels PUBLIC CUDA::cudart CUDA::cublasLt CUDA::cublas)
 
-file(GLOB PAGELLM_CUDA_RUNNER_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/runner/cuda_*.cpp)
+file(GLOB PAGELLM_CUDA_RUNNER_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/runner/cuda_*.cpp
+     ${CMAKE_SOURCE_DIR}/src/parallel/nccl_*.cpp)
+# NCCL comes with the CUDA toolkit on the development machines (/usr/local/cuda/lib64); on the GPU
+# machines it is found at run time through LD_LIBRARY_PATH (libnccl.so.2).
+find_library(PAGELLM_NCCL_LIB nccl HINTS ${CUDAToolkit_LIBRARY_DIR} REQUIRED)
 if(PAGELLM_CUDA_RUNNER_SOURCES)
   add_library(pagellm_cuda STATIC ${PAGELLM_CUDA_RUNNER_SOURCES})
   target_compile_options(pagellm_cuda PRIVATE ${PAGELLM_WARNINGS})
   target_compile_definitions(pagellm_cuda PUBLIC PAGELLM_HAVE_CUDA=1)
-  target_link_libraries(pagellm_cuda PUBLIC pagellm_core pagellm_cuda_kernels)
+  target_link_libraries(pagellm_cuda PUBLIC pagellm_core pagellm_cuda_kernels ${PAGELLM_NCCL_LIB})
   # The loader (in pagellm_core) builds the CUDA runner for --device cuda.
   target_compile_definitions(pagellm_core PRIVATE PAGELLM_HAVE_CUDA=1)
   target_include_directories(pagellm_core PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
   # End-to-end runner checks and first performance numbers, run on the GPU machine.
   add_executable(cuda_runner_check ${CMAKE_SOURCE_DIR}/tests/device/runner_check.cpp)
   target_compile_options(cuda_runner_check PRIVATE ${PAGELLM_WARNINGS})
-  target_link_libraries(cuda_runner_check PRIVATE pagellm_cuda)
+  target_link_libraries(cuda_runner_check PRIVATE pagellm_core pagellm_cuda)
   # The engine's behaviours (batching, preemption, prefix caching, graphs vs eager) on the GPU.
   add_executable(cuda_engine_check ${CMAKE_SOURCE_DIR}/tests/device/engine_check.cpp)
   target_compile_options(cuda_engine_check PRIVATE ${PAGELLM_WARNINGS})
@@ -73,3 +77,7 @@ target_compile_options(cuda_kernel_tests PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:${PAGELLM_CUDA_GENCODE}>
     $<$<COMPILE_LANGUAGE:CXX>:${PAGELLM_WARNINGS} -ffp-contract=off>)
 target_link_libraries(cuda_kernel_tests PRIVATE pagellm_cuda_kernels Threads::Threads)
+
+# NCCL bus bandwidth on the GPUs of one host (the ceilings of tensor-parallel figures).
+add_executable(nccl_bench ${CMAKE_SOURCE_DIR}/tests/device/nccl_bench.cpp)
+target_link_libraries(nccl_bench PRIVATE CUDA::cudart ${PAGELLM_NCCL_LIB})

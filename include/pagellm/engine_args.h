@@ -29,6 +29,14 @@ struct EngineArgs {
   bool log_stats = false;
   int num_threads = 0;            // CPU threads; 0 = all cores
   std::string chat_template;      // file overriding tokenizer_config.json's template
+  int tensor_parallel_size = 1;    // ranks splitting each layer (Megatron-style)
+  int pipeline_parallel_size = 1;  // stages of contiguous layers
+  // Multi-process groups (CUDA): torchrun-style nodes with a TCP rendezvous at master_addr:port;
+  // under mpirun the processes are taken from Open MPI's environment instead of nnodes/node_rank.
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr;  // default: $MASTER_ADDR, else 127.0.0.1
+  int master_port = 0;      // default: $MASTER_PORT, else 29500
 
   void validate() const;
 };

@@ -1,6 +1,7 @@
 // `pagellm bench throughput`: offline throughput like `vllm bench throughput`. N random prompts
 // (--input-len tokens each, --output-len generated with ignore_eos) or a JSONL dataset, run as one
 // batch through the engine; prints requests/s, total tokens/s and output tokens/s.
+#include <optional>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +13,7 @@
 
 #include "cli/bench_serve.h"
 #include "cli/command.h"
+#include "runner/model_loader.h"
 #include "cli/engine_flags.h"
 #include "cli/prompts_file.h"
 #include "common/error.h"
@@ -57,6 +59,8 @@ int run_throughput(int argc, char** argv) {
     invalid_argument("bench throughput: --input-len, --output-len and --num-prompts must be >= 1");
   }
   args.validate();
+  // A worker process of a multi-process group executes the leader's steps instead.
+  if (const std::optional<int> code = runner::run_worker_process(args)) return *code;
 
   SamplingParams params;  // vLLM: temperature 1, top_p 1, ignore_eos, max_tokens = output_len
   params.temperature = 1.0f;

@@ -35,6 +35,20 @@ void add_engine_flags(CLI::App& app, EngineArgs& args) {
   app.add_flag("--log-stats", args.log_stats, "log throughput and queue stats every 5 seconds");
   app.add_option("--num-threads", args.num_threads, "CPU threads (0 = all cores)")->capture_default_str();
   app.add_option("--chat-template", args.chat_template, "chat template file overriding the tokenizer's");
+  app.add_option("--tensor-parallel-size", args.tensor_parallel_size,
+                 "ranks (GPUs, or CPU threads) splitting each layer")
+      ->capture_default_str();
+  app.add_option("--pipeline-parallel-size", args.pipeline_parallel_size,
+                 "pipeline stages of contiguous layers")
+      ->capture_default_str();
+  app.add_option("--nnodes", args.nnodes, "processes (nodes) of a multi-node group, each with its GPUs")
+      ->capture_default_str();
+  app.add_option("--node-rank", args.node_rank, "this process's index in the group (0 serves)")
+      ->capture_default_str();
+  app.add_option("--master-addr", args.master_addr,
+                 "address of node 0 for the rendezvous (default $MASTER_ADDR or 127.0.0.1)");
+  app.add_option("--master-port", args.master_port,
+                 "rendezvous port on node 0 (default $MASTER_PORT or 29500)");
 }
 
 SamplingParams default_sampling_params(const EngineArgs& args) {

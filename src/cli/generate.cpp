@@ -1,5 +1,6 @@
 // `pagellm generate`: one prompt streamed to stdout, or a JSONL file of prompts run as one batch with
 // one JSON result per line. Only generated text / results go to stdout; logs go to stderr.
+#include <optional>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "runner/model_loader.h"
 #include "cli/engine_flags.h"
 #include "cli/prompts_file.h"
 #include "cli/sampling_flags.h"
@@ -144,6 +146,8 @@ int run_generate(int argc, char** argv) {
     invalid_argument("generate: give --prompt TEXT or --prompts-file FILE");
   }
   args.validate();
+  // A worker process of a multi-process group executes the leader's steps instead.
+  if (const std::optional<int> code = runner::run_worker_process(args)) return *code;
   SamplingParams params = default_sampling_params(args);
   sampling.apply(params);
   if (app.get_option("--seed")->count() > 0) params.seed = args.seed;

@@ -1,5 +1,6 @@
 // `pagellm serve`: the OpenAI-compatible HTTP server. Wiring only: flags → AsyncEngine →
 // AsyncEngineClient → ApiServer (routes) → HttpServer; then waits for SIGINT/SIGTERM and drains.
+#include <optional>
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -10,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/command.h"
+#include "runner/model_loader.h"
 #include "cli/engine_flags.h"
 #include "common/error.h"
 #include "common/logging.h"
@@ -76,6 +78,8 @@ int run(int argc, char** argv) {
     if (const char* env = std::getenv("PAGELLM_API_KEY")) f.api_key = env;
   }
   args.validate();
+  // A worker process of a multi-process group executes the leader's steps instead.
+  if (const std::optional<int> code = runner::run_worker_process(args)) return *code;
 
   tok::ChatTemplateConfig chat = chat_config(args);
   AsyncEngine engine(args);
@@ -115,8 +119,17 @@ int run(int argc, char** argv) {
   log::info("serving '" + api.model_name() + "' on http://" + f.host + ":" + std::to_string(http.port()) +
             (f.api_key.empty() ? "" : " (API key required)"));
   {
+    // A dead engine (a failed step, a lost GPU or worker process) ends the server with an error:
+    // /health already answers 503 and the in-flight requests have ended with an error.
     std::unique_lock lock(mutex);
-    cv.wait(lock, [&] { return signal_number != 0; });
+    while (!cv.wait_for(lock, std::chrono::milliseconds(500), [&] { return signal_number != 0; })) {
+      if (!client.healthy()) {
+        lock.unlock();
+        log::error("the engine has stopped: shutting the server down");
+        http.stop();
+        return 1;
+      }
+    }
   }
 
   // Graceful shutdown: stop accepting, let in-flight requests finish until the deadline, then abort

@@ -61,6 +61,7 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)
   const size_t target = std::min(max_parts, parts * 4);
   const size_t chunk = (n + target - 1) / target;
   const size_t num_chunks = (n + chunk - 1) / chunk;
+  std::lock_guard submit(submit_mutex_);
   {
     std::lock_guard lock(mutex_);
     job_ = &fn;

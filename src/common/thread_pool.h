@@ -27,7 +27,9 @@ class ThreadPool {
   int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
 
   // Calls fn(begin, end) on disjoint chunks covering [0, n); blocks until all are done. Chunks are
-  // at least `min_chunk` long so tiny loops stay on the calling thread.
+  // at least `min_chunk` long so tiny loops stay on the calling thread. Safe to call from several
+  // threads at once (the ranks of an in-process parallel group): their jobs take the pool in turn.
+  // fn must not call parallel_for itself.
   void parallel_for(size_t n, const std::function<void(size_t, size_t)>& fn, size_t min_chunk = 1);
 
   // The process-wide pool used by the CPU backend.
@@ -43,6 +45,7 @@ class ThreadPool {
                   size_t num_chunks);
 
   std::vector<std::thread> workers_;
+  std::mutex submit_mutex_;  // one job at a time, whichever thread submits it
   std::mutex mutex_;
   std::condition_variable start_cv_;
   std::condition_variable done_cv_;

@@ -35,6 +35,15 @@ void EngineArgs::validate() const {
   require(scheduling_policy == "fcfs" || scheduling_policy == "priority",
           "--scheduling-policy: expected fcfs or priority, got '" + scheduling_policy + "'");
   require(num_threads >= 0 && num_threads <= 1024, "--num-threads: must be in [0, 1024]");
+  require(tensor_parallel_size >= 1 && tensor_parallel_size <= 1024,
+          "--tensor-parallel-size: must be in [1, 1024], got " + std::to_string(tensor_parallel_size));
+  require(nnodes >= 1 && nnodes <= 4096, "--nnodes: must be in [1, 4096], got " + std::to_string(nnodes));
+  require(node_rank >= 0 && node_rank < nnodes,
+          "--node-rank: must be in [0, --nnodes), got " + std::to_string(node_rank));
+  require(master_port >= 0 && master_port <= 65535, "--master-port: must be in [0, 65535]");
+  require(pipeline_parallel_size >= 1 && pipeline_parallel_size <= 1024,
+          "--pipeline-parallel-size: must be in [1, 1024], got " +
+              std::to_string(pipeline_parallel_size));
 }
 
 }  // namespace pagellm

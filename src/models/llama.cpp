@@ -45,10 +45,18 @@ void KvCache::copy_block(int64_t src, int64_t dst) {
   }
 }
 
-LlamaModel::LlamaModel(io::ModelConfig config, LlamaWeights weights)
-    : config_(std::move(config)), w_(std::move(weights)) {
+LlamaModel::LlamaModel(io::ModelConfig config, LlamaWeights weights, ModelParallel par)
+    : config_(std::move(config)),
+      local_(parallel::local_config(config_, par.shard)),
+      geo_(parallel::shard_geometry(config_, par.shard)),
+      par_(par),
+      w_(std::move(weights)) {
+  if (par_.shard.tp_size > 1 && (par_.tp == nullptr || par_.tp->size() != par_.shard.tp_size))
+    throw_error(ErrorKind::kInternal, "llama: tensor parallelism needs a communicator of its size");
+  if (par_.shard.pp_size > 1 && par_.world == nullptr)
+    throw_error(ErrorKind::kInternal, "llama: pipeline parallelism needs a world communicator");
   inv_freq_ = cpu::rope_inv_freq(config_.rope_scaling, config_.rope_theta, config_.head_dim);
-  const auto& c = config_;
+  const auto& c = local_;
   const int64_t hd = c.head_dim;
   const int64_t qkv_width = (c.num_attention_heads + 2 * c.num_key_value_heads) * hd;
   for (LlamaLayerWeights& lw : w_.layers) {
@@ -59,8 +67,9 @@ LlamaModel::LlamaModel(io::ModelConfig config, LlamaWeights weights)
     p.down = cpu::pack_matrix(lw.down.data(), c.hidden_size, c.intermediate_size);
     for (auto* v : {&lw.qkv, &lw.o_proj, &lw.gate_up, &lw.down}) std::vector<float>().swap(*v);
   }
+  if (!par_.shard.last_stage()) return;
   const std::vector<float>& head = w_.lm_head.empty() ? w_.embed : w_.lm_head;
-  lm_head_ = cpu::pack_matrix(head.data(), c.vocab_size, c.hidden_size);
+  lm_head_ = cpu::pack_matrix(head.data(), geo_.vocab, c.hidden_size);
   std::vector<float>().swap(w_.lm_head);
 }
 
@@ -81,7 +90,7 @@ void parallel_rows(int64_t num_rows, int64_t work_per_row, Fn&& fn) {
 }  // namespace
 
 std::span<const float> LlamaModel::forward(const ForwardBatch& batch, KvCache& cache) {
-  const auto& c = config_;
+  const auto& c = local_;
   const int64_t n = static_cast<int64_t>(batch.token_ids.size());
   const int64_t hd = c.head_dim;
   const int64_t qkv_width = (c.num_attention_heads + 2 * c.num_key_value_heads) * hd;
@@ -96,12 +105,11 @@ std::span<const float> LlamaModel::forward(const ForwardBatch& batch, KvCache& c
   rope_sin_.resize(rope_cos_.size());
   const float eps = static_cast<float>(c.rms_norm_eps);
   const int64_t dim = c.hidden_size;
+  stage_input(batch);
   parallel_rows(n, 4 * dim, [&](int64_t t0, int64_t t1) {
     // Positions are the same for every layer and for q and k: one rotary table per step.
     cpu::rope_tables(batch.positions.data() + t0, t1 - t0, hd, inv_freq_.data(),
                      rope_cos_.data() + t0 * (hd / 2), rope_sin_.data() + t0 * (hd / 2));
-    cpu::embedding(batch.token_ids.data() + t0, w_.embed.data(), hidden_.data() + t0 * dim,
-                   t1 - t0, dim);
     cpu::rms_norm(hidden_.data() + t0 * dim, w_.layers[0].input_norm.data(),
                   normed_.data() + t0 * dim, t1 - t0, dim, eps);
   });
@@ -109,12 +117,47 @@ std::span<const float> LlamaModel::forward(const ForwardBatch& batch, KvCache& c
     attention_block(l, batch, cache);
     mlp_block(l, n);
   }
+  if (!par_.shard.last_stage()) {
+    const int next = (par_.shard.pp_rank + 1) * par_.shard.tp_size + par_.shard.tp_rank;
+    par_.world->send(hidden_.data(), hidden_.size(), DType::kF32, next, nullptr);
+  }
   return {hidden_.data(), hidden_.size()};
+}
+
+void LlamaModel::stage_input(const ForwardBatch& batch) {
+  const int64_t n = static_cast<int64_t>(batch.token_ids.size());
+  const int64_t dim = local_.hidden_size;
+  if (!par_.shard.first_stage()) {
+    const int prev = (par_.shard.pp_rank - 1) * par_.shard.tp_size + par_.shard.tp_rank;
+    par_.world->recv(hidden_.data(), hidden_.size(), DType::kF32, prev, nullptr);
+    return;
+  }
+  if (par_.shard.tp_size == 1) {
+    parallel_rows(n, dim, [&](int64_t t0, int64_t t1) {
+      cpu::embedding(batch.token_ids.data() + t0, w_.embed.data(), hidden_.data() + t0 * dim,
+                     t1 - t0, dim);
+    });
+    return;
+  }
+  // Vocab-parallel: each token's row lives on exactly one rank, so the sum is exact.
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t id = batch.token_ids[size_t(t)] - geo_.vocab_begin;
+    float* out = hidden_.data() + t * dim;
+    if (id >= 0 && id < geo_.vocab)
+      std::memcpy(out, w_.embed.data() + id * dim, size_t(dim) * sizeof(float));
+    else
+      std::fill_n(out, dim, 0.0f);
+  }
+  all_reduce(hidden_, n * dim);
+}
+
+void LlamaModel::all_reduce(std::vector<float>& x, int64_t num_floats) {
+  if (par_.shard.tp_size > 1) par_.tp->all_reduce_sum(x.data(), size_t(num_floats), DType::kF32, nullptr);
 }
 
 // Expects normed_ = input_norm(hidden_) of this layer; leaves normed_ = post_norm(hidden_).
 void LlamaModel::attention_block(int64_t layer, const ForwardBatch& batch, KvCache& cache) {
-  const auto& c = config_;
+  const auto& c = local_;
   const LlamaLayerWeights& lw = w_.layers[static_cast<size_t>(layer)];
   const int64_t n = static_cast<int64_t>(batch.token_ids.size());
   const int64_t hd = c.head_dim, num_heads = c.num_attention_heads, num_kv = c.num_key_value_heads;
@@ -145,6 +188,7 @@ void LlamaModel::attention_block(int64_t layer, const ForwardBatch& batch, KvCac
   cpu::paged_attention(kv, qkv_.data(), qkv_width, batch.seqs, num_heads,
                        1.0f / std::sqrt(static_cast<float>(hd)), attn_.data());
   cpu::matmul(attn_.data(), pw.o_proj, nullptr, proj_.data(), n);
+  all_reduce(proj_, n * dim);
   parallel_rows(n, 4 * dim, [&](int64_t t0, int64_t t1) {
     cpu::add_inplace(hidden_.data() + t0 * dim, proj_.data() + t0 * dim, (t1 - t0) * dim);
     cpu::rms_norm(hidden_.data() + t0 * dim, lw.post_norm.data(), normed_.data() + t0 * dim,
@@ -154,7 +198,7 @@ void LlamaModel::attention_block(int64_t layer, const ForwardBatch& batch, KvCac
 
 // Expects normed_ = post_norm(hidden_); leaves normed_ = the next layer's input_norm(hidden_).
 void LlamaModel::mlp_block(int64_t layer, int64_t n) {
-  const auto& c = config_;
+  const auto& c = local_;
   const PackedLayer& pw = packed_[static_cast<size_t>(layer)];
   const int64_t dim = c.hidden_size, inter = c.intermediate_size;
   cpu::matmul(normed_.data(), pw.gate_up, nullptr, gate_up_.data(), n);
@@ -162,6 +206,7 @@ void LlamaModel::mlp_block(int64_t layer, int64_t n) {
     cpu::silu_mul(gate_up_.data() + t0 * 2 * inter, act_.data() + t0 * inter, t1 - t0, inter);
   });
   cpu::matmul(act_.data(), pw.down, nullptr, proj_.data(), n);
+  all_reduce(proj_, n * dim);
   const bool last = layer + 1 == c.num_hidden_layers;
   const float* next_norm = last ? nullptr : w_.layers[static_cast<size_t>(layer + 1)].input_norm.data();
   parallel_rows(n, 4 * dim, [&](int64_t t0, int64_t t1) {
@@ -174,6 +219,8 @@ void LlamaModel::mlp_block(int64_t layer, int64_t n) {
 
 void LlamaModel::compute_logits(std::span<const float> hidden, std::span<const int64_t> rows,
                                 float* logits) {
+  if (!par_.shard.last_stage())
+    throw_error(ErrorKind::kInternal, "llama: logits asked of a stage that is not the last");
   const int64_t dim = config_.hidden_size;
   const int64_t num_rows = static_cast<int64_t>(rows.size());
   logits_normed_.resize(static_cast<size_t>(num_rows * dim));
@@ -181,7 +228,28 @@ void LlamaModel::compute_logits(std::span<const float> hidden, std::span<const i
     cpu::rms_norm(hidden.data() + rows[r] * dim, w_.final_norm.data(),
                   logits_normed_.data() + r * dim, 1, dim,
                   static_cast<float>(config_.rms_norm_eps));
-  cpu::matmul(logits_normed_.data(), lm_head_, nullptr, logits, num_rows);
+  const int tp = par_.shard.tp_size;
+  if (tp == 1) {
+    cpu::matmul(logits_normed_.data(), lm_head_, nullptr, logits, num_rows);
+    return;
+  }
+  // Each rank computes its vocabulary columns; the padded shards are gathered and laid side by
+  // side.
+  const int64_t shard = geo_.vocab_shard, vocab = config_.vocab_size;
+  shard_logits_.assign(size_t(num_rows * shard), 0.0f);
+  std::vector<float> local(size_t(num_rows * geo_.vocab));
+  cpu::matmul(logits_normed_.data(), lm_head_, nullptr, local.data(), num_rows);
+  for (int64_t r = 0; r < num_rows; ++r)
+    std::copy_n(local.data() + r * geo_.vocab, geo_.vocab, shard_logits_.data() + r * shard);
+  gathered_logits_.resize(size_t(tp) * shard_logits_.size());
+  par_.tp->all_gather(shard_logits_.data(), gathered_logits_.data(), shard_logits_.size(),
+                      DType::kF32, nullptr);
+  for (int t = 0; t < tp; ++t) {
+    const int64_t begin = t * shard, count = std::max<int64_t>(0, std::min(vocab, begin + shard) - begin);
+    for (int64_t r = 0; r < num_rows; ++r)
+      std::copy_n(gathered_logits_.data() + (t * num_rows + r) * shard, count,
+                  logits + r * vocab + begin);
+  }
 }
 
 }  // namespace pagellm::models

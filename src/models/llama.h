@@ -11,6 +11,7 @@
 #include "backends/cpu/kernels.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
+#include "parallel/communicator.h"
 #include "parallel/shard.h"
 
 namespace pagellm::models {
@@ -78,23 +79,45 @@ struct ForwardBatch {
   std::span<const cpu::AttentionSeq> seqs;
 };
 
+// A rank's place in a tensor- and pipeline-parallel group (see parallel/shard.h). `tp` sums the
+// row-parallel outputs of the ranks of one stage; `world` carries hidden states between stages
+// (world rank = pp_rank * tp_size + tp_rank). Both may be null without parallelism.
+struct ModelParallel {
+  parallel::ShardSpec shard;
+  std::shared_ptr<parallel::Communicator> tp;
+  std::shared_ptr<parallel::Communicator> world;
+};
+
 class LlamaModel {
  public:
-  LlamaModel(io::ModelConfig config, LlamaWeights weights);
+  // `weights` hold the rank's shard (llama_weight_plan with par.shard); `config` is the full model's.
+  LlamaModel(io::ModelConfig config, LlamaWeights weights, ModelParallel par = {});
 
+  // The full model's config (vocabulary, head counts of the whole model).
   const io::ModelConfig& config() const { return config_; }
+  // The rank's share: its heads, KV heads, intermediate size and stage layers.
+  const io::ModelConfig& local_config() const { return local_; }
+  const parallel::ShardSpec& shard() const { return par_.shard; }
 
-  // Runs every layer over the batch, writing its K/V into the cache first. Returns the final hidden
-  // states before the last norm: [num_tokens, hidden] (valid until the next call).
+  // Runs the stage's layers over the batch, writing their K/V into the cache first (a later stage
+  // first receives the hidden states from the stage before it; every rank of every stage calls
+  // this with the same batch). Returns the stage's output hidden states before the final norm:
+  // [num_tokens, hidden] (valid until the next call); a non-last stage has sent them on.
   std::span<const float> forward(const ForwardBatch& batch, KvCache& cache);
 
   // logits [rows.size(), vocab] of the given rows of forward()'s hidden states (final norm + LM
-  // head).
+  // head). Last stage only; every tensor-parallel rank of it calls this (the vocabulary shards are
+  // gathered), and each gets the full rows.
   void compute_logits(std::span<const float> hidden, std::span<const int64_t> rows, float* logits);
 
  private:
   void attention_block(int64_t layer, const ForwardBatch& batch, KvCache& cache);
   void mlp_block(int64_t layer, int64_t num_tokens);
+  // The stage's input: the vocab-parallel embedding on the first stage (rows of ids outside the
+  // rank's vocabulary shard are zero, then summed over ranks), else the previous stage's output.
+  void stage_input(const ForwardBatch& batch);
+  // Sums a row-parallel projection over the stage's tensor-parallel ranks (no-op alone).
+  void all_reduce(std::vector<float>& x, int64_t num_floats);
 
   // The projection matrices of one layer, packed for cpu::matmul (their unpacked copies in w_ are
   // released after packing).
@@ -102,10 +125,15 @@ class LlamaModel {
     cpu::PackedMatrix qkv, o_proj, gate_up, down;
   };
 
-  io::ModelConfig config_;
+  io::ModelConfig config_;  // the full model
+  io::ModelConfig local_;   // this rank's share (parallel::local_config)
+  parallel::ShardGeometry geo_;
+  ModelParallel par_;
   LlamaWeights w_;
   std::vector<PackedLayer> packed_;  // [num_layers]
-  cpu::PackedMatrix lm_head_;        // packed [vocab, hidden] (the embedding when tied)
+  cpu::PackedMatrix lm_head_;  // packed [vocab shard rows, hidden] (the embedding when tied); last stage
+  std::vector<float> shard_logits_;    // [num_rows, vocab_shard] this rank's vocabulary columns
+  std::vector<float> gathered_logits_;  // [tp_size, num_rows, vocab_shard]
   std::vector<float> inv_freq_;  // [head_dim / 2]
   std::vector<float> rope_cos_;  // [num_tokens, head_dim / 2] for this step's positions
   std::vector<float> rope_sin_;  // [num_tokens, head_dim / 2]

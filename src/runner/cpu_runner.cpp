@@ -29,38 +29,59 @@ void CpuRunner::FreeDeleter::operator()(float* p) const { std::free(p); }
 
 CpuRunner::CpuRunner(std::unique_ptr<models::LlamaModel> model, int num_kv_blocks, int block_size,
                      int num_swap_blocks)
-    : model_(std::move(model)),
-      cache_(model_->config().num_hidden_layers, num_kv_blocks, block_size,
-             model_->config().num_key_value_heads, model_->config().head_dim),
-      num_swap_blocks_(std::max(num_swap_blocks, 0)),
-      block_floats_(int64_t{block_size} * model_->config().num_key_value_heads *
-                    model_->config().head_dim) {
-  if (num_swap_blocks_ == 0) return;
-  const size_t count = size_t(num_swap_blocks_) * 2 * size_t(model_->config().num_hidden_layers) *
-                       size_t(block_floats_);
-  swap_.reset(static_cast<float*>(std::calloc(count, sizeof(float))));
-  if (!swap_)
-    throw_error(ErrorKind::kResourceExhausted,
-                "swap space: cannot allocate " + std::to_string(count * sizeof(float) >> 20) +
-                    " MiB of host memory");
+    : CpuRunner(
+          [&] {
+            std::vector<std::unique_ptr<models::LlamaModel>> models;
+            models.push_back(std::move(model));
+            return models;
+          }(),
+          nullptr, num_kv_blocks, block_size, num_swap_blocks) {}
+
+CpuRunner::CpuRunner(std::vector<std::unique_ptr<models::LlamaModel>> models,
+                     std::shared_ptr<parallel::ThreadGroup> group, int num_kv_blocks,
+                     int block_size, int num_swap_blocks)
+    : group_(std::move(group)), num_swap_blocks_(std::max(num_swap_blocks, 0)) {
+  if (models.empty() || (models.size() > 1 && (!group_ || group_->size() != int(models.size()))))
+    internal("a parallel runner needs one model per rank of its group");
+  for (auto& model : models) {
+    const io::ModelConfig& c = model->local_config();
+    const int64_t block_floats = int64_t{block_size} * c.num_key_value_heads * c.head_dim;
+    models::KvCache cache(c.num_hidden_layers, num_kv_blocks, block_size, c.num_key_value_heads,
+                          c.head_dim);
+    std::unique_ptr<float[], FreeDeleter> swap;
+    if (num_swap_blocks_ > 0) {
+      const size_t count =
+          size_t(num_swap_blocks_) * 2 * size_t(c.num_hidden_layers) * size_t(block_floats);
+      swap.reset(static_cast<float*>(std::calloc(count, sizeof(float))));
+      if (!swap)
+        throw_error(ErrorKind::kResourceExhausted,
+                    "swap space: cannot allocate " + std::to_string(count * sizeof(float) >> 20) +
+                        " MiB of host memory");
+    }
+    shards_.push_back({std::move(model), std::move(cache), block_floats, std::move(swap), {}});
+  }
 }
 
-std::span<const float> CpuRunner::swap_block(int host_block) const {
+CpuRunner::~CpuRunner() = default;
+
+std::span<const float> CpuRunner::swap_block(int host_block, int rank) const {
   if (host_block < 0 || host_block >= num_swap_blocks_) internal("invalid swap block");
-  const size_t per_block = 2 * size_t(model_->config().num_hidden_layers) * size_t(block_floats_);
-  return {swap_.get() + size_t(host_block) * per_block, per_block};
+  const Shard& sh = shards_.at(size_t(rank));
+  const size_t per_block =
+      2 * size_t(sh.model->local_config().num_hidden_layers) * size_t(sh.block_floats);
+  return {sh.swap.get() + size_t(host_block) * per_block, per_block};
 }
 
-void CpuRunner::swap_block_copy(int32_t device, int32_t host, bool to_host) {
-  const size_t bytes = size_t(block_floats_) * sizeof(float);
-  const int64_t num_layers = model_->config().num_hidden_layers;
-  float* host_base = swap_.get() + size_t(host) * 2 * size_t(num_layers) * size_t(block_floats_);
+void CpuRunner::swap_block_copy(Shard& sh, int32_t device, int32_t host, bool to_host) {
+  const size_t bytes = size_t(sh.block_floats) * sizeof(float);
+  const int64_t num_layers = sh.model->local_config().num_hidden_layers;
+  float* host_base = sh.swap.get() + size_t(host) * 2 * size_t(num_layers) * size_t(sh.block_floats);
   for (int64_t l = 0; l < num_layers; ++l) {
-    const cpu::KvLayerView v = cache_.layer(l);
-    float* dev_k = v.k + int64_t{device} * block_floats_;
-    float* dev_v = v.v + int64_t{device} * block_floats_;
-    float* host_k = host_base + size_t(2 * l) * size_t(block_floats_);
-    float* host_v = host_k + block_floats_;
+    const cpu::KvLayerView v = sh.cache.layer(l);
+    float* dev_k = v.k + int64_t{device} * sh.block_floats;
+    float* dev_v = v.v + int64_t{device} * sh.block_floats;
+    float* host_k = host_base + size_t(2 * l) * size_t(sh.block_floats);
+    float* host_v = host_k + sh.block_floats;
     if (to_host) {
       std::memcpy(host_k, dev_k, bytes);
       std::memcpy(host_v, dev_v, bytes);
@@ -72,10 +93,29 @@ void CpuRunner::swap_block_copy(int32_t device, int32_t host, bool to_host) {
 }
 
 void CpuRunner::apply_block_ops(const engine::SchedulerOutput& batch) {
-  check_block_ops(batch, cache_.num_blocks(), num_swap_blocks_, "cpu runner");
-  for (const auto& [dev, host] : batch.blocks_to_swap_out) swap_block_copy(dev, host, true);
-  for (const auto& [host, dev] : batch.blocks_to_swap_in) swap_block_copy(dev, host, false);
-  for (const auto& [src, dst] : batch.blocks_to_copy) cache_.copy_block(src, dst);
+  check_block_ops(batch, shards_[0].cache.num_blocks(), num_swap_blocks_, "cpu runner");
+  for (Shard& sh : shards_) {
+    for (const auto& [dev, host] : batch.blocks_to_swap_out) swap_block_copy(sh, dev, host, true);
+    for (const auto& [host, dev] : batch.blocks_to_swap_in) swap_block_copy(sh, dev, host, false);
+    for (const auto& [src, dst] : batch.blocks_to_copy) sh.cache.copy_block(src, dst);
+  }
+}
+
+void CpuRunner::run_ranks(const models::ForwardBatch& fb) {
+  const size_t vocab = size_t(config().vocab_size);
+  auto run = [&](Shard& sh) {
+    const std::span<const float> hidden = sh.model->forward(fb, sh.cache);
+    if (!sh.model->shard().last_stage() || logits_rows_.empty()) return;
+    sh.logits.resize(logits_rows_.size() * vocab);
+    sh.model->compute_logits(hidden, logits_rows_, sh.logits.data());
+  };
+  if (shards_.size() == 1) {
+    run(shards_[0]);
+    return;
+  }
+  if (!threads_) threads_ = std::make_unique<parallel::RankThreads>(int(shards_.size()));
+  threads_->run([&](int r) { run(shards_[size_t(r)]); },
+                [&](const std::string& why) { group_->abort(why); });
 }
 
 int64_t CpuRunner::kv_bytes_per_block(const io::ModelConfig& c, int block_size) {
@@ -89,8 +129,8 @@ std::span<float> CpuRunner::forward(const engine::SchedulerOutput& batch, bool w
   rows.clear();
   // A step may only move blocks (a swap-out with nothing left to run).
   if (batch.seqs.empty()) return {};
-  const int64_t num_blocks = cache_.num_blocks();
-  const int64_t bs = cache_.block_size();
+  const int64_t num_blocks = shards_[0].cache.num_blocks();
+  const int64_t bs = shards_[0].cache.block_size();
   const int64_t vocab = config().vocab_size;
   token_ids_.clear();
   positions_.clear();
@@ -130,12 +170,12 @@ std::span<float> CpuRunner::forward(const engine::SchedulerOutput& batch, bool w
           {begin + n - 1, s, static_cast<int32_t>(seq.num_computed_tokens + n - 1), true});
   }
   const models::ForwardBatch fb{token_ids_, positions_, slot_mapping_, seqs_};
-  const std::span<const float> hidden = model_->forward(fb, cache_);
   logits_rows_.clear();
   for (const LogitsRow& r : rows) logits_rows_.push_back(r.row);
-  logits_.resize(logits_rows_.size() * static_cast<size_t>(vocab));
-  if (!logits_rows_.empty()) model_->compute_logits(hidden, logits_rows_, logits_.data());
-  return {logits_.data(), logits_.size()};
+  run_ranks(fb);
+  std::vector<float>& logits = logits_shard().logits;
+  logits.resize(logits_rows_.size() * static_cast<size_t>(vocab));
+  return {logits.data(), logits.size()};
 }
 
 std::vector<std::vector<float>> CpuRunner::execute_logits(const engine::SchedulerOutput& batch) {

@@ -1,7 +1,10 @@
 // The CPU model runner: flattens a step's scheduled tokens, runs the Llama-family forward pass once
 // for the whole batch over the paged KV cache, computes LM-head logits only for the rows that need
 // them, and samples with the shared CPU sampler. Batch-invariant by construction (see
-// backends/cpu/kernels.h).
+// backends/cpu/kernels.h). With tensor / pipeline parallelism the runner holds one shard per rank
+// (its model slice and its KV pool, all driven by the same block tables) and runs every rank's
+// forward pass on its own thread over an in-process communicator group; the last stage's first
+// rank provides the logits.
 #pragma once
 
 #include <memory>
@@ -9,6 +12,8 @@
 #include <vector>
 
 #include "models/llama.h"
+#include "parallel/rank_threads.h"
+#include "parallel/thread_group.h"
 #include "runner/model_runner.h"
 
 namespace pagellm::runner {
@@ -19,11 +24,18 @@ class CpuRunner : public ModelRunner {
   // num_swap_blocks blocks of the same geometry (0 = no swapping).
   CpuRunner(std::unique_ptr<models::LlamaModel> model, int num_kv_blocks, int block_size,
             int num_swap_blocks = 0);
+  // One model per rank of `group` (world rank order: pp_rank * tp_size + tp_rank), each built with
+  // ModelParallel communicators of that group; every rank gets a pool of num_kv_blocks blocks.
+  CpuRunner(std::vector<std::unique_ptr<models::LlamaModel>> models,
+            std::shared_ptr<parallel::ThreadGroup> group, int num_kv_blocks, int block_size,
+            int num_swap_blocks = 0);
+  ~CpuRunner() override;
 
-  int num_kv_blocks() const override { return static_cast<int>(cache_.num_blocks()); }
+  int num_kv_blocks() const override { return static_cast<int>(shards_[0].cache.num_blocks()); }
   int num_swap_blocks() const override { return num_swap_blocks_; }
-  int block_size() const override { return static_cast<int>(cache_.block_size()); }
-  const io::ModelConfig& config() const override { return model_->config(); }
+  int block_size() const override { return static_cast<int>(shards_[0].cache.block_size()); }
+  const io::ModelConfig& config() const override { return shards_[0].model->config(); }
+  int num_ranks() const { return static_cast<int>(shards_.size()); }
 
   // Applies swap-out, swap-in and copy lists (in that order) before computing; block ids outside
   // the device or swap pool are an internal error.
@@ -33,13 +45,15 @@ class CpuRunner : public ModelRunner {
   // last scheduled token when needs_sample is set (empty otherwise). For tests and benchmarks.
   std::vector<std::vector<float>> execute_logits(const engine::SchedulerOutput& batch);
 
-  // Bytes of KV cache per block (all layers, K and V): for sizing the pool.
+  // Bytes of KV cache per block (all layers, K and V) of one rank with this local config (the
+  // whole model without parallelism): for sizing the pool.
   static int64_t kv_bytes_per_block(const io::ModelConfig& config, int block_size);
 
-  // The device-side KV pool, for tests that inspect block contents.
-  models::KvCache& kv_cache() { return cache_; }
-  // One swap block's K/V, laid out [num_layers, 2, block_size, num_kv_heads, head_dim].
-  std::span<const float> swap_block(int host_block) const;
+  // Rank `rank`'s KV pool, for tests that inspect block contents.
+  models::KvCache& kv_cache(int rank = 0) { return shards_.at(size_t(rank)).cache; }
+  // One swap block's K/V of rank `rank`, laid out [num_layers, 2, block_size, num_kv_heads,
+  // head_dim] (the rank's layers and KV heads).
+  std::span<const float> swap_block(int host_block, int rank = 0) const;
 
  private:
   // A row of the flattened batch whose logits are needed.
@@ -58,27 +72,38 @@ class CpuRunner : public ModelRunner {
   // Validates every block id of the step's swap and copy lists, then applies them in the
   // SchedulerOutput order: swap out, swap in, copy.
   void apply_block_ops(const engine::SchedulerOutput& batch);
-  // Copies all layers' K/V of device block `device` to (to_host) or from host block `host`.
-  void swap_block_copy(int32_t device, int32_t host, bool to_host);
-
   struct FreeDeleter {
     void operator()(float* p) const;
   };
+  // One rank: its model slice, KV pool and swap pool.
+  struct Shard {
+    std::unique_ptr<models::LlamaModel> model;
+    models::KvCache cache;
+    int64_t block_floats = 0;  // one layer's K (or V) of one block: block_size * kv_heads * head_dim
+    // Host swap pool [num_swap_blocks, num_layers, 2, block_size, kv_heads, head_dim]; calloc'd so
+    // untouched swap space costs no resident memory.
+    std::unique_ptr<float[], FreeDeleter> swap;
+    std::vector<float> logits;  // [num_rows, vocab] of the last stage's ranks
+  };
 
-  std::unique_ptr<models::LlamaModel> model_;
-  models::KvCache cache_;
+  // Copies all layers' K/V of device block `device` to (to_host) or from host block `host`.
+  void swap_block_copy(Shard& shard, int32_t device, int32_t host, bool to_host);
+  // Runs every rank's forward pass (and the last stage's logits for logits_rows_) on its own
+  // thread; one rank's error aborts the group so no rank waits forever, and is rethrown here.
+  void run_ranks(const models::ForwardBatch& batch);
+  // The rank whose logits the runner returns: the last stage's first tensor-parallel rank.
+  Shard& logits_shard() { return shards_[shards_.size() - size_t(shards_[0].model->shard().tp_size)]; }
+
+  std::vector<Shard> shards_;  // [num_ranks]
+  std::shared_ptr<parallel::ThreadGroup> group_;  // null without parallelism
+  std::unique_ptr<parallel::RankThreads> threads_;  // one per rank, made on the first parallel step
   int num_swap_blocks_ = 0;
-  int64_t block_floats_ = 0;  // one layer's K (or V) of one block: block_size * kv_heads * head_dim
-  // Host swap pool [num_swap_blocks, num_layers, 2, block_size, kv_heads, head_dim]; calloc'd so
-  // untouched swap space costs no resident memory.
-  std::unique_ptr<float[], FreeDeleter> swap_;
   // Flattened step inputs, reused across steps.
   std::vector<int32_t> token_ids_;     // [num_tokens]
   std::vector<int32_t> positions_;     // [num_tokens]
   std::vector<int64_t> slot_mapping_;  // [num_tokens]
   std::vector<cpu::AttentionSeq> seqs_;
   std::vector<int64_t> logits_rows_;  // [num_rows]: flattened row of each logits row
-  std::vector<float> logits_;         // [num_rows, vocab], reused so a step allocates nothing
 };
 
 }  // namespace pagellm::runner

@@ -25,14 +25,21 @@ void CudaRunner::Impl::init(const io::WeightStore* checkpoint) {
   int device_count = 0;
   if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0)
     throw_error(ErrorKind::kUnsupported, "--device cuda: no CUDA GPU is visible");
+  if (opt.device < 0 || opt.device >= device_count)
+    throw_error(ErrorKind::kInvalidArgument,
+                "cuda runner: GPU " + std::to_string(opt.device) + " asked for but only " +
+                    std::to_string(device_count) + " are visible");
+  check(cudaSetDevice(opt.device), "selecting GPU " + std::to_string(opt.device));
   cudaDeviceProp prop;
-  check(cudaGetDeviceProperties(&prop, 0), "reading device properties");
+  check(cudaGetDeviceProperties(&prop, opt.device), "reading device properties");
   if (prop.major < 8)
     unsupported(std::string("--device cuda: ") + prop.name + " is sm_" +
                 std::to_string(prop.major * 10 + prop.minor) +
                 "; pagellm's kernels need sm_80 or newer");
   num_sms = prop.multiProcessorCount;
-  const auto& c = config;
+  geo = parallel::shard_geometry(config, opt.shard);
+  leader = opt.shard.tp_rank == 0 && opt.shard.last_stage();
+  const io::ModelConfig c = parallel::local_config(config, opt.shard);
   hidden = int(c.hidden_size), num_heads = int(c.num_attention_heads),
   num_kv_heads = int(c.num_key_value_heads);
   head_dim = int(c.head_dim), inter = int(c.intermediate_size), vocab = int(c.vocab_size),
@@ -68,13 +75,27 @@ void CudaRunner::Impl::init(const io::WeightStore* checkpoint) {
   }
 }
 
+// Generates a rank's slice of an HF tensor like the CPU loader's dummy weights (same keys and
+// bounds, models::dummy_fill; a slice holds the whole tensor's numbers at its positions).
+cudaError_t CudaRunner::Impl::fill_dummy(const models::HfTensorSpec& part, void* out) {
+  const models::DummyFill f = models::dummy_fill(part, opt.seed);
+  if (f.ones) return cuda::fill_constant(dt, out, part.num_elements(), 1.f, stream);
+  const int64_t cols_full = part.shape.size() > 1 ? part.shape[1] : 1;
+  if (part.slice.dim == 1)
+    return cuda::fill_uniform(dt, out, part.shape[0], part.slice.count, cols_full,
+                              f.key + uint64_t(part.slice.begin), f.bound, stream);
+  const uint64_t first = part.slice.dim == 0 ? uint64_t(part.slice.begin * cols_full) : 0;
+  return cuda::fill_uniform(dt, out, 1, part.num_elements(), part.num_elements(), f.key + first,
+                            f.bound, stream);
+}
+
 // Refuses a model whose weights cannot fit before allocating any of them, naming the sizes.
 void CudaRunner::Impl::check_weights_fit(uint64_t weight_bytes) {
   size_t free_bytes = 0, total_bytes = 0;
   check(cudaMemGetInfo(&free_bytes, &total_bytes), "reading free memory");
   if (weight_bytes <= free_bytes) return;
   cudaDeviceProp prop;
-  check(cudaGetDeviceProperties(&prop, 0), "reading device properties");
+  check(cudaGetDeviceProperties(&prop, opt.device), "reading device properties");
   throw_error(ErrorKind::kResourceExhausted,
               opt.model_name + ": weights in " + std::string(dtype_name(dt)) + " need " +
                   std::to_string(weight_bytes >> 20) + " MiB but " + prop.name + " has only " +
@@ -84,8 +105,8 @@ void CudaRunner::Impl::check_weights_fit(uint64_t weight_bytes) {
 
 void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
   const auto& c = config;
-  const std::vector<models::WeightTensorSpec> plan = models::llama_weight_plan(c);
-  // Names and shapes are checked before anything is allocated or read.
+  const std::vector<models::WeightTensorSpec> plan = models::llama_weight_plan(c, opt.shard);
+  // Names and shapes of the whole checkpoint are checked before anything is allocated or read.
   if (checkpoint) models::check_llama_checkpoint(c, *checkpoint);
   check_weights_fit(models::plan_num_elements(plan) * esz);
   std::optional<WeightUploader> uploader;
@@ -93,25 +114,28 @@ void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
     size_t largest = 0;
     for (const auto& t : plan)
       for (const auto& part : t.parts)
-        largest = std::max(largest, checkpoint->get(part.name).num_bytes);
+        largest = std::max(largest, size_t(part.num_elements()) *
+                                        dtype_size(checkpoint->get(part.name).dtype));
     uploader.emplace(stream, dt, largest);
   }
   layers.resize(size_t(num_layers));
   for (const models::WeightTensorSpec& t : plan) {
     DevMem& mem = models::weight_slot(*this, t);
-    mem = DevMem(size_t(t.num_elements()) * esz, t.label);
+    // Under tensor parallelism the vocabulary shards are padded to vocab_shard zero rows, so the
+    // LM head's output gathers as equal blocks.
+    const bool vocab_rows = t.slot == models::WeightSlot::kEmbed || t.slot == models::WeightSlot::kLmHead;
+    const size_t rows_pad = vocab_rows && opt.shard.tp_size > 1 ? size_t(geo.vocab_shard - geo.vocab) : 0;
+    mem = DevMem((size_t(t.num_elements()) + rows_pad * size_t(hidden)) * esz, t.label);
+    if (rows_pad > 0)
+      check(cudaMemsetAsync(mem.get(), 0, mem.bytes(), stream), "zeroing " + t.label);
     stats.weight_bytes += int64_t(mem.bytes());
     unsigned char* out = mem.as<unsigned char>();  // fused parts follow each other
     for (const models::HfTensorSpec& part : t.parts) {
       const int64_t count = part.num_elements();
       if (uploader) {
-        uploader->upload(checkpoint->get(part.name), out);
+        uploader->upload(checkpoint->get(part.name), part, out);
       } else {
-        // Generated like the CPU loader's dummy weights (same keys and bounds, models::dummy_fill).
-        const models::DummyFill f = models::dummy_fill(part, opt.seed);
-        check(f.ones ? cuda::fill_constant(dt, out, count, 1.f, stream)
-                     : cuda::fill_uniform(dt, out, count, f.key, f.bound, stream),
-              "filling " + part.name);
+        check(fill_dummy(part, out), "filling " + part.name);
       }
       out += size_t(count) * esz;
     }
@@ -149,6 +173,10 @@ void CudaRunner::Impl::alloc_activations() {
   x_act = DevMem(T * inter * esz, "activations");
   x_rows = DevMem(size_t(max_seqs) * hidden * esz, "activations");
   x_logits = DevMem(size_t(max_seqs) * vocab * esz, "logits");
+  if (opt.shard.tp_size > 1 && opt.shard.last_stage()) {
+    x_logits_shard = DevMem(size_t(max_seqs) * size_t(geo.vocab_shard) * esz, "logits shard");
+    x_logits_gather = DevMem(size_t(opt.shard.tp_size) * x_logits_shard.bytes(), "logits gather");
+  }
   // Split partials: items * splits <= items + 2 * num_sms (see plan_attention) for any plan.
   attn_ws = DevMem((T + 2 * size_t(num_sms) + 64) * 4 * num_heads * (head_dim + 1) * sizeof(float),
                    "attention workspace");
@@ -291,13 +319,10 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
                        in_features, false, bias && bias->get() ? bias->get() : nullptr};
     check(cuda::gemm(this->gemm, p, stream), "gemm");
   };
-  check(
-      cuda::embedding(
-          {dt, dev<int32_t>(lay.token_ids), embed.get(), x_hidden.get(), n, hidden, vocab}, stream),
-      "embedding");
+  stage_input(n);
   for (int l = 0; l < num_layers; ++l) {
     const LayerWeights& w = layers[size_t(l)];
-    if (l == 0)
+    if (l == 0 && opt.shard.first_stage())
       norm(x_hidden.get(), nullptr, w.input_norm, x_normed.get());
     else
       norm(x_proj.get(), x_hidden.get(), w.input_norm, x_normed.get());
@@ -360,25 +385,70 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
     ap.scale = 1.f / std::sqrt(float(head_dim));
     check(cuda::run_attention(ap, s.plan, attn_ws.get(), stream), "attention");
     gemm(x_attn.get(), w.o_proj, x_proj.get(), hidden, num_heads * head_dim, nullptr);
+    all_reduce_proj(n);
     norm(x_proj.get(), x_hidden.get(), w.post_norm, x_normed.get());
     gemm(x_normed.get(), w.gate_up, x_gate_up.get(), 2 * inter, hidden, nullptr);
     check(cuda::silu_and_mul({dt, x_gate_up.get(), x_act.get(), n, inter}, stream), "silu_and_mul");
     gemm(x_act.get(), w.down, x_proj.get(), hidden, inter, nullptr);
+    all_reduce_proj(n);
   }
-  norm(x_proj.get(), x_hidden.get(), final_norm, x_normed.get());
+  if (opt.shard.last_stage()) {
+    norm(x_proj.get(), x_hidden.get(), final_norm, x_normed.get());
+    return;
+  }
+  // The last residual add is fused into the next stage's first norm: send both halves.
+  const int next = (opt.shard.pp_rank + 1) * opt.shard.tp_size + opt.shard.tp_rank;
+  opt.world->send(x_hidden.get(), size_t(n) * hidden, dt, next, stream);
+  opt.world->send(x_proj.get(), size_t(n) * hidden, dt, next, stream);
+}
+
+void CudaRunner::Impl::stage_input(int n) {
+  if (!opt.shard.first_stage()) {
+    const int prev = (opt.shard.pp_rank - 1) * opt.shard.tp_size + opt.shard.tp_rank;
+    opt.world->recv(x_hidden.get(), size_t(n) * hidden, dt, prev, stream);
+    opt.world->recv(x_proj.get(), size_t(n) * hidden, dt, prev, stream);
+    return;
+  }
+  // Vocab-parallel: ids outside the rank's rows give zero rows; the sum over ranks is exact.
+  cuda::EmbeddingParams p{dt, dev<int32_t>(lay.token_ids), embed.get(), x_hidden.get(), n,
+                          hidden, int(geo.vocab), int(geo.vocab_begin)};
+  check(cuda::embedding(p, stream), "embedding");
+  if (opt.shard.tp_size > 1) opt.tp->all_reduce_sum(x_hidden.get(), size_t(n) * hidden, dt, stream);
+}
+
+void CudaRunner::Impl::all_reduce_proj(int n) {
+  if (opt.shard.tp_size > 1) opt.tp->all_reduce_sum(x_proj.get(), size_t(n) * hidden, dt, stream);
 }
 
 // Logits [num_rows, vocab] (into x_logits) of the rows listed at rows[first, first + num_rows).
+// Last stage only (a no-op elsewhere); with tensor parallelism every rank computes its padded
+// vocabulary shard, the shards are all-gathered and laid side by side.
 void CudaRunner::Impl::compute_logits(int first, int num_rows) {
+  if (!opt.shard.last_stage()) return;
   // Gathering rows is an embedding lookup with the hidden states as the table.
   check(cuda::embedding({dt, dev<int32_t>(lay.rows) + first, x_normed.get(), x_rows.get(), num_rows,
-                         hidden, max_tokens},
+                         hidden, max_tokens, 0},
                         stream),
         "gathering logits rows");
   const DevMem& head = lm_head.get() ? lm_head : embed;
-  cuda::GemmParams p{dt,    x_rows.get(), head.get(), x_logits.get(), num_rows,
-                     vocab, hidden,       false,      nullptr};
+  const int tp = opt.shard.tp_size;
+  const int shard = int(geo.vocab_shard);
+  cuda::GemmParams p{dt,     x_rows.get(), head.get(), tp > 1 ? x_logits_shard.get() : x_logits.get(),
+                     num_rows, tp > 1 ? shard : vocab, hidden,     false,
+                     nullptr};
   check(cuda::gemm(gemm, p, stream), "lm head");
+  if (tp == 1) return;
+  const size_t block = size_t(num_rows) * size_t(shard);  // one rank's [num_rows, shard]
+  opt.tp->all_gather(x_logits_shard.get(), x_logits_gather.get(), block, dt, stream);
+  for (int t = 0; t < tp; ++t) {
+    const int begin = t * shard, count = std::max(0, std::min(vocab, begin + shard) - begin);
+    if (count == 0) continue;
+    check(cudaMemcpy2DAsync(x_logits.as<unsigned char>() + size_t(begin) * esz, size_t(vocab) * esz,
+                            x_logits_gather.as<unsigned char>() + size_t(t) * block * esz,
+                            size_t(shard) * esz, size_t(count) * esz, size_t(num_rows),
+                            cudaMemcpyDeviceToDevice, stream),
+          "laying out gathered logits");
+  }
 }
 
 void CudaRunner::Impl::upload_sample_ids(const std::vector<int32_t>& ids) {
@@ -468,15 +538,17 @@ void CudaRunner::Impl::profile_and_alloc_kv() {
     const double budget =
         opt.gpu_memory_utilization * double(total_bytes) - double(total_bytes - free_bytes);
     blocks = budget > 0 ? int64_t(budget / double(per_block_all_layers)) : 0;
-    if (blocks < 1)
-      throw_error(ErrorKind::kResourceExhausted,
-                  "--gpu-memory-utilization " + std::to_string(opt.gpu_memory_utilization) +
-                      ": weights (" + std::to_string(stats.weight_bytes >> 20) +
-                      " MiB) and activations leave no room for a KV block of " +
-                      std::to_string(per_block_all_layers >> 10) + " KiB on a GPU of " +
-                      std::to_string(total_bytes >> 20) + " MiB");
   }
   blocks = std::min<int64_t>(blocks, INT32_MAX / 2 / bs);
+  // Every rank agrees (on the minimum) before any can fail, so none waits for a failed peer.
+  if (opt.agree_min) blocks = opt.agree_min(blocks);
+  if (blocks < 1)
+    throw_error(ErrorKind::kResourceExhausted,
+                "--gpu-memory-utilization " + std::to_string(opt.gpu_memory_utilization) +
+                    ": weights (" + std::to_string(stats.weight_bytes >> 20) +
+                    " MiB) and activations leave no room for a KV block of " +
+                    std::to_string(per_block_all_layers >> 10) + " KiB on a GPU of " +
+                    std::to_string(total_bytes >> 20) + " MiB (on some rank)");
   num_blocks = int(blocks);
   kv_pool = DevMem(size_t(blocks) * per_block_all_layers, "KV cache");
   stats.kv_bytes = int64_t(kv_pool.bytes());
@@ -484,12 +556,14 @@ void CudaRunner::Impl::profile_and_alloc_kv() {
 }
 
 void CudaRunner::Impl::alloc_swap_pool() {
-  if (!(opt.swap_space_gib > 0)) return;
+  if (!(opt.swap_space_gib > 0)) return;  // the same on every rank
   const size_t per_block_all_layers = 2 * size_t(num_layers) * block_bytes;
-  const double blocks =
-      std::floor(opt.swap_space_gib * 1073741824.0 / double(per_block_all_layers));
+  double blocks = std::floor(opt.swap_space_gib * 1073741824.0 / double(per_block_all_layers));
+  blocks = std::min(blocks, double(INT32_MAX / 2));
+  // Ranks of different stages hold different layer counts: all use the smallest pool.
+  if (opt.agree_min) blocks = double(opt.agree_min(int64_t(blocks)));
   if (blocks < 1) return;
-  num_swap_blocks = int(std::min(blocks, double(INT32_MAX / 2)));
+  num_swap_blocks = int(blocks);
   const size_t bytes = size_t(num_swap_blocks) * per_block_all_layers;
   const cudaError_t err = cudaMallocHost(reinterpret_cast<void**>(&swap_pool), bytes);
   if (err != cudaSuccess) {

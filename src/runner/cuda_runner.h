@@ -8,6 +8,7 @@
 // buffers; --swap-space gives a pinned host pool for preemption by swapping.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +16,8 @@
 #include "common/dtype.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
+#include "parallel/communicator.h"
+#include "parallel/shard.h"
 #include "runner/model_runner.h"
 
 namespace pagellm::runner {
@@ -33,6 +36,17 @@ struct CudaRunnerOptions {
   // layers' K and V in dtype) blocks; 0 = no swapping.
   double swap_space_gib = 0.0;
   std::string model_name = "model";  // for error messages
+  // Tensor / pipeline parallelism (see parallel/shard.h): this runner's rank and CUDA device, and
+  // its communicators: `tp` joins the stage's tensor-parallel ranks, `world` all ranks (world rank
+  // = pp_rank * tp_size + tp_rank) for stage-to-stage sends. Unused without parallelism.
+  parallel::ShardSpec shard;
+  int device = 0;
+  parallel::Communicator* tp = nullptr;
+  parallel::Communicator* world = nullptr;
+  // Every rank must hold the same number of KV (and swap) blocks, since one block table drives
+  // them all: called by every rank in the same order with its own count, returns the minimum over
+  // the ranks. Null without parallelism.
+  std::function<int64_t(int64_t)> agree_min;
 };
 
 // What startup cost, for the startup log.
@@ -58,6 +72,8 @@ class CudaRunner : public ModelRunner {
   int num_swap_blocks() const override;
   int block_size() const override;
   const io::ModelConfig& config() const override;
+  // Every rank of a parallel group executes each step; only the leader (the last stage's first
+  // tensor-parallel rank) samples and returns tokens, the others return an empty output.
   engine::ModelRunnerOutput execute(const engine::SchedulerOutput& batch) override;
 
   // The forward pass of execute() without sampling: per seq, the fp32 logits [vocab] of its last

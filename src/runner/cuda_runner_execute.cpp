@@ -99,6 +99,8 @@ void apply_block_ops(CudaRunner::Impl& m, const engine::SchedulerOutput& batch) 
 static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& batch,
                            bool with_prompt_rows, bool sample, std::vector<LogitsRow>& rows_out) {
   apply_block_ops(m, batch);
+  // Ranks other than the leader run the same kernels and collectives but sample nothing.
+  sample = sample && m.leader;
   const int64_t bs = m.opt.block_size;
   Flat f;
   bool decode_only = true;
@@ -150,7 +152,7 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
   if (sample) {
     sin = pack_rows(batch, f.rows, m.vocab);
     result.sampled.resize(size_t(num_rows));
-  } else {
+  } else if (m.leader) {
     result.logits.resize(size_t(num_rows) * size_t(m.vocab));  // [num_rows, vocab]
   }
   std::vector<float>& logits = result.logits;
@@ -164,6 +166,10 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
   if (sample) put_sample_rows(0, std::min(num_rows, m.max_seqs));
 
   auto fetch = [&](int first, int count) {
+    if (!m.leader) {
+      check(cudaStreamSynchronize(m.stream), "running the step");
+      return;
+    }
     if (sample) {
       if (first > 0) {
         put_sample_rows(first, count);
@@ -251,6 +257,7 @@ engine::ModelRunnerOutput CudaRunner::execute(const engine::SchedulerOutput& bat
   out.sampled_token_ids.assign(batch.seqs.size(), -1);
   out.sampled_logprobs.resize(batch.seqs.size());
   out.prompt_logprobs.resize(batch.seqs.size());
+  if (!impl_->leader) return out;
   for (size_t r = 0; r < rows.size(); ++r) {
     const LogitsRow& row = rows[r];
     TokenLogprobs lp = to_token_logprobs(step.sampled[r]);
@@ -269,6 +276,7 @@ std::vector<std::vector<float>> CudaRunner::execute_logits(const engine::Schedul
   const std::vector<float> logits = run_step(*impl_, batch, false, false, rows).logits;
   const size_t vocab = size_t(impl_->vocab);
   std::vector<std::vector<float>> out(batch.seqs.size());
+  if (!impl_->leader) return out;
   for (size_t r = 0; r < rows.size(); ++r)
     out[rows[r].seq].assign(logits.begin() + ptrdiff_t(r * vocab),
                             logits.begin() + ptrdiff_t((r + 1) * vocab));

@@ -84,8 +84,10 @@ inline std::vector<int> graph_batch_sizes(int max_num_seqs) {
 }
 
 struct CudaRunner::Impl {
-  io::ModelConfig config;
+  io::ModelConfig config;  // the whole model's
   CudaRunnerOptions opt;
+  parallel::ShardGeometry geo;  // this rank's slices (everything without parallelism)
+  bool leader = true;  // samples and returns tokens: the last stage's first tensor-parallel rank
   DType dt = DType::kBF16;
   size_t esz = 2;
   int hidden = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, inter = 0, vocab = 0,
@@ -114,6 +116,8 @@ struct CudaRunner::Impl {
   DevMem x_act;                 // [T, inter]
   DevMem x_rows;                // [max_seqs, hidden] normed rows that need logits
   DevMem x_logits;              // [max_seqs, vocab]
+  DevMem x_logits_shard;        // [max_seqs, vocab_shard] this rank's LM-head columns (TP only)
+  DevMem x_logits_gather;       // [tp_size, max_seqs, vocab_shard] all ranks' columns (TP only)
   DevMem attn_ws;               // split-KV partials
   DevMem x_sample_work;         // [max_seqs, vocab] fp32 sampler scratch: penalized logits
   DevMem x_sample_weights;      // [max_seqs, vocab] fp32 sampler scratch: flags, then weights
@@ -168,6 +172,7 @@ struct CudaRunner::Impl {
   // Weights of the shared plan (models/weight_plan.h): streamed from the checkpoint, or dummy.
   void load_weights(const io::WeightStore* checkpoint);
   void check_weights_fit(uint64_t weight_bytes);
+  cudaError_t fill_dummy(const models::HfTensorSpec& part, void* out);
   void alloc_activations();
   void profile_and_alloc_kv();
   // Allocates the pinned swap pool of opt.swap_space_gib (after block_bytes is known).
@@ -196,6 +201,12 @@ struct CudaRunner::Impl {
                const std::vector<int>& table_lens, int fixed_splits);
   void upload_inputs();
   void forward(const Staged& s, void* k_pool);
+  // The stage's input hidden states: the (vocab-parallel) embedding on the first stage, else the
+  // residual stream and last projection received from the stage before.
+  void stage_input(int num_tokens);
+  // Sums x_proj's first num_tokens rows over the stage's tensor-parallel ranks (row-parallel
+  // o_proj / down_proj); no-op without tensor parallelism.
+  void all_reduce_proj(int num_tokens);
   void compute_logits(int row_offset_in_rows, int num_rows);
   // Stages the flat sampler id lists (pinned, grown on demand) and uploads them on the stream.
   void upload_sample_ids(const std::vector<int32_t>& ids);

@@ -37,6 +37,35 @@ void parallel_copy(void* dst, const uint8_t* src, size_t bytes) {
       size_t(2) << 20);
 }
 
+// Copies bytes [offset, offset + bytes) of the slice `part` of t (in the slice's row-major order)
+// to dst.
+void copy_slice_bytes(const io::TensorView& t, const models::HfTensorSpec& part, size_t offset,
+                      size_t bytes, uint8_t* dst) {
+  const size_t esz = dtype_size(t.dtype);
+  if (part.slice.dim < 0) {
+    parallel_copy(dst, t.data + offset, bytes);
+    return;
+  }
+  const size_t inner = size_t(part.shape.size() > 1 ? part.shape[1] : 1);  // full row, elements
+  if (part.slice.dim == 0) {
+    parallel_copy(dst, t.data + size_t(part.slice.begin) * inner * esz + offset, bytes);
+    return;
+  }
+  // Column slice of a matrix: each slice row is one run of the full row.
+  const size_t run = size_t(part.slice.count) * esz;
+  const size_t first = offset / run, last = (offset + bytes + run - 1) / run;
+  ThreadPool::global().parallel_for(
+      last - first,
+      [&](size_t b, size_t e) {
+        for (size_t i = first + b; i < first + e; ++i) {
+          const size_t lo = std::max(offset, i * run), hi = std::min(offset + bytes, (i + 1) * run);
+          const uint8_t* src = t.data + (i * inner + size_t(part.slice.begin)) * esz + (lo - i * run);
+          std::memcpy(dst + (lo - offset), src, hi - lo);
+        }
+      },
+      size_t(1) << 10);
+}
+
 }  // namespace
 
 WeightUploader::WeightUploader(cudaStream_t stream, DType device_dtype, size_t max_tensor_bytes)
@@ -59,19 +88,27 @@ WeightUploader::~WeightUploader() {
   }
 }
 
-void WeightUploader::upload(const io::TensorView& tensor, void* dst) {
+void WeightUploader::upload(const io::TensorView& tensor, const models::HfTensorSpec& part,
+                            void* dst) {
   const size_t src_size = dtype_size(tensor.dtype), dst_size = dtype_size(dtype_);
   const bool convert = tensor.dtype != dtype_;
   if (convert && !convert_staging_.get())
     convert_staging_ = DevMem(buffer_bytes_, "weight conversion staging");
-  advise_willneed(tensor.data, tensor.num_bytes);
-  for (size_t offset = 0; offset < tensor.num_bytes; offset += buffer_bytes_) {
-    const size_t n = std::min(buffer_bytes_, tensor.num_bytes - offset);
+  const size_t total = size_t(part.num_elements()) * src_size;  // the slice's bytes
+  if (part.slice.dim != 1) {
+    const size_t skip = total == tensor.num_bytes ? 0 : tensor.num_bytes / size_t(part.shape[0]) *
+                                                            size_t(part.slice.begin);
+    advise_willneed(tensor.data + skip, total);
+  } else {
+    advise_willneed(tensor.data, tensor.num_bytes);
+  }
+  for (size_t offset = 0; offset < total; offset += buffer_bytes_) {
+    const size_t n = std::min(buffer_bytes_, total - offset);
     const size_t b = size_t(next_);
     next_ = (next_ + 1) % kNumBuffers;
     // The copy that last read this buffer must be done before it is overwritten.
     check(cudaEventSynchronize(done_[b]), "waiting for a weight upload");
-    parallel_copy(pinned_[b], tensor.data + offset, n);
+    copy_slice_bytes(tensor, part, offset, n, static_cast<uint8_t*>(pinned_[b]));
     // Chunks hold whole elements (buffer_bytes_ % 4 == 0), so the output offset is exact.
     unsigned char* out = static_cast<unsigned char*>(dst) + offset / src_size * dst_size;
     if (!convert) {

@@ -13,6 +13,7 @@
 
 #include "common/dtype.h"
 #include "io/safetensors.h"
+#include "models/weight_plan.h"
 #include "runner/cuda_runner_impl.h"
 
 namespace pagellm::runner {
@@ -25,9 +26,11 @@ class WeightUploader {
   WeightUploader(const WeightUploader&) = delete;
   WeightUploader& operator=(const WeightUploader&) = delete;
 
-  // Enqueues tensor -> dst, where dst holds tensor.num_elements() elements of the device dtype.
-  // The tensor's mapping must stay valid until finish() returns.
-  void upload(const io::TensorView& tensor, void* dst);
+  // Enqueues the slice `part` (models/weight_plan.h) of tensor -> dst, where dst holds
+  // part.num_elements() elements of the device dtype: only the slice's bytes are read from the
+  // mapping (a column slice is gathered row by row into the pinned buffer). The tensor's mapping
+  // must stay valid until finish() returns.
+  void upload(const io::TensorView& tensor, const models::HfTensorSpec& part, void* dst);
   // Waits until every enqueued copy and conversion has completed.
   void finish();
   // Checkpoint bytes read so far.

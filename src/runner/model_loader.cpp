@@ -7,13 +7,17 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/thread_pool.h"
+#include "parallel/launch.h"
+#include "parallel/shard.h"
+#include "parallel/thread_group.h"
 #include "runner/cpu_runner.h"
 #ifdef PAGELLM_HAVE_CUDA
-#include "runner/cuda_runner.h"
+#include "runner/cuda_model_loader.h"
 #endif
 
 namespace pagellm::runner {
@@ -47,10 +51,8 @@ uint64_t physical_memory_bytes() {
   return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
 }
 
-int kv_block_count(const EngineArgs& args, const io::ModelConfig& config) {
-  if (args.block_size < 1 || args.block_size > 1024)
-    invalid_argument("--block-size must be in [1, 1024], got " + std::to_string(args.block_size));
-  const int64_t per_block = CpuRunner::kv_bytes_per_block(config, args.block_size);
+// KV blocks of per_block bytes (all ranks together) that --num-kv-blocks or --kv-cache-memory give.
+int kv_block_count(const EngineArgs& args, int64_t per_block) {
   int64_t blocks = args.num_kv_blocks;
   if (blocks <= 0) {
     if (!(args.kv_cache_memory_gib > 0) || !std::isfinite(args.kv_cache_memory_gib))
@@ -75,14 +77,18 @@ int swap_block_count(double swap_space_gib, int64_t bytes_per_block) {
   return static_cast<int>(std::min(blocks, double(INT32_MAX / 2)));
 }
 
-// Refuses configs whose fp32 weights plus KV pool plus swap pool cannot fit in this machine's
-// memory, before allocating anything (a hostile or mistyped config.json must not make us swap or
-// get OOM-killed).
-void check_fits_in_memory(const io::ModelConfig& config, int num_blocks, int num_swap_blocks,
-                          int block_size, const std::string& source) {
-  const uint64_t weights = models::llama_weight_bytes(config);
-  const uint64_t per_block =
-      static_cast<uint64_t>(CpuRunner::kv_bytes_per_block(config, block_size));
+// Refuses configs whose fp32 weights plus KV pool plus swap pool (of all ranks) cannot fit in this
+// machine's memory, before allocating anything (a hostile or mistyped config.json must not make us
+// swap or get OOM-killed).
+void check_fits_in_memory(const io::ModelConfig& config, const std::vector<parallel::ShardSpec>& ranks,
+                          int num_blocks, int num_swap_blocks, int block_size,
+                          const std::string& source) {
+  uint64_t weights = 0, per_block = 0;
+  for (const parallel::ShardSpec& r : ranks) {
+    weights += models::llama_weight_bytes(config, r);
+    per_block += static_cast<uint64_t>(
+        CpuRunner::kv_bytes_per_block(parallel::local_config(config, r), block_size));
+  }
   const uint64_t kv = static_cast<uint64_t>(num_blocks) * per_block;
   const uint64_t swap = static_cast<uint64_t>(num_swap_blocks) * per_block;
   const uint64_t limit = physical_memory_bytes();
@@ -94,75 +100,52 @@ void check_fits_in_memory(const io::ModelConfig& config, int num_blocks, int num
                     std::to_string(limit >> 20) + " MiB)");
 }
 
-#ifdef PAGELLM_HAVE_CUDA
-double ms_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+// Every rank of a tp x pp group, in world-rank order (pp_rank * tp + tp_rank).
+std::vector<parallel::ShardSpec> all_ranks(int tp, int pp) {
+  std::vector<parallel::ShardSpec> ranks;
+  for (int p = 0; p < pp; ++p)
+    for (int t = 0; t < tp; ++t) ranks.push_back({t, tp, p, pp});
+  return ranks;
 }
 
-// The CUDA runner: weights in the --dtype (default: config.json's torch_dtype), dummy weights made on
-// the GPU, the KV pool sized by --gpu-memory-utilization unless --num-kv-blocks is given.
-LoadedModel load_cuda_model(const EngineArgs& args, LoadedModel m, bool demo,
-                            std::chrono::steady_clock::time_point start) {
-  CudaRunnerOptions o;
-  o.dtype = m.config.torch_dtype;
-  if (args.dtype != "auto") {
-    const auto dt = dtype_from_torch_name(args.dtype);
-    if (!dt) invalid_argument("--dtype '" + args.dtype + "' is not supported (float32, float16, bfloat16)");
-    o.dtype = *dt;
+// The CPU runner: one model per rank (a single one without parallelism), each rank reading only
+// its slices of the checkpoint.
+std::unique_ptr<CpuRunner> build_cpu_runner(const EngineArgs& args, const io::ModelConfig& config,
+                                            bool random, int num_blocks, int num_swap_blocks) {
+  const std::vector<parallel::ShardSpec> ranks =
+      all_ranks(args.tensor_parallel_size, args.pipeline_parallel_size);
+  std::optional<io::WeightStore> store;
+  if (!random) store.emplace(io::WeightStore::open(args.model));
+  auto weights_of = [&](const parallel::ShardSpec& r) {
+    return random ? models::random_llama_weights(config, args.seed, r)
+                  : models::load_llama_weights(config, *store, r);
+  };
+  if (ranks.size() == 1)
+    return std::make_unique<CpuRunner>(
+        std::make_unique<models::LlamaModel>(config, weights_of(ranks[0])), num_blocks,
+        args.block_size, num_swap_blocks);
+  // One world group (stage-to-stage sends) and, under it, one tensor-parallel group per stage.
+  const auto world = parallel::ThreadGroup::create(int(ranks.size()));
+  std::vector<std::shared_ptr<parallel::ThreadGroup>> stages;
+  for (int p = 0; p < args.pipeline_parallel_size; ++p)
+    stages.push_back(world->subgroup(args.tensor_parallel_size));
+  std::vector<std::unique_ptr<models::LlamaModel>> models;
+  for (size_t w = 0; w < ranks.size(); ++w) {
+    const parallel::ShardSpec& r = ranks[w];
+    models::ModelParallel par;
+    par.shard = r;
+    par.world = world->communicator(int(w));
+    par.tp = stages[size_t(r.pp_rank)]->communicator(r.tp_rank);
+    models.push_back(std::make_unique<models::LlamaModel>(config, weights_of(r), par));
   }
-  if (!(args.gpu_memory_utilization > 0 && args.gpu_memory_utilization <= 1))
-    invalid_argument("--gpu-memory-utilization must be in (0, 1]");
-  o.block_size = args.block_size;
-  o.gpu_memory_utilization = args.gpu_memory_utilization;
-  o.num_kv_blocks = args.num_kv_blocks;
-  o.max_num_seqs = args.max_num_seqs;
-  o.max_num_batched_tokens = args.max_num_batched_tokens;
-  o.max_model_len = args.max_model_len;
-  o.enforce_eager = args.enforce_eager;
-  o.seed = args.seed;
-  o.model_name = m.name;
-  // The pinned host pool must fit in host memory next to everything else; the runner sizes it in
-  // blocks of its KV dtype.
-  if (!(args.swap_space_gib >= 0) || !std::isfinite(args.swap_space_gib))
-    invalid_argument("--swap-space must be a non-negative number of GiB");
-  if (args.swap_space_gib * 1073741824.0 > double(physical_memory_bytes()))
-    throw_error(ErrorKind::kResourceExhausted,
-                "--swap-space " + std::to_string(args.swap_space_gib) +
-                    " GiB exceeds this machine's memory (" +
-                    std::to_string(physical_memory_bytes() >> 20) + " MiB)");
-  o.swap_space_gib = args.swap_space_gib;
-  std::unique_ptr<CudaRunner> runner;
-  if (demo || args.load_format == "dummy") {
-    runner = std::make_unique<CudaRunner>(m.config, nullptr, o);
-  } else {
-    // Streamed from the mapping straight to the GPU: no host copy of the weights.
-    const io::WeightStore store = io::WeightStore::open(args.model);
-    runner = std::make_unique<CudaRunner>(m.config, &store, o);
-  }
-  const CudaStartupStats& st = runner->startup_stats();
-  char rate[64] = " (generated)";
-  if (st.checkpoint_bytes > 0)
-    std::snprintf(rate, sizeof rate, " (%.2f GB at %.1f GB/s)", double(st.checkpoint_bytes) / 1e9,
-                  double(st.checkpoint_bytes) / 1e6 / std::max(st.load_ms, 1e-3));
-  char line[384];
-  std::snprintf(line, sizeof line,
-                "loaded %s on cuda (%s, %s, %.2f GB of weights) in %.0f ms: weights %.0f ms%s, "
-                "memory profiling %.0f ms, %d CUDA graphs %.0f ms; KV cache %d blocks x %d tokens "
-                "(%.2f GB)",
-                m.name.c_str(), m.config.architecture.c_str(), std::string(dtype_name(o.dtype)).c_str(),
-                double(st.weight_bytes) / 1e9, ms_since(start), st.load_ms, rate, st.profile_ms,
-                st.num_graphs, st.graph_ms, runner->num_kv_blocks(), runner->block_size(),
-                double(st.kv_bytes) / 1e9);
-  log::info(line);
-  m.runner = std::move(runner);
-  return m;
+  return std::make_unique<CpuRunner>(std::move(models), world, num_blocks, args.block_size,
+                                     num_swap_blocks);
 }
-#endif
 
-}  // namespace
 
-LoadedModel load_model(const EngineArgs& args) {
-  const auto start = std::chrono::steady_clock::now();
+// The model without its runner: name, config, generation config, after checking the flags that
+// do not depend on the backend.
+LoadedModel describe_model(const EngineArgs& args, std::string* source) {
   if (args.device != "cpu" && args.device != "cuda")
     invalid_argument("--device " + args.device + ": expected cpu or cuda");
 #ifndef PAGELLM_HAVE_CUDA
@@ -170,47 +153,78 @@ LoadedModel load_model(const EngineArgs& args) {
     unsupported("--device cuda: this build has no CUDA backend (configure with -DPAGELLM_CUDA=ON)");
 #endif
   LoadedModel m;
-  std::string source;
-  const bool demo = args.model.empty();
-  if (demo) {
+  if (args.model.empty()) {
     m.name = "demo";
     m.config = demo_model_config();
     m.generation_config.bos_token_id = m.config.bos_token_id;
     m.generation_config.eos_token_ids = m.config.eos_token_ids;
-    source = "demo model";
+    *source = "demo model";
   } else {
     const std::filesystem::path dir(args.model);
     m.name =
         dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
     m.config = io::load_model_config(dir);
     m.generation_config = io::load_generation_config(dir);
-    source = (dir / "config.json").string();
+    *source = (dir / "config.json").string();
   }
   if (args.load_format != "auto" && args.load_format != "safetensors" &&
       args.load_format != "dummy")
     invalid_argument("--load-format '" + args.load_format +
                      "' is not supported (auto, safetensors, dummy)");
+  if (args.block_size < 1 || args.block_size > 1024)
+    invalid_argument("--block-size must be in [1, 1024], got " + std::to_string(args.block_size));
+  parallel::check_parallel_config(m.config, args.tensor_parallel_size,
+                                  args.pipeline_parallel_size);
+  return m;
+}
+
+// Multi-process groups run on GPUs only: the CPU backend's ranks are threads of one process.
+void require_cuda_for(const parallel::LaunchPlan& plan, const EngineArgs& args) {
+  if (plan.multi_process() && args.device != "cuda")
+    unsupported("a multi-process group (" + plan.launcher +
+                ") needs --device cuda; on the CPU, --tensor-parallel-size / "
+                "--pipeline-parallel-size run as threads of one process");
+}
+
+}  // namespace
+
+std::optional<int> run_worker_process(const EngineArgs& args) {
+  const parallel::LaunchPlan plan = parallel::plan_launch(args);
+  if (!plan.multi_process() || plan.leader()) return std::nullopt;
+  require_cuda_for(plan, args);
+  std::string source;
+  const LoadedModel m = describe_model(args, &source);
 #ifdef PAGELLM_HAVE_CUDA
-  if (args.device == "cuda") return load_cuda_model(args, std::move(m), demo, start);
+  return run_cuda_worker(args, m, plan);
+#else
+  return 1;  // unreachable: require_cuda_for refused
+#endif
+}
+
+LoadedModel load_model(const EngineArgs& args) {
+  const auto start = std::chrono::steady_clock::now();
+  std::string source;
+  LoadedModel m = describe_model(args, &source);
+  const bool demo = args.model.empty();
+  const parallel::LaunchPlan plan = parallel::plan_launch(args);
+  require_cuda_for(plan, args);
+#ifdef PAGELLM_HAVE_CUDA
+  if (args.device == "cuda") return load_cuda_model(args, std::move(m), plan, start);
 #endif
   if (!ThreadPool::configure_global(args.num_threads))
     log::warning("--num-threads " + std::to_string(args.num_threads) +
                  ": the CPU thread pool of this process already runs with " +
                  std::to_string(ThreadPool::global().num_threads()) + " threads; keeping them");
-  const int num_blocks = kv_block_count(args, m.config);
-  const int num_swap_blocks = swap_block_count(
-      args.swap_space_gib, CpuRunner::kv_bytes_per_block(m.config, args.block_size));
-  check_fits_in_memory(m.config, num_blocks, num_swap_blocks, args.block_size, source);
-  models::LlamaWeights weights;
-  if (demo || args.load_format == "dummy") {
-    weights = models::random_llama_weights(m.config, args.seed);
-  } else {
-    const io::WeightStore store = io::WeightStore::open(args.model);
-    weights = models::load_llama_weights(m.config, store);
-  }
-  auto model = std::make_unique<models::LlamaModel>(m.config, std::move(weights));
-  m.runner =
-      std::make_unique<CpuRunner>(std::move(model), num_blocks, args.block_size, num_swap_blocks);
+  const std::vector<parallel::ShardSpec> ranks =
+      all_ranks(args.tensor_parallel_size, args.pipeline_parallel_size);
+  int64_t per_block = 0;  // all ranks' KV bytes of one block
+  for (const parallel::ShardSpec& r : ranks)
+    per_block += CpuRunner::kv_bytes_per_block(parallel::local_config(m.config, r), args.block_size);
+  const int num_blocks = kv_block_count(args, per_block);
+  const int num_swap_blocks = swap_block_count(args.swap_space_gib, per_block);
+  check_fits_in_memory(m.config, ranks, num_blocks, num_swap_blocks, args.block_size, source);
+  m.runner = build_cpu_runner(args, m.config, demo || args.load_format == "dummy", num_blocks,
+                              num_swap_blocks);
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (demo)
@@ -221,16 +235,15 @@ LoadedModel load_model(const EngineArgs& args) {
   else if (args.load_format == "dummy")
     log::warning("--load-format dummy: weights of " + m.name + " are random (seed " +
                  std::to_string(args.seed) + ")");
-  char line[256];
+  char line[320];
   std::snprintf(
       line, sizeof line,
-      "loaded %s (%s, %.1f M params) in %.0f ms; KV cache %d blocks x %d tokens (%.1f MiB)",
+      "loaded %s (%s, %.1f M params) in %.0f ms on %zu CPU rank(s) (tensor parallel %d x pipeline "
+      "parallel %d); KV cache %d blocks x %d tokens (%.1f MiB)",
       m.name.c_str(), m.config.architecture.c_str(),
-      static_cast<double>(models::llama_weight_bytes(m.config)) / 4e6, ms, num_blocks,
-      args.block_size,
-      static_cast<double>(num_blocks) *
-          static_cast<double>(CpuRunner::kv_bytes_per_block(m.config, args.block_size)) /
-          1048576.0);
+      static_cast<double>(models::llama_weight_bytes(m.config)) / 4e6, ms, ranks.size(),
+      args.tensor_parallel_size, args.pipeline_parallel_size, num_blocks, args.block_size,
+      static_cast<double>(num_blocks) * static_cast<double>(per_block) / 1048576.0);
   log::info(line);
   return m;
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "io/hf_config.h"
@@ -19,8 +20,15 @@ struct LoadedModel {
   std::unique_ptr<ModelRunner> runner;
 };
 
-// Throws pagellm::Error (naming the file and the problem) on any malformed input.
+// Throws pagellm::Error (naming the file and the problem) on any malformed input. In a multi-process
+// group (parallel/launch.h) this is the leader's side: it waits at the rendezvous for the workers.
 LoadedModel load_model(const EngineArgs& args);
+
+// In a multi-process group, a process other than the leader runs here instead of building an
+// engine: it joins the rendezvous, loads its ranks and executes the leader's steps until the
+// leader shuts the group down (returns 0) or goes away (returns 1). Returns nullopt in the leader
+// and in single-process runs. Throws pagellm::Error for bad flags or a failed rendezvous.
+std::optional<int> run_worker_process(const EngineArgs& args);
 
 // The built-in demo model's config: a tiny Llama over the byte-level demo tokenizer's 258 ids.
 io::ModelConfig demo_model_config();

@@ -352,7 +352,7 @@ void test_embedding(DType t, int num_tokens, int hidden, int vocab) {
   upload(tb, t, table);
   upload_raw(ib, ids);
   ob.poison();
-  EmbeddingParams p{t, static_cast<int32_t*>(ib.ptr), tb.ptr, ob.ptr, num_tokens, hidden, vocab};
+  EmbeddingParams p{t, static_cast<int32_t*>(ib.ptr), tb.ptr, ob.ptr, num_tokens, hidden, vocab, 0};
   CK(embedding(p, nullptr));
   CK(cudaDeviceSynchronize());
   std::vector<float> ref(size_t(num_tokens) * hidden, 0.f);

@@ -8,7 +8,7 @@ namespace {
 template <typename T, int VEC>
 __global__ void embedding_kernel(const __grid_constant__ EmbeddingParams p) {
   const int t = blockIdx.x;
-  const int id = p.token_ids[t];
+  const int id = p.token_ids[t] - p.id_offset;
   T* out = static_cast<T*>(p.out) + static_cast<int64_t>(t) * p.hidden;  // [hidden]
   const bool valid = id >= 0 && id < p.vocab_size;
   const T* row = static_cast<const T*>(p.table) + static_cast<int64_t>(valid ? id : 0) * p.hidden;

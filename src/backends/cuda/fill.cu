@@ -11,11 +11,16 @@ __device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// out[r, c] (dense [rows, cols]) gets the number of element r * row_stride + c after key.
 template <typename T>
-__global__ void fill_uniform_kernel(T* out, int64_t count, uint64_t key, double bound) {
+__global__ void fill_uniform_kernel(T* out, int64_t rows, int64_t cols, int64_t row_stride,
+                                    uint64_t key, double bound) {
+  const int64_t count = rows * cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const double u = static_cast<double>(splitmix64(key + uint64_t(i)) >> 11) * 0x1.0p-53;
+    const int64_t r = i / cols, c = i - r * cols;
+    const double u =
+        static_cast<double>(splitmix64(key + uint64_t(r * row_stride + c)) >> 11) * 0x1.0p-53;
     out[i] = from_float<T>(static_cast<float>((2.0 * u - 1.0) * bound));
   }
 }
@@ -29,13 +34,14 @@ __global__ void fill_constant_kernel(T* out, int64_t count, float value) {
 
 }  // namespace
 
-cudaError_t fill_uniform(DType dtype, void* out, int64_t count, uint64_t key, double bound,
-                         cudaStream_t stream) {
-  if (count < 0 || (count > 0 && !out)) return cudaErrorInvalidValue;
-  if (count == 0) return cudaSuccess;
+cudaError_t fill_uniform(DType dtype, void* out, int64_t rows, int64_t cols, int64_t row_stride,
+                         uint64_t key, double bound, cudaStream_t stream) {
+  if (rows < 0 || cols < 0 || row_stride < cols || (rows * cols > 0 && !out))
+    return cudaErrorInvalidValue;
+  if (rows * cols == 0) return cudaSuccess;
   return PAGELLM_DISPATCH_DTYPE(dtype, [&] {
-    fill_uniform_kernel<scalar_t>
-        <<<2048, 256, 0, stream>>>(static_cast<scalar_t*>(out), count, key, bound);
+    fill_uniform_kernel<scalar_t><<<2048, 256, 0, stream>>>(static_cast<scalar_t*>(out), rows,
+                                                           cols, row_stride, key, bound);
     return launch_status();
   });
 }

@@ -28,7 +28,10 @@ struct EmbeddingParams {
   void* out = nullptr;                 // [num_tokens, hidden]
   int num_tokens = 0;
   int hidden = 0;
-  int vocab_size = 0;  // ids outside [0, vocab_size) produce a zero row (the engine validates ids)
+  int vocab_size = 0;  // rows of table
+  // Row of id is id - id_offset; ids whose row falls outside [0, vocab_size) produce a zero row
+  // (a vocab-parallel shard; the engine validates ids against the whole vocabulary).
+  int id_offset = 0;
 };
 cudaError_t embedding(const EmbeddingParams& p, cudaStream_t stream);
 
@@ -200,9 +203,12 @@ cudaError_t sample(const SampleParams& p, cudaStream_t stream);
 // ---- fill.cu -----------------------------------------------------------------------------------
 // Dummy weights (--load-format dummy) generated on the device with the CPU loader's counter-based
 // scheme (models/llama_weights.cpp): out[i] = (2u - 1) * bound with u = (splitmix64(key + i) >> 11)
-// * 2^-53, so CPU and GPU runners build the same random model up to dtype rounding.
-cudaError_t fill_uniform(DType dtype, void* out, int64_t count, uint64_t key, double bound,
-                         cudaStream_t stream);
+// * 2^-53, so CPU and GPU runners build the same random model up to dtype rounding. out is dense
+// [rows, cols]; its element (r, c) is element r * row_stride + c of the generator's stream (a
+// tensor-parallel column slice of a wider matrix: key already advanced to the slice's first
+// column; a whole tensor: rows = 1).
+cudaError_t fill_uniform(DType dtype, void* out, int64_t rows, int64_t cols, int64_t row_stride,
+                         uint64_t key, double bound, cudaStream_t stream);
 cudaError_t fill_constant(DType dtype, void* out, int64_t count, float value, cudaStream_t stream);
 
 // ---- convert.cu --------------------------------------------------------------------------------

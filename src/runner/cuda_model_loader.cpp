@@ -1,0 +1,180 @@
+#include "runner/cuda_model_loader.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <thread>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "runner/cuda_parallel_runner.h"
+#include "runner/cuda_runner.h"
+
+namespace pagellm::runner {
+
+namespace {
+
+uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_size = ::sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return UINT64_MAX;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
+}
+
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The CUDA runner: weights in the --dtype (default: config.json's torch_dtype), dummy weights made on
+// the GPU, the KV pool sized by --gpu-memory-utilization unless --num-kv-blocks is given.
+CudaRunnerOptions cuda_options(const EngineArgs& args, const LoadedModel& m) {
+  CudaRunnerOptions o;
+  o.dtype = m.config.torch_dtype;
+  if (args.dtype != "auto") {
+    const auto dt = dtype_from_torch_name(args.dtype);
+    if (!dt) invalid_argument("--dtype '" + args.dtype + "' is not supported (float32, float16, bfloat16)");
+    o.dtype = *dt;
+  }
+  if (!(args.gpu_memory_utilization > 0 && args.gpu_memory_utilization <= 1))
+    invalid_argument("--gpu-memory-utilization must be in (0, 1]");
+  o.block_size = args.block_size;
+  o.gpu_memory_utilization = args.gpu_memory_utilization;
+  o.num_kv_blocks = args.num_kv_blocks;
+  o.max_num_seqs = args.max_num_seqs;
+  o.max_num_batched_tokens = args.max_num_batched_tokens;
+  o.max_model_len = args.max_model_len;
+  o.enforce_eager = args.enforce_eager;
+  o.seed = args.seed;
+  o.model_name = m.name;
+  // The pinned host pool must fit in host memory next to everything else; the runner sizes it in
+  // blocks of its KV dtype.
+  if (!(args.swap_space_gib >= 0) || !std::isfinite(args.swap_space_gib))
+    invalid_argument("--swap-space must be a non-negative number of GiB");
+  if (args.swap_space_gib * 1073741824.0 > double(physical_memory_bytes()))
+    throw_error(ErrorKind::kResourceExhausted,
+                "--swap-space " + std::to_string(args.swap_space_gib) +
+                    " GiB exceeds this machine's memory (" +
+                    std::to_string(physical_memory_bytes() >> 20) + " MiB)");
+  o.swap_space_gib = args.swap_space_gib;
+  return o;
+}
+
+std::vector<std::vector<unsigned char>> to_bytes(const std::vector<parallel::NcclId>& ids) {
+  std::vector<std::vector<unsigned char>> out;
+  for (const auto& id : ids) out.emplace_back(std::begin(id.bytes), std::end(id.bytes));
+  return out;
+}
+
+std::vector<parallel::NcclId> from_bytes(const std::vector<std::vector<unsigned char>>& blobs) {
+  std::vector<parallel::NcclId> out(blobs.size());
+  for (size_t i = 0; i < blobs.size(); ++i) {
+    if (blobs[i].size() != sizeof out[i].bytes)
+      invalid_argument("rendezvous: an NCCL id of " + std::to_string(blobs[i].size()) + " bytes");
+    std::memcpy(out[i].bytes, blobs[i].data(), sizeof out[i].bytes);
+  }
+  return out;
+}
+
+// The checkpoint, unless the weights are generated (demo model, --load-format dummy).
+std::optional<io::WeightStore> open_checkpoint(const EngineArgs& args) {
+  std::optional<io::WeightStore> store;
+  if (!args.model.empty() && args.load_format != "dummy") store.emplace(io::WeightStore::open(args.model));
+  return store;
+}
+
+}  // namespace
+
+LoadedModel load_cuda_model(const EngineArgs& args, LoadedModel m, const parallel::LaunchPlan& plan,
+                            std::chrono::steady_clock::time_point start) {
+  const CudaRunnerOptions o = cuda_options(args, m);
+  const int tp = args.tensor_parallel_size, pp = args.pipeline_parallel_size;
+  std::unique_ptr<ModelRunner> runner;
+  {
+    // Streamed from the mapping straight to the GPU(s): no host copy of the weights.
+    const std::optional<io::WeightStore> store = open_checkpoint(args);
+    const io::WeightStore* checkpoint = store ? &*store : nullptr;
+    if (tp * pp == 1) {
+      runner = std::make_unique<CudaRunner>(m.config, checkpoint, o);
+    } else {
+      RankPlacement placement;
+      placement.num_local = plan.num_local_ranks;
+      placement.first_device = plan.first_device;
+      if (plan.multi_process()) {
+        log::info("waiting for " + std::to_string(plan.num_procs - 1) + " worker process(es) at port " +
+                  std::to_string(plan.rendezvous.master_port) + " (" + plan.launcher + ")");
+        placement.ids = group_nccl_ids(tp, pp);
+        placement.workers = parallel::rendezvous_leader(
+            plan.rendezvous, [&] { return to_bytes(placement.ids); });
+      }
+      runner = std::make_unique<ParallelCudaRunner>(m.config, checkpoint, o, tp, pp,
+                                                    std::move(placement));
+    }
+  }
+  const CudaStartupStats& st =
+      tp * pp == 1 ? static_cast<CudaRunner&>(*runner).startup_stats()
+                   : static_cast<ParallelCudaRunner&>(*runner).startup_stats();
+  char rate[64] = " (generated)";
+  if (st.checkpoint_bytes > 0)
+    std::snprintf(rate, sizeof rate, " (%.2f GB at %.1f GB/s)", double(st.checkpoint_bytes) / 1e9,
+                  double(st.checkpoint_bytes) / 1e6 / std::max(st.load_ms, 1e-3));
+  char line[448];
+  std::snprintf(line, sizeof line,
+                "loaded %s on cuda x %d (tensor parallel %d x pipeline parallel %d; %s, %s, %.2f GB "
+                "of weights per rank) in %.0f ms: weights %.0f ms%s, "
+                "memory profiling %.0f ms, %d CUDA graphs %.0f ms; KV cache %d blocks x %d tokens "
+                "(%.2f GB)",
+                m.name.c_str(), tp * pp, tp, pp, m.config.architecture.c_str(),
+                std::string(dtype_name(o.dtype)).c_str(),
+                double(st.weight_bytes) / 1e9, ms_since(start), st.load_ms, rate, st.profile_ms,
+                st.num_graphs, st.graph_ms, runner->num_kv_blocks(), runner->block_size(),
+                double(st.kv_bytes) / 1e9);
+  log::info(line);
+  m.runner = std::move(runner);
+  return m;
+}
+
+int run_cuda_worker(const EngineArgs& args, const LoadedModel& m, const parallel::LaunchPlan& plan) {
+  std::vector<std::vector<unsigned char>> ids;
+  std::unique_ptr<parallel::Channel> leader = parallel::rendezvous_worker(plan.rendezvous, &ids);
+  log::info("joined the group as process " + std::to_string(plan.proc_rank) + " of " +
+            std::to_string(plan.num_procs) + " (ranks " + std::to_string(plan.first_rank) + ".." +
+            std::to_string(plan.first_rank + plan.num_local_ranks - 1) + ")");
+  RankPlacement placement;
+  placement.first_rank = plan.first_rank;
+  placement.num_local = plan.num_local_ranks;
+  placement.first_device = plan.first_device;
+  placement.ids = from_bytes(ids);
+  const std::optional<io::WeightStore> store = open_checkpoint(args);
+  ParallelCudaRunner runner(m.config, store ? &*store : nullptr, cuda_options(args, m),
+                            args.tensor_parallel_size, args.pipeline_parallel_size,
+                            std::move(placement));
+  // If the leader goes while this process waits inside a collective, the watcher unblocks it.
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    leader->wait_closed();
+    if (!done) runner.abort("the leader process has gone");
+  });
+  int code = 0;
+  try {
+    for (;;) {
+      const std::vector<unsigned char> message = leader->recv();
+      if (parallel::message_type(message) == parallel::MessageType::kShutdown) break;
+      const std::unique_ptr<parallel::DecodedStep> step = parallel::decode_step(message);
+      runner.execute(step->output);
+    }
+  } catch (const Error& e) {
+    log::error(std::string("worker process ") + std::to_string(plan.proc_rank) + ": " + e.what());
+    code = 1;
+  }
+  done = true;
+  leader->close();
+  watcher.join();
+  return code;
+}
+
+}  // namespace pagellm::runner

@@ -1,0 +1,22 @@
+// Building the CUDA runner from EngineArgs (model_loader.cpp dispatches here for --device cuda):
+// one GPU, or a tensor/pipeline-parallel group in this process, or this process's share of a
+// multi-process group (parallel/launch.h) — the leader's side in load_cuda_model, a worker's in
+// run_cuda_worker.
+#pragma once
+
+#include <chrono>
+
+#include "pagellm/engine_args.h"
+#include "parallel/launch.h"
+#include "runner/model_loader.h"
+
+namespace pagellm::runner {
+
+// m: the model as model_loader described it (name, config); fills m.runner and logs the startup.
+LoadedModel load_cuda_model(const EngineArgs& args, LoadedModel m, const parallel::LaunchPlan& plan,
+                            std::chrono::steady_clock::time_point start);
+
+// A worker process of a multi-process group (see run_worker_process); returns its exit code.
+int run_cuda_worker(const EngineArgs& args, const LoadedModel& m, const parallel::LaunchPlan& plan);
+
+}  // namespace pagellm::runner

@@ -1,0 +1,126 @@
+#include "runner/cuda_parallel_runner.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "common/logging.h"
+
+namespace pagellm::runner {
+
+std::vector<parallel::NcclId> group_nccl_ids(int tp, int pp) {
+  std::vector<parallel::NcclId> ids;
+  for (int p = 0; p < pp && tp > 1; ++p) ids.push_back(parallel::make_nccl_id());
+  if (pp > 1) ids.push_back(parallel::make_nccl_id());
+  return ids;
+}
+
+ParallelCudaRunner::ParallelCudaRunner(const io::ModelConfig& config,
+                                       const io::WeightStore* checkpoint,
+                                       const CudaRunnerOptions& base, int tp, int pp,
+                                       RankPlacement placement)
+    : first_rank_(placement.first_rank), workers_(std::move(placement.workers)) {
+  const int n = tp * pp;
+  const int num_local = placement.num_local > 0 ? placement.num_local : n;
+  int visible = 0;
+  if (cudaGetDeviceCount(&visible) != cudaSuccess) visible = 0;
+  if (visible < placement.first_device + num_local)
+    invalid_argument("--tensor-parallel-size " + std::to_string(tp) +
+                     " x --pipeline-parallel-size " + std::to_string(pp) + " needs " +
+                     std::to_string(placement.first_device + num_local) +
+                     " GPUs in this process but " + std::to_string(visible) + " are visible");
+  const int leader_rank = n - tp;  // the last stage's first tensor-parallel rank samples
+  if (leader_rank >= first_rank_ && leader_rank < first_rank_ + num_local)
+    leader_ = leader_rank - first_rank_;
+  const std::vector<parallel::NcclId> ids =
+      placement.ids.empty() ? group_nccl_ids(tp, pp) : placement.ids;
+  if (ids.size() != size_t((tp > 1 ? pp : 0) + (pp > 1 ? 1 : 0)))
+    throw_error(ErrorKind::kInternal, "parallel runner: wrong number of NCCL ids");
+  tp_comms_.resize(size_t(num_local));
+  world_comms_.resize(size_t(num_local));
+  ranks_.resize(size_t(num_local));
+  // A worker process that goes away fails the group at once instead of leaving collectives hanging.
+  for (auto& ch : workers_)
+    watchers_.emplace_back([this, c = ch.get()] {
+      c->wait_closed();
+      if (!closing_) {
+        log::error("a worker process of the parallel group has gone: aborting the group");
+        abort("a worker process has gone");
+      }
+    });
+  threads_ = std::make_unique<parallel::RankThreads>(num_local);
+  on_ranks([&](int l) {
+    const int w = first_rank_ + l;
+    const parallel::ShardSpec shard{w % tp, tp, w / tp, pp};
+    const int device = placement.first_device + l;
+    if (cudaSetDevice(device) != cudaSuccess)
+      throw_error(ErrorKind::kInternal, "cannot select GPU " + std::to_string(device));
+    if (tp > 1)
+      tp_comms_[size_t(l)] =
+          parallel::make_nccl_communicator(ids[size_t(shard.pp_rank)], tp, shard.tp_rank);
+    if (pp > 1) world_comms_[size_t(l)] = parallel::make_nccl_communicator(ids.back(), n, w);
+    CudaRunnerOptions o = base;
+    o.shard = shard;
+    o.device = device;
+    o.tp = tp_comms_[size_t(l)].get();
+    o.world = world_comms_[size_t(l)].get();
+    // All ranks of all processes agree: over the world when there are stages, else over the one
+    // tensor-parallel group (which then spans every rank).
+    parallel::Communicator* all = pp > 1 ? o.world : o.tp;
+    o.agree_min = [all](int64_t v) { return all->all_reduce_min(v); };
+    ranks_[size_t(l)] = std::make_unique<CudaRunner>(config, checkpoint, o);
+  });
+}
+
+ParallelCudaRunner::~ParallelCudaRunner() {
+  closing_ = true;
+  for (auto& ch : workers_) {
+    try {
+      ch->send(parallel::encode_shutdown());
+    } catch (const Error&) {
+      // That worker has gone already.
+    }
+    ch->close();
+  }
+  for (std::thread& t : watchers_) t.join();
+  // Runners (their streams, graphs and memory) go before the communicators they use.
+  ranks_.clear();
+}
+
+void ParallelCudaRunner::abort(const std::string& why) {
+  for (auto* comms : {&tp_comms_, &world_comms_})
+    for (auto& c : *comms)
+      if (c) c->abort(why);
+}
+
+void ParallelCudaRunner::on_ranks(const std::function<void(int)>& fn) {
+  threads_->run(fn, [&](const std::string& why) { abort(why); });
+}
+
+engine::ModelRunnerOutput ParallelCudaRunner::execute(const engine::SchedulerOutput& batch) {
+  if (!workers_.empty()) {
+    const std::vector<unsigned char> message = parallel::encode_step(batch);
+    for (auto& ch : workers_) ch->send(message);
+  }
+  engine::ModelRunnerOutput out;
+  on_ranks([&](int l) {
+    engine::ModelRunnerOutput mine = ranks_[size_t(l)]->execute(batch);
+    if (l == leader_) out = std::move(mine);
+  });
+  return out;
+}
+
+std::vector<std::vector<float>> ParallelCudaRunner::execute_logits(
+    const engine::SchedulerOutput& batch) {
+  if (!workers_.empty())
+    unsupported("logits-only steps are not sent to worker processes (use one process)");
+  std::vector<std::vector<float>> out;
+  on_ranks([&](int l) {
+    auto mine = ranks_[size_t(l)]->execute_logits(batch);
+    if (l == leader_) out = std::move(mine);
+  });
+  return out;
+}
+
+}  // namespace pagellm::runner

@@ -1,0 +1,77 @@
+// Tensor- and pipeline-parallel execution on the GPUs of one process: one CudaRunner per rank
+// (rank w on GPU w), each holding its slices of the weights and its KV pool, joined by NCCL
+// communicators (one per stage's tensor-parallel ranks, one over all ranks for stage-to-stage
+// sends). The scheduler and KV manager run once: every step's SchedulerOutput goes to all ranks,
+// which run concurrently on their own threads; the leader (last stage, first tensor-parallel rank)
+// samples. A rank that fails aborts the communicators so no other rank waits forever.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "parallel/communicator.h"
+#include "parallel/nccl_communicator.h"
+#include "parallel/rank_threads.h"
+#include "parallel/rendezvous.h"
+#include "runner/cuda_runner.h"
+
+namespace pagellm::runner {
+
+// Which ranks of the group this process hosts (all of them in a single-process run) and how it
+// reaches the others.
+struct RankPlacement {
+  int first_rank = 0;    // world rank of this process's first rank
+  int num_local = 0;     // ranks in this process; 0 = all
+  int first_device = 0;  // CUDA device of the first local rank (the others follow)
+  // The group's NCCL ids (group_nccl_ids' layout); empty = made here (single process).
+  std::vector<parallel::NcclId> ids;
+  // Leader process only: the control channels to the worker processes (each step goes to them).
+  std::vector<std::unique_ptr<parallel::Channel>> workers;
+};
+
+// The NCCL ids a tp x pp group needs: one per stage's tensor-parallel ranks (tp > 1), then one for
+// the world (pp > 1).
+std::vector<parallel::NcclId> group_nccl_ids(int tp_size, int pp_size);
+
+class ParallelCudaRunner : public ModelRunner {
+ public:
+  // base: the options every rank shares (its shard, device and communicators are filled in here).
+  // Throws pagellm::Error when there are fewer visible GPUs than tp * pp ranks, or when any rank
+  // fails to start.
+  ParallelCudaRunner(const io::ModelConfig& config, const io::WeightStore* checkpoint,
+                     const CudaRunnerOptions& base, int tp_size, int pp_size,
+                     RankPlacement placement = {});
+  ~ParallelCudaRunner() override;
+
+  // Block counts and config are the same on every rank (they agree at startup).
+  int num_kv_blocks() const override { return ranks_[0]->num_kv_blocks(); }
+  int num_swap_blocks() const override { return ranks_[0]->num_swap_blocks(); }
+  int block_size() const override { return ranks_[0]->block_size(); }
+  const io::ModelConfig& config() const override { return ranks_[0]->config(); }
+  engine::ModelRunnerOutput execute(const engine::SchedulerOutput& batch) override;
+  std::vector<std::vector<float>> execute_logits(const engine::SchedulerOutput& batch);
+  // The first local rank's startup costs (weights are per rank: its slice).
+  const CudaStartupStats& startup_stats() const { return ranks_[0]->startup_stats(); }
+  int num_ranks() const { return int(ranks_.size()); }
+
+  // Fails every collective of the local ranks (a peer process has gone); later steps throw.
+  void abort(const std::string& why);
+
+ private:
+  // Runs fn on every local rank; a failing rank aborts the communicators.
+  void on_ranks(const std::function<void(int)>& fn);
+
+  std::unique_ptr<parallel::RankThreads> threads_;
+  std::vector<std::unique_ptr<parallel::Communicator>> tp_comms_;     // [num_local]
+  std::vector<std::unique_ptr<parallel::Communicator>> world_comms_;  // [num_local] (pp > 1)
+  std::vector<std::unique_ptr<CudaRunner>> ranks_;                    // [num_local]
+  int first_rank_ = 0;
+  int leader_ = -1;  // local index of the sampling rank; -1 when another process hosts it
+  std::vector<std::unique_ptr<parallel::Channel>> workers_;
+  std::vector<std::thread> watchers_;  // one per worker channel: abort when its process goes
+  std::atomic<bool> closing_{false};
+};
+
+}  // namespace pagellm::runner
