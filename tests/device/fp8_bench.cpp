@@ -74,10 +74,15 @@ double time_graph_ms(const std::function<void(cudaStream_t)>& fn) {
   return ms[ms.size() / 2] / kCalls;
 }
 
+// count random bf16 values in [-bound, bound] (the dummy-weight generator, as one row).
+void fill_random(void* out, int64_t count, uint64_t key, double bound) {
+  CK(fill_uniform(DType::kBF16, out, 1, count, count, key, bound, nullptr));
+}
+
 double copy_gbs() {
   const size_t bytes = size_t(2) << 30;
   DevMem a(bytes), b(bytes);
-  CK(fill_uniform(DType::kBF16, a.ptr, int64_t(bytes / 2), 7, 1.0, nullptr));
+  fill_random(a.ptr, int64_t(bytes / 2), 7, 1.0);
   const double ms =
       time_ms([&] { CK(cudaMemcpyAsync(b.ptr, a.ptr, bytes, cudaMemcpyDeviceToDevice)); }, 10);
   return 2.0 * bytes / (ms * 1e6);
@@ -86,8 +91,8 @@ double copy_gbs() {
 double bf16_gemm_tflops(GemmContext* ctx) {
   const int s = 8192;
   DevMem x(size_t(s) * s * 2), w(size_t(s) * s * 2), y(size_t(s) * s * 2);
-  CK(fill_uniform(DType::kBF16, x.ptr, int64_t(s) * s, 1, 1.0, nullptr));
-  CK(fill_uniform(DType::kBF16, w.ptr, int64_t(s) * s, 2, 1.0, nullptr));
+  fill_random(x.ptr, int64_t(s) * s, 1, 1.0);
+  fill_random(w.ptr, int64_t(s) * s, 2, 1.0);
   const double ms = time_ms(
       [&] {
         CK(gemm(ctx, {DType::kBF16, x.ptr, w.ptr, y.ptr, s, s, s, false}, nullptr));
@@ -149,8 +154,7 @@ void fp8_bench() {
       std::vector<DevMem> ws(static_cast<size_t>(copies8));
       for (int c = 0; c < copies16; ++c) {
         wb[size_t(c)].alloc(w16);
-        CK(fill_uniform(DType::kBF16, wb[size_t(c)].ptr, int64_t(sh.n) * sh.k, 100 + c, 0.05,
-                        nullptr));
+        fill_random(wb[size_t(c)].ptr, int64_t(sh.n) * sh.k, 100 + c, 0.05);
       }
       for (int c = 0; c < copies8; ++c) {
         wq[size_t(c)].alloc(w8);
@@ -169,7 +173,7 @@ void fp8_bench() {
           size_t((sh.n + kFp8Block - 1) / kFp8Block + 1) * fp8_block_scale_stride(sh.k);
       DevMem wsb(num_block_scales * 4);
       CK(fill_constant(DType::kF32, wsb.ptr, int64_t(num_block_scales), 1e-3f, nullptr));
-      CK(fill_uniform(DType::kBF16, x.ptr, int64_t(max_m) * sh.k, 11, 1.0, nullptr));
+      fill_random(x.ptr, int64_t(max_m) * sh.k, 11, 1.0);
       for (int m : ms_list) {
         const double flops = 2.0 * m * sh.n * sh.k;
         int next16 = 0, next8 = 0;
