@@ -12,6 +12,9 @@ struct EngineArgs {
   std::string tokenizer;          // defaults to model
   std::string load_format = "auto";  // "auto" (safetensors) or "dummy" (random weights)
   std::string dtype = "auto";     // compute/weight dtype on the device; the CPU computes in fp32
+  // Weight quantization: "" = the checkpoint's quantization_config; "fp8" = FP8 weights (a 16-bit
+  // checkpoint is quantized at load, per output channel); see src/quant/quant_config.h.
+  std::string quantization;
   uint64_t seed = 0;              // for dummy weights and unseeded sampling
   std::string device = "cpu";     // "cpu" or "cuda"
   int max_model_len = 0;          // 0 = from config.json

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "common/fp8.h"
+
 namespace pagellm {
 
 std::string_view dtype_name(DType dtype) {
@@ -9,16 +11,20 @@ std::string_view dtype_name(DType dtype) {
     case DType::kF32: return "float32";
     case DType::kF16: return "float16";
     case DType::kBF16: return "bfloat16";
+    case DType::kF8E4M3: return "float8_e4m3fn";
+    case DType::kF8E5M2: return "float8_e5m2";
   }
   return "?";
 }
 
-size_t dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
+size_t dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : is_fp8(dtype) ? 1 : 2; }
 
 std::optional<DType> dtype_from_safetensors(std::string_view tag) {
   if (tag == "F32") return DType::kF32;
   if (tag == "F16") return DType::kF16;
   if (tag == "BF16") return DType::kBF16;
+  if (tag == "F8_E4M3") return DType::kF8E4M3;
+  if (tag == "F8_E5M2") return DType::kF8E5M2;
   return std::nullopt;
 }
 
@@ -91,6 +97,13 @@ void convert_to_f32(DType dtype, const void* src, float* dst, size_t count) {
     case DType::kF16: {
       const auto* s = static_cast<const uint16_t*>(src);
       for (size_t i = 0; i < count; ++i) dst[i] = f16_to_f32(s[i]);
+      return;
+    }
+    case DType::kF8E4M3:
+    case DType::kF8E5M2: {
+      const auto* s = static_cast<const uint8_t*>(src);
+      const Fp8Format f = dtype == DType::kF8E4M3 ? Fp8Format::kE4M3 : Fp8Format::kE5M2;
+      for (size_t i = 0; i < count; ++i) dst[i] = fp8_to_f32(s[i], f);
       return;
     }
   }

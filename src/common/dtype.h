@@ -8,11 +8,14 @@
 
 namespace pagellm {
 
-enum class DType { kF32, kF16, kBF16 };
+// kF8E4M3 / kF8E5M2 are storage types only (FP8 checkpoints' weights, FP8 KV caches): never the
+// dtype of activations or of a runner.
+enum class DType { kF32, kF16, kBF16, kF8E4M3, kF8E5M2 };
 
 std::string_view dtype_name(DType dtype);
 size_t dtype_size(DType dtype);
-// Parses a safetensors dtype tag ("F32", "F16", "BF16"); nullopt for anything else.
+// Parses a safetensors dtype tag ("F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"); nullopt for
+// anything else.
 std::optional<DType> dtype_from_safetensors(std::string_view tag);
 // Parses a config.json torch_dtype / --dtype value ("float32", "bfloat16", "half", ...).
 std::optional<DType> dtype_from_torch_name(std::string_view name);
@@ -32,6 +35,9 @@ inline uint16_t f32_to_bf16(float f) {
   bits += 0x7fffu + ((bits >> 16) & 1u);
   return static_cast<uint16_t>(bits >> 16);
 }
+
+// True for the FP8 storage types.
+inline bool is_fp8(DType dtype) { return dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2; }
 
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);

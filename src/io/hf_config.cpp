@@ -271,6 +271,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
         source + ": hidden_size is not a multiple of num_attention_heads and head_dim is not set");
   validate(f, source, c);
   check_sliding_window(j, f, source, c);
+  if (j.contains("quantization_config") && !j["quantization_config"].is_null())
+    c.quant = quant::parse_quant_config(j["quantization_config"], source);
   return c;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "quant/quant_config.h"
 
 namespace pagellm::io {
 
@@ -43,6 +44,8 @@ struct ModelConfig {
   DType torch_dtype = DType::kF32;
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;
+  // config.json's quantization_config, combined with --quantization by the model loader.
+  quant::QuantConfig quant;
 };
 
 // Default sampling values and stop ids from generation_config.json (all optional).

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/thread_pool.h"
+#include "quant/fp8_weights.h"
 
 namespace pagellm::models {
 
@@ -151,6 +152,15 @@ void LlamaModel::stage_input(const ForwardBatch& batch) {
   all_reduce(hidden_, n * dim);
 }
 
+// Under an FP8 config the projections' inputs are quantized per token to e4m3 and back (the GPU's
+// dynamic activation quantization, W8A8), so the CPU computes what FP8 tensor cores compute.
+void LlamaModel::quantize_activations(std::vector<float>& x, int64_t n, int64_t cols) {
+  if (!config_.quant.fp8()) return;
+  parallel_rows(n, 8 * cols, [&](int64_t t0, int64_t t1) {
+    quant::fake_quantize_rows(x.data() + t0 * cols, t1 - t0, cols);
+  });
+}
+
 void LlamaModel::all_reduce(std::vector<float>& x, int64_t num_floats) {
   if (par_.shard.tp_size > 1) par_.tp->all_reduce_sum(x.data(), size_t(num_floats), DType::kF32, nullptr);
 }
@@ -165,6 +175,7 @@ void LlamaModel::attention_block(int64_t layer, const ForwardBatch& batch, KvCac
   const int64_t dim = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const PackedLayer& pw = packed_[static_cast<size_t>(layer)];
+  quantize_activations(normed_, n, dim);
   cpu::matmul(normed_.data(), pw.qkv, lw.qkv_bias.empty() ? nullptr : lw.qkv_bias.data(),
               qkv_.data(), n);
   const cpu::KvLayerView kv = cache.layer(layer);
@@ -187,6 +198,7 @@ void LlamaModel::attention_block(int64_t layer, const ForwardBatch& batch, KvCac
   });
   cpu::paged_attention(kv, qkv_.data(), qkv_width, batch.seqs, num_heads,
                        1.0f / std::sqrt(static_cast<float>(hd)), attn_.data());
+  quantize_activations(attn_, n, num_heads * hd);
   cpu::matmul(attn_.data(), pw.o_proj, nullptr, proj_.data(), n);
   all_reduce(proj_, n * dim);
   parallel_rows(n, 4 * dim, [&](int64_t t0, int64_t t1) {
@@ -201,10 +213,12 @@ void LlamaModel::mlp_block(int64_t layer, int64_t n) {
   const auto& c = local_;
   const PackedLayer& pw = packed_[static_cast<size_t>(layer)];
   const int64_t dim = c.hidden_size, inter = c.intermediate_size;
+  quantize_activations(normed_, n, dim);
   cpu::matmul(normed_.data(), pw.gate_up, nullptr, gate_up_.data(), n);
   parallel_rows(n, 8 * inter, [&](int64_t t0, int64_t t1) {
     cpu::silu_mul(gate_up_.data() + t0 * 2 * inter, act_.data() + t0 * inter, t1 - t0, inter);
   });
+  quantize_activations(act_, n, inter);
   cpu::matmul(act_.data(), pw.down, nullptr, proj_.data(), n);
   all_reduce(proj_, n * dim);
   const bool last = layer + 1 == c.num_hidden_layers;

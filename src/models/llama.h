@@ -116,6 +116,8 @@ class LlamaModel {
   // The stage's input: the vocab-parallel embedding on the first stage (rows of ids outside the
   // rank's vocabulary shard are zero, then summed over ranks), else the previous stage's output.
   void stage_input(const ForwardBatch& batch);
+  // Rows [0, n) of x [.., cols] quantized per token to e4m3 and back under an FP8 config.
+  void quantize_activations(std::vector<float>& x, int64_t n, int64_t cols);
   // Sums a row-parallel projection over the stage's tensor-parallel ranks (no-op alone).
   void all_reduce(std::vector<float>& x, int64_t num_floats);
 

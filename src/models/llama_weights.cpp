@@ -8,6 +8,7 @@
 #include "common/thread_pool.h"
 #include "models/llama.h"
 #include "models/weight_plan.h"
+#include "quant/fp8_weights.h"
 
 namespace pagellm::models {
 
@@ -19,12 +20,19 @@ class WeightSource {
  public:
   virtual ~WeightSource() = default;
   virtual void fill(const HfTensorSpec& tensor, float* dst) = 0;
+  // True when the source stores `tensor` in FP8: fill() then gives the dequantized weight.
+  virtual bool stored_fp8(const HfTensorSpec& tensor) const { return false; }
 };
 
 // Reads a checkpoint that check_llama_checkpoint() has validated (names and shapes).
 class CheckpointSource : public WeightSource {
  public:
-  explicit CheckpointSource(const io::WeightStore& store) : store_(store) {}
+  CheckpointSource(const io::WeightStore& store, const quant::QuantConfig& quant)
+      : store_(store), quant_(quant) {}
+
+  bool stored_fp8(const HfTensorSpec& tensor) const override {
+    return quant_.fp8_checkpoint() && quant::part_is_fp8(store_, tensor);
+  }
 
   // Reads only the rank's slice, run by run, straight from the mapping.
   void fill(const HfTensorSpec& tensor, float* dst) override {
@@ -42,10 +50,12 @@ class CheckpointSource : public WeightSource {
       }
       convert_to_f32(t.dtype, src, dst + local, size_t(count));
     });
+    if (is_fp8(t.dtype)) quant::apply_part_scales(store_, tensor, quant_, dst);
   }
 
  private:
   const io::WeightStore& store_;
+  const quant::QuantConfig& quant_;
 };
 
 // Counter-based uniform weights (dummy_fill): element i of a tensor depends only on (seed, name,
@@ -80,8 +90,12 @@ class RandomSource : public WeightSource {
   uint64_t seed_;
 };
 
-// Allocates and fills all weights in the HF layout, fusing parts as the plan says.
-LlamaWeights build_weights(const std::vector<WeightTensorSpec>& plan, WeightSource& src) {
+// Allocates and fills all weights in the HF layout, fusing parts as the plan says. Under an FP8
+// config a quantized layer holds the weights the GPU computes with: FP8 parts dequantized, and
+// 16-bit parts (all of them with --quantization fp8; those of a layer the checkpoint stores partly
+// in FP8) quantized per channel and dequantized.
+LlamaWeights build_weights(const std::vector<WeightTensorSpec>& plan, WeightSource& src,
+                           const quant::QuantConfig& quant) {
   LlamaWeights w;
   for (const WeightTensorSpec& t : plan)
     if (t.layer >= 0 && size_t(t.layer) >= w.layers.size()) w.layers.resize(size_t(t.layer) + 1);
@@ -89,8 +103,15 @@ LlamaWeights build_weights(const std::vector<WeightTensorSpec>& plan, WeightSour
     std::vector<float>& dst = weight_slot(w, t);
     dst.resize(static_cast<size_t>(t.num_elements()));
     float* out = dst.data();
+    bool fp8_layer = quant.online && quant::quantized_slot(t.slot);
+    if (quant.fp8_checkpoint() && quant::quantized_slot(t.slot))
+      for (const HfTensorSpec& part : t.parts) fp8_layer = fp8_layer || src.stored_fp8(part);
     for (const HfTensorSpec& part : t.parts) {
       src.fill(part, out);
+      if (fp8_layer && !src.stored_fp8(part)) {
+        const std::vector<int64_t> shape = part.local_shape();
+        quant::fake_quantize_rows(out, shape[0], shape[1]);
+      }
       out += part.num_elements();
     }
   }
@@ -102,14 +123,18 @@ LlamaWeights build_weights(const std::vector<WeightTensorSpec>& plan, WeightSour
 LlamaWeights load_llama_weights(const io::ModelConfig& config, const io::WeightStore& store,
                                 const parallel::ShardSpec& shard) {
   check_llama_checkpoint(config, store);
-  CheckpointSource src(store);
-  return build_weights(llama_weight_plan(config, shard), src);
+  CheckpointSource src(store, config.quant);
+  return build_weights(llama_weight_plan(config, shard), src, config.quant);
 }
 
 LlamaWeights random_llama_weights(const io::ModelConfig& config, uint64_t seed,
                                   const parallel::ShardSpec& shard) {
   RandomSource src(seed);
-  return build_weights(llama_weight_plan(config, shard), src);
+  // Random weights are 16-bit numbers: under any FP8 config they are quantized as a 16-bit
+  // checkpoint under --quantization fp8 is (the CUDA runner does the same).
+  quant::QuantConfig quant = config.quant;
+  quant.online = quant.fp8();
+  return build_weights(llama_weight_plan(config, shard), src, quant);
 }
 
 uint64_t llama_weight_bytes(const io::ModelConfig& c, const parallel::ShardSpec& shard) {

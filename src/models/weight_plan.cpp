@@ -4,6 +4,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "quant/fp8_weights.h"
 
 namespace pagellm::models {
 
@@ -116,6 +117,15 @@ void check_llama_checkpoint(const io::ModelConfig& config, const io::WeightStore
         invalid_argument(v.file + ": tensor '" + part.name + "' has shape " + shape_str(v.shape) +
                          " but config.json implies " + shape_str(part.shape));
       used.insert(part.name);
+      if (config.quant.fp8_checkpoint() && quant::quantized_slot(t.slot)) {
+        quant::check_fp8_part(store, part, config.quant, used);
+      } else if (is_fp8(v.dtype)) {
+        invalid_argument(v.file + ": tensor '" + part.name + "' is " +
+                         std::string(dtype_name(v.dtype)) +
+                         (config.quant.fp8_checkpoint()
+                              ? ", but only the linear layers' weights may be FP8"
+                              : " but config.json has no FP8 quantization_config"));
+      }
     }
   }
   for (const std::string& name : store.names()) {

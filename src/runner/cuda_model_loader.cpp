@@ -134,6 +134,7 @@ LoadedModel load_cuda_model(const EngineArgs& args, LoadedModel m, const paralle
                 st.num_graphs, st.graph_ms, runner->num_kv_blocks(), runner->block_size(),
                 double(st.kv_bytes) / 1e9);
   log::info(line);
+  if (m.config.quant.fp8()) log::info("quantization: " + m.config.quant.describe());
   m.runner = std::move(runner);
   return m;
 }

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "backends/cuda/gemm/fp8_gemm.h"
 #include "backends/cuda/kernels.h"
 #include "common/error.h"
 #include "common/logging.h"
@@ -108,7 +109,7 @@ void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
   const std::vector<models::WeightTensorSpec> plan = models::llama_weight_plan(c, opt.shard);
   // Names and shapes of the whole checkpoint are checked before anything is allocated or read.
   if (checkpoint) models::check_llama_checkpoint(c, *checkpoint);
-  check_weights_fit(models::plan_num_elements(plan) * esz);
+  check_weights_fit(plan_device_bytes(plan, checkpoint));
   std::optional<WeightUploader> uploader;
   if (checkpoint) {
     size_t largest = 0;
@@ -121,6 +122,11 @@ void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
   layers.resize(size_t(num_layers));
   for (const models::WeightTensorSpec& t : plan) {
     DevMem& mem = models::weight_slot(*this, t);
+    if (fp8_layer(t, checkpoint)) {
+      load_fp8_layer(t, checkpoint, uploader ? &*uploader : nullptr, mem, fp8_slot(t));
+      any_fp8 = true;
+      continue;
+    }
     // Under tensor parallelism the vocabulary shards are padded to vocab_shard zero rows, so the
     // LM head's output gathers as equal blocks.
     const bool vocab_rows = t.slot == models::WeightSlot::kEmbed || t.slot == models::WeightSlot::kLmHead;
@@ -144,6 +150,8 @@ void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
     uploader->finish();
     stats.checkpoint_bytes = int64_t(uploader->bytes_read());
   }
+  check(cudaStreamSynchronize(stream), "loading weights");
+  fp8_staging8 = DevMem(), fp8_staging16 = DevMem();
 
   std::vector<float> freqs(size_t(head_dim / 2));
   cuda::RopeScalingSpec spec;
@@ -172,6 +180,11 @@ void CudaRunner::Impl::alloc_activations() {
   x_gate_up = DevMem(T * 2 * inter * esz, "activations");
   x_act = DevMem(T * inter * esz, "activations");
   x_rows = DevMem(size_t(max_seqs) * hidden * esz, "activations");
+  if (any_fp8) {  // the widest projection input: hidden, the attention output or the MLP's
+    const size_t k = size_t(std::max({hidden, num_heads * head_dim, inter}));
+    fp8_xq = DevMem(T * k, "FP8 activations");
+    fp8_xscale = DevMem(T * (k / size_t(cuda::kFp8Block) + 1) * 4, "FP8 activation scales");
+  }
   x_logits = DevMem(size_t(max_seqs) * vocab * esz, "logits");
   if (opt.shard.tp_size > 1 && opt.shard.last_stage()) {
     x_logits_shard = DevMem(size_t(max_seqs) * size_t(geo.vocab_shard) * esz, "logits shard");
@@ -312,11 +325,19 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
     cuda::RmsNormParams p{dt, x, residual, w.get(), out, n, hidden, eps};
     check(cuda::rms_norm(p, stream), "rms_norm");
   };
-  auto gemm = [&](const void* x, const DevMem& w, void* y, int out_features, int in_features,
-                  const DevMem* bias) {
-    cuda::GemmParams p{dt,          x,     w.get(),
-                       y,           n,     out_features,
-                       in_features, false, bias && bias->get() ? bias->get() : nullptr};
+  // A projection: 16-bit through cuBLASLt, or FP8 (gemm/fp8_gemm.h) when the layer has scales.
+  auto gemm = [&](const void* x, const DevMem& w, const Fp8Scales& f, void* y, int out_features,
+                  int in_features, const DevMem* bias) {
+    const void* b = bias && bias->get() ? bias->get() : nullptr;
+    if (f.on()) {
+      cuda::Fp8LinearParams p;
+      p.dtype = dt, p.x = x, p.wq = w.get(), p.w_scale = f.scale.as<float>(), p.y = y, p.bias = b;
+      p.m = n, p.n = out_features, p.k = in_features, p.w_block = f.block;
+      p.xq_work = fp8_xq.get(), p.x_scale_work = fp8_xscale.as<float>();
+      check(cuda::fp8_linear(this->gemm, p, stream), "fp8 linear");
+      return;
+    }
+    cuda::GemmParams p{dt, x, w.get(), y, n, out_features, in_features, false, b};
     check(cuda::gemm(this->gemm, p, stream), "gemm");
   };
   stage_input(n);
@@ -326,7 +347,7 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
       norm(x_hidden.get(), nullptr, w.input_norm, x_normed.get());
     else
       norm(x_proj.get(), x_hidden.get(), w.input_norm, x_normed.get());
-    gemm(x_normed.get(), w.qkv, x_qkv.get(), qkv_width, hidden, &w.qkv_bias);
+    gemm(x_normed.get(), w.qkv, w.qkv_fp8, x_qkv.get(), qkv_width, hidden, &w.qkv_bias);
     void* q = x_qkv.get();
     void* k = at(x_qkv, size_t(num_heads) * head_dim);
     void* v = at(x_qkv, size_t(num_heads + num_kv_heads) * head_dim);
@@ -384,12 +405,12 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
     ap.q_token_stride = qkv_width;
     ap.scale = 1.f / std::sqrt(float(head_dim));
     check(cuda::run_attention(ap, s.plan, attn_ws.get(), stream), "attention");
-    gemm(x_attn.get(), w.o_proj, x_proj.get(), hidden, num_heads * head_dim, nullptr);
+    gemm(x_attn.get(), w.o_proj, w.o_proj_fp8, x_proj.get(), hidden, num_heads * head_dim, nullptr);
     all_reduce_proj(n);
     norm(x_proj.get(), x_hidden.get(), w.post_norm, x_normed.get());
-    gemm(x_normed.get(), w.gate_up, x_gate_up.get(), 2 * inter, hidden, nullptr);
+    gemm(x_normed.get(), w.gate_up, w.gate_up_fp8, x_gate_up.get(), 2 * inter, hidden, nullptr);
     check(cuda::silu_and_mul({dt, x_gate_up.get(), x_act.get(), n, inter}, stream), "silu_and_mul");
-    gemm(x_act.get(), w.down, x_proj.get(), hidden, inter, nullptr);
+    gemm(x_act.get(), w.down, w.down_fp8, x_proj.get(), hidden, inter, nullptr);
     all_reduce_proj(n);
   }
   if (opt.shard.last_stage()) {

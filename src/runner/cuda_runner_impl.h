@@ -61,6 +61,14 @@ class DevMem {
   size_t bytes_ = 0;
 };
 
+// The scales of an FP8 linear layer, whose e4m3 weight is the LayerWeights member of the same name
+// (gemm/fp8_gemm.h). Empty for a 16-bit layer.
+struct Fp8Scales {
+  DevMem scale;   // [n] per output row, or [ceil(n / 128), fp8_block_scale_stride(k)] per block
+  int block = 0;  // 0 or cuda::kFp8Block
+  bool on() const { return scale.get() != nullptr; }
+};
+
 struct LayerWeights {
   DevMem input_norm;  // [hidden]
   DevMem qkv;         // [(H + 2 Hkv) * D, hidden]
@@ -71,6 +79,7 @@ struct LayerWeights {
   DevMem post_norm;   // [hidden]
   DevMem gate_up;     // [2 * inter, hidden]
   DevMem down;        // [hidden, inter]
+  Fp8Scales qkv_fp8, o_proj_fp8, gate_up_fp8, down_fp8;
 };
 
 // Padded batch sizes that get a decode CUDA graph: 1, 2, 4, 8, then every 8 up to max_num_seqs.
@@ -105,6 +114,12 @@ struct CudaRunner::Impl {
   DevMem embed, final_norm, lm_head,
       inv_freq;  // [vocab, hidden], [hidden], [vocab, hidden] or empty, [D/2]
   std::vector<LayerWeights> layers;
+
+  // FP8 linear layers: activation quantization scratch (gemm/fp8_gemm.h), sized for max_tokens
+  // rows of the widest input; empty without FP8.
+  DevMem fp8_xq, fp8_xscale;
+  DevMem fp8_staging8, fp8_staging16;  // load-time only
+  bool any_fp8 = false;
 
   // Activations, sized for max_tokens rows.
   DevMem x_hidden;              // [T, hidden] residual stream
@@ -172,6 +187,32 @@ struct CudaRunner::Impl {
   // Weights of the shared plan (models/weight_plan.h): streamed from the checkpoint, or dummy.
   void load_weights(const io::WeightStore* checkpoint);
   void check_weights_fit(uint64_t weight_bytes);
+  // FP8 layers (cuda_fp8_loader.cpp). Whether plan entry t runs in FP8 under config.quant.
+  bool fp8_layer(const models::WeightTensorSpec& t, const io::WeightStore* checkpoint) const;
+  // Device bytes of a plan's weights: 16-bit, or e4m3 + scales for FP8 layers.
+  uint64_t plan_device_bytes(const std::vector<models::WeightTensorSpec>& plan,
+                             const io::WeightStore* checkpoint) const;
+  // Loads FP8 layer t into w (e4m3) and s: FP8 parts as stored (their scales per row, or 128x128
+  // blocks when the rank's slice keeps whole blocks), everything else quantized per channel here.
+  void load_fp8_layer(const models::WeightTensorSpec& t, const io::WeightStore* checkpoint,
+                      class WeightUploader* uploader, DevMem& w, Fp8Scales& s);
+  Fp8Scales& fp8_slot(const models::WeightTensorSpec& t) {
+    LayerWeights& l = layers.at(size_t(t.layer));
+    switch (t.slot) {
+      case models::WeightSlot::kQkv:
+        return l.qkv_fp8;
+      case models::WeightSlot::kOProj:
+        return l.o_proj_fp8;
+      case models::WeightSlot::kGateUp:
+        return l.gate_up_fp8;
+      case models::WeightSlot::kDown:
+        return l.down_fp8;
+      default:
+        internal(t.label + " is not an FP8 layer");
+    }
+  }
+  void requantize_fp8_blocks(const models::HfTensorSpec& part, const io::WeightStore* checkpoint,
+                             class WeightUploader* uploader, unsigned char* wout, float* sout);
   cudaError_t fill_dummy(const models::HfTensorSpec& part, void* out);
   void alloc_activations();
   void profile_and_alloc_kv();

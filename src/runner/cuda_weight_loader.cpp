@@ -89,9 +89,10 @@ WeightUploader::~WeightUploader() {
 }
 
 void WeightUploader::upload(const io::TensorView& tensor, const models::HfTensorSpec& part,
-                            void* dst) {
-  const size_t src_size = dtype_size(tensor.dtype), dst_size = dtype_size(dtype_);
-  const bool convert = tensor.dtype != dtype_;
+                            void* dst, std::optional<DType> as) {
+  const DType out_dtype = as.value_or(dtype_);
+  const size_t src_size = dtype_size(tensor.dtype), dst_size = dtype_size(out_dtype);
+  const bool convert = tensor.dtype != out_dtype;
   if (convert && !convert_staging_.get())
     convert_staging_ = DevMem(buffer_bytes_, "weight conversion staging");
   const size_t total = size_t(part.num_elements()) * src_size;  // the slice's bytes
@@ -119,10 +120,10 @@ void WeightUploader::upload(const io::TensorView& tensor, const models::HfTensor
       // previous chunk's conversion.
       check(cudaMemcpyAsync(convert_staging_.get(), pinned_[b], n, cudaMemcpyHostToDevice, stream_),
             "uploading " + tensor.name);
-      check(cuda::convert_dtype(tensor.dtype, convert_staging_.get(), dtype_, out,
+      check(cuda::convert_dtype(tensor.dtype, convert_staging_.get(), out_dtype, out,
                                 int64_t(n / src_size), stream_),
             "converting " + tensor.name + " from " + std::string(dtype_name(tensor.dtype)) +
-                " to " + std::string(dtype_name(dtype_)));
+                " to " + std::string(dtype_name(out_dtype)));
     }
     check(cudaEventRecord(done_[b], stream_), "recording a weight upload");
     bytes_read_ += n;

@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 
 #include "common/dtype.h"
 #include "io/safetensors.h"
@@ -30,7 +31,9 @@ class WeightUploader {
   // part.num_elements() elements of the device dtype: only the slice's bytes are read from the
   // mapping (a column slice is gathered row by row into the pinned buffer). The tensor's mapping
   // must stay valid until finish() returns.
-  void upload(const io::TensorView& tensor, const models::HfTensorSpec& part, void* dst);
+  // `as` overrides the destination dtype (an FP8 weight uploaded as its e4m3 bytes).
+  void upload(const io::TensorView& tensor, const models::HfTensorSpec& part, void* dst,
+              std::optional<DType> as = std::nullopt);
   // Waits until every enqueued copy and conversion has completed.
   void finish();
   // Checkpoint bytes read so far.

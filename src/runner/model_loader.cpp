@@ -167,6 +167,7 @@ LoadedModel describe_model(const EngineArgs& args, std::string* source) {
     m.generation_config = io::load_generation_config(dir);
     *source = (dir / "config.json").string();
   }
+  m.config.quant = quant::resolve_quantization(m.config.quant, args.quantization, *source);
   if (args.load_format != "auto" && args.load_format != "safetensors" &&
       args.load_format != "dummy")
     invalid_argument("--load-format '" + args.load_format +
@@ -245,6 +246,9 @@ LoadedModel load_model(const EngineArgs& args) {
       args.tensor_parallel_size, args.pipeline_parallel_size, num_blocks, args.block_size,
       static_cast<double>(num_blocks) * static_cast<double>(per_block) / 1048576.0);
   log::info(line);
+  if (m.config.quant.fp8())
+    log::info("quantization: " + m.config.quant.describe() +
+              "; the CPU computes with the dequantized weights and activations in fp32");
   return m;
 }
 

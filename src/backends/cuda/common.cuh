@@ -96,7 +96,7 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return warp_sum(total);
 }
 
-inline size_t element_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
+inline size_t element_size(DType dtype) { return dtype_size(dtype); }
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 

@@ -56,12 +56,30 @@ __device__ __forceinline__ uint16_t f32_bits_to_f16(uint32_t bits) {
   return sign | uint16_t(result);
 }
 
+// common/fp8.h fp8_to_f32: exact (every e4m3 / e5m2 value is an f32 value).
+template <DType kSrc>
+__device__ __forceinline__ uint32_t fp8_to_f32_bits(uint8_t v) {
+  constexpr int man_bits = kSrc == DType::kF8E4M3 ? 3 : 2;
+  constexpr int bias = kSrc == DType::kF8E4M3 ? 7 : 15;
+  constexpr int exp_mask = kSrc == DType::kF8E4M3 ? 0xf : 0x1f;
+  const uint32_t sign = uint32_t(v & 0x80) << 24;
+  const int e = (v >> man_bits) & exp_mask;
+  const int m = v & ((1 << man_bits) - 1);
+  if (kSrc == DType::kF8E4M3 && e == 0xf && m == 0x7) return sign | 0x7fc00000u;
+  if (kSrc == DType::kF8E5M2 && e == 0x1f) return sign | 0x7f800000u | (m ? 0x400000u : 0u);
+  float out = e == 0 ? ldexpf(float(m), 1 - bias - man_bits)
+                     : ldexpf(float((1 << man_bits) | m), e - bias - man_bits);
+  return sign | __float_as_uint(out);
+}
+
 // Raw words: uint32_t for f32, uint16_t for f16 / bf16. Every conversion goes through f32 bits.
 template <DType kSrc>
 __device__ __forceinline__ uint32_t load_as_f32(const void* src, int64_t i) {
   if constexpr (kSrc == DType::kF32) return static_cast<const uint32_t*>(src)[i];
   if constexpr (kSrc == DType::kBF16) return bf16_to_f32_bits(static_cast<const uint16_t*>(src)[i]);
   if constexpr (kSrc == DType::kF16) return f16_to_f32_bits(static_cast<const uint16_t*>(src)[i]);
+  if constexpr (kSrc == DType::kF8E4M3 || kSrc == DType::kF8E5M2)
+    return fp8_to_f32_bits<kSrc>(static_cast<const uint8_t*>(src)[i]);
   return 0;
 }
 
@@ -96,6 +114,8 @@ cudaError_t launch_from(const void* src, DType dst_dtype, void* dst, int64_t cou
     case DType::kBF16:
       convert_kernel<kSrc, DType::kBF16><<<blocks, threads, 0, stream>>>(src, dst, count);
       break;
+    default:  // FP8 destinations are written by the quantization kernels (gemm/fp8_gemm.h)
+      return cudaErrorNotSupported;
   }
   return launch_status();
 }
@@ -120,6 +140,10 @@ cudaError_t convert_dtype(DType src_dtype, const void* src, DType dst_dtype, voi
       return launch_from<DType::kF16>(src, dst_dtype, dst, count, stream);
     case DType::kBF16:
       return launch_from<DType::kBF16>(src, dst_dtype, dst, count, stream);
+    case DType::kF8E4M3:
+      return launch_from<DType::kF8E4M3>(src, dst_dtype, dst, count, stream);
+    case DType::kF8E5M2:
+      return launch_from<DType::kF8E5M2>(src, dst_dtype, dst, count, stream);
   }
   return cudaErrorNotSupported;
 }

@@ -48,6 +48,9 @@ cudaDataType_t cuda_type(DType dtype) {
       return CUDA_R_16F;
     case DType::kBF16:
       return CUDA_R_16BF;
+    case DType::kF8E4M3:  // storage types: FP8 layers go through fp8_linear
+    case DType::kF8E5M2:
+      break;
   }
   return CUDA_R_32F;
 }
@@ -58,6 +61,7 @@ cudaError_t gemm(GemmContext* ctx, const GemmParams& p, cudaStream_t stream) {
   if (!ctx || p.m < 0 || p.n <= 0 || p.k <= 0) return cudaErrorInvalidValue;
   if (p.m == 0) return cudaSuccess;
   if (!p.x || !p.w || !p.y) return cudaErrorInvalidValue;
+  if (is_fp8(p.dtype)) return cudaErrorNotSupported;
   if (ctx->use_gemv && gemv_applies(p)) return gemv(p, stream);
   const cudaDataType_t type = cuda_type(p.dtype);
   LtDescs d;

@@ -56,6 +56,23 @@ cudaError_t quantize_fp8_per_token(const QuantizeFp8Params& p, cudaStream_t stre
 cudaError_t quantize_fp8_per_channel(DType dtype, const void* w, int n, int k, void* wq,
                                      float* w_scale, cudaStream_t stream);
 
+// Dequantizes a block-scaled e4m3 slice wq [rows, cols] to out [rows, cols] of dtype (bf16 / f16):
+// element (r, c) is scaled by scale[((row0 + r) / block_n) * scale_cols + (col0 + c) / block_k],
+// the checkpoint's whole [ceil(n / block_n), scale_cols] scale tensor with the slice at (row0,
+// col0). For loading block-wise checkpoints whose tensor-parallel slices or fused parts cut
+// through 128x128 blocks: the weight is then requantized per output channel.
+struct Fp8BlockDequantParams {
+  DType dtype = DType::kBF16;  // of out
+  const void* wq = nullptr;
+  const float* scale = nullptr;
+  void* out = nullptr;
+  int64_t rows = 0, cols = 0;
+  int64_t row0 = 0, col0 = 0;
+  int64_t scale_cols = 0;
+  int block_n = 0, block_k = 0;
+};
+cudaError_t dequantize_fp8_blocks(const Fp8BlockDequantParams& p, cudaStream_t stream);
+
 // y [m, n] of dtype = (x [m, k] · dequant(wq)ᵀ) + bias, dequant(wq)[j, :] = wq[j, :] * w_scale[j]
 // (or, with w_block = 128, wq[j, l] * w_scale[(j / 128) * fp8_block_scale_stride(k) + l / 128]).
 // k a multiple of 16 (of 128 with w_block); x, wq and xq_work 16-byte aligned (any alignment of y

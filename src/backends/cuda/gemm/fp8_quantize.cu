@@ -158,6 +158,47 @@ __global__ void scale_output_kernel(void* y, const float* __restrict__ x_scale,
 
 }  // namespace
 
+namespace {
+
+// out[r, c] = e4m3(wq[r, c]) * scale[((row0 + r) / block_n) * scale_cols + (col0 + c) / block_k]
+// rounded to T: the fp32 product, then one rounding (bf16 / f16).
+template <typename T>
+__global__ void dequantize_blocks_kernel(const uint8_t* __restrict__ wq,
+                                         const float* __restrict__ scale, T* __restrict__ out,
+                                         Fp8BlockDequantParams p) {
+  const int64_t total = p.rows * p.cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / p.cols, c = i % p.cols;
+    const __nv_fp8_e4m3 q = *reinterpret_cast<const __nv_fp8_e4m3*>(wq + i);
+    const float s = scale[(p.row0 + r) / p.block_n * p.scale_cols + (p.col0 + c) / p.block_k];
+    out[i] = T(float(q) * s);
+  }
+}
+
+}  // namespace
+
+cudaError_t dequantize_fp8_blocks(const Fp8BlockDequantParams& p, cudaStream_t stream) {
+  if (p.rows < 0 || p.cols < 0 || p.block_n < 1 || p.block_k < 1 || p.scale_cols < 1 ||
+      p.row0 < 0 || p.col0 < 0)
+    return cudaErrorInvalidValue;
+  if (p.rows == 0 || p.cols == 0) return cudaSuccess;
+  if (!p.wq || !p.scale || !p.out) return cudaErrorInvalidValue;
+  const int threads = 256;
+  const int64_t needed = (p.rows * p.cols + threads - 1) / threads;
+  const int blocks = int(std::min<int64_t>(needed, 8192));
+  const auto* wq = static_cast<const uint8_t*>(p.wq);
+  if (p.dtype == DType::kBF16)
+    dequantize_blocks_kernel<<<blocks, threads, 0, stream>>>(
+        wq, p.scale, static_cast<__nv_bfloat16*>(p.out), p);
+  else if (p.dtype == DType::kF16)
+    dequantize_blocks_kernel<<<blocks, threads, 0, stream>>>(wq, p.scale,
+                                                             static_cast<__half*>(p.out), p);
+  else
+    return cudaErrorNotSupported;
+  return cudaGetLastError();
+}
+
 cudaError_t quantize_fp8_per_token(const QuantizeFp8Params& p, cudaStream_t stream) {
   if (p.group_size == kFp8Block)
     return quantize_groups(p.dtype, p.x, p.m, p.k, p.xq, p.scale, stream);
