@@ -59,6 +59,15 @@ nlohmann::json result_json(size_t index, const RequestOutput& out) {
       j["logprobs"] = first["logprobs"];
     }
   }
+  if (!out.prompt_logprobs.empty()) {
+    // Per prompt token: null for the first, else its id and logprob given the tokens before it
+    // (teacher-forced scoring: perplexity = exp(-mean logprob)).
+    nlohmann::json plp = nlohmann::json::array();
+    for (const auto& lp : out.prompt_logprobs)
+      plp.push_back(lp ? nlohmann::json{{"token_id", lp->token_id}, {"logprob", lp->logprob}}
+                       : nlohmann::json(nullptr));
+    j["prompt_logprobs"] = std::move(plp);
+  }
   if (out.outputs.size() > 1) {
     j["outputs"] = nlohmann::json::array();
     for (const auto& c : out.outputs) j["outputs"].push_back(completion_json(c));

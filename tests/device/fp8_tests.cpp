@@ -146,6 +146,48 @@ void test_quantize(Suite& s, DType t, int m, int k, int kind) {
   s.report(name, bad_q == 0 && bad_s == 0, detail);
 }
 
+// dequantize_fp8_blocks on a slice [rows, cols] at (row0, col0) of an [n, k] block-scaled weight
+// (random e4m3 codes, random positive scales): every output equals the host's fp32 product rounded
+// to the dtype.
+void test_dequant_blocks(Suite& s, DType t, int n, int k, int row0, int col0, int rows, int cols,
+                         int bn, int bk) {
+  char name[128];
+  std::snprintf(name, sizeof name, "fp8 dequantize blocks %s %dx%d slice (%d,%d) %dx%d", dname(t),
+                bn, bk, row0, col0, rows, cols);
+  if (!s.selected(name)) return;
+  const int sr = (n + bn - 1) / bn, sc = (k + bk - 1) / bk;
+  std::uniform_int_distribution<int> code(0, 255);
+  std::uniform_real_distribution<float> mag(1e-4f, 1e-2f);
+  std::vector<uint8_t> q(size_t(rows) * cols);
+  for (auto& v : q) {
+    v = uint8_t(code(g_rng));
+    if ((v & 0x7f) == 0x7f) v = 0;  // no NaN codes
+  }
+  std::vector<float> scale(size_t(sr) * sc);
+  for (auto& v : scale) v = mag(g_rng);
+  DevMem qd(q.size()), sd(scale.size() * 4), od(q.size() * dsize(t));
+  CK(cudaMemcpy(qd.ptr, q.data(), q.size(), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(sd.ptr, scale.data(), scale.size() * 4, cudaMemcpyHostToDevice));
+  Fp8BlockDequantParams p;
+  p.dtype = t, p.wq = qd.ptr, p.scale = static_cast<const float*>(sd.ptr), p.out = od.ptr;
+  p.rows = rows, p.cols = cols, p.row0 = row0, p.col0 = col0, p.scale_cols = sc;
+  p.block_n = bn, p.block_k = bk;
+  CK(dequantize_fp8_blocks(p, nullptr));
+  CK(cudaDeviceSynchronize());
+  const std::vector<float> out = download(od, t, q.size());
+  size_t bad = 0;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      const size_t i = size_t(r) * cols + c;
+      const float want = round_to(t, fp8_to_f32(q[i], Fp8Format::kE4M3) *
+                                         scale[size_t((row0 + r) / bn) * sc + (col0 + c) / bk]);
+      if (std::memcmp(&out[i], &want, 4) != 0) ++bad;
+    }
+  char detail[96];
+  std::snprintf(detail, sizeof detail, "%zu of %zu values differ", bad, q.size());
+  s.report(name, bad == 0, detail);
+}
+
 // ---- fp8_linear --------------------------------------------------------------------------------
 
 const char* path_name(Fp8Path p) {
@@ -391,6 +433,9 @@ void fp8_suite(const std::string& filter, int& passed, int& failed) {
     test_quantize(s, t, 1, 128, 2);
     test_quantize(s, t, 37, 4096, 2);
     test_quantize(s, t, 300, 640, 2);
+    test_dequant_blocks(s, t, 1024, 4096, 0, 0, 1024, 4096, 128, 128);
+    test_dequant_blocks(s, t, 1000, 1100, 192, 64, 300, 700, 128, 128);  // slice cuts blocks
+    test_dequant_blocks(s, t, 300, 200, 7, 0, 100, 200, 64, 32);
   }
   cudaError_t err;
   GemmContext* ctx = gemm_create(32 << 20, &err);

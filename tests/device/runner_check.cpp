@@ -1,5 +1,5 @@
 // End-to-end checks and first performance numbers of the CUDA runner, run on the GPU machine:
-//   cuda_runner_check MODELS_DIR [--skip-perf]
+//   cuda_runner_check MODELS_DIR [--skip-perf] [--fp8]   (--fp8: also decode with FP8 weights)
 // 1. stories260K in fp32 on the GPU: 256 greedy tokens equal the CPU runner's (which reproduces
 //    llama2.c), with CUDA graphs and without; seeded sampling of 8 seqs x 64 steps through
 //    execute() (the GPU sampler) gives the CPU runner's tokens and logprobs.
@@ -24,6 +24,7 @@
 #include "../unit/model_files_util.h"
 #include "engine/sampler.h"
 #include "io/safetensors.h"
+#include "quant/quant_config.h"
 #include "runner/cuda_runner.h"
 #include "runner/model_loader.h"
 
@@ -416,18 +417,22 @@ double decode_tokens_per_s(runner::CudaRunner& r, int batch, int prompt_len, int
   return batch * decode_steps / s;
 }
 
-void perf() {
-  std::printf("== Llama-3.1-8B shapes, dummy bf16 weights\n");
+// Decode throughput on Llama-3.1-8B shapes against the HBM roofline of the weights the runner
+// holds (bf16, or FP8 with --quantization fp8: e4m3 projections, bf16 embedding and LM head).
+void perf(bool fp8, bool with_eager) {
+  std::printf("== Llama-3.1-8B shapes, dummy %s weights\n", fp8 ? "FP8 (--quantization fp8)" : "bf16");
   const double copy = copy_bandwidth_gbs();
   std::printf("d2d copy bandwidth (read+write): %.0f GB/s\n", copy);
-  for (bool eager : {false, true}) {
+  io::ModelConfig config = llama31_8b();
+  if (fp8) config.quant = quant::resolve_quantization(config.quant, "fp8", "runner_check");
+  for (bool eager : with_eager ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
     runner::CudaRunnerOptions o;
     o.dtype = DType::kBF16;
     o.max_model_len = 8192;
     o.max_num_seqs = 64;
     o.max_num_batched_tokens = 2048;
     o.enforce_eager = eager;
-    runner::CudaRunner r(llama31_8b(), nullptr, o);
+    runner::CudaRunner r(config, nullptr, o);
     const auto& st = r.startup_stats();
     std::printf(
         "%s: weights %.2f GB, KV %d blocks (%.1f GB), activations %.2f GB; load %.0f ms, profile "
@@ -440,9 +445,9 @@ void perf() {
       // Roofline: every step reads all weights plus each seq's KV once.
       const double kv = 2.0 * 32 * 8 * 128 * 2 * (prompt + 32) * batch;
       const double ceiling = batch / ((st.weight_bytes + kv) / (copy * 1e9));
-      std::printf("  %s batch %3d, ctx ~%d: %8.1f tok/s  (HBM roofline %8.1f tok/s: %.0f%%)\n",
-                  eager ? "eager " : "graphs", batch, prompt + 32, tps, ceiling,
-                  100.0 * tps / ceiling);
+      std::printf("  %s %s batch %3d, ctx ~%d: %8.1f tok/s  (HBM roofline %8.1f tok/s: %.0f%%)\n",
+                  fp8 ? "fp8 " : "bf16", eager ? "eager " : "graphs", batch, prompt + 32, tps,
+                  ceiling, 100.0 * tps / ceiling);
     }
   }
 }
@@ -453,10 +458,14 @@ void perf() {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODELS_DIR [--skip-perf]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODELS_DIR [--skip-perf] [--fp8]\n", argv[0]);
     return 2;
   }
-  const bool skip_perf = argc > 2 && std::string(argv[2]) == "--skip-perf";
+  bool skip_perf = false, fp8_perf = false;
+  for (int i = 2; i < argc; ++i) {
+    skip_perf = skip_perf || std::string(argv[i]) == "--skip-perf";
+    fp8_perf = fp8_perf || std::string(argv[i]) == "--fp8";
+  }
   try {
     pagellm::check_stories(std::filesystem::path(argv[1]) / "stories260K");
     pagellm::check_device_conversion(std::filesystem::path(argv[1]) / "stories260K");
@@ -464,7 +473,8 @@ int main(int argc, char** argv) {
     for (int d : {16, 64})
       for (pagellm::DType t : {pagellm::DType::kF32, pagellm::DType::kBF16, pagellm::DType::kF16})
         pagellm::check_tiny(d, t);
-    if (!skip_perf) pagellm::perf();
+    if (!skip_perf) pagellm::perf(false, true);
+    if (!skip_perf && fp8_perf) pagellm::perf(true, false);
   } catch (const std::exception& e) {
     std::printf("FAIL exception: %s\n", e.what());
     return 1;

@@ -120,6 +120,8 @@ inline cudaError_t launch_status() { return cudaGetLastError(); }
         using scalar_t = __nv_bfloat16;    \
         return __VA_ARGS__();              \
       }                                    \
+      default: /* FP8: storage only */     \
+        break;                             \
     }                                      \
     return cudaErrorNotSupported;          \
   }()
