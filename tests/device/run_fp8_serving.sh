@@ -17,6 +17,12 @@ LOGS=${OUT:-./device-logs}
 mkdir -p "$LOGS"
 B=/tmp/pagellm-bundle
 rm -rf "$B" && cp -r "$SRC" "$B" && find "$B" -name "*.gz" -exec gunzip -f {} +
+# pycode-25M travels xz-compressed (the carry limit); Python's lzma when xz is missing.
+for f in $(find "$B" -name "*.xz"); do
+  xz -d -T4 "$f" 2>/dev/null ||
+    python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[1][:-3], "wb"))' "$f"
+  rm -f "$f"
+done
 chmod +x "$B"/pagellm "$B"/cuda_* 2>/dev/null
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 SUMMARY=$LOGS/summary.txt
@@ -35,7 +41,7 @@ grep -E "FAIL|runner checks:|tok/s|weights|copy" "$LOGS/runner_check.log" | head
 
 # pycode-25M: greedy text and held-out perplexity.
 P=$B/models/pycode-25M
-python3 - "$B/heldout_python.txt" "$LOGS/ppl_prompt.jsonl" "$LOGS/greedy_prompts.jsonl" <<'PY'
+python3 - "$B/heldout_python.txt" "$B/ppl_prompt.jsonl" "$B/greedy_prompts.jsonl" <<'PY'
 import json, sys
 text = open(sys.argv[1]).read()
 with open(sys.argv[2], "w") as f:
@@ -58,10 +64,10 @@ run_pycode() {  # NAME MODEL_DIR FLAGS...
   local name=$1 dir=$2
   shift 2
   timeout 120 "$B/pagellm" generate --device cuda --model "$dir" "$@" --max-model-len 2048 \
-    --prompts-file "$LOGS/ppl_prompt.jsonl" --output "$LOGS/ppl_$name.jsonl" 2> "$LOGS/ppl_$name.err"
+    --prompts-file "$B/ppl_prompt.jsonl" --output "$LOGS/ppl_$name.jsonl" 2> "$LOGS/ppl_$name.err"
   local rc=$?
   timeout 120 "$B/pagellm" generate --device cuda --model "$dir" "$@" --max-model-len 2048 \
-    --prompts-file "$LOGS/greedy_prompts.jsonl" --output "$LOGS/greedy_$name.jsonl" 2> "$LOGS/greedy_$name.err"
+    --prompts-file "$B/greedy_prompts.jsonl" --output "$LOGS/greedy_$name.jsonl" 2> "$LOGS/greedy_$name.err"
   say "pycode-25M $name (exit $rc/$?): perplexity $(ppl "$LOGS/ppl_$name.jsonl" 2>&1 | tail -1)"
 }
 run_pycode bf16 "$P"
