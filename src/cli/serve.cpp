@@ -13,6 +13,7 @@
 #include "cli/command.h"
 #include "runner/model_loader.h"
 #include "cli/engine_flags.h"
+#include "cli/vllm_compat.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "io/hf_config.h"
@@ -58,6 +59,8 @@ int run(int argc, char** argv) {
   EngineArgs args;
   ServeFlags f;
   add_engine_flags(app, args);
+  VllmCompatFlags vllm;
+  add_vllm_compat_flags(app, vllm);
   app.add_option("--host", f.host, "address to bind");
   app.add_option("--port", f.port, "port to listen on (0 = any free port)")->check(CLI::Range(0, 65535));
   app.add_option("--api-key", f.api_key, "require 'Authorization: Bearer KEY' (also $PAGELLM_API_KEY)");
@@ -77,6 +80,9 @@ int run(int argc, char** argv) {
   if (f.api_key.empty()) {
     if (const char* env = std::getenv("PAGELLM_API_KEY")) f.api_key = env;
   }
+  apply_vllm_compat_flags(vllm, args);
+  if (vllm.enable_log_requests && f.disable_log_requests)
+    invalid_argument("--enable-log-requests and --disable-log-requests contradict each other");
   args.validate();
   // A worker process of a multi-process group executes the leader's steps instead.
   if (const std::optional<int> code = runner::run_worker_process(args)) return *code;
