@@ -101,7 +101,9 @@ TEST(QuantConfig, RefusesWhatItCannotRunWithOneLine) {
 
 // ---- FP8 checkpoints written from pycode-25M --------------------------------------------------
 
-enum class Layout { kChannel, kTensor, kBlock };
+// fbgemm_fp8 per channel, AutoFP8 per tensor (static activations), block-wise fp8
+// (weight_scale_inv), and compressed-tensors with channel and block strategies.
+enum class Layout { kChannel, kTensor, kBlock, kCtChannel, kCtBlock };
 
 std::vector<float> read_f32(const io::TensorView& t) {
   std::vector<float> out(size_t(t.num_elements()));
@@ -157,8 +159,24 @@ std::map<std::string, std::vector<float>> write_fp8_pycode(const std::filesystem
     config["quantization_config"] = {{"quant_method", "fbgemm_fp8"}};
   else if (layout == Layout::kTensor)
     config["quantization_config"] = {{"quant_method", "fp8"}, {"activation_scheme", "static"}};
-  else
+  else if (layout == Layout::kBlock)
     config["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
+  else
+    config["quantization_config"] = {
+        {"quant_method", "compressed-tensors"},
+        {"format", "float-quantized"},
+        {"ignore", {"lm_head"}},
+        {"config_groups",
+         {{"group_0",
+           {{"targets", {"Linear"}},
+            {"weights",
+             layout == Layout::kCtChannel
+                 ? json{{"num_bits", 8}, {"type", "float"}, {"strategy", "channel"}}
+                 : json{{"num_bits", 8}, {"type", "float"}, {"strategy", "block"},
+                        {"block_structure", {128, 128}}}},
+            {"input_activations",
+             {{"num_bits", 8}, {"type", "float"}, {"strategy", layout == Layout::kCtChannel ? "token" : "group"},
+              {"dynamic", true}}}}}}}};
   testing::write_file(dir / "config.json", config.dump());
   std::filesystem::copy_file(kPycode / "tokenizer.json", dir / "tokenizer.json");
   SafetensorsBuilder b;
@@ -171,15 +189,19 @@ std::map<std::string, std::vector<float>> write_fp8_pycode(const std::filesystem
       continue;
     }
     const int64_t n = t.shape[0], k = t.shape[1];
-    const int64_t bn = layout == Layout::kChannel ? 1 : layout == Layout::kTensor ? n : 128;
-    const int64_t bk = layout == Layout::kBlock ? 128 : k;
+    const bool per_row = layout == Layout::kChannel || layout == Layout::kCtChannel;
+    const bool block = layout == Layout::kBlock || layout == Layout::kCtBlock;
+    const int64_t bn = per_row ? 1 : layout == Layout::kTensor ? n : 128;
+    const int64_t bk = block ? 128 : k;
     std::string bytes;
     std::vector<float> scales;
     deq[name] = quantize(w, n, k, bn, bk, bytes, scales);
     add_raw(b, name, "F8_E4M3", t.shape, bytes);
     const std::string base = name.substr(0, name.size() - 6);  // "...proj."
-    if (layout == Layout::kChannel) {
+    if (per_row) {
       b.add_f32_values(base + "weight_scale", {n, 1}, scales);
+    } else if (layout == Layout::kCtBlock) {
+      b.add_f32_values(base + "weight_scale", {(n + 127) / 128, (k + 127) / 128}, scales);
     } else if (layout == Layout::kTensor) {
       b.add_f32_values(base + "weight_scale", {}, scales);
       b.add_f32_values(base + "input_scale", {}, {0.05f});
@@ -218,7 +240,8 @@ void expect_linear_weights(const models::LlamaWeights& w, const io::ModelConfig&
 
 TEST(Fp8Checkpoint, EveryLayoutLoadsToTheDequantizedWeights) {
   if (!std::filesystem::exists(kPycode / "config.json")) GTEST_SKIP();
-  for (Layout layout : {Layout::kChannel, Layout::kTensor, Layout::kBlock}) {
+  for (Layout layout :
+       {Layout::kChannel, Layout::kTensor, Layout::kBlock, Layout::kCtChannel, Layout::kCtBlock}) {
     TempDir dir;
     auto deq = write_fp8_pycode(dir.path(), layout);
     const io::ModelConfig c = config_of(dir.path());
