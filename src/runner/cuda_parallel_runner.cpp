@@ -71,6 +71,11 @@ ParallelCudaRunner::ParallelCudaRunner(const io::ModelConfig& config,
     o.agree_min = [all](int64_t v) { return all->all_reduce_min(v); };
     ranks_[size_t(l)] = std::make_unique<CudaRunner>(config, checkpoint, o);
   });
+  watchdog_ = std::make_unique<parallel::StepWatchdog>(
+      parallel::StepWatchdog::default_timeout(), [this](const std::string& why) {
+        log::error(why);
+        abort(why);
+      });
 }
 
 ParallelCudaRunner::~ParallelCudaRunner() {
@@ -95,6 +100,14 @@ void ParallelCudaRunner::abort(const std::string& why) {
 }
 
 void ParallelCudaRunner::on_ranks(const std::function<void(int)>& fn) {
+  // Steps are bounded by the watchdog (made once the ranks are loaded: loading has no fixed bound).
+  if (watchdog_) watchdog_->begin_step();
+  struct EndStep {
+    parallel::StepWatchdog* w;
+    ~EndStep() {
+      if (w) w->end_step();
+    }
+  } end{watchdog_.get()};
   threads_->run(fn, [&](const std::string& why) { abort(why); });
 }
 

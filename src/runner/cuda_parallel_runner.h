@@ -14,6 +14,7 @@
 #include "parallel/communicator.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/rank_threads.h"
+#include "parallel/step_watchdog.h"
 #include "parallel/rendezvous.h"
 #include "runner/cuda_runner.h"
 
@@ -72,6 +73,8 @@ class ParallelCudaRunner : public ModelRunner {
   std::vector<std::unique_ptr<parallel::Channel>> workers_;
   std::vector<std::thread> watchers_;  // one per worker channel: abort when its process goes
   std::atomic<bool> closing_{false};
+  // Last member: stops (and can no longer abort) before anything it would abort is destroyed.
+  std::unique_ptr<parallel::StepWatchdog> watchdog_;
 };
 
 }  // namespace pagellm::runner

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <cstdlib>
+#include <mutex>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -13,6 +15,7 @@
 #include "models/weight_plan.h"
 #include "pagellm/llm.h"
 #include "parallel/shard.h"
+#include "parallel/step_watchdog.h"
 #include "parallel/thread_group.h"
 #include "runner/model_loader.h"
 
@@ -290,6 +293,40 @@ TEST(TensorParallelCpu, BadConfigurationsGetOneLineErrors) {
   EXPECT_NE(error_of(1, 9).find("num_hidden_layers (8) has fewer layers than stages"),
             std::string::npos);
   EXPECT_NE(error_of(0, 1).find("at least 1"), std::string::npos);
+}
+
+TEST(StepWatchdog, FiresOnceForAStuckStepAndNeverForQuickOnes) {
+  std::atomic<int> calls{0};
+  std::string message;
+  std::mutex m;
+  parallel::StepWatchdog dog(150ms, [&](const std::string& why) {
+    std::lock_guard lock(m);
+    message = why;
+    ++calls;
+  });
+  for (int i = 0; i < 5; ++i) {  // quick steps, and idle time between them, never fire
+    dog.begin_step();
+    std::this_thread::sleep_for(20ms);
+    dog.end_step();
+    std::this_thread::sleep_for(60ms);
+  }
+  EXPECT_EQ(calls.load(), 0);
+  dog.begin_step();
+  for (int i = 0; i < 100 && calls.load() == 0; ++i) std::this_thread::sleep_for(10ms);
+  std::this_thread::sleep_for(300ms);  // still stuck: no second call
+  dog.end_step();
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_TRUE(dog.fired());
+  std::lock_guard lock(m);
+  EXPECT_NE(message.find("a collective is stuck"), std::string::npos) << message;
+}
+
+TEST(StepWatchdog, TimeoutFromTheEnvironment) {
+  ::setenv("PAGELLM_STEP_TIMEOUT_S", "2.5", 1);
+  EXPECT_EQ(parallel::StepWatchdog::default_timeout(), 2500ms);
+  ::setenv("PAGELLM_STEP_TIMEOUT_S", "nonsense", 1);
+  EXPECT_EQ(parallel::StepWatchdog::default_timeout(), 300000ms);
+  ::unsetenv("PAGELLM_STEP_TIMEOUT_S");
 }
 
 }  // namespace
