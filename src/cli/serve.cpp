@@ -37,6 +37,8 @@ struct ServeFlags {
   bool disable_log_requests = false;
   size_t max_body_bytes = 16u << 20;
   int num_io_threads = 1;
+  std::string allowed_origins = "[\"*\"]", allowed_methods = "[\"*\"]", allowed_headers = "[\"*\"]";
+  bool allow_credentials = false;
 };
 
 // The folder's template and special tokens, with --chat-template (file or text) taking precedence.
@@ -72,6 +74,10 @@ int run(int argc, char** argv) {
   app.add_flag("--disable-log-requests", f.disable_log_requests, "no per-request log lines");
   app.add_option("--max-request-body-bytes", f.max_body_bytes, "larger request bodies get 413");
   app.add_option("--num-io-threads", f.num_io_threads, "HTTP I/O threads")->check(CLI::Range(1, 64));
+  app.add_option("--allowed-origins", f.allowed_origins, "CORS origins, a JSON list (default [\"*\"])");
+  app.add_option("--allowed-methods", f.allowed_methods, "CORS methods, a JSON list (default [\"*\"])");
+  app.add_option("--allowed-headers", f.allowed_headers, "CORS request headers, a JSON list (default [\"*\"])");
+  app.add_flag("--allow-credentials", f.allow_credentials, "CORS: allow credentials (cookies, auth)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -84,6 +90,11 @@ int run(int argc, char** argv) {
   if (vllm.enable_log_requests && f.disable_log_requests)
     invalid_argument("--enable-log-requests and --disable-log-requests contradict each other");
   args.validate();
+  server::CorsPolicy cors;  // checked before the model loads
+  cors.allowed_origins = server::parse_cors_list(f.allowed_origins, "--allowed-origins");
+  cors.allowed_methods = server::parse_cors_list(f.allowed_methods, "--allowed-methods");
+  cors.allowed_headers = server::parse_cors_list(f.allowed_headers, "--allowed-headers");
+  cors.allow_credentials = f.allow_credentials;
   // A worker process of a multi-process group executes the leader's steps instead.
   if (const std::optional<int> code = runner::run_worker_process(args)) return *code;
 
@@ -110,6 +121,7 @@ int run(int argc, char** argv) {
   options.port = static_cast<uint16_t>(f.port);
   options.max_body_bytes = f.max_body_bytes;
   options.num_threads = f.num_io_threads;
+  options.cors = cors;
   server::HttpServer http(options, api);
   api.set_connection_counter([&http] { return http.num_connections(); });
 

@@ -148,6 +148,7 @@ class Session : public std::enable_shared_from_this<Session> {
   enum class State { kReading, kHandling, kIdle, kClosed };
 
   void read_request();
+  void answer_preflight(const std::string& origin, const std::string& method, const std::string& headers);
   void on_header(beast::error_code ec);
   void on_body(beast::error_code ec);
   void reject(int status, const std::string& message, bool drain);
@@ -175,6 +176,7 @@ class Session : public std::enable_shared_from_this<Session> {
   State state_ = State::kReading;
   uint64_t seq_ = 0;               // request counter on this connection
   bool keep_alive_ = true;
+  std::string cors_headers_;  // Access-Control-* lines for the current request's Origin
   bool monitor_pending_ = false;   // a raw read watching for disconnects is in flight
   bool response_complete_ = false; // the last bytes of the response are queued
   bool drain_after_write_ = false; // 413: discard the unread body before closing
@@ -216,6 +218,7 @@ void Session::read_request() {
     return;
   }
   state_ = State::kReading;
+  cors_headers_.clear();
   parser_.emplace();
   parser_->body_limit(server_.options.max_body_bytes);
   parser_->header_limit(static_cast<std::uint32_t>(server_.options.max_header_bytes));
@@ -267,6 +270,17 @@ void Session::on_body(beast::error_code ec) {
   out.body = std::move(req.body());
   out.remote = remote_;
   keep_alive_ = req.keep_alive();
+  std::string origin;
+  if (auto it = req.find(http::field::origin); it != req.end()) origin = std::string(it->value());
+  cors_headers_ = server_.options.cors.response_headers(origin);
+  if (out.method == "OPTIONS" && !origin.empty()) {
+    if (auto m = req.find(http::field::access_control_request_method); m != req.end()) {
+      std::string headers;
+      if (auto h = req.find(http::field::access_control_request_headers); h != req.end())
+        headers = std::string(h->value());
+      return answer_preflight(origin, std::string(m->value()), headers);
+    }
+  }
   parser_.reset();
   stream_.expires_never();
   state_ = State::kHandling;
@@ -287,6 +301,20 @@ void Session::on_body(beast::error_code ec) {
   }
 }
 
+// A CORS preflight: answered by the HTTP layer, never seen by the handler.
+void Session::answer_preflight(const std::string& origin, const std::string& method,
+                               const std::string& headers) {
+  const CorsPolicy::Preflight p = server_.options.cors.preflight(origin, method, headers);
+  parser_.reset();
+  stream_.expires_never();
+  state_ = State::kHandling;
+  response_complete_ = false;
+  stream_started_ = false;
+  ++seq_;
+  cors_headers_.clear();  // the preflight's own headers carry the origin
+  respond(seq_, p.status, "text/plain", p.body, p.headers);
+}
+
 void Session::reject(int status, const std::string& message, bool drain) {
   std::string body = server_.handler.reject_body(status, message);
   keep_alive_ = false;
@@ -295,7 +323,7 @@ void Session::reject(int status, const std::string& message, bool drain) {
   response_complete_ = true;
   stream_.expires_never();
   queue_write(status_line(status) + "Server: pagellm\r\nContent-Type: application/json\r\nContent-Length: " +
-              std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+              std::to_string(body.size()) + "\r\nConnection: close\r\n" + cors_headers_ + "\r\n" + body);
 }
 
 void Session::start_monitor() {
@@ -325,7 +353,7 @@ void Session::respond(uint64_t seq, int status, const std::string& type, std::st
   if (!writable(seq) || stream_started_) return;
   std::string head = status_line(status) + "Server: pagellm\r\nContent-Type: " + type +
                      "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" +
-                     (keep_alive_ ? "" : "Connection: close\r\n") + extra + "\r\n";
+                     (keep_alive_ ? "" : "Connection: close\r\n") + cors_headers_ + extra + "\r\n";
   complete_response();
   queue_write(std::move(head) + body);
 }
@@ -335,7 +363,7 @@ void Session::start_stream(uint64_t seq, int status, const std::string& type) {
   stream_started_ = true;
   queue_write(status_line(status) + "Server: pagellm\r\nContent-Type: " + type +
               "\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n" +
-              (keep_alive_ ? "" : "Connection: close\r\n") + "\r\n");
+              (keep_alive_ ? "" : "Connection: close\r\n") + cors_headers_ + "\r\n");
 }
 
 void Session::write_chunk(uint64_t seq, std::string data) {

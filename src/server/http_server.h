@@ -3,6 +3,8 @@
 // stream (SSE). The server knows nothing about OpenAI: ApiServer (routes.h) is its HttpHandler.
 #pragma once
 
+#include "server/cors.h"
+
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -62,6 +64,7 @@ struct HttpServerOptions {
   size_t max_pending_write_bytes = 16u << 20;   // a client this far behind is dropped
   int max_connections = 16384;
   int num_threads = 1;
+  CorsPolicy cors;  // preflights are answered here; allowed origins get Access-Control-* headers
 };
 
 class HttpServer {

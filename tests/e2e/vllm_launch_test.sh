@@ -26,9 +26,37 @@ curl -sf "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/j
   -d '{"model": "x", "prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}' |
   grep -q '"text"' || fail "no completion"
 grep -q "trust-remote-code: accepted" "$TMP/serve.log" || fail "--trust-remote-code not logged"
+# CORS (vLLM's default: every origin): a browser's preflight, then the real request.
+curl -s -i -X OPTIONS "http://127.0.0.1:$PORT/v1/completions" -H 'Origin: http://localhost:5173' \
+  -H 'Access-Control-Request-Method: POST' -H 'Access-Control-Request-Headers: content-type' > "$TMP/pre.txt"
+grep -q "^HTTP/1.1 200" "$TMP/pre.txt" || { cat "$TMP/pre.txt" >&2; fail "preflight not answered 200"; }
+grep -qi "^access-control-allow-origin: \*" "$TMP/pre.txt" || fail "preflight without Allow-Origin"
+grep -qi "^access-control-allow-headers: content-type" "$TMP/pre.txt" || fail "preflight without Allow-Headers"
+curl -s -i "http://127.0.0.1:$PORT/v1/models" -H 'Origin: http://localhost:5173' > "$TMP/get.txt"
+grep -qi "^access-control-allow-origin: \*" "$TMP/get.txt" || fail "response without Allow-Origin"
 kill "$PID" && wait "$PID" 2>/dev/null || true
 PID=
-echo "ok: vLLM launch line serves stories260K"
+echo "ok: vLLM launch line serves stories260K; CORS preflight answered"
+
+# A restricted origin list: others get no Allow-Origin and their preflight is refused.
+"$BIN" serve "$MODEL" --port "$PORT" --allowed-origins '["http://app.example"]' --allow-credentials \
+  > "$TMP/serve2.log" 2>&1 &
+PID=$!
+for _ in $(seq 100); do
+  curl -sf "http://127.0.0.1:$PORT/health" > /dev/null && break
+  sleep 0.1
+done
+curl -s -i -X OPTIONS "http://127.0.0.1:$PORT/v1/models" -H 'Origin: http://evil.example' \
+  -H 'Access-Control-Request-Method: GET' > "$TMP/pre2.txt"
+grep -q "^HTTP/1.1 400" "$TMP/pre2.txt" || { cat "$TMP/pre2.txt" >&2; fail "foreign preflight not refused"; }
+curl -s -i "http://127.0.0.1:$PORT/v1/models" -H 'Origin: http://app.example' > "$TMP/get2.txt"
+grep -qi "^access-control-allow-origin: http://app.example" "$TMP/get2.txt" || fail "listed origin not echoed"
+grep -qi "^access-control-allow-credentials: true" "$TMP/get2.txt" || fail "no Allow-Credentials"
+kill "$PID" && wait "$PID" 2>/dev/null || true
+PID=
+if "$BIN" serve "$MODEL" --allowed-origins '[1]' > "$TMP/out3.txt" 2>&1; then fail "bad --allowed-origins accepted"; fi
+grep -q "allowed-origins" "$TMP/out3.txt" || fail "no error for a bad --allowed-origins"
+echo "ok: CORS origin list enforced"
 
 # Refused: a vLLM runtime flag, and the model given twice.
 if "$BIN" serve "$MODEL" --distributed-executor-backend ray > "$TMP/out.txt" 2>&1; then
