@@ -1,10 +1,12 @@
-// `pagellm serve`: the OpenAI-compatible HTTP server. Wiring only: flags → AsyncEngine →
-// AsyncEngineClient → ApiServer (routes) → HttpServer; then waits for SIGINT/SIGTERM and drains.
+// `pagellm serve`: the OpenAI-compatible HTTP server. Wiring only: flags → AsyncEngine (one per
+// --data-parallel-size replica) → AsyncEngineClient (→ DataParallelClient routing over the replicas)
+// → ApiServer (routes) → HttpServer; then waits for SIGINT/SIGTERM and drains.
 #include <optional>
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -18,6 +20,7 @@
 #include "io/hf_config.h"
 #include "pagellm/llm.h"
 #include "server/async_engine_client.h"
+#include "server/dp_engine_client.h"
 #include "server/http_server.h"
 #include "server/routes.h"
 #include "tokenizer/chat_template_config.h"
@@ -53,6 +56,18 @@ tok::ChatTemplateConfig chat_config(const EngineArgs& args) {
   return config;
 }
 
+// One engine's client, or with --data-parallel-size N the router over the N replicas' clients.
+std::unique_ptr<server::EngineClient> make_client(const std::vector<std::unique_ptr<AsyncEngine>>& engines,
+                                                  const tok::ChatTemplateConfig& chat, const EngineArgs& args) {
+  if (engines.size() == 1) return std::make_unique<server::AsyncEngineClient>(*engines[0], chat);
+  std::vector<std::unique_ptr<server::EngineClient>> replicas;
+  for (const auto& e : engines) replicas.push_back(std::make_unique<server::AsyncEngineClient>(*e, chat));
+  engine::RouterConfig config;
+  config.block_size = args.block_size;
+  log::info("data parallel: " + std::to_string(engines.size()) + " engine replicas behind one server");
+  return std::make_unique<server::DataParallelClient>(std::move(replicas), config);
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /metrics, ...)"};
   EngineArgs args;
@@ -81,9 +96,13 @@ int run(int argc, char** argv) {
   // A worker process of a multi-process group executes the leader's steps instead.
   if (const std::optional<int> code = runner::run_worker_process(args)) return *code;
 
-  tok::ChatTemplateConfig chat = chat_config(args);
-  AsyncEngine engine(args);
-  server::AsyncEngineClient client(engine, std::move(chat));
+  const tok::ChatTemplateConfig chat = chat_config(args);
+  runner::check_data_parallel_devices(args);
+  // Declared before the client: the client's destructor stops them before they go.
+  std::vector<std::unique_ptr<AsyncEngine>> engines;
+  for (int r = 0; r < args.data_parallel_size; ++r) engines.push_back(std::make_unique<AsyncEngine>(args.for_replica(r)));
+  const std::unique_ptr<server::EngineClient> engine_client = make_client(engines, chat, args);
+  server::EngineClient& client = *engine_client;
 
   server::ServerConfig config;
   config.served_model_name = f.served_model_name;
