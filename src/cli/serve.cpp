@@ -108,7 +108,7 @@ int run(int argc, char** argv) {
   config.served_model_name = f.served_model_name;
   config.api_key = f.api_key;
   config.max_queued_requests = f.max_queued_requests;
-  config.max_num_seqs = args.max_num_seqs;
+  config.max_num_seqs = args.max_num_seqs * args.data_parallel_size;  // every replica runs a batch
   config.log_prompts = f.log_prompts;
   config.log_requests = !f.disable_log_requests;
   const io::GenerationConfig generation =

@@ -195,6 +195,7 @@ void check_data_parallel_devices(const EngineArgs& args) {
   const int visible = num_visible_gpus();
 #else
   const int visible = 0;
+  unsupported("--device cuda: this build has no CUDA backend (configure with -DPAGELLM_CUDA=ON)");
 #endif
   if (needed > visible)
     invalid_argument("--data-parallel-size " + std::to_string(args.data_parallel_size) +
