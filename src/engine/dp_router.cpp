@@ -26,7 +26,8 @@ int least_loaded_replica(std::span<const ReplicaLoad> loads) {
 
 int choose_replica(std::span<const ReplicaLoad> loads, int affinity_replica, int64_t slack_tokens) {
   const int least = least_loaded_replica(loads);
-  if (least < 0 || affinity_replica < 0 || affinity_replica >= static_cast<int>(loads.size())) return least;
+  if (least < 0 || affinity_replica < 0 || affinity_replica >= static_cast<int>(loads.size()))
+    return least;
   const ReplicaLoad& a = loads[size_t(affinity_replica)];
   // Reusing cached blocks saves prefill, but never at the price of an unbounded imbalance.
   if (a.healthy && a.outstanding_tokens - loads[size_t(least)].outstanding_tokens <= slack_tokens)
@@ -34,15 +35,16 @@ int choose_replica(std::span<const ReplicaLoad> loads, int affinity_replica, int
   return least;
 }
 
-std::vector<uint64_t> prefix_block_hashes(std::span<const int32_t> prompt, int block_size, int max_blocks,
-                                          std::string_view cache_salt) {
+std::vector<uint64_t> prefix_block_hashes(std::span<const int32_t> prompt, int block_size,
+                                          int max_blocks, std::string_view cache_salt) {
   std::vector<uint64_t> hashes;
   if (block_size < 1 || max_blocks < 1) return hashes;
   const uint64_t salt = kv::KVCacheManager::hash_salt(cache_salt);
   const size_t num_full = std::min(prompt.size() / size_t(block_size), size_t(max_blocks));
   uint64_t parent = 0;
   for (size_t b = 0; b < num_full; ++b) {
-    parent = kv::KVCacheManager::hash_block(parent, prompt.subspan(b * size_t(block_size), size_t(block_size)), salt);
+    parent = kv::KVCacheManager::hash_block(
+        parent, prompt.subspan(b * size_t(block_size), size_t(block_size)), salt);
     hashes.push_back(parent);
   }
   return hashes;
@@ -50,7 +52,8 @@ std::vector<uint64_t> prefix_block_hashes(std::span<const int32_t> prompt, int b
 
 int64_t request_cost(int64_t num_prompt_tokens, const SamplingParams& params, int max_model_len) {
   int64_t per_seq = std::max<int64_t>(params.max_tokens, 0);
-  if (max_model_len > 0) per_seq = std::clamp<int64_t>(max_model_len - num_prompt_tokens, 0, per_seq);
+  if (max_model_len > 0)
+    per_seq = std::clamp<int64_t>(max_model_len - num_prompt_tokens, 0, per_seq);
   const int64_t num_seqs = std::max<int64_t>(params.best_of.value_or(params.n), 1);
   return std::max<int64_t>(num_prompt_tokens, 0) + num_seqs * per_seq;
 }
@@ -85,12 +88,14 @@ void DpRouter::remember(std::span<const uint64_t> hashes, int replica) {
   }
 }
 
-int DpRouter::route(const std::string& request_id, std::span<const int32_t> prompt, std::string_view cache_salt,
-                    int64_t cost) {
-  if (in_flight_.count(request_id) != 0) invalid_argument("request_id: duplicate '" + request_id + "'");
+int DpRouter::route(const std::string& request_id, std::span<const int32_t> prompt,
+                    std::string_view cache_salt, int64_t cost) {
+  if (in_flight_.count(request_id) != 0)
+    invalid_argument("request_id: duplicate '" + request_id + "'");
   const std::vector<uint64_t> hashes =
       prefix_block_hashes(prompt, config_.block_size, config_.max_affinity_blocks, cache_salt);
-  const int replica = choose_replica(loads_, affinity_replica(hashes), config_.affinity_slack_tokens);
+  const int replica =
+      choose_replica(loads_, affinity_replica(hashes), config_.affinity_slack_tokens);
   if (replica < 0) return -1;
   cost = std::max<int64_t>(cost, 0);
   in_flight_.emplace(request_id, InFlight{replica, cost});

@@ -28,9 +28,9 @@ struct ReplicaLoad {
 };
 
 struct RouterConfig {
-  int block_size = 16;            // tokens per KV block (prefixes are matched in whole blocks)
-  int max_affinity_blocks = 8;    // leading full blocks of a prompt that are remembered
-  int64_t affinity_slack_tokens = 2048;  // an affinity replica may carry this much more load
+  int block_size = 16;          // tokens per KV block (prefixes are matched in whole blocks)
+  int max_affinity_blocks = 8;  // leading full blocks of a prompt that are remembered
+  int64_t affinity_slack_tokens = 2048;   // an affinity replica may carry this much more load
   size_t max_affinity_entries = 1 << 16;  // remembered prefixes (least recently used go first)
 };
 
@@ -45,8 +45,8 @@ int choose_replica(std::span<const ReplicaLoad> loads, int affinity_replica, int
 
 // Chain hashes of the prompt's leading full blocks (at most max_blocks), as the prefix cache
 // computes them (kv::KVCacheManager::hash_block, salted by the cache salt).
-std::vector<uint64_t> prefix_block_hashes(std::span<const int32_t> prompt, int block_size, int max_blocks,
-                                          std::string_view cache_salt);
+std::vector<uint64_t> prefix_block_hashes(std::span<const int32_t> prompt, int block_size,
+                                          int max_blocks, std::string_view cache_salt);
 
 // Tokens a request may occupy: its prompt plus max_tokens for every sequence it generates
 // (best_of or n), the generation capped by the context left after the prompt.
@@ -59,8 +59,8 @@ class DpRouter {
   // Picks the replica for a new request, charges it `cost` tokens and remembers the prompt's prefix
   // there. Returns -1 (changing nothing) when no replica is healthy. Throws pagellm::Error
   // (kInvalidArgument) for a request id that is still in flight.
-  int route(const std::string& request_id, std::span<const int32_t> prompt, std::string_view cache_salt,
-            int64_t cost);
+  int route(const std::string& request_id, std::span<const int32_t> prompt,
+            std::string_view cache_salt, int64_t cost);
   // The replica serving an in-flight request, or -1 (unknown or finished).
   int owner(const std::string& request_id) const;
   // The request generated `num_tokens` more tokens: that much less is outstanding.

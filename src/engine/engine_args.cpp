@@ -47,7 +47,8 @@ void EngineArgs::validate() const {
   require(data_parallel_size >= 1 && data_parallel_size <= 1024,
           "--data-parallel-size: must be in [1, 1024], got " + std::to_string(data_parallel_size));
   require(data_parallel_rank >= 0 && data_parallel_rank < data_parallel_size,
-          "data parallel rank " + std::to_string(data_parallel_rank) + " is outside [0, --data-parallel-size)");
+          "data parallel rank " + std::to_string(data_parallel_rank) +
+              " is outside [0, --data-parallel-size)");
   require(data_parallel_size == 1 || nnodes == 1,
           "--data-parallel-size: replicas run in one process; not with --nnodes > 1");
 }

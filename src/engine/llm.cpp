@@ -86,8 +86,9 @@ struct Progress {
 
 // Steps `engine` until it is idle, storing the finished outputs of this batch (ids prefix + index)
 // in `results`.
-void run_to_completion(LLMEngine& engine, const std::string& prefix, std::vector<RequestOutput>& results,
-                       Progress& progress, const std::function<void()>& on_step) {
+void run_to_completion(LLMEngine& engine, const std::string& prefix,
+                       std::vector<RequestOutput>& results, Progress& progress,
+                       const std::function<void()>& on_step) {
   while (engine.has_unfinished_requests()) {
     for (RequestOutput& out : engine.step()) {
       if (!out.finished || out.request_id.rfind(prefix, 0) != 0) continue;
@@ -103,8 +104,9 @@ void run_to_completion(LLMEngine& engine, const std::string& prefix, std::vector
 
 // Splits the batch over the replicas with the server's router (all loads start at zero): returns
 // the replica of every prompt, and the prompts as token ids so no replica tokenizes them again.
-std::vector<int> route_batch(std::vector<PromptInput>& prompts, const std::vector<SamplingParams>& params,
-                             const LLMEngine& first, int num_replicas) {
+std::vector<int> route_batch(std::vector<PromptInput>& prompts,
+                             const std::vector<SamplingParams>& params, const LLMEngine& first,
+                             int num_replicas) {
   engine::RouterConfig config;
   config.block_size = first.args().block_size;
   engine::DpRouter router(num_replicas, config);
@@ -113,7 +115,8 @@ std::vector<int> route_batch(std::vector<PromptInput>& prompts, const std::vecto
     if (prompts[i].token_ids.empty())
       prompts[i] = PromptInput::from_ids(first.tokenizer().encode(prompts[i].text, true));
     const auto& ids = prompts[i].token_ids;
-    const int64_t cost = engine::request_cost(int64_t(ids.size()), params[i], first.model_info().max_model_len);
+    const int64_t cost =
+        engine::request_cost(int64_t(ids.size()), params[i], first.model_info().max_model_len);
     replica_of[i] = router.route(std::to_string(i), ids, "", cost);
   }
   return replica_of;
@@ -122,7 +125,8 @@ std::vector<int> route_batch(std::vector<PromptInput>& prompts, const std::vecto
 // Steps every replica to completion on its own thread while this thread redraws the progress bar.
 // The first failure is rethrown once every replica has stopped.
 void run_replicas(const std::vector<LLMEngine*>& engines, const std::string& prefix,
-                  std::vector<RequestOutput>& results, Progress& progress, const std::function<void()>& draw) {
+                  std::vector<RequestOutput>& results, Progress& progress,
+                  const std::function<void()>& draw) {
   std::vector<std::exception_ptr> errors(engines.size());
   std::atomic<size_t> num_running{engines.size()};
   std::vector<std::thread> threads;
@@ -155,9 +159,14 @@ std::vector<RequestOutput> LLM::generate(const std::vector<PromptInput>& prompts
   }
   std::vector<LLMEngine*> engines = {engine_.get()};
   for (auto& r : replicas_) engines.push_back(r.get());
-  std::vector<PromptInput> routed = prompts;
+  std::vector<PromptInput> routed;  // the prompts as token ids, with data parallelism
+  const std::vector<PromptInput>* inputs = &prompts;
   std::vector<int> replica_of(prompts.size(), 0);
-  if (engines.size() > 1) replica_of = route_batch(routed, params, *engine_, int(engines.size()));
+  if (engines.size() > 1) {
+    routed = prompts;
+    replica_of = route_batch(routed, params, *engine_, int(engines.size()));
+    inputs = &routed;
+  }
   // Ids unique across calls on the same engine; index recovered from the suffix.
   static std::atomic<uint64_t> batch_counter{0};
   const std::string prefix = "llm-" + std::to_string(batch_counter++) + "-";
@@ -165,7 +174,8 @@ std::vector<RequestOutput> LLM::generate(const std::vector<PromptInput>& prompts
   size_t num_added = 0;
   try {
     for (size_t i = 0; i < prompts.size(); ++i, ++num_added) {
-      engines[size_t(replica_of[i])]->add_request(prefix + std::to_string(i), routed[i], params[i]);
+      engines[size_t(replica_of[i])]->add_request(prefix + std::to_string(i), (*inputs)[i],
+                                                  params[i]);
     }
   } catch (...) {
     // Leave the engines clean: nothing of this batch keeps running.
@@ -178,7 +188,8 @@ std::vector<RequestOutput> LLM::generate(const std::vector<PromptInput>& prompts
   ProgressBar bar(prompts.size());
   Progress progress;
   auto draw = [&](bool force) {
-    if (show_progress) bar.update(progress.num_done, progress.num_prompt_tokens, progress.num_output_tokens, force);
+    if (show_progress)
+      bar.update(progress.num_done, progress.num_prompt_tokens, progress.num_output_tokens, force);
   };
   if (engines.size() == 1) {
     run_to_completion(*engine_, prefix, results, progress, [&] { draw(false); });

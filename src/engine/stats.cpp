@@ -34,9 +34,11 @@ EngineStats sum_stats(const std::vector<EngineStats>& replicas) {
     for (double x : r.itl_samples) add_latency_sample(s.itl_samples, x);
     for (double x : r.e2e_samples) add_latency_sample(s.e2e_samples, x);
   }
-  if (s.num_kv_blocks > 0) s.kv_usage = used_blocks / s.num_kv_blocks;
+  if (s.num_kv_blocks > 0)
+    s.kv_usage = used_blocks / s.num_kv_blocks;
   else if (!replicas.empty()) {
-    for (const EngineStats& r : replicas) s.kv_usage += r.kv_usage / static_cast<double>(replicas.size());
+    for (const EngineStats& r : replicas)
+      s.kv_usage += r.kv_usage / static_cast<double>(replicas.size());
   }
   return s;
 }

@@ -190,7 +190,8 @@ void require_cuda_for(const parallel::LaunchPlan& plan, const EngineArgs& args) 
 
 void check_data_parallel_devices(const EngineArgs& args) {
   if (args.device != "cuda" || args.data_parallel_size <= 1) return;
-  const int needed = args.data_parallel_size * args.tensor_parallel_size * args.pipeline_parallel_size;
+  const int needed =
+      args.data_parallel_size * args.tensor_parallel_size * args.pipeline_parallel_size;
 #ifdef PAGELLM_HAVE_CUDA
   const int visible = num_visible_gpus();
 #else

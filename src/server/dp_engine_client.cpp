@@ -9,7 +9,8 @@ namespace pagellm::server {
 
 namespace {
 
-std::vector<std::unique_ptr<EngineClient>> checked(std::vector<std::unique_ptr<EngineClient>> replicas) {
+std::vector<std::unique_ptr<EngineClient>> checked(
+    std::vector<std::unique_ptr<EngineClient>> replicas) {
   if (replicas.empty()) invalid_argument("data parallel: needs at least one engine replica");
   for (const auto& r : replicas)
     if (!r) invalid_argument("data parallel: an engine replica is missing");
@@ -20,7 +21,8 @@ std::vector<std::unique_ptr<EngineClient>> checked(std::vector<std::unique_ptr<E
 
 DataParallelClient::DataParallelClient(std::vector<std::unique_ptr<EngineClient>> replicas,
                                        engine::RouterConfig config)
-    : replicas_(checked(std::move(replicas))), router_(static_cast<int>(replicas_.size()), config) {}
+    : replicas_(checked(std::move(replicas))),
+      router_(static_cast<int>(replicas_.size()), config) {}
 
 DataParallelClient::~DataParallelClient() {
   for (auto& r : replicas_) r->shutdown(0.0);
@@ -34,7 +36,8 @@ OutputCallback DataParallelClient::track(const std::string& request_id, OutputCa
         router_.finish(request_id);
       } else {
         int64_t num_new = 0;
-        for (const CompletionOutput& c : out.outputs) num_new += static_cast<int64_t>(c.token_ids.size());
+        for (const CompletionOutput& c : out.outputs)
+          num_new += static_cast<int64_t>(c.token_ids.size());
         router_.on_progress(request_id, num_new);
       }
     }
@@ -46,18 +49,22 @@ void DataParallelClient::add_request(const std::string& request_id, const Prompt
                                      const SamplingParams& params, OutputCallback on_output,
                                      const RequestOptions& options) {
   if (!on_output) invalid_argument("add_request: an output callback is required");
-  const std::vector<int32_t> ids = prompt.token_ids.empty() ? encode(prompt.text, true) : prompt.token_ids;
-  const int64_t cost = engine::request_cost(static_cast<int64_t>(ids.size()), params, model_info().max_model_len);
+  const std::vector<int32_t> ids =
+      prompt.token_ids.empty() ? encode(prompt.text, true) : prompt.token_ids;
+  const int64_t cost =
+      engine::request_cost(static_cast<int64_t>(ids.size()), params, model_info().max_model_len);
   int replica = -1;
   {
     std::lock_guard lock(mutex_);
-    for (size_t r = 0; r < replicas_.size(); ++r) router_.set_healthy(static_cast<int>(r), replicas_[r]->healthy());
+    for (size_t r = 0; r < replicas_.size(); ++r)
+      router_.set_healthy(static_cast<int>(r), replicas_[r]->healthy());
     replica = router_.route(request_id, ids, options.cache_salt, cost);
   }
-  if (replica < 0) throw_error(ErrorKind::kInternal, "engine is not running (every replica has failed)");
+  if (replica < 0)
+    throw_error(ErrorKind::kInternal, "engine is not running (every replica has failed)");
   try {
-    replicas_[size_t(replica)]->add_request(request_id, prompt, params, track(request_id, std::move(on_output)),
-                                            options);
+    replicas_[size_t(replica)]->add_request(request_id, prompt, params,
+                                            track(request_id, std::move(on_output)), options);
   } catch (...) {
     std::lock_guard lock(mutex_);
     router_.finish(request_id);
@@ -88,15 +95,18 @@ std::vector<EngineStats> DataParallelClient::take_engine_stats() {
 
 EngineStats DataParallelClient::take_stats() { return engine::sum_stats(take_engine_stats()); }
 
-std::vector<int32_t> DataParallelClient::encode(std::string_view text, bool add_special_tokens) const {
+std::vector<int32_t> DataParallelClient::encode(std::string_view text,
+                                                bool add_special_tokens) const {
   return replicas_[0]->encode(text, add_special_tokens);
 }
 
-std::string DataParallelClient::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
+std::string DataParallelClient::decode(std::span<const int32_t> ids,
+                                       bool skip_special_tokens) const {
   return replicas_[0]->decode(ids, skip_special_tokens);
 }
 
-std::string DataParallelClient::render_chat(const nlohmann::json& messages, bool add_generation_prompt,
+std::string DataParallelClient::render_chat(const nlohmann::json& messages,
+                                            bool add_generation_prompt,
                                             const nlohmann::json& extra_context) const {
   return replicas_[0]->render_chat(messages, add_generation_prompt, extra_context);
 }

@@ -17,12 +17,14 @@ class DataParallelClient : public EngineClient {
  public:
   // `replicas` serve the same model (the first one answers tokenizer and chat-template calls).
   // Throws pagellm::Error (kInvalidArgument) when there is none.
-  DataParallelClient(std::vector<std::unique_ptr<EngineClient>> replicas, engine::RouterConfig config);
+  DataParallelClient(std::vector<std::unique_ptr<EngineClient>> replicas,
+                     engine::RouterConfig config);
   // Stops the replicas first: their last outputs call back into this router.
   ~DataParallelClient() override;
 
-  void add_request(const std::string& request_id, const PromptInput& prompt, const SamplingParams& params,
-                   OutputCallback on_output, const RequestOptions& options) override;
+  void add_request(const std::string& request_id, const PromptInput& prompt,
+                   const SamplingParams& params, OutputCallback on_output,
+                   const RequestOptions& options) override;
   void abort_request(const std::string& request_id) override;
   bool healthy() const override;
   EngineStats take_stats() override;

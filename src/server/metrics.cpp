@@ -94,7 +94,9 @@ void Metrics::count_http(int status) {
   ++http_by_status_[status];
 }
 
-void Metrics::set_engine_stats(const EngineStats& stats) { set_engine_stats(std::vector<EngineStats>{stats}); }
+void Metrics::set_engine_stats(const EngineStats& stats) {
+  set_engine_stats(std::vector<EngineStats>{stats});
+}
 
 void Metrics::set_engine_stats(const std::vector<EngineStats>& per_engine) {
   EngineStats total = per_engine.size() == 1 ? per_engine[0] : engine::sum_stats(per_engine);
@@ -133,7 +135,8 @@ void Metrics::render_engine(std::string& out) const {
          [](const EngineStats& e) { return e.kv_usage; });
   series("pagellm:num_kv_blocks", "gauge", "KV-cache blocks in the pool.",
          [](const EngineStats& e) { return double(e.num_kv_blocks); });
-  series("pagellm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
+  series("pagellm:prefix_cache_queries_total", "counter",
+         "Prompt tokens looked up in the prefix cache.",
          [](const EngineStats& e) { return double(e.prefix_cache_queries); });
   series("pagellm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.",
          [](const EngineStats& e) { return double(e.prefix_cache_hits); });
@@ -150,7 +153,8 @@ void Metrics::render_engine(std::string& out) const {
                                                           {"abort", e.requests_finished_abort},
                                                           {"error", e.requests_finished_error}};
     for (const auto& [reason, n] : by_reason)
-      sample(out, "pagellm:request_success_total", labels + ",finished_reason=\"" + reason + "\"", double(n));
+      sample(out, "pagellm:request_success_total", labels + ",finished_reason=\"" + reason + "\"",
+             double(n));
   };
   reasons(engine_, labels_);
   for (size_t i = 0; i < replicas_.size(); ++i)
@@ -166,7 +170,8 @@ std::string Metrics::render(int num_connections, int num_in_flight) const {
   };
   render_engine(out);
   gauge("pagellm:http_connections", "Open HTTP connections.", num_connections);
-  gauge("pagellm:http_requests_in_flight", "Generation requests being served over HTTP.", num_in_flight);
+  gauge("pagellm:http_requests_in_flight", "Generation requests being served over HTTP.",
+        num_in_flight);
   header(out, "pagellm:http_responses_total", "counter", "HTTP responses by status code.");
   for (const auto& [status, n] : http_by_status_) {
     sample(out, "pagellm:http_responses_total", labels_ + ",status=\"" + std::to_string(status) + "\"",

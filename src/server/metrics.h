@@ -51,7 +51,7 @@ class Metrics {
  private:
   mutable std::mutex mutex_;
   std::string labels_;  // model_name="..."
-  EngineStats engine_;                // summed over the replicas
+  EngineStats engine_;  // summed over the replicas
   std::vector<EngineStats> replicas_;  // per replica; empty without data parallelism
   Histogram ttft_;
   Histogram itl_;

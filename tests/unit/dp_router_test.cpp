@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "engine/dp_router.h"
+#include "engine/stats.h"
 #include "pagellm/llm.h"
 #include "server/dp_engine_client.h"
 #include "server/metrics.h"
@@ -32,15 +33,21 @@ TEST(DpRouterPolicy, LeastOutstandingTokensWins) {
 }
 
 TEST(DpRouterPolicy, TiesGoToTheLessUsedThenLowestReplica) {
-  EXPECT_EQ(engine::least_loaded_replica(std::vector<ReplicaLoad>{{0, 3, true}, {0, 2, true}, {0, 2, true}}), 1);
+  EXPECT_EQ(engine::least_loaded_replica(
+                std::vector<ReplicaLoad>{{0, 3, true}, {0, 2, true}, {0, 2, true}}),
+            1);
   EXPECT_EQ(engine::least_loaded_replica(std::vector<ReplicaLoad>{{0, 0, true}, {0, 0, true}}), 0);
 }
 
 TEST(DpRouterPolicy, DeadReplicasAreSkipped) {
-  EXPECT_EQ(engine::least_loaded_replica(std::vector<ReplicaLoad>{{0, 0, false}, {900, 0, true}}), 1);
-  EXPECT_EQ(engine::least_loaded_replica(std::vector<ReplicaLoad>{{0, 0, false}, {0, 0, false}}), -1);
+  EXPECT_EQ(engine::least_loaded_replica(std::vector<ReplicaLoad>{{0, 0, false}, {900, 0, true}}),
+            1);
+  EXPECT_EQ(engine::least_loaded_replica(std::vector<ReplicaLoad>{{0, 0, false}, {0, 0, false}}),
+            -1);
   // Affinity to a dead replica is ignored.
-  EXPECT_EQ(engine::choose_replica(std::vector<ReplicaLoad>{{0, 0, false}, {900, 0, true}}, 0, 1 << 20), 1);
+  EXPECT_EQ(
+      engine::choose_replica(std::vector<ReplicaLoad>{{0, 0, false}, {900, 0, true}}, 0, 1 << 20),
+      1);
 }
 
 TEST(DpRouterPolicy, AffinityHoldsOnlyWithinTheSlack) {
@@ -84,7 +91,7 @@ TEST(DpRouter, SpreadsByOutstandingTokensAndReleasesThem) {
   DpRouter router(2, RouterConfig{});
   EXPECT_EQ(router.route("a", tokens(4, 3), "", 100), 0);
   EXPECT_EQ(router.route("b", tokens(4, 50), "", 30), 1);
-  EXPECT_EQ(router.route("c", tokens(4, 90), "", 30), 1);  // 30 < 100
+  EXPECT_EQ(router.route("c", tokens(4, 90), "", 30), 1);   // 30 < 100
   EXPECT_EQ(router.route("d", tokens(4, 130), "", 10), 1);  // 60 < 100
   EXPECT_EQ(router.loads()[0].outstanding_tokens, 100);
   EXPECT_EQ(router.loads()[1].outstanding_tokens, 70);
@@ -139,13 +146,13 @@ TEST(DpRouter, LongestRememberedPrefixWins) {
   RouterConfig config;
   config.affinity_slack_tokens = 0;
   DpRouter router(2, config);
-  const auto base = tokens(16, 3);    // block h0
-  const auto longer = tokens(48, 3);  // blocks h0 h1 h2
+  const auto base = tokens(16, 3);                 // block h0
+  const auto longer = tokens(48, 3);               // blocks h0 h1 h2
   EXPECT_EQ(router.route("a", base, "", 10), 0);   // h0 → 0
   EXPECT_EQ(router.route("c", longer, "", 0), 1);  // 0 is busier than the slack: h0 h1 h2 → 1
   router.finish("a");
-  EXPECT_EQ(router.route("d", base, "", 5), 1);    // h0 → 1, loads equal
-  EXPECT_EQ(router.route("e", base, "", 0), 0);    // 1 is busier: h0 → 0
+  EXPECT_EQ(router.route("d", base, "", 5), 1);  // h0 → 1, loads equal
+  EXPECT_EQ(router.route("e", base, "", 0), 0);  // 1 is busier: h0 → 0
   EXPECT_EQ(router.affinity_replica(engine::prefix_block_hashes(base, 16, 8, "")), 0);
   // h2 (the longest match) still points at 1, whatever h0 says.
   EXPECT_EQ(router.affinity_replica(engine::prefix_block_hashes(longer, 16, 8, "")), 1);
@@ -169,7 +176,7 @@ TEST(DpRouter, AffinityMapIsBounded) {
   RouterConfig config;
   config.max_affinity_entries = 4;
   DpRouter router(1, config);
-  for (int i = 0; i < 10; ++i) router.route("r" + std::to_string(i), tokens(16, 3 + 100 * i), "", 1);
+  for (int i = 0; i < 10; ++i) router.route(std::to_string(i), tokens(16, 3 + 100 * i), "", 1);
   EXPECT_EQ(router.affinity_replica(engine::prefix_block_hashes(tokens(16, 3), 16, 8, "")), -1);
   EXPECT_EQ(router.affinity_replica(engine::prefix_block_hashes(tokens(16, 903), 16, 8, "")), 0);
 }
@@ -224,7 +231,9 @@ TEST(DataParallelClient, SpreadsRequestsAndRoutesAbortsToTheOwner) {
   r.client->add_request("b", PromptInput::from_ids(tokens(5, 40)), long_params(), c.callback(), {});
   EXPECT_EQ(r.fakes[0]->num_added(), 1);
   EXPECT_EQ(r.fakes[1]->num_added(), 1);
-  EXPECT_THROW(r.client->add_request("a", PromptInput::from_text("x"), long_params(), c.callback(), {}), Error);
+  EXPECT_THROW(
+      r.client->add_request("a", PromptInput::from_text("x"), long_params(), c.callback(), {}),
+      Error);
   r.client->abort_request("b");
   r.client->abort_request("unknown");
   EXPECT_EQ(r.fakes[0]->num_abort_calls(), 0);
@@ -244,21 +253,26 @@ TEST(DataParallelClient, FailedReplicaMakesItUnhealthyAndGetsNoRequests) {
   SamplingParams p;
   p.max_tokens = 2;
   for (int i = 0; i < 3; ++i)
-    r.client->add_request("r" + std::to_string(i), PromptInput::from_ids(tokens(3, 3 + i)), p, c.callback(), {});
+    r.client->add_request(std::to_string(i), PromptInput::from_ids(tokens(3, 3 + i)), p,
+                          c.callback(), {});
   EXPECT_EQ(r.fakes[0]->num_added(), 0);
   EXPECT_EQ(r.fakes[1]->num_added(), 3);
   ASSERT_TRUE(c.wait_for(3));
   r.fakes[1]->set_healthy(false);
-  EXPECT_THROW(r.client->add_request("late", PromptInput::from_text("hi"), p, c.callback(), {}), Error);
+  EXPECT_THROW(r.client->add_request("late", PromptInput::from_text("hi"), p, c.callback(), {}),
+               Error);
 }
 
 TEST(DataParallelClient, RejectedRequestReleasesItsLoad) {
   FakeReplicas r(2);
   Collector c;
   r.fakes[0]->reject_next();
-  EXPECT_THROW(r.client->add_request("a", PromptInput::from_text("hello"), long_params(), c.callback(), {}), Error);
+  EXPECT_THROW(
+      r.client->add_request("a", PromptInput::from_text("hello"), long_params(), c.callback(), {}),
+      Error);
   for (const ReplicaLoad& l : r.client->loads()) EXPECT_EQ(l.outstanding_tokens, 0);
-  r.client->add_request("a", PromptInput::from_text("hello"), long_params(), c.callback(), {});  // id free again
+  r.client->add_request("a", PromptInput::from_text("hello"), long_params(), c.callback(),
+                        {});  // id free again
   r.client->abort_request("a");
   ASSERT_TRUE(c.wait_for(1));
 }
@@ -270,22 +284,29 @@ TEST(DataParallelClient, MetricsShowEveryReplicaAndTheSum) {
   p.max_tokens = 3;
   // In pairs: each pair starts on idle replicas, so one request of it goes to each.
   for (int i = 0; i < 4; ++i) {
-    r.client->add_request("r" + std::to_string(i), PromptInput::from_ids(tokens(3, 3 + i)), p, c.callback(), {});
-    if (i % 2 == 1) ASSERT_TRUE(c.wait_for(size_t(i) + 1));
+    r.client->add_request(std::to_string(i), PromptInput::from_ids(tokens(3, 3 + i)), p,
+                          c.callback(), {});
+    if (i % 2 == 1) {
+      ASSERT_TRUE(c.wait_for(size_t(i) + 1));
+    }
   }
   const std::vector<EngineStats> per = r.client->take_engine_stats();
   ASSERT_EQ(per.size(), 2u);
   server::Metrics metrics("m");
   metrics.set_engine_stats(per);
   const std::string text = metrics.render(0, 0);
-  EXPECT_NE(text.find("pagellm:request_success_total{model_name=\"m\",finished_reason=\"length\"} 4\n"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("pagellm:request_success_total{model_name=\"m\",finished_reason=\"length\"} 4\n"),
+      std::string::npos)
       << text;
-  EXPECT_NE(text.find("pagellm:request_success_total{model_name=\"m\",engine=\"0\",finished_reason=\"length\"} 2\n"),
+  EXPECT_NE(text.find("pagellm:request_success_total{model_name=\"m\",engine=\"0\",finished_reason="
+                      "\"length\"} 2\n"),
             std::string::npos);
-  EXPECT_NE(text.find("pagellm:request_success_total{model_name=\"m\",engine=\"1\",finished_reason=\"length\"} 2\n"),
+  EXPECT_NE(text.find("pagellm:request_success_total{model_name=\"m\",engine=\"1\",finished_reason="
+                      "\"length\"} 2\n"),
             std::string::npos);
-  EXPECT_NE(text.find("pagellm:num_requests_running{model_name=\"m\",engine=\"1\"} 0\n"), std::string::npos);
+  EXPECT_NE(text.find("pagellm:num_requests_running{model_name=\"m\",engine=\"1\"} 0\n"),
+            std::string::npos);
 }
 
 TEST(DataParallelStats, SumStats) {
@@ -318,8 +339,9 @@ TEST(DataParallelEngine, TwoReplicasGiveTheSameGreedyOutputsAsOne) {
   const char* names[] = {"Lily", "Tom", "Sue", "Max", "Ben", "Anna"};
   std::vector<PromptInput> prompts;
   for (int i = 0; i < 12; ++i)
-    prompts.push_back(PromptInput::from_text(std::string("Once upon a time, ") + names[i % 6] +
-                                             (i % 2 ? " went to the park and saw a big dog." : " had a toy")));
+    prompts.push_back(
+        PromptInput::from_text(std::string("Once upon a time, ") + names[i % 6] +
+                               (i % 2 ? " went to the park and saw a big dog." : " had a toy")));
   SamplingParams p;
   p.temperature = 0.0f;
   p.max_tokens = 24;
@@ -330,6 +352,12 @@ TEST(DataParallelEngine, TwoReplicasGiveTheSameGreedyOutputsAsOne) {
   EXPECT_EQ(two.num_replicas(), 2);
   const std::vector<RequestOutput> both = two.generate(prompts, p);
   ASSERT_EQ(both.size(), one.size());
+  // Both replicas took part: the first one prefilled some of the prompts, not all.
+  uint64_t num_prompt_tokens = 0;
+  for (const RequestOutput& out : one) num_prompt_tokens += out.prompt_token_ids.size();
+  const uint64_t first_replica = two.engine().take_stats().prompt_tokens;
+  EXPECT_GT(first_replica, 0u);
+  EXPECT_LT(first_replica, num_prompt_tokens);
   for (size_t i = 0; i < one.size(); ++i) {
     ASSERT_EQ(both[i].outputs.size(), 1u);
     EXPECT_EQ(both[i].outputs[0].token_ids, one[i].outputs[0].token_ids) << "prompt " << i;
