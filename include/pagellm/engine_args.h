@@ -34,6 +34,11 @@ struct EngineArgs {
   std::string chat_template;      // file overriding tokenizer_config.json's template
   int tensor_parallel_size = 1;    // ranks splitting each layer (Megatron-style)
   int pipeline_parallel_size = 1;  // stages of contiguous layers
+  // Engine replicas (vLLM's data parallelism), each with its own scheduler, KV cache and runner of
+  // tensor_parallel_size x pipeline_parallel_size ranks; replica r uses GPUs
+  // [r * tp * pp, (r + 1) * tp * pp). data_parallel_rank is the replica an engine is built as.
+  int data_parallel_size = 1;
+  int data_parallel_rank = 0;
   // Multi-process groups (CUDA): torchrun-style nodes with a TCP rendezvous at master_addr:port;
   // under mpirun the processes are taken from Open MPI's environment instead of nnodes/node_rank.
   int nnodes = 1;
@@ -42,6 +47,8 @@ struct EngineArgs {
   int master_port = 0;      // default: $MASTER_PORT, else 29500
 
   void validate() const;
+  // These args as replica `rank` of the data-parallel group is built from.
+  EngineArgs for_replica(int rank) const;
 };
 
 }  // namespace pagellm

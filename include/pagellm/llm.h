@@ -95,7 +95,9 @@ class LLMEngine {
   std::unique_ptr<EngineCore> core_;
 };
 
-// Offline batch inference, mirroring vLLM's LLM.generate.
+// Offline batch inference, mirroring vLLM's LLM.generate. With --data-parallel-size N it holds N
+// engine replicas: each batch is split over them (fewest outstanding tokens first, equal prompt
+// prefixes together) and the replicas step concurrently, each on its own thread.
 class LLM {
  public:
   explicit LLM(const EngineArgs& args);
@@ -107,10 +109,12 @@ class LLM {
   std::vector<RequestOutput> generate(const std::vector<PromptInput>& prompts,
                                       const std::vector<SamplingParams>& params,
                                       bool show_progress = false);
-  LLMEngine& engine() { return *engine_; }
+  LLMEngine& engine() { return *engine_; }  // the first replica
+  int num_replicas() const { return 1 + static_cast<int>(replicas_.size()); }
 
  private:
   std::unique_ptr<LLMEngine> engine_;
+  std::vector<std::unique_ptr<LLMEngine>> replicas_;  // data-parallel replicas 1..N-1
 };
 
 // Receives a request's incremental outputs on the engine thread: each call carries only what is new

@@ -44,6 +44,10 @@ void add_engine_flags(CLI::App& app, EngineArgs& args) {
   app.add_option("--pipeline-parallel-size", args.pipeline_parallel_size,
                  "pipeline stages of contiguous layers")
       ->capture_default_str();
+  app.add_option("--data-parallel-size", args.data_parallel_size,
+                 "engine replicas behind one server, each of tensor x pipeline parallel ranks "
+                 "(replica r on GPUs [r*tp*pp, (r+1)*tp*pp))")
+      ->capture_default_str();
   app.add_option("--nnodes", args.nnodes, "processes (nodes) of a multi-node group, each with its GPUs")
       ->capture_default_str();
   app.add_option("--node-rank", args.node_rank, "this process's index in the group (0 serves)")

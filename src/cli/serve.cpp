@@ -1,24 +1,27 @@
-// `pagellm serve`: the OpenAI-compatible HTTP server. Wiring only: flags → AsyncEngine →
-// AsyncEngineClient → ApiServer (routes) → HttpServer; then waits for SIGINT/SIGTERM and drains.
-#include <optional>
+// `pagellm serve`: the OpenAI-compatible HTTP server. Wiring only: flags → AsyncEngine (one per
+// --data-parallel-size replica) → AsyncEngineClient (→ DataParallelClient routing over the
+// replicas) → ApiServer (routes) → HttpServer; then waits for SIGINT/SIGTERM and drains.
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <CLI/CLI.hpp>
 
 #include "cli/command.h"
-#include "runner/model_loader.h"
 #include "cli/engine_flags.h"
 #include "cli/vllm_compat.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "io/hf_config.h"
 #include "pagellm/llm.h"
+#include "runner/model_loader.h"
 #include "server/async_engine_client.h"
+#include "server/dp_engine_client.h"
 #include "server/http_server.h"
 #include "server/routes.h"
 #include "tokenizer/chat_template_config.h"
@@ -54,6 +57,21 @@ tok::ChatTemplateConfig chat_config(const EngineArgs& args) {
     config.template_origin = args.chat_template;
   }
   return config;
+}
+
+// One engine's client, or with --data-parallel-size N the router over the N replicas' clients.
+std::unique_ptr<server::EngineClient> make_client(
+    const std::vector<std::unique_ptr<AsyncEngine>>& engines, const tok::ChatTemplateConfig& chat,
+    const EngineArgs& args) {
+  if (engines.size() == 1) return std::make_unique<server::AsyncEngineClient>(*engines[0], chat);
+  std::vector<std::unique_ptr<server::EngineClient>> replicas;
+  for (const auto& e : engines)
+    replicas.push_back(std::make_unique<server::AsyncEngineClient>(*e, chat));
+  engine::RouterConfig config;
+  config.block_size = args.block_size;
+  log::info("data parallel: " + std::to_string(engines.size()) +
+            " engine replicas behind one server");
+  return std::make_unique<server::DataParallelClient>(std::move(replicas), config);
 }
 
 int run(int argc, char** argv) {
@@ -98,15 +116,20 @@ int run(int argc, char** argv) {
   // A worker process of a multi-process group executes the leader's steps instead.
   if (const std::optional<int> code = runner::run_worker_process(args)) return *code;
 
-  tok::ChatTemplateConfig chat = chat_config(args);
-  AsyncEngine engine(args);
-  server::AsyncEngineClient client(engine, std::move(chat));
+  const tok::ChatTemplateConfig chat = chat_config(args);
+  runner::check_data_parallel_devices(args);
+  // Declared before the client: the client's destructor stops them before they go.
+  std::vector<std::unique_ptr<AsyncEngine>> engines;
+  for (int r = 0; r < args.data_parallel_size; ++r)
+    engines.push_back(std::make_unique<AsyncEngine>(args.for_replica(r)));
+  const std::unique_ptr<server::EngineClient> engine_client = make_client(engines, chat, args);
+  server::EngineClient& client = *engine_client;
 
   server::ServerConfig config;
   config.served_model_name = f.served_model_name;
   config.api_key = f.api_key;
   config.max_queued_requests = f.max_queued_requests;
-  config.max_num_seqs = args.max_num_seqs;
+  config.max_num_seqs = args.max_num_seqs * args.data_parallel_size;  // every replica runs a batch
   config.log_prompts = f.log_prompts;
   config.log_requests = !f.disable_log_requests;
   const io::GenerationConfig generation =

@@ -44,6 +44,19 @@ void EngineArgs::validate() const {
   require(pipeline_parallel_size >= 1 && pipeline_parallel_size <= 1024,
           "--pipeline-parallel-size: must be in [1, 1024], got " +
               std::to_string(pipeline_parallel_size));
+  require(data_parallel_size >= 1 && data_parallel_size <= 1024,
+          "--data-parallel-size: must be in [1, 1024], got " + std::to_string(data_parallel_size));
+  require(data_parallel_rank >= 0 && data_parallel_rank < data_parallel_size,
+          "data parallel rank " + std::to_string(data_parallel_rank) +
+              " is outside [0, --data-parallel-size)");
+  require(data_parallel_size == 1 || nnodes == 1,
+          "--data-parallel-size: replicas run in one process; not with --nnodes > 1");
+}
+
+EngineArgs EngineArgs::for_replica(int rank) const {
+  EngineArgs a = *this;
+  a.data_parallel_rank = rank;
+  return a;
 }
 
 }  // namespace pagellm

@@ -2,9 +2,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <exception>
+#include <functional>
 #include <string>
+#include <thread>
 
 #include "common/error.h"
+#include "engine/dp_router.h"
 #include "engine/engine_core.h"
 #include "pagellm/llm.h"
 
@@ -61,7 +65,10 @@ class ProgressBar {
 
 }  // namespace
 
-LLM::LLM(const EngineArgs& args) : engine_(std::make_unique<LLMEngine>(args)) {}
+LLM::LLM(const EngineArgs& args) : engine_(std::make_unique<LLMEngine>(args.for_replica(0))) {
+  for (int r = 1; r < args.data_parallel_size; ++r)
+    replicas_.push_back(std::make_unique<LLMEngine>(args.for_replica(r)));
+}
 LLM::~LLM() = default;
 
 std::vector<RequestOutput> LLM::generate(const std::vector<PromptInput>& prompts, const SamplingParams& params,
@@ -69,11 +76,96 @@ std::vector<RequestOutput> LLM::generate(const std::vector<PromptInput>& prompts
   return generate(prompts, std::vector<SamplingParams>(prompts.size(), params), show_progress);
 }
 
+namespace {
+
+struct Progress {
+  std::atomic<size_t> num_done{0};
+  std::atomic<uint64_t> num_prompt_tokens{0};
+  std::atomic<uint64_t> num_output_tokens{0};
+};
+
+// Steps `engine` until it is idle, storing the finished outputs of this batch (ids prefix + index)
+// in `results`.
+void run_to_completion(LLMEngine& engine, const std::string& prefix,
+                       std::vector<RequestOutput>& results, Progress& progress,
+                       const std::function<void()>& on_step) {
+  while (engine.has_unfinished_requests()) {
+    for (RequestOutput& out : engine.step()) {
+      if (!out.finished || out.request_id.rfind(prefix, 0) != 0) continue;
+      const size_t index = std::stoull(out.request_id.substr(prefix.size()));
+      progress.num_prompt_tokens += out.prompt_token_ids.size();
+      for (const auto& c : out.outputs) progress.num_output_tokens += c.token_ids.size();
+      results[index] = std::move(out);
+      ++progress.num_done;
+    }
+    if (on_step) on_step();
+  }
+}
+
+// Splits the batch over the replicas with the server's router (all loads start at zero): returns
+// the replica of every prompt, and the prompts as token ids so no replica tokenizes them again.
+std::vector<int> route_batch(std::vector<PromptInput>& prompts,
+                             const std::vector<SamplingParams>& params, const LLMEngine& first,
+                             int num_replicas) {
+  engine::RouterConfig config;
+  config.block_size = first.args().block_size;
+  engine::DpRouter router(num_replicas, config);
+  std::vector<int> replica_of(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].token_ids.empty())
+      prompts[i] = PromptInput::from_ids(first.tokenizer().encode(prompts[i].text, true));
+    const auto& ids = prompts[i].token_ids;
+    const int64_t cost =
+        engine::request_cost(int64_t(ids.size()), params[i], first.model_info().max_model_len);
+    replica_of[i] = router.route(std::to_string(i), ids, "", cost);
+  }
+  return replica_of;
+}
+
+// Steps every replica to completion on its own thread while this thread redraws the progress bar.
+// The first failure is rethrown once every replica has stopped.
+void run_replicas(const std::vector<LLMEngine*>& engines, const std::string& prefix,
+                  std::vector<RequestOutput>& results, Progress& progress,
+                  const std::function<void()>& draw) {
+  std::vector<std::exception_ptr> errors(engines.size());
+  std::atomic<size_t> num_running{engines.size()};
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < engines.size(); ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        run_to_completion(*engines[r], prefix, results, progress, nullptr);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+      --num_running;
+    });
+  }
+  while (num_running.load() > 0) {
+    draw();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+}  // namespace
+
 std::vector<RequestOutput> LLM::generate(const std::vector<PromptInput>& prompts,
                                          const std::vector<SamplingParams>& params, bool show_progress) {
   if (params.size() != prompts.size()) {
     invalid_argument("generate: " + std::to_string(params.size()) + " sampling params for " +
                      std::to_string(prompts.size()) + " prompts");
+  }
+  std::vector<LLMEngine*> engines = {engine_.get()};
+  for (auto& r : replicas_) engines.push_back(r.get());
+  std::vector<PromptInput> routed;  // the prompts as token ids, with data parallelism
+  const std::vector<PromptInput>* inputs = &prompts;
+  std::vector<int> replica_of(prompts.size(), 0);
+  if (engines.size() > 1) {
+    routed = prompts;
+    replica_of = route_batch(routed, params, *engine_, int(engines.size()));
+    inputs = &routed;
   }
   // Ids unique across calls on the same engine; index recovered from the suffix.
   static std::atomic<uint64_t> batch_counter{0};
@@ -82,31 +174,30 @@ std::vector<RequestOutput> LLM::generate(const std::vector<PromptInput>& prompts
   size_t num_added = 0;
   try {
     for (size_t i = 0; i < prompts.size(); ++i, ++num_added) {
-      engine_->add_request(prefix + std::to_string(i), prompts[i], params[i]);
+      engines[size_t(replica_of[i])]->add_request(prefix + std::to_string(i), (*inputs)[i],
+                                                  params[i]);
     }
   } catch (...) {
-    // Leave the engine clean: nothing of this batch keeps running.
-    for (size_t i = 0; i < num_added; ++i) engine_->abort_request(prefix + std::to_string(i));
-    while (engine_->has_unfinished_requests()) engine_->step();
+    // Leave the engines clean: nothing of this batch keeps running.
+    for (size_t i = 0; i < num_added; ++i)
+      engines[size_t(replica_of[i])]->abort_request(prefix + std::to_string(i));
+    for (LLMEngine* e : engines)
+      while (e->has_unfinished_requests()) e->step();
     throw;
   }
   ProgressBar bar(prompts.size());
-  size_t num_done = 0;
-  uint64_t num_prompt_tokens = 0;
-  uint64_t num_output_tokens = 0;
-  while (engine_->has_unfinished_requests()) {
-    for (RequestOutput& out : engine_->step()) {
-      if (!out.finished || out.request_id.rfind(prefix, 0) != 0) continue;
-      const size_t index = std::stoull(out.request_id.substr(prefix.size()));
-      num_prompt_tokens += out.prompt_token_ids.size();
-      for (const auto& c : out.outputs) num_output_tokens += c.token_ids.size();
-      results[index] = std::move(out);
-      ++num_done;
-    }
-    if (show_progress) bar.update(num_done, num_prompt_tokens, num_output_tokens);
+  Progress progress;
+  auto draw = [&](bool force) {
+    if (show_progress)
+      bar.update(progress.num_done, progress.num_prompt_tokens, progress.num_output_tokens, force);
+  };
+  if (engines.size() == 1) {
+    run_to_completion(*engine_, prefix, results, progress, [&] { draw(false); });
+  } else {
+    run_replicas(engines, prefix, results, progress, [&] { draw(false); });
   }
   if (show_progress) {
-    bar.update(num_done, num_prompt_tokens, num_output_tokens, true);
+    draw(true);
     bar.finish();
   }
   return results;

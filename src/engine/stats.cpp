@@ -11,6 +11,38 @@ void add_latency_sample(std::vector<double>& samples, double seconds) {
   if (samples.size() < kMaxLatencySamples) samples.push_back(seconds);
 }
 
+EngineStats sum_stats(const std::vector<EngineStats>& replicas) {
+  EngineStats s;
+  double used_blocks = 0;
+  for (const EngineStats& r : replicas) {
+    s.num_running += r.num_running;
+    s.num_waiting += r.num_waiting;
+    s.num_swapped += r.num_swapped;
+    s.num_kv_blocks += r.num_kv_blocks;
+    used_blocks += r.kv_usage * r.num_kv_blocks;
+    s.prefix_cache_queries += r.prefix_cache_queries;
+    s.prefix_cache_hits += r.prefix_cache_hits;
+    s.num_preemptions += r.num_preemptions;
+    s.prompt_tokens += r.prompt_tokens;
+    s.generation_tokens += r.generation_tokens;
+    s.requests_finished_stop += r.requests_finished_stop;
+    s.requests_finished_length += r.requests_finished_length;
+    s.requests_finished_abort += r.requests_finished_abort;
+    s.requests_finished_error += r.requests_finished_error;
+    s.num_steps += r.num_steps;
+    for (double x : r.ttft_samples) add_latency_sample(s.ttft_samples, x);
+    for (double x : r.itl_samples) add_latency_sample(s.itl_samples, x);
+    for (double x : r.e2e_samples) add_latency_sample(s.e2e_samples, x);
+  }
+  if (s.num_kv_blocks > 0)
+    s.kv_usage = used_blocks / s.num_kv_blocks;
+  else if (!replicas.empty()) {
+    for (const EngineStats& r : replicas)
+      s.kv_usage += r.kv_usage / static_cast<double>(replicas.size());
+  }
+  return s;
+}
+
 std::string StatsLogger::format(const EngineStats& prev, const EngineStats& s, double elapsed_s) {
   const double dt = elapsed_s > 0 ? elapsed_s : 1.0;
   const double prompt_tps = static_cast<double>(s.prompt_tokens - prev.prompt_tokens) / dt;

@@ -14,6 +14,10 @@ inline constexpr size_t kMaxLatencySamples = 1 << 16;
 
 void add_latency_sample(std::vector<double>& samples, double seconds);
 
+// The stats of several engine replicas as one engine: counts and counters summed, KV usage over
+// all replicas' blocks, latency samples concatenated.
+EngineStats sum_stats(const std::vector<EngineStats>& replicas);
+
 // Logs throughput and queue state every `interval_s` seconds from successive counter snapshots.
 class StatsLogger {
  public:

@@ -49,6 +49,8 @@ LaunchPlan plan_launch(const EngineArgs& args, const std::map<std::string, std::
   p.launcher = "single";
   const int mpi_size = env_int(env, "OMPI_COMM_WORLD_SIZE", 1);
   if (mpi_size > 1) {
+    if (args.data_parallel_size > 1)
+      invalid_argument("--data-parallel-size: replicas run in one process; not under mpirun");
     if (args.nnodes > 1)
       invalid_argument("--nnodes: not with mpirun (mpirun -np already says how many processes)");
     p.launcher = "mpirun";

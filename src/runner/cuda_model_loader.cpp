@@ -10,6 +10,8 @@
 #include <optional>
 #include <thread>
 
+#include <cuda_runtime.h>
+
 #include "common/error.h"
 #include "common/logging.h"
 #include "runner/cuda_parallel_runner.h"
@@ -89,10 +91,19 @@ std::optional<io::WeightStore> open_checkpoint(const EngineArgs& args) {
 
 }  // namespace
 
+int num_visible_gpus() {
+  int visible = 0;
+  if (cudaGetDeviceCount(&visible) != cudaSuccess) return 0;
+  return visible;
+}
+
 LoadedModel load_cuda_model(const EngineArgs& args, LoadedModel m, const parallel::LaunchPlan& plan,
                             std::chrono::steady_clock::time_point start) {
-  const CudaRunnerOptions o = cuda_options(args, m);
   const int tp = args.tensor_parallel_size, pp = args.pipeline_parallel_size;
+  // Data-parallel replica r owns GPUs [r * tp * pp, (r + 1) * tp * pp).
+  const int first_device = plan.first_device + args.data_parallel_rank * tp * pp;
+  CudaRunnerOptions o = cuda_options(args, m);
+  o.device = first_device;
   std::unique_ptr<ModelRunner> runner;
   {
     // Streamed from the mapping straight to the GPU(s): no host copy of the weights.
@@ -103,7 +114,7 @@ LoadedModel load_cuda_model(const EngineArgs& args, LoadedModel m, const paralle
     } else {
       RankPlacement placement;
       placement.num_local = plan.num_local_ranks;
-      placement.first_device = plan.first_device;
+      placement.first_device = first_device;
       if (plan.multi_process()) {
         log::info("waiting for " + std::to_string(plan.num_procs - 1) + " worker process(es) at port " +
                   std::to_string(plan.rendezvous.master_port) + " (" + plan.launcher + ")");

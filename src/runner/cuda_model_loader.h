@@ -12,6 +12,9 @@
 
 namespace pagellm::runner {
 
+// CUDA devices this process sees (0 when the driver answers nothing).
+int num_visible_gpus();
+
 // m: the model as model_loader described it (name, config); fills m.runner and logs the startup.
 LoadedModel load_cuda_model(const EngineArgs& args, LoadedModel m, const parallel::LaunchPlan& plan,
                             std::chrono::steady_clock::time_point start);

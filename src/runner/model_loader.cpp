@@ -189,6 +189,24 @@ void require_cuda_for(const parallel::LaunchPlan& plan, const EngineArgs& args) 
 
 }  // namespace
 
+void check_data_parallel_devices(const EngineArgs& args) {
+  if (args.device != "cuda" || args.data_parallel_size <= 1) return;
+  const int needed =
+      args.data_parallel_size * args.tensor_parallel_size * args.pipeline_parallel_size;
+#ifdef PAGELLM_HAVE_CUDA
+  const int visible = num_visible_gpus();
+#else
+  const int visible = 0;
+  unsupported("--device cuda: this build has no CUDA backend (configure with -DPAGELLM_CUDA=ON)");
+#endif
+  if (needed > visible)
+    invalid_argument("--data-parallel-size " + std::to_string(args.data_parallel_size) +
+                     " x --tensor-parallel-size " + std::to_string(args.tensor_parallel_size) +
+                     " x --pipeline-parallel-size " + std::to_string(args.pipeline_parallel_size) +
+                     " needs " + std::to_string(needed) + " GPUs but " + std::to_string(visible) +
+                     " are visible");
+}
+
 std::optional<int> run_worker_process(const EngineArgs& args) {
   const parallel::LaunchPlan plan = parallel::plan_launch(args);
   if (!plan.multi_process() || plan.leader()) return std::nullopt;
@@ -206,6 +224,7 @@ LoadedModel load_model(const EngineArgs& args) {
   const auto start = std::chrono::steady_clock::now();
   std::string source;
   LoadedModel m = describe_model(args, &source);
+  check_data_parallel_devices(args);
   const bool demo = args.model.empty();
   const parallel::LaunchPlan plan = parallel::plan_launch(args);
   require_cuda_for(plan, args);

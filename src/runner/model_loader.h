@@ -30,6 +30,10 @@ LoadedModel load_model(const EngineArgs& args);
 // and in single-process runs. Throws pagellm::Error for bad flags or a failed rendezvous.
 std::optional<int> run_worker_process(const EngineArgs& args);
 
+// Throws pagellm::Error (kInvalidArgument, one line) when --device cuda has fewer visible GPUs
+// than --data-parallel-size x --tensor-parallel-size x --pipeline-parallel-size ranks.
+void check_data_parallel_devices(const EngineArgs& args);
+
 // The built-in demo model's config: a tiny Llama over the byte-level demo tokenizer's 258 ids.
 io::ModelConfig demo_model_config();
 

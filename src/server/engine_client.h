@@ -31,6 +31,9 @@ class EngineClient {
   virtual bool healthy() const = 0;
   // Counters and gauges; latency samples are moved out (each is reported once).
   virtual EngineStats take_stats() = 0;
+  // The same per engine replica (--data-parallel-size), in replica order; one entry without data
+  // parallelism. /metrics labels each replica's series with engine="<index>".
+  virtual std::vector<EngineStats> take_engine_stats() { return {take_stats()}; }
   virtual const ModelInfo& model_info() const = 0;
 
   // Tokenizer access (thread-safe).

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "engine/stats.h"
+
 namespace pagellm::server {
 
 namespace {
@@ -93,49 +95,83 @@ void Metrics::count_http(int status) {
 }
 
 void Metrics::set_engine_stats(const EngineStats& stats) {
+  set_engine_stats(std::vector<EngineStats>{stats});
+}
+
+void Metrics::set_engine_stats(const std::vector<EngineStats>& per_engine) {
+  EngineStats total = per_engine.size() == 1 ? per_engine[0] : engine::sum_stats(per_engine);
   std::lock_guard lock(mutex_);
-  engine_ = stats;
+  engine_ = std::move(total);
   engine_.ttft_samples.clear();
   engine_.itl_samples.clear();
   engine_.e2e_samples.clear();
+  replicas_.clear();
+  if (per_engine.size() < 2) return;
+  for (const EngineStats& r : per_engine) {
+    replicas_.push_back(r);
+    replicas_.back().ttft_samples.clear();
+    replicas_.back().itl_samples.clear();
+    replicas_.back().e2e_samples.clear();
+  }
+}
+
+// The engine's gauges and counters: the (summed) series under the model label, then with data
+// parallelism one series per replica with an engine label, as vLLM exposes its engines.
+void Metrics::render_engine(std::string& out) const {
+  using Get = double (*)(const EngineStats&);
+  auto series = [&](const char* name, const char* type, const char* help, Get get) {
+    header(out, name, type, help);
+    sample(out, name, labels_, get(engine_));
+    for (size_t i = 0; i < replicas_.size(); ++i)
+      sample(out, name, labels_ + ",engine=\"" + std::to_string(i) + "\"", get(replicas_[i]));
+  };
+  series("pagellm:num_requests_running", "gauge", "Requests in the engine's running batch.",
+         [](const EngineStats& e) { return double(e.num_running); });
+  series("pagellm:num_requests_waiting", "gauge", "Requests waiting to be scheduled.",
+         [](const EngineStats& e) { return double(e.num_waiting); });
+  series("pagellm:num_requests_swapped", "gauge", "Requests swapped out to host memory.",
+         [](const EngineStats& e) { return double(e.num_swapped); });
+  series("pagellm:kv_cache_usage_perc", "gauge", "Fraction of KV-cache blocks in use (0 to 1).",
+         [](const EngineStats& e) { return e.kv_usage; });
+  series("pagellm:num_kv_blocks", "gauge", "KV-cache blocks in the pool.",
+         [](const EngineStats& e) { return double(e.num_kv_blocks); });
+  series("pagellm:prefix_cache_queries_total", "counter",
+         "Prompt tokens looked up in the prefix cache.",
+         [](const EngineStats& e) { return double(e.prefix_cache_queries); });
+  series("pagellm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.",
+         [](const EngineStats& e) { return double(e.prefix_cache_hits); });
+  series("pagellm:num_preemptions_total", "counter", "Requests preempted to free KV blocks.",
+         [](const EngineStats& e) { return double(e.num_preemptions); });
+  series("pagellm:prompt_tokens_total", "counter", "Prompt tokens processed.",
+         [](const EngineStats& e) { return double(e.prompt_tokens); });
+  series("pagellm:generation_tokens_total", "counter", "Tokens generated.",
+         [](const EngineStats& e) { return double(e.generation_tokens); });
+  header(out, "pagellm:request_success_total", "counter", "Finished requests by finish reason.");
+  auto reasons = [&](const EngineStats& e, const std::string& labels) {
+    const std::pair<const char*, uint64_t> by_reason[] = {{"stop", e.requests_finished_stop},
+                                                          {"length", e.requests_finished_length},
+                                                          {"abort", e.requests_finished_abort},
+                                                          {"error", e.requests_finished_error}};
+    for (const auto& [reason, n] : by_reason)
+      sample(out, "pagellm:request_success_total", labels + ",finished_reason=\"" + reason + "\"",
+             double(n));
+  };
+  reasons(engine_, labels_);
+  for (size_t i = 0; i < replicas_.size(); ++i)
+    reasons(replicas_[i], labels_ + ",engine=\"" + std::to_string(i) + "\"");
 }
 
 std::string Metrics::render(int num_connections, int num_in_flight) const {
   std::lock_guard lock(mutex_);
   std::string out;
-  const auto& e = engine_;
   auto gauge = [&](const char* name, const char* help, double v) {
     header(out, name, "gauge", help);
     sample(out, name, labels_, v);
   };
-  auto counter = [&](const char* name, const char* help, double v) {
-    header(out, name, "counter", help);
-    sample(out, name, labels_, v);
-  };
-  gauge("pagellm:num_requests_running", "Requests in the engine's running batch.", e.num_running);
-  gauge("pagellm:num_requests_waiting", "Requests waiting to be scheduled.", e.num_waiting);
-  gauge("pagellm:num_requests_swapped", "Requests swapped out to host memory.", e.num_swapped);
-  gauge("pagellm:kv_cache_usage_perc", "Fraction of KV-cache blocks in use (0 to 1).", e.kv_usage);
-  gauge("pagellm:num_kv_blocks", "KV-cache blocks in the pool.", e.num_kv_blocks);
+  render_engine(out);
   gauge("pagellm:http_connections", "Open HTTP connections.", num_connections);
-  gauge("pagellm:http_requests_in_flight", "Generation requests being served over HTTP.", num_in_flight);
-  counter("pagellm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
-          static_cast<double>(e.prefix_cache_queries));
-  counter("pagellm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
-          static_cast<double>(e.prefix_cache_hits));
-  counter("pagellm:num_preemptions_total", "Requests preempted to free KV blocks.",
-          static_cast<double>(e.num_preemptions));
-  counter("pagellm:prompt_tokens_total", "Prompt tokens processed.", static_cast<double>(e.prompt_tokens));
-  counter("pagellm:generation_tokens_total", "Tokens generated.", static_cast<double>(e.generation_tokens));
-  header(out, "pagellm:request_success_total", "counter", "Finished requests by finish reason.");
-  const std::pair<const char*, uint64_t> reasons[] = {{"stop", e.requests_finished_stop},
-                                                      {"length", e.requests_finished_length},
-                                                      {"abort", e.requests_finished_abort},
-                                                      {"error", e.requests_finished_error}};
-  for (const auto& [reason, n] : reasons) {
-    sample(out, "pagellm:request_success_total", labels_ + ",finished_reason=\"" + reason + "\"",
-           static_cast<double>(n));
-  }
+  gauge("pagellm:http_requests_in_flight", "Generation requests being served over HTTP.",
+        num_in_flight);
   header(out, "pagellm:http_responses_total", "counter", "HTTP responses by status code.");
   for (const auto& [status, n] : http_by_status_) {
     sample(out, "pagellm:http_responses_total", labels_ + ",status=\"" + std::to_string(status) + "\"",

@@ -43,16 +43,22 @@ class Metrics {
   void count_http(int status);
   // Replaces the engine snapshot (its latency samples are ignored: the server measures its own).
   void set_engine_stats(const EngineStats& stats);
+  // The same per engine replica (--data-parallel-size): with more than one, every engine series is
+  // rendered once summed over the replicas and once per replica with an engine="<index>" label.
+  void set_engine_stats(const std::vector<EngineStats>& per_engine);
   std::string render(int num_connections, int num_in_flight) const;
 
  private:
   mutable std::mutex mutex_;
   std::string labels_;  // model_name="..."
-  EngineStats engine_;
+  EngineStats engine_;  // summed over the replicas
+  std::vector<EngineStats> replicas_;  // per replica; empty without data parallelism
   Histogram ttft_;
   Histogram itl_;
   Histogram e2e_;
   std::map<int, uint64_t> http_by_status_;
+
+  void render_engine(std::string& out) const;
 };
 
 }  // namespace pagellm::server

@@ -173,7 +173,7 @@ void ApiServer::dispatch(HttpRequest& request, const std::shared_ptr<ResponseWri
   }
   if (path == "/metrics") {
     if (!is_get) method_not_allowed("GET");
-    metrics_.set_engine_stats(engine_.take_stats());
+    metrics_.set_engine_stats(engine_.take_engine_stats());
     writer->respond(200, "text/plain; version=0.0.4; charset=utf-8",
                     metrics_.render(connection_counter_ ? connection_counter_() : 0, num_in_flight_.load()));
     metrics_.count_http(200);
