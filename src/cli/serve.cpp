@@ -132,6 +132,8 @@ int run(int argc, char** argv) {
   config.max_num_seqs = args.max_num_seqs * args.data_parallel_size;  // every replica runs a batch
   config.log_prompts = f.log_prompts;
   config.log_requests = !f.disable_log_requests;
+  config.block_size = args.block_size;
+  config.enable_prefix_caching = args.enable_prefix_caching;
   const io::GenerationConfig generation =
       args.model.empty() ? io::GenerationConfig{} : io::load_generation_config(args.model);
   config.sampling_defaults = default_sampling_params(generation);

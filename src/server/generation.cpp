@@ -267,6 +267,7 @@ void GenerationCall::finish() {
   if (done_) return;
   done_ = true;
   server_.metrics().observe_e2e(seconds_since(start_));
+  server_.metrics().observe_request_tokens(num_prompt_tokens(), num_completion_tokens());
   if (prepared_.stream) {
     if (prepared_.include_usage) {
       json chunk = chunk_base();

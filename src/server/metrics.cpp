@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <string_view>
+#include <utility>
 
 #include "engine/stats.h"
 
@@ -32,6 +34,69 @@ const std::vector<double> kItlBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.
                                          0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
 const std::vector<double> kE2eBuckets = {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0,
                                          20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0};
+
+// vLLM's request-size buckets (1, 2, 5, 10, 20, 50, ... up to the context length it serves).
+std::vector<double> token_buckets() {
+  std::vector<double> b;
+  for (double scale = 1; scale <= 1e6; scale *= 10)
+    for (double m : {1.0, 2.0, 5.0}) b.push_back(m * scale);
+  return b;
+}
+
+// The series vLLM also exposes, under its names (pagellm:X -> vllm:X), and the older vLLM names
+// that dashboards still query (vllm:gpu_cache_usage_perc, vllm:time_per_output_token_seconds).
+const std::pair<const char*, const char*> kVllmNames[] = {
+    {"pagellm:num_requests_running", "vllm:num_requests_running"},
+    {"pagellm:num_requests_waiting", "vllm:num_requests_waiting"},
+    {"pagellm:num_requests_swapped", "vllm:num_requests_swapped"},
+    {"pagellm:kv_cache_usage_perc", "vllm:kv_cache_usage_perc"},
+    {"pagellm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"},
+    {"pagellm:prefix_cache_queries_total", "vllm:prefix_cache_queries_total"},
+    {"pagellm:prefix_cache_hits_total", "vllm:prefix_cache_hits_total"},
+    {"pagellm:num_preemptions_total", "vllm:num_preemptions_total"},
+    {"pagellm:prompt_tokens_total", "vllm:prompt_tokens_total"},
+    {"pagellm:generation_tokens_total", "vllm:generation_tokens_total"},
+    {"pagellm:request_success_total", "vllm:request_success_total"},
+    {"pagellm:time_to_first_token_seconds", "vllm:time_to_first_token_seconds"},
+    {"pagellm:inter_token_latency_seconds", "vllm:inter_token_latency_seconds"},
+    {"pagellm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"},
+    {"pagellm:e2e_request_latency_seconds", "vllm:e2e_request_latency_seconds"},
+    {"pagellm:request_prompt_tokens", "vllm:request_prompt_tokens"},
+    {"pagellm:request_generation_tokens", "vllm:request_generation_tokens"},
+};
+
+// The metric a text-format line is about: the name after "# HELP " / "# TYPE ", or before '{'.
+std::string_view line_metric(std::string_view line) {
+  if (line.starts_with("# HELP ") || line.starts_with("# TYPE ")) line.remove_prefix(7);
+  const size_t end = line.find_first_of("{ ");
+  std::string_view name = line.substr(0, end);
+  for (const char* suffix : {"_bucket", "_sum", "_count"})
+    if (name.ends_with(suffix) && !name.starts_with("pagellm:http")) {
+      const std::string_view base = name.substr(0, name.size() - std::string_view(suffix).size());
+      for (const auto& [from, to] : kVllmNames)
+        if (base == from) return base;
+    }
+  return name;
+}
+
+// Every line of the series in kVllmNames again under each vLLM name, in the same order.
+std::string vllm_copies(const std::string& text) {
+  std::string out;
+  for (const auto& [from, to] : kVllmNames) {
+    size_t pos = 0;
+    while (pos < text.size()) {
+      const size_t eol = text.find('\n', pos);
+      const std::string_view line(text.data() + pos, (eol == std::string::npos ? text.size() : eol) - pos);
+      pos = eol == std::string::npos ? text.size() : eol + 1;
+      if (line_metric(line) != from) continue;
+      std::string copy(line);
+      const size_t at = copy.find(from);
+      copy.replace(at, std::string_view(from).size(), to);
+      out += copy + "\n";
+    }
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -75,7 +140,22 @@ Metrics::Metrics(std::string model_name)
     : labels_("model_name=\"" + escape_label(model_name) + "\""),
       ttft_(kTtftBuckets),
       itl_(kItlBuckets),
-      e2e_(kE2eBuckets) {}
+      e2e_(kE2eBuckets),
+      request_prompt_tokens_(token_buckets()),
+      request_generation_tokens_(token_buckets()) {}
+
+void Metrics::observe_request_tokens(int64_t prompt_tokens, int64_t generation_tokens) {
+  std::lock_guard lock(mutex_);
+  request_prompt_tokens_.observe(double(prompt_tokens));
+  request_generation_tokens_.observe(double(generation_tokens));
+}
+
+void Metrics::set_cache_config(int block_size, const std::string& cache_dtype, bool prefix_caching) {
+  std::lock_guard lock(mutex_);
+  cache_config_labels_ = "block_size=\"" + std::to_string(block_size) + "\",cache_dtype=\"" +
+                         escape_label(cache_dtype) + "\",enable_prefix_caching=\"" +
+                         (prefix_caching ? "True" : "False") + "\"";
+}
 
 void Metrics::observe_ttft(double s) {
   std::lock_guard lock(mutex_);
@@ -182,6 +262,16 @@ std::string Metrics::render(int num_connections, int num_in_flight) const {
   itl_.render(out, "pagellm:inter_token_latency_seconds", "Time between consecutive output deltas.", labels_);
   e2e_.render(out, "pagellm:e2e_request_latency_seconds", "Time from request arrival to its last token.",
               labels_);
+  request_prompt_tokens_.render(out, "pagellm:request_prompt_tokens", "Prompt tokens per finished request.",
+                                labels_);
+  request_generation_tokens_.render(out, "pagellm:request_generation_tokens",
+                                    "Generated tokens per finished request.", labels_);
+  out += vllm_copies(out);
+  if (!cache_config_labels_.empty()) {
+    header(out, "vllm:cache_config_info", "gauge", "Information of the KV cache configuration.");
+    sample(out, "vllm:cache_config_info", cache_config_labels_ + ",num_gpu_blocks=\"" +
+                                               std::to_string(engine_.num_kv_blocks) + "\"", 1);
+  }
   return out;
 }
 

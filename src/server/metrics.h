@@ -40,6 +40,10 @@ class Metrics {
   void observe_ttft(double s);
   void observe_itl(double s);
   void observe_e2e(double s);
+  // A finished request's prompt and generated token counts (vllm:request_*_tokens histograms).
+  void observe_request_tokens(int64_t prompt_tokens, int64_t generation_tokens);
+  // Cache configuration for vllm:cache_config_info (constant labels, value 1).
+  void set_cache_config(int block_size, const std::string& cache_dtype, bool prefix_caching);
   void count_http(int status);
   // Replaces the engine snapshot (its latency samples are ignored: the server measures its own).
   void set_engine_stats(const EngineStats& stats);
@@ -56,6 +60,8 @@ class Metrics {
   Histogram ttft_;
   Histogram itl_;
   Histogram e2e_;
+  Histogram request_prompt_tokens_, request_generation_tokens_;
+  std::string cache_config_labels_;
   std::map<int, uint64_t> http_by_status_;
 
   void render_engine(std::string& out) const;

@@ -33,6 +33,7 @@ ApiServer::ApiServer(EngineClient& engine, ServerConfig config)
       metrics_(config_.served_model_name.empty() ? engine.model_info().name : config_.served_model_name),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                    .count()) {
+  metrics_.set_cache_config(config_.block_size, config_.cache_dtype, config_.enable_prefix_caching);
   if (config_.served_model_name.empty()) config_.served_model_name = engine.model_info().name;
   auto ids = engine_.encode("a", /*add_special_tokens=*/false);
   if (!ids.empty()) anchor_ = {ids.back()};

@@ -25,6 +25,10 @@ struct ServerConfig {
   int max_num_seqs = 256;         // the engine's batch limit
   bool log_prompts = false;
   bool log_requests = true;
+  // The KV cache configuration, for vllm:cache_config_info.
+  int block_size = 16;
+  bool enable_prefix_caching = true;
+  std::string cache_dtype = "auto";
   ProtocolLimits limits;
   // Values for what a request leaves unset, from generation_config.json (as vLLM): sampling
   // defaults, and max_new_tokens caps the max_tokens a request without one gets.

@@ -26,6 +26,18 @@ curl -sf "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/j
   -d '{"model": "x", "prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}' |
   grep -q '"text"' || fail "no completion"
 grep -q "trust-remote-code: accepted" "$TMP/serve.log" || fail "--trust-remote-code not logged"
+# vLLM's metric names, moving in step with pagellm's own.
+curl -sf "http://127.0.0.1:$PORT/metrics" > "$TMP/metrics.txt"
+for name in num_requests_running num_requests_waiting kv_cache_usage_perc gpu_cache_usage_perc \
+    prompt_tokens_total generation_tokens_total request_success_total time_to_first_token_seconds_count \
+    inter_token_latency_seconds_count time_per_output_token_seconds_count e2e_request_latency_seconds_count \
+    request_prompt_tokens_count request_generation_tokens_count prefix_cache_queries_total \
+    prefix_cache_hits_total num_preemptions_total cache_config_info; do
+  grep -q "^vllm:$name{" "$TMP/metrics.txt" || fail "/metrics has no vllm:$name"
+done
+gen_vllm=$(grep '^vllm:generation_tokens_total{model_name="x"}' "$TMP/metrics.txt" | awk '{print $2}')
+gen_ours=$(grep '^pagellm:generation_tokens_total{model_name="x"}' "$TMP/metrics.txt" | awk '{print $2}')
+[ "$gen_vllm" = "$gen_ours" ] && [ "$gen_vllm" != 0 ] || fail "vllm:generation_tokens_total $gen_vllm vs ours $gen_ours"
 # CORS (vLLM's default: every origin): a browser's preflight, then the real request.
 curl -s -i -X OPTIONS "http://127.0.0.1:$PORT/v1/completions" -H 'Origin: http://localhost:5173' \
   -H 'Access-Control-Request-Method: POST' -H 'Access-Control-Request-Headers: content-type' > "$TMP/pre.txt"

@@ -301,5 +301,48 @@ TEST(ServerMetrics, PrometheusText) {
   EXPECT_NE(text.find("status=\"200\"} 1\n"), std::string::npos);
 }
 
+TEST(ServerMetrics, EverySeriesAlsoUnderVllmNames) {
+  Metrics m("x");
+  EngineStats s;
+  s.num_running = 2;
+  s.num_waiting = 7;
+  s.kv_usage = 0.5;
+  s.num_kv_blocks = 640;
+  s.requests_finished_length = 4;
+  s.prompt_tokens = 33;
+  s.generation_tokens = 44;
+  s.prefix_cache_queries = 10;
+  s.prefix_cache_hits = 6;
+  s.num_preemptions = 1;
+  m.set_engine_stats(s);
+  m.set_cache_config(16, "auto", true);
+  m.observe_ttft(0.02);
+  m.observe_itl(0.01);
+  m.observe_e2e(1.5);
+  m.observe_request_tokens(100, 20);
+  const std::string text = m.render(1, 1);
+  const std::string L = "{model_name=\"x\"}";
+  for (const std::string& line :
+       {"vllm:num_requests_running" + L + " 2\n", "vllm:num_requests_waiting" + L + " 7\n",
+        "vllm:kv_cache_usage_perc" + L + " 0.5\n", "vllm:gpu_cache_usage_perc" + L + " 0.5\n",
+        "vllm:prompt_tokens_total" + L + " 33\n", "vllm:generation_tokens_total" + L + " 44\n",
+        "vllm:prefix_cache_queries_total" + L + " 10\n", "vllm:prefix_cache_hits_total" + L + " 6\n",
+        "vllm:num_preemptions_total" + L + " 1\n",
+        std::string("vllm:request_success_total{model_name=\"x\",finished_reason=\"length\"} 4\n"),
+        "vllm:time_to_first_token_seconds_count" + L + " 1\n",
+        "vllm:inter_token_latency_seconds_count" + L + " 1\n",
+        "vllm:time_per_output_token_seconds_count" + L + " 1\n",
+        "vllm:e2e_request_latency_seconds_sum" + L + " 1.5\n",
+        "vllm:request_prompt_tokens_sum" + L + " 100\n",
+        std::string("vllm:request_generation_tokens_bucket{model_name=\"x\",le=\"20\"} 1\n"),
+        std::string("# TYPE vllm:e2e_request_latency_seconds histogram\n"),
+        std::string("vllm:cache_config_info{block_size=\"16\",cache_dtype=\"auto\","
+                    "enable_prefix_caching=\"True\",num_gpu_blocks=\"640\"} 1\n")})
+    EXPECT_NE(text.find(line), std::string::npos) << line;
+  // Series vLLM has no name for stay pagellm's only.
+  EXPECT_EQ(text.find("vllm:http_connections"), std::string::npos);
+  EXPECT_EQ(text.find("vllm:num_kv_blocks"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace pagellm::server
