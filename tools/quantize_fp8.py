@@ -516,7 +516,7 @@ def calibrate(cfg, tensors, ids):
             amax[p + "mlp." + name] = float(np.abs(h).max())
         g = h @ get(p + "mlp.gate_proj.weight").T
         u = h @ get(p + "mlp.up_proj.weight").T
-        m = g / (1.0 + np.exp(-g)) * u
+        m = g * (0.5 + 0.5 * np.tanh(0.5 * g)) * u  # silu without exp overflow
         amax[p + "mlp.down_proj"] = float(np.abs(m).max())
         x = x + m @ get(p + "mlp.down_proj.weight").T
     return amax
