@@ -11,7 +11,7 @@ PY=${PYTHON:-/usr/bin/python3}
 SHARED=${PAGELLM_SHARED_DIR:-../shared}
 MODEL=$SHARED/models/pycode-25M
 TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+[ -n "${PAGELLM_KEEP_TMP:-}" ] && echo "keeping $TMP" || trap 'rm -rf "$TMP"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 "$PY" -c "import numpy" 2>/dev/null || fail "$PY has no numpy (scripts/setup.sh installs python3-numpy)"
 [ -f "$MODEL/config.json" ] || fail "no $MODEL"

