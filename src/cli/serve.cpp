@@ -116,6 +116,11 @@ int run(int argc, char** argv) {
   // A worker process of a multi-process group executes the leader's steps instead.
   if (const std::optional<int> code = runner::run_worker_process(args)) return *code;
 
+  // Server settings are checked before any model loads.
+  server::ServerConfig config;
+  apply_vllm_server_flags(vllm, config);
+  const io::GenerationConfig generation = resolve_generation_config(vllm, args);
+
   const tok::ChatTemplateConfig chat = chat_config(args);
   runner::check_data_parallel_devices(args);
   // Declared before the client: the client's destructor stops them before they go.
@@ -125,7 +130,6 @@ int run(int argc, char** argv) {
   const std::unique_ptr<server::EngineClient> engine_client = make_client(engines, chat, args);
   server::EngineClient& client = *engine_client;
 
-  server::ServerConfig config;
   config.served_model_name = f.served_model_name;
   config.api_key = f.api_key;
   config.max_queued_requests = f.max_queued_requests;
@@ -134,8 +138,6 @@ int run(int argc, char** argv) {
   config.log_requests = !f.disable_log_requests;
   config.block_size = args.block_size;
   config.enable_prefix_caching = args.enable_prefix_caching;
-  const io::GenerationConfig generation =
-      args.model.empty() ? io::GenerationConfig{} : io::load_generation_config(args.model);
   config.sampling_defaults = default_sampling_params(generation);
   if (generation.max_new_tokens && *generation.max_new_tokens >= 1)
     config.default_max_tokens = int(std::min<int64_t>(*generation.max_new_tokens, INT32_MAX));

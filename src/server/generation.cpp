@@ -155,7 +155,7 @@ void GenerationCall::stream_prefix(size_t c) {
   json chunk = chunk_base();
   if (prepared_.kind == ApiKind::kChat) {
     chunk["choices"] = json::array(
-        {{{"index", c}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+        {{{"index", c}, {"delta", {{"role", server_.config().response_role}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
   } else {
     if (!prepared_.echo) return;  // completions have no preamble without echo
     const size_t prompt = c / static_cast<size_t>(prepared_.params.n);
@@ -225,7 +225,7 @@ json GenerationCall::choice_json(size_t c) const {
               {"finish_reason", finish_reason_json(choice.finish)},
               {"stop_reason", stop_reason_json(choice.stop_string, choice.stop_token)}};
   if (prepared_.kind == ApiKind::kChat) {
-    out["message"] = {{"role", "assistant"}, {"content", choice.text}};
+    out["message"] = {{"role", server_.config().response_role}, {"content", choice.text}};
     out["logprobs"] = prepared_.logprobs ? chat_logprobs_json(choice.logprobs, text_of) : json(nullptr);
     return out;
   }

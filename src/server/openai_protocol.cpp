@@ -362,7 +362,7 @@ CompletionRequest parse_completion_request(const json& body, const ProtocolLimit
   parse_sampling(body, r, limits, defaults);
   if (auto v = get_bool(body, "echo")) r.echo = *v;
   if (auto v = get_bool(body, "add_special_tokens")) r.add_special_tokens = *v;
-  if (auto v = get_int(body, "logprobs", 0, SamplingParams::kMaxLogprobs)) {
+  if (auto v = get_int(body, "logprobs", 0, limits.max_logprobs)) {
     r.logprobs = static_cast<int>(*v);
     r.params.logprobs = r.logprobs;
     if (r.echo) r.params.prompt_logprobs = r.logprobs;
@@ -377,7 +377,7 @@ ChatRequest parse_chat_request(const json& body, const ProtocolLimits& limits,
   r.messages = parse_messages(body, limits);
   parse_sampling(body, r, limits, defaults);
   if (auto v = get_bool(body, "logprobs")) r.logprobs = *v;
-  if (auto v = get_int(body, "top_logprobs", 0, SamplingParams::kMaxLogprobs)) {
+  if (auto v = get_int(body, "top_logprobs", 0, limits.max_logprobs)) {
     if (!r.logprobs) throw_bad_request("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
     r.top_logprobs = static_cast<int>(*v);
   }

@@ -51,6 +51,7 @@ struct ProtocolLimits {
   int max_stop = 16;            // stop strings and stop_token_ids each
   size_t max_stop_bytes = 1024; // per stop string
   int max_messages = 4096;
+  int max_logprobs = SamplingParams::kMaxLogprobs;  // --max-logprobs (at most kMaxLogprobs)
 };
 
 // Parses a request body into JSON: rejects deep nesting before parsing (so the parser's recursion

@@ -92,7 +92,7 @@ void ApiServer::log_request(const HttpRequest& request, int status, int64_t prom
                      " prompt_tokens=" + std::to_string(prompt_tokens) +
                      " completion_tokens=" + std::to_string(completion_tokens) + " " + latency + " " + request.remote;
   if (config_.log_prompts && !prompt_for_log.empty()) {
-    line += " prompt=" + dump_json(json(truncate_for_log(prompt_for_log, 4096)));
+    line += " prompt=" + dump_json(json(truncate_for_log(prompt_for_log, config_.max_log_len)));
   }
   log::info(line);
 }
@@ -146,6 +146,11 @@ void ApiServer::handle(HttpRequest request, std::shared_ptr<ResponseWriter> writ
 }
 
 void ApiServer::dispatch(HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer, Clock::time_point start) {
+  // Behind a proxy that forwards /ROOT/v1/... unchanged, --root-path ROOT maps it to /v1/...
+  const std::string& root = config_.root_path;
+  if (!root.empty() && request.path.size() > root.size() && request.path.starts_with(root) &&
+      request.path[root.size()] == '/')
+    request.path.erase(0, root.size());
   const std::string& path = request.path;
   const bool is_get = request.method == "GET" || request.method == "HEAD";
   const bool is_post = request.method == "POST";

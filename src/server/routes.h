@@ -25,6 +25,9 @@ struct ServerConfig {
   int max_num_seqs = 256;         // the engine's batch limit
   bool log_prompts = false;
   bool log_requests = true;
+  size_t max_log_len = 4096;                // --max-log-len: bytes of a prompt in a log line
+  std::string response_role = "assistant";  // --response-role: the role of chat replies
+  std::string root_path;                    // --root-path: a proxy's path prefix, stripped
   // The KV cache configuration, for vllm:cache_config_info.
   int block_size = 16;
   bool enable_prefix_caching = true;

@@ -66,6 +66,28 @@ grep -qi "^access-control-allow-origin: http://app.example" "$TMP/get2.txt" || f
 grep -qi "^access-control-allow-credentials: true" "$TMP/get2.txt" || fail "no Allow-Credentials"
 kill "$PID" && wait "$PID" 2>/dev/null || true
 PID=
+# Server flags with vLLM's names: a proxy prefix, the reply role, the logprobs cap, generation config.
+"$BIN" serve "$MODEL" --port "$PORT" --root-path /llm --response-role bot --max-logprobs 3 \
+  --generation-config vllm --override-generation-config '{"max_new_tokens": 5}' \
+  --chat-template '{% for m in messages %}{{ m.content }}{% endfor %}' > "$TMP/serve3.log" 2>&1 &
+PID=$!
+for _ in $(seq 100); do
+  curl -sf "http://127.0.0.1:$PORT/llm/health" > /dev/null && break
+  sleep 0.1
+done
+curl -sf "http://127.0.0.1:$PORT/llm/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages": [{"role": "user", "content": "Hi"}], "temperature": 0}' > "$TMP/chat.json" ||
+  fail "chat under --root-path failed"
+grep -q '"role":"bot"' "$TMP/chat.json" || fail "--response-role not used: $(cat "$TMP/chat.json")"
+grep -q '"completion_tokens":5' "$TMP/chat.json" || fail "--override-generation-config max_new_tokens not used"
+code=$(curl -s -o "$TMP/lp.json" -w '%{http_code}' "http://127.0.0.1:$PORT/v1/completions" \
+  -H 'Content-Type: application/json' -d '{"prompt": "a", "max_tokens": 2, "logprobs": 5}')
+[ "$code" = 400 ] || fail "logprobs above --max-logprobs answered $code"
+kill "$PID" && wait "$PID" 2>/dev/null || true
+PID=
+echo "ok: --root-path, --response-role, --max-logprobs, --generation-config / --override-generation-config"
+if "$BIN" serve "$MODEL" --max-logprobs 50 > "$TMP/out4.txt" 2>&1; then fail "--max-logprobs 50 accepted"; fi
+grep -q "max-logprobs 50" "$TMP/out4.txt" || fail "no error for --max-logprobs 50"
 if "$BIN" serve "$MODEL" --allowed-origins '[1]' > "$TMP/out3.txt" 2>&1; then fail "bad --allowed-origins accepted"; fi
 grep -q "allowed-origins" "$TMP/out3.txt" || fail "no error for a bad --allowed-origins"
 echo "ok: CORS origin list enforced"

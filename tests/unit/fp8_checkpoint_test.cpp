@@ -17,6 +17,7 @@
 #include "model_files_util.h"
 #include "quant/fp8_weights.h"
 #include "quant/quant_config.h"
+#include "sanitized.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagellm {
@@ -328,7 +329,8 @@ TEST(Fp8Accuracy, PerplexityWithinTwoPercentOfBf16) {
   ASSERT_GT(text.size(), 1000u) << "tests/data/heldout_python.txt";
   auto tok = tok::Tokenizer::from_dir(kPycode);
   std::vector<int32_t> ids = tok->encode(text, true);
-  if (ids.size() > 1024) ids.resize(1024);
+  const size_t max_tokens = testing::kSanitized ? 96 : 1024;
+  if (ids.size() > max_tokens) ids.resize(max_tokens);
   const io::WeightStore store = io::WeightStore::open(kPycode);
   io::ModelConfig c = io::load_model_config(kPycode);
   const double base = perplexity(c, models::load_llama_weights(c, store), ids);
@@ -346,8 +348,11 @@ TEST(Fp8Accuracy, PerplexityWithinTwoPercentOfBf16) {
               "(%+.2f%%), fp8 128x128 blocks %.4f (%+.2f%%)\n",
               ids.size(), base, fp8, 100 * (fp8 / base - 1), block, 100 * (block / base - 1));
   EXPECT_LT(base, 20.0);  // a trained model on Python code
-  EXPECT_LE(fp8, base * 1.02);
-  EXPECT_LE(block, base * 1.02);
+  // The sanitizer build scores only the first 96 tokens: too few for a 2% bound, so it checks that
+  // FP8 stays close (the Release build holds the bound on 1024 tokens).
+  const double bound = testing::kSanitized ? 1.10 : 1.02;
+  EXPECT_LE(fp8, base * bound);
+  EXPECT_LE(block, base * bound);
 }
 
 }  // namespace
