@@ -71,7 +71,8 @@ nlohmann::json result_json(size_t index, const RequestOutput& out) {
       }
       nlohmann::json top = nlohmann::json::array();
       for (const auto& [id, value] : lp->top) top.push_back({id, value});
-      plp.push_back({{"token_id", lp->token_id}, {"logprob", lp->logprob}, {"top", std::move(top)}});
+      plp.push_back(
+          {{"token_id", lp->token_id}, {"logprob", lp->logprob}, {"top", std::move(top)}});
     }
     j["prompt_logprobs"] = std::move(plp);
   }
