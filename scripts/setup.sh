@@ -20,6 +20,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nodejs npm                          # test tooling: reference tokenizers, jinja, openai client
   curl python3
+  python3-numpy                       # tools/quantize_fp8.py and its tests (numpy only, no torch)
 )
 
 missing=()

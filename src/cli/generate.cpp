@@ -61,11 +61,19 @@ nlohmann::json result_json(size_t index, const RequestOutput& out) {
   }
   if (!out.prompt_logprobs.empty()) {
     // Per prompt token: null for the first, else its id and logprob given the tokens before it
-    // (teacher-forced scoring: perplexity = exp(-mean logprob)).
+    // (teacher-forced scoring: perplexity = exp(-mean logprob)) and the model's top N there as
+    // [id, logprob] pairs, best first (teacher-forced argmax agreement).
     nlohmann::json plp = nlohmann::json::array();
-    for (const auto& lp : out.prompt_logprobs)
-      plp.push_back(lp ? nlohmann::json{{"token_id", lp->token_id}, {"logprob", lp->logprob}}
-                       : nlohmann::json(nullptr));
+    for (const auto& lp : out.prompt_logprobs) {
+      if (!lp) {
+        plp.push_back(nullptr);
+        continue;
+      }
+      nlohmann::json top = nlohmann::json::array();
+      for (const auto& [id, value] : lp->top) top.push_back({id, value});
+      plp.push_back(
+          {{"token_id", lp->token_id}, {"logprob", lp->logprob}, {"top", std::move(top)}});
+    }
     j["prompt_logprobs"] = std::move(plp);
   }
   if (out.outputs.size() > 1) {

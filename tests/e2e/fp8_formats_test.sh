@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# FP8 checkpoints end to end on the CPU: tools/quantize_fp8.py writes pycode-25M in every format
+# (its own tests first: formats that encode the same quantization hold the same bytes, errors within
+# e4m3's half-ulp), `pagellm generate` loads each and continues Python prompts greedily like the bf16
+# model, teacher-forced perplexity over tests/data/heldout_python.txt stays within 2% of bf16, and
+# broken checkpoints fail with one line naming the tensor or field.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BIN=${PAGELLM_BIN:-build/pagellm}
+PY=${PYTHON:-/usr/bin/python3}
+SHARED=${PAGELLM_SHARED_DIR:-../shared}
+MODEL=$SHARED/models/pycode-25M
+TMP=$(mktemp -d)
+[ -n "${PAGELLM_KEEP_TMP:-}" ] && echo "keeping $TMP" || trap 'rm -rf "$TMP"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+"$PY" -c "import numpy" 2>/dev/null || fail "$PY has no numpy (scripts/setup.sh installs python3-numpy)"
+[ -f "$MODEL/config.json" ] || fail "no $MODEL"
+
+PAGELLM_SHARED_DIR=$SHARED "$PY" tests/tools/quantize_fp8_test.py > "$TMP/unit.txt" 2>&1 \
+  || { cat "$TMP/unit.txt" >&2; fail "tests/tools/quantize_fp8_test.py"; }
+echo "ok: quantize_fp8 tool tests ($(grep -o 'Ran [0-9]* tests' "$TMP/unit.txt"))"
+
+FORMATS=(compressed-tensors-channel fbgemm block compressed-tensors-block fp8-static fp8-dynamic
+         compressed-tensors-tensor-static)
+for f in "${FORMATS[@]}"; do
+  "$PY" tools/quantize_fp8.py --format "$f" --dequantize-check "$MODEL" "$TMP/$f" 2> "$TMP/q_$f.txt" \
+    || { cat "$TMP/q_$f.txt" >&2; fail "quantize_fp8.py --format $f"; }
+done
+echo "ok: quantized pycode-25M into ${#FORMATS[@]} formats"
+
+# Eight greedy 32-token Python continuations and the held-out text scored teacher-forced
+# (prompt_logprobs), then for every model the same plus bf16's greedy tokens fed back (teacher-forced
+# argmax agreement).
+gen() {  # NAME PROMPTS [flags...]
+  local name=$1 prompts=$2; shift 2
+  "$BIN" generate --device cpu --prompts-file "$prompts" --output "$TMP/res_$name.jsonl" "$@" \
+    2> "$TMP/err_$name.txt" || { tail -5 "$TMP/err_$name.txt" >&2; fail "generate ($name) exited non-zero"; }
+}
+"$PY" tests/tools/fp8_e2e.py prompts tests/data/heldout_python.txt "$TMP/prompts.jsonl"
+gen bf16-first "$TMP/prompts.jsonl" --model "$MODEL"
+cp "$TMP/prompts.jsonl" "$TMP/prompts_tf.jsonl"
+"$PY" tests/tools/fp8_e2e.py teacher "$MODEL" "$TMP/res_bf16-first.jsonl" "$TMP/prompts_tf.jsonl"
+gen bf16 "$TMP/prompts_tf.jsonl" --model "$MODEL"
+gen online "$TMP/prompts_tf.jsonl" --model "$MODEL" --quantization fp8
+grep -q "quantized at load" "$TMP/err_online.txt" || fail "--quantization fp8: no 'quantized at load' in the log"
+for f in "${FORMATS[@]}"; do
+  gen "$f" "$TMP/prompts_tf.jsonl" --model "$TMP/$f"
+  grep -qi "fp8" "$TMP/err_$f.txt" || fail "$f: the log does not mention fp8"
+done
+reports=("bf16=$TMP/res_bf16.jsonl" "online=$TMP/res_online.jsonl")
+for f in "${FORMATS[@]}"; do reports+=("$f=$TMP/res_$f.jsonl"); done
+"$PY" tests/tools/fp8_e2e.py report "${reports[@]}" || fail "FP8 accuracy (above)"
+echo "ok: every format continues the prompts and scores the held-out text like bf16"
+
+# Broken checkpoints: non-zero exit and one error line naming what is wrong.
+broken() {  # KIND PATTERN
+  local kind=$1 pattern=$2
+  "$PY" tests/tools/fp8_e2e.py broken "$TMP/compressed-tensors-channel" "$TMP/broken_$kind" "$kind"
+  if "$BIN" generate --device cpu --model "$TMP/broken_$kind" --prompt "def f():" --max-tokens 4 \
+      > /dev/null 2> "$TMP/err_broken_$kind.txt"; then
+    fail "$kind: generate exited 0"
+  fi
+  local errs
+  errs=$(grep -civ "\bINFO\b" "$TMP/err_broken_$kind.txt" || true)
+  [ "$errs" -eq 1 ] || { cat "$TMP/err_broken_$kind.txt" >&2; fail "$kind: expected one error line, got $errs"; }
+  grep -v "\bINFO\b" "$TMP/err_broken_$kind.txt" | grep -qiE "$pattern" \
+    || { cat "$TMP/err_broken_$kind.txt" >&2; fail "$kind: error does not match /$pattern/"; }
+  echo "ok: $kind: $(grep -v '\bINFO\b' "$TMP/err_broken_$kind.txt")"
+  rm -rf "$TMP/broken_$kind"
+}
+broken missing-scale "model\.layers\.3\.mlp\.down_proj\.weight_scale"
+broken misshaped-scale "model\.layers\.2\.self_attn\.k_proj\.weight_scale"
+broken unknown-method "fp9_magic"
+broken int4 "4-bit|int4"
+echo "fp8_formats_test: all passed"
