@@ -56,6 +56,13 @@ WeightScales scale_layout(const io::TensorView& s, int64_t n, int64_t k, const Q
                     ", 1]) weight scale is expected");
 }
 
+// Scales must be finite and positive (a zero or NaN scale silently zeroes or poisons a layer).
+void check_positive(const io::TensorView& t) {
+  for (float v : read_f32(t))
+    if (!(std::isfinite(v) && v > 0))
+      bad_tensor(t, "holds " + std::to_string(v) + "; scales must be finite and positive");
+}
+
 const io::TensorView& scale_tensor(const io::WeightStore& store, const models::HfTensorSpec& part,
                                    const QuantConfig& q) {
   const std::string name = sibling_name(part.name, q.scale_suffix);
@@ -95,8 +102,17 @@ void check_fp8_part(const io::WeightStore& store, const models::HfTensorSpec& pa
     if (!scalar_shape(in->shape) || is_fp8(in->dtype))
       bad_tensor(*in, "must be a scalar ([] or [1]) F32/BF16/F16 activation scale, got " +
                           std::string(dtype_name(in->dtype)) + " " + shape_str(in->shape));
+    check_positive(*in);
     used.insert(in->name);
   }
+  // Static activation schemes promise an input scale for every FP8 layer (vLLM refuses the
+  // checkpoint without one; pagellm quantizes activations per token, but a missing tensor means a
+  // broken export).
+  if (q.static_activations && w.dtype == DType::kF8E4M3 &&
+      !store.find(sibling_name(part.name, "input_scale")))
+    invalid_argument(store.source() + ": FP8 weight '" + part.name + "' has no '" +
+                     sibling_name(part.name, "input_scale") +
+                     "', which its static activation scheme needs");
   const io::TensorView* s = store.find(sibling_name(part.name, q.scale_suffix));
   if (w.dtype != DType::kF8E4M3) {  // a module the checkpoint left in 16 bits
     if (s) bad_tensor(*s, "scales '" + part.name + "', which is not FP8 but " +
@@ -108,9 +124,7 @@ void check_fp8_part(const io::WeightStore& store, const models::HfTensorSpec& pa
     bad_tensor(scale, "is " + std::string(dtype_name(scale.dtype)) +
                           "; weight scales must be F32, BF16 or F16");
   scale_layout(scale, part.shape[0], part.shape[1], q);
-  for (float v : read_f32(scale))
-    if (!(std::isfinite(v) && v > 0))
-      bad_tensor(scale, "holds " + std::to_string(v) + "; scales must be finite and positive");
+  check_positive(scale);
   used.insert(scale.name);
 }
 

@@ -38,6 +38,19 @@ done
 gen_vllm=$(grep '^vllm:generation_tokens_total{model_name="x"}' "$TMP/metrics.txt" | awk '{print $2}')
 gen_ours=$(grep '^pagellm:generation_tokens_total{model_name="x"}' "$TMP/metrics.txt" | awk '{print $2}')
 [ "$gen_vllm" = "$gen_ours" ] && [ "$gen_vllm" != 0 ] || fail "vllm:generation_tokens_total $gen_vllm vs ours $gen_ours"
+# `pagellm complete` as an interactive client (like `vllm complete`): --quick, and lines from stdin.
+"$BIN" complete --url "http://127.0.0.1:$PORT/v1" --quick "Once upon a time" --max-tokens 8 > "$TMP/c1.txt" ||
+  fail "complete --quick failed"
+[ -s "$TMP/c1.txt" ] || fail "complete --quick printed nothing"
+printf 'Once upon a time\nThe dog\n' | "$BIN" complete --url "http://127.0.0.1:$PORT/v1" --max-tokens 4 \
+  > "$TMP/c2.txt" || fail "complete from stdin failed"
+if "$BIN" chat --url "http://127.0.0.1:$PORT/v1" --quick "Hi" > "$TMP/c3.txt" 2>&1; then
+  fail "chat without a chat template succeeded"
+fi
+grep -q "400.*chat template" "$TMP/c3.txt" || { cat "$TMP/c3.txt" >&2; fail "chat error not shown"; }
+if "$BIN" complete --url "http://127.0.0.1:1/v1" --quick x > "$TMP/c4.txt" 2>&1; then fail "unreachable server"; fi
+grep -q "cannot reach" "$TMP/c4.txt" || fail "no error for an unreachable server"
+echo "ok: pagellm complete / chat clients"
 # CORS (vLLM's default: every origin): a browser's preflight, then the real request.
 curl -s -i -X OPTIONS "http://127.0.0.1:$PORT/v1/completions" -H 'Origin: http://localhost:5173' \
   -H 'Access-Control-Request-Method: POST' -H 'Access-Control-Request-Headers: content-type' > "$TMP/pre.txt"
@@ -83,6 +96,8 @@ grep -q '"completion_tokens":5' "$TMP/chat.json" || fail "--override-generation-
 code=$(curl -s -o "$TMP/lp.json" -w '%{http_code}' "http://127.0.0.1:$PORT/v1/completions" \
   -H 'Content-Type: application/json' -d '{"prompt": "a", "max_tokens": 2, "logprobs": 5}')
 [ "$code" = 400 ] || fail "logprobs above --max-logprobs answered $code"
+printf 'Hi\nAnd again\n' | "$BIN" chat --url "http://127.0.0.1:$PORT/llm/v1" --system-prompt "Be brief" \
+  > "$TMP/chat2.txt" || fail "chat over two turns failed"
 kill "$PID" && wait "$PID" 2>/dev/null || true
 PID=
 echo "ok: --root-path, --response-role, --max-logprobs, --generation-config / --override-generation-config"

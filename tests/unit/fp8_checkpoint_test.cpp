@@ -288,6 +288,33 @@ TEST(Fp8Checkpoint, BadScalesGetOneLineErrorsNamingTheTensor) {
   EXPECT_NE(load_with(header).find("has no FP8 quantization_config"), std::string::npos);
 }
 
+TEST(Fp8Checkpoint, StaticSchemesNeedValidInputScales) {
+  if (!std::filesystem::exists(kPycode / "config.json")) GTEST_SKIP();
+  TempDir dir;
+  write_fp8_pycode(dir.path(), Layout::kTensor);
+  const std::string file = testing::read_file(dir.path() / "model.safetensors");
+  uint64_t header_len = 0;
+  for (int i = 0; i < 8; ++i) header_len |= uint64_t(uint8_t(file[size_t(i)])) << (8 * i);
+  const json header = json::parse(file.substr(8, header_len));
+  const std::string input = "model.layers.2.self_attn.o_proj.input_scale";
+  auto load_with = [&](const json& h, const std::string& data) {
+    testing::write_file(dir.path() / "model.safetensors", testing::safetensors_bytes(h.dump(), data));
+    return error_of([&] {
+      const io::WeightStore store = io::WeightStore::open(dir.path());
+      models::load_llama_weights(config_of(dir.path()), store);
+    });
+  };
+  json missing = header;
+  missing.erase(input);
+  EXPECT_NE(load_with(missing, file.substr(8 + header_len)).find("has no '" + input + "'"),
+            std::string::npos);
+  std::string data = file.substr(8 + header_len);
+  const float negative = -1.0f;
+  data.replace(header[input]["data_offsets"][0].get<size_t>(), 4,
+               std::string(reinterpret_cast<const char*>(&negative), 4));
+  EXPECT_NE(load_with(header, data).find("'" + input + "' holds -1"), std::string::npos);
+}
+
 // ---- accuracy: teacher-forced perplexity --------------------------------------------------------
 
 std::string heldout_text() {
