@@ -374,7 +374,8 @@ TEST(Fp8Accuracy, PerplexityWithinTwoPercentOfBf16) {
   std::printf("pycode-25M perplexity over %zu tokens: bf16 %.4f, fp8 per-channel W8A8 %.4f "
               "(%+.2f%%), fp8 128x128 blocks %.4f (%+.2f%%)\n",
               ids.size(), base, fp8, 100 * (fp8 / base - 1), block, 100 * (block / base - 1));
-  EXPECT_LT(base, 20.0);  // a trained model on Python code
+  // A trained model on Python code (the first 96 tokens, a docstring, are the hardest part).
+  EXPECT_LT(base, testing::kSanitized ? 100.0 : 20.0);
   // The sanitizer build scores only the first 96 tokens: too few for a 2% bound, so it checks that
   // FP8 stays close (the Release build holds the bound on 1024 tokens).
   const double bound = testing::kSanitized ? 1.10 : 1.02;
