@@ -15,6 +15,9 @@ struct EngineArgs {
   // Weight quantization: "" = the checkpoint's quantization_config; "fp8" = FP8 weights (a 16-bit
   // checkpoint is quantized at load, per output channel); see src/quant/quant_config.h.
   std::string quantization;
+  // KV cache element type: "auto" (the model dtype). vLLM's fp8 values are refused until the FP8 KV
+  // cache exists, with a message that says so.
+  std::string kv_cache_dtype = "auto";
   uint64_t seed = 0;              // for dummy weights and unseeded sampling
   std::string device = "cpu";     // "cpu" or "cuda"
   int max_model_len = 0;          // 0 = from config.json

@@ -10,6 +10,8 @@ void add_engine_flags(CLI::App& app, EngineArgs& args) {
   app.add_option("--load-format", args.load_format, "auto | safetensors | dummy (random weights)")
       ->capture_default_str();
   app.add_option("--dtype", args.dtype, "auto | float32 | float16 | bfloat16")->capture_default_str();
+  app.add_option("--kv-cache-dtype", args.kv_cache_dtype, "KV cache dtype: auto (the model's)")
+      ->capture_default_str();
   app.add_option("--quantization,-q", args.quantization,
                  "weight quantization: fp8 (FP8 checkpoints load without it; on a 16-bit "
                  "checkpoint it quantizes the linear layers at load). Default: the checkpoint's");

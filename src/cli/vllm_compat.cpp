@@ -48,6 +48,8 @@ void add_vllm_compat_flags(CLI::App& app, VllmCompatFlags& f) {
                  "sampling defaults: auto (the model's generation_config.json), vllm (none), or a folder");
   app.add_option("--override-generation-config", f.override_generation_config,
                  "JSON fields over the generation config, e.g. '{\"temperature\": 0.5}'");
+  app.add_flag("--return-tokens-as-token-ids", f.return_tokens_as_token_ids,
+               "logprobs name their tokens 'token_id:N' instead of text");
   for (const Refused& r : kRefused) {
     const std::string message = std::string(r.flag) + " is a vLLM flag pagellm does not take: " + r.why;
     app.add_option(r.flag, "vLLM only")
@@ -81,6 +83,7 @@ void apply_vllm_server_flags(const VllmCompatFlags& f, server::ServerConfig& con
   config.max_log_len = f.max_log_len;
   config.response_role = f.response_role;
   config.root_path = f.root_path;
+  config.return_tokens_as_token_ids = f.return_tokens_as_token_ids;
 }
 
 io::GenerationConfig resolve_generation_config(const VllmCompatFlags& f, const EngineArgs& args) {

@@ -25,6 +25,7 @@ struct VllmCompatFlags {
   std::string root_path;
   std::string generation_config = "auto";  // auto (the model folder's) | vllm (none) | DIR
   std::string override_generation_config;  // JSON object over the chosen config
+  bool return_tokens_as_token_ids = false;
 };
 
 void add_vllm_compat_flags(CLI::App& app, VllmCompatFlags& f);

@@ -139,7 +139,12 @@ void GenerationCall::on_output(size_t sub_index, RequestOutput&& out) {
   if (std::all_of(subs_.begin(), subs_.end(), [](const Sub& s) { return s.finished; })) finish();
 }
 
-std::string GenerationCall::token_text(int32_t id) const { return server_.token_text(id); }
+// The token of a logprobs entry: its text, or "token_id:N" under --return-tokens-as-token-ids
+// (tokens that are not valid UTF-8 on their own stay identifiable).
+std::string GenerationCall::token_text(int32_t id) const {
+  if (server_.config().return_tokens_as_token_ids) return "token_id:" + std::to_string(id);
+  return server_.token_text(id);
+}
 
 json GenerationCall::chunk_base() const {
   return json{{"id", id_},

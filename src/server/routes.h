@@ -28,6 +28,7 @@ struct ServerConfig {
   size_t max_log_len = 4096;                // --max-log-len: bytes of a prompt in a log line
   std::string response_role = "assistant";  // --response-role: the role of chat replies
   std::string root_path;                    // --root-path: a proxy's path prefix, stripped
+  bool return_tokens_as_token_ids = false;  // logprobs name tokens "token_id:N" (vLLM's flag)
   // The KV cache configuration, for vllm:cache_config_info.
   int block_size = 16;
   bool enable_prefix_caching = true;

@@ -82,7 +82,8 @@ PID=
 # Server flags with vLLM's names: a proxy prefix, the reply role, the logprobs cap, generation config.
 "$BIN" serve "$MODEL" --port "$PORT" --root-path /llm --response-role bot --max-logprobs 3 \
   --generation-config vllm --override-generation-config '{"max_new_tokens": 5}' \
-  --chat-template '{% for m in messages %}{{ m.content }}{% endfor %}' > "$TMP/serve3.log" 2>&1 &
+  --chat-template '{% for m in messages %}{{ m.content }}{% endfor %}' --return-tokens-as-token-ids \
+  > "$TMP/serve3.log" 2>&1 &
 PID=$!
 for _ in $(seq 100); do
   curl -sf "http://127.0.0.1:$PORT/llm/health" > /dev/null && break
@@ -96,6 +97,9 @@ grep -q '"completion_tokens":5' "$TMP/chat.json" || fail "--override-generation-
 code=$(curl -s -o "$TMP/lp.json" -w '%{http_code}' "http://127.0.0.1:$PORT/v1/completions" \
   -H 'Content-Type: application/json' -d '{"prompt": "a", "max_tokens": 2, "logprobs": 5}')
 [ "$code" = 400 ] || fail "logprobs above --max-logprobs answered $code"
+curl -sf "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt": "Once", "max_tokens": 2, "logprobs": 2}' | grep -q '"token_id:[0-9]*"' ||
+  fail "--return-tokens-as-token-ids: no token_id:N in logprobs"
 printf 'Hi\nAnd again\n' | "$BIN" chat --url "http://127.0.0.1:$PORT/llm/v1" --system-prompt "Be brief" \
   > "$TMP/chat2.txt" || fail "chat over two turns failed"
 kill "$PID" && wait "$PID" 2>/dev/null || true
@@ -104,6 +108,8 @@ echo "ok: --root-path, --response-role, --max-logprobs, --generation-config / --
 if "$BIN" serve "$MODEL" --max-logprobs 50 > "$TMP/out4.txt" 2>&1; then fail "--max-logprobs 50 accepted"; fi
 grep -q "max-logprobs 50" "$TMP/out4.txt" || fail "no error for --max-logprobs 50"
 if "$BIN" serve "$MODEL" --allowed-origins '[1]' > "$TMP/out3.txt" 2>&1; then fail "bad --allowed-origins accepted"; fi
+if "$BIN" serve "$MODEL" --kv-cache-dtype fp8 > "$TMP/out5.txt" 2>&1; then fail "--kv-cache-dtype fp8 accepted"; fi
+grep -q "FP8 KV cache is not implemented yet" "$TMP/out5.txt" || fail "no reason for --kv-cache-dtype fp8"
 grep -q "allowed-origins" "$TMP/out3.txt" || fail "no error for a bad --allowed-origins"
 echo "ok: CORS origin list enforced"
 
