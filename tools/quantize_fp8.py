@@ -479,7 +479,9 @@ def apply_rope(x, cos, sin):
 
 
 def calibrate(cfg, tensors, ids):
-    """{linear prefix: amax of its input} from a float32 forward pass over `ids`."""
+    """{linear prefix: amax of its input} from a float32 forward pass over `ids`; also, under
+    "model.layers.N.self_attn.k_cache" / ".v_cache", the amax of the keys (after RoPE) and values
+    the KV cache stores."""
     get = lambda name: tensors[name].to_f32()
     hidden = cfg["hidden_size"]
     heads = cfg["num_attention_heads"]
@@ -504,6 +506,8 @@ def calibrate(cfg, tensors, ids):
         k = (h @ get(p + "self_attn.k_proj.weight").T).reshape(t, kv_heads, head_dim).transpose(1, 0, 2)
         v = (h @ get(p + "self_attn.v_proj.weight").T).reshape(t, kv_heads, head_dim).transpose(1, 0, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        amax[p + "self_attn.k_cache"] = float(np.abs(k).max())
+        amax[p + "self_attn.v_cache"] = float(np.abs(v).max())
         k, v = np.repeat(k, group, axis=0), np.repeat(v, group, axis=0)
         s = q @ k.transpose(0, 2, 1) / np.float32(math.sqrt(head_dim)) + mask
         s = np.exp(s - s.max(axis=-1, keepdims=True))
@@ -528,8 +532,11 @@ COPY_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "spe
               "generation_config.json", "chat_template.jinja", "chat_template.json")
 
 
-def quantize_folder(src, out, fmt, calibration_text=None, max_calibration_tokens=512, log=print):
-    """Writes the FP8 checkpoint; returns {prefix: (scheme, source float32 weight)} for checks."""
+def quantize_folder(src, out, fmt, calibration_text=None, max_calibration_tokens=512, log=print,
+                    kv_cache_scales=False):
+    """Writes the FP8 checkpoint; returns {prefix: (scheme, source float32 weight)} for checks.
+    kv_cache_scales: also per-layer FP8 KV cache scales (self_attn.k_scale / v_scale = calibrated
+    amax / 448, the compressed-tensors kv_cache_scheme layout)."""
     with open(os.path.join(src, "config.json")) as f:
         cfg = json.load(f)
     if "quantization_config" in cfg:
@@ -539,7 +546,7 @@ def quantize_folder(src, out, fmt, calibration_text=None, max_calibration_tokens
     if not prefixes:
         raise ValueError("%s: no q/k/v/o/gate/up/down_proj weights found" % src)
     input_amax = None
-    if static_activations(fmt):
+    if static_activations(fmt) or kv_cache_scales:
         text = calibration_text if calibration_text is not None else DEFAULT_CALIBRATION
         ids = Tokenizer(src).encode(text)[:max_calibration_tokens]
         log("calibrating input scales on %d tokens" % len(ids))
@@ -556,15 +563,23 @@ def quantize_folder(src, out, fmt, calibration_text=None, max_calibration_tokens
         codes, scale = quantize_weight(wf, scheme)
         outputs[p + ".weight"] = Tensor("F8_E4M3", wf.shape, codes.reshape(-1))
         outputs[p + "." + scale_tensor_name(fmt)] = scale_storage(scale, fmt)
-        if input_amax is not None:
+        if static_activations(fmt):
             s = amax_to_scale(input_amax[p])
             outputs[p + ".input_scale"] = scale_storage(s, fmt)
         result[p] = (scheme, wf)
+    if kv_cache_scales:
+        for layer in range(cfg["num_hidden_layers"]):
+            p = "model.layers.%d.self_attn." % layer
+            outputs[p + "k_scale"] = f32_tensor(np.asarray(amax_to_scale(input_amax[p + "k_cache"]), np.float32))
+            outputs[p + "v_scale"] = f32_tensor(np.asarray(amax_to_scale(input_amax[p + "v_cache"]), np.float32))
     os.makedirs(out, exist_ok=True)
     for name in COPY_FILES:
         if os.path.exists(os.path.join(src, name)):
             shutil.copyfile(os.path.join(src, name), os.path.join(out, name))
     cfg["quantization_config"] = quantization_config(fmt)
+    if kv_cache_scales and fmt.startswith("compressed-tensors"):
+        cfg["quantization_config"]["kv_cache_scheme"] = {
+            "num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
         f.write("\n")
@@ -616,6 +631,8 @@ def main(argv=None):
     ap.add_argument("--format", required=True, choices=FORMATS)
     ap.add_argument("--calibration-file", help="text for static input scales (default: a built-in Python snippet)")
     ap.add_argument("--calibration-tokens", type=int, default=512, help="at most this many calibration tokens")
+    ap.add_argument("--kv-cache-scales", action="store_true",
+                    help="also write calibrated per-layer FP8 KV cache scales (self_attn.k_scale / v_scale)")
     ap.add_argument("--dequantize-check", action="store_true",
                     help="reload the output, dequantize and report the error against the source")
     args = ap.parse_args(argv)
@@ -625,7 +642,8 @@ def main(argv=None):
             text = f.read()
     log = lambda msg: print("quantize_fp8: " + msg, file=sys.stderr)
     try:
-        sources = quantize_folder(args.src, args.out, args.format, text, args.calibration_tokens, log)
+        sources = quantize_folder(args.src, args.out, args.format, text, args.calibration_tokens, log,
+                                  args.kv_cache_scales)
         if args.dequantize_check:
             _, _, bad = dequantize_check(args.out, args.format, sources, log)
             if bad:

@@ -15,9 +15,11 @@ struct EngineArgs {
   // Weight quantization: "" = the checkpoint's quantization_config; "fp8" = FP8 weights (a 16-bit
   // checkpoint is quantized at load, per output channel); see src/quant/quant_config.h.
   std::string quantization;
-  // KV cache element type: "auto" (the model dtype). vLLM's fp8 values are refused until the FP8 KV
-  // cache exists, with a message that says so.
+  // KV cache element type: "auto" (the model dtype), "fp8" / "fp8_e4m3" or "fp8_e5m2" (per-layer
+  // K and V scales from the checkpoint, else 1.0; see src/quant/kv_cache_quant.h).
   std::string kv_cache_dtype = "auto";
+  // With an FP8 KV cache: take each layer's K/V scales from the first batch instead.
+  bool calculate_kv_scales = false;
   uint64_t seed = 0;              // for dummy weights and unseeded sampling
   std::string device = "cpu";     // "cpu" or "cuda"
   int max_model_len = 0;          // 0 = from config.json

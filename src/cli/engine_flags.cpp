@@ -10,8 +10,13 @@ void add_engine_flags(CLI::App& app, EngineArgs& args) {
   app.add_option("--load-format", args.load_format, "auto | safetensors | dummy (random weights)")
       ->capture_default_str();
   app.add_option("--dtype", args.dtype, "auto | float32 | float16 | bfloat16")->capture_default_str();
-  app.add_option("--kv-cache-dtype", args.kv_cache_dtype, "KV cache dtype: auto (the model's)")
+  app.add_option("--kv-cache-dtype", args.kv_cache_dtype,
+                 "KV cache dtype: auto (the model's) | fp8 (= fp8_e4m3) | fp8_e5m2 (half the bytes "
+                 "per token: twice the tokens in the same memory)")
       ->capture_default_str();
+  app.add_flag("--calculate-kv-scales", args.calculate_kv_scales,
+               "FP8 KV cache: take each layer's K/V scales from the first batch (default: the "
+               "checkpoint's, else 1.0)");
   app.add_option("--quantization,-q", args.quantization,
                  "weight quantization: fp8 (FP8 checkpoints load without it; on a 16-bit "
                  "checkpoint it quantizes the linear layers at load). Default: the checkpoint's");

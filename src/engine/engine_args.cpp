@@ -1,6 +1,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "quant/kv_cache_quant.h"
 #include "pagellm/engine_args.h"
 
 namespace pagellm {
@@ -14,12 +15,9 @@ void require(bool ok, const std::string& message) {
 }  // namespace
 
 void EngineArgs::validate() const {
-  if (kv_cache_dtype == "fp8" || kv_cache_dtype == "fp8_e4m3" || kv_cache_dtype == "fp8_e5m2")
-    unsupported("--kv-cache-dtype " + kv_cache_dtype +
-                ": the FP8 KV cache is not implemented yet; the KV cache is stored in the model's "
-                "dtype (use --kv-cache-dtype auto)");
-  require(kv_cache_dtype == "auto",
-          "--kv-cache-dtype: expected auto, fp8, fp8_e4m3 or fp8_e5m2, got '" + kv_cache_dtype + "'");
+  const std::optional<DType> kv_fp8 = quant::parse_kv_cache_dtype(kv_cache_dtype);
+  require(kv_fp8 || !calculate_kv_scales,
+          "--calculate-kv-scales needs an FP8 KV cache (--kv-cache-dtype fp8)");
   require(load_format == "auto" || load_format == "safetensors" || load_format == "dummy",
           "--load-format: expected auto, safetensors or dummy, got '" + load_format + "'");
   require(dtype == "auto" || dtype == "float32" || dtype == "float16" || dtype == "bfloat16" ||

@@ -9,18 +9,29 @@
 #include "common/error.h"
 #include "common/thread_pool.h"
 #include "quant/fp8_weights.h"
+#include "quant/kv_cache_quant.h"
 
 namespace pagellm::models {
 
 void KvCache::FreeDeleter::operator()(float* p) const { std::free(p); }
 
 KvCache::KvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t num_kv_heads,
-                 int64_t head_dim)
+                 int64_t head_dim, const KvCacheQuant& quant, int64_t layer_begin)
     : num_layers_(num_layers),
       num_blocks_(num_blocks),
       block_size_(block_size),
       num_kv_heads_(num_kv_heads),
       head_dim_(head_dim) {
+  if (quant.fp8) {
+    fp8_ = quant::fp8_format(*quant.fp8);
+    scales_.assign(static_cast<size_t>(2 * num_layers), 1.f);
+    if (!quant.scales.empty()) {
+      if (int64_t(quant.scales.size()) < 2 * (layer_begin + num_layers))
+        throw_error(ErrorKind::kInternal, "KV cache: fewer FP8 scales than layers");
+      std::copy_n(quant.scales.begin() + 2 * layer_begin, 2 * num_layers, scales_.begin());
+    }
+    if (quant.calculate_scales) pending_.assign(static_cast<size_t>(num_layers), 1);
+  }
   const size_t count =
       static_cast<size_t>(num_layers * 2 * num_blocks * block_size * num_kv_heads * head_dim);
   data_.reset(static_cast<float*>(std::calloc(count, sizeof(float))));
@@ -33,7 +44,30 @@ KvCache::KvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int
 cpu::KvLayerView KvCache::layer(int64_t index) {
   const int64_t per_tensor = num_blocks_ * block_size_ * num_kv_heads_ * head_dim_;
   float* base = data_.get() + index * 2 * per_tensor;
-  return {base, base + per_tensor, block_size_, num_kv_heads_, head_dim_};
+  cpu::KvLayerView v{base, base + per_tensor, block_size_, num_kv_heads_, head_dim_};
+  if (fp8_) {
+    v.fp8 = true;
+    v.fp8_format = *fp8_;
+    v.k_scale = scales_[static_cast<size_t>(2 * index)];
+    v.v_scale = scales_[static_cast<size_t>(2 * index + 1)];
+  }
+  return v;
+}
+
+void KvCache::calculate_scales(int64_t index, const float* k, const float* v, int64_t row_stride,
+                               int64_t num_tokens) {
+  if (!scales_pending(index) || num_tokens == 0) return;
+  const int64_t width = num_kv_heads_ * head_dim_;
+  float amax_k = 0.f, amax_v = 0.f;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int64_t i = 0; i < width; ++i) {
+      amax_k = std::max(amax_k, std::fabs(k[t * row_stride + i]));
+      amax_v = std::max(amax_v, std::fabs(v[t * row_stride + i]));
+    }
+  }
+  scales_[static_cast<size_t>(2 * index)] = quant::kv_scale_from_amax(amax_k, *fp8_);
+  scales_[static_cast<size_t>(2 * index + 1)] = quant::kv_scale_from_amax(amax_v, *fp8_);
+  pending_[static_cast<size_t>(index)] = 0;
 }
 
 void KvCache::copy_block(int64_t src, int64_t dst) {
@@ -178,7 +212,9 @@ void LlamaModel::attention_block(int64_t layer, const ForwardBatch& batch, KvCac
   quantize_activations(normed_, n, dim);
   cpu::matmul(normed_.data(), pw.qkv, lw.qkv_bias.empty() ? nullptr : lw.qkv_bias.data(),
               qkv_.data(), n);
-  const cpu::KvLayerView kv = cache.layer(layer);
+  // --calculate-kv-scales: the layer's first batch sets its scales before any of it is stored.
+  const bool calculate = cache.scales_pending(layer);
+  cpu::KvLayerView kv = cache.layer(layer);
   parallel_rows(n, 4 * qkv_width, [&](int64_t t0, int64_t t1) {
     float* q = qkv_.data() + t0 * qkv_width;  // [t1 - t0, qkv_width], q heads first
     float* k = q + num_heads * hd;            // same rows, after the q heads
@@ -194,8 +230,14 @@ void LlamaModel::attention_block(int64_t layer, const ForwardBatch& batch, KvCac
                     rope_sin_.data() + t0 * (hd / 2), t1 - t0, num_heads + num_kv, hd);
     // K/V of the new tokens go into the cache first, so attention reads every position the same
     // way.
-    cpu::write_kv(kv, k, v, qkv_width, batch.slot_mapping.data() + t0, t1 - t0);
+    if (!calculate) cpu::write_kv(kv, k, v, qkv_width, batch.slot_mapping.data() + t0, t1 - t0);
   });
+  if (calculate) {
+    const float* k = qkv_.data() + num_heads * hd;
+    cache.calculate_scales(layer, k, k + num_kv * hd, qkv_width, n);
+    kv = cache.layer(layer);
+    cpu::write_kv(kv, k, k + num_kv * hd, qkv_width, batch.slot_mapping.data(), n);
+  }
   cpu::paged_attention(kv, qkv_.data(), qkv_width, batch.seqs, num_heads,
                        1.0f / std::sqrt(static_cast<float>(hd)), attn_.data());
   quantize_activations(attn_, n, num_heads * hd);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -49,13 +50,27 @@ LlamaWeights random_llama_weights(const io::ModelConfig& config, uint64_t seed,
 // Bytes the fp32 weights of one rank take (for refusing configs that cannot fit in memory).
 uint64_t llama_weight_bytes(const io::ModelConfig& config, const parallel::ShardSpec& shard = {});
 
+// --kv-cache-dtype fp8 on the CPU: the cache rounds what it stores to FP8 (cpu::KvLayerView).
+struct KvCacheQuant {
+  std::optional<DType> fp8;      // kF8E4M3 / kF8E5M2; nullopt: a plain fp32 cache
+  std::vector<float> scales;     // the whole model's [num_hidden_layers][k, v]; empty: 1.0 each
+  bool calculate_scales = false; // --calculate-kv-scales: each layer's from its first batch
+};
+
 // The paged KV cache of all layers: per layer K and V [num_blocks, block_size, num_kv_heads,
-// head_dim].
+// head_dim]. Layer i of the pool is the model's layer layer_begin + i (pipeline stages).
 class KvCache {
  public:
   KvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t num_kv_heads,
-          int64_t head_dim);
+          int64_t head_dim, const KvCacheQuant& quant = {}, int64_t layer_begin = 0);
   cpu::KvLayerView layer(int64_t index);
+  // --calculate-kv-scales: whether layer `index` still waits for its first batch, and taking its
+  // scales from that batch's K / V rows [num_tokens, row_stride] (num_kv_heads * head_dim used).
+  bool scales_pending(int64_t index) const {
+    return !pending_.empty() && pending_[static_cast<size_t>(index)] != 0;
+  }
+  void calculate_scales(int64_t index, const float* k, const float* v, int64_t row_stride,
+                        int64_t num_tokens);
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return block_size_; }
   // Copies every layer's K/V of block src into block dst (copy-on-write).
@@ -66,6 +81,9 @@ class KvCache {
     void operator()(float* p) const;
   };
   int64_t num_layers_, num_blocks_, block_size_, num_kv_heads_, head_dim_;
+  std::optional<Fp8Format> fp8_;
+  std::vector<float> scales_;  // [num_layers_][k, v] (FP8 only)
+  std::vector<char> pending_;  // [num_layers_]: scales still to calculate
   // Lazily zeroed (calloc) so an unused pool costs no resident memory.
   std::unique_ptr<float[], FreeDeleter>
       data_;  // [num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]
@@ -98,6 +116,7 @@ class LlamaModel {
   // The rank's share: its heads, KV heads, intermediate size and stage layers.
   const io::ModelConfig& local_config() const { return local_; }
   const parallel::ShardSpec& shard() const { return par_.shard; }
+  const parallel::ShardGeometry& geometry() const { return geo_; }
 
   // Runs the stage's layers over the batch, writing their K/V into the cache first (a later stage
   // first receives the hidden states from the stage before it; every rank of every stage calls

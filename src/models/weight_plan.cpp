@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "quant/fp8_weights.h"
+#include "quant/kv_cache_quant.h"
 
 namespace pagellm::models {
 
@@ -132,9 +133,11 @@ void check_llama_checkpoint(const io::ModelConfig& config, const io::WeightStore
     if (used.count(name) != 0) continue;
     if (name.ends_with("rotary_emb.inv_freq")) continue;  // a buffer older exports saved
     if (name == "lm_head.weight" && config.tie_word_embeddings) continue;
+    if (quant::is_kv_scale_tensor(name, config.num_hidden_layers)) continue;  // validated by read_kv_scales below
     invalid_argument(store.find(name)->file + ": unexpected tensor '" + name + "' for " +
                      config.architecture + " with this config.json");
   }
+  (void)quant::read_kv_scales(config, store);
 }
 
 uint64_t splitmix64(uint64_t x) {

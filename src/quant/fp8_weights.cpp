@@ -23,19 +23,6 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The scale tensor's values as fp32 (F32, BF16 or F16; checked by check_fp8_part).
-std::vector<float> read_f32(const io::TensorView& t) {
-  std::vector<float> out(size_t(t.num_elements()));
-  std::vector<uint8_t> aligned(t.num_bytes);  // data offsets need not be aligned
-  if (t.num_bytes > 0) std::memcpy(aligned.data(), t.data, t.num_bytes);
-  convert_to_f32(t.dtype, aligned.data(), out.data(), out.size());
-  return out;
-}
-
-bool scalar_shape(const std::vector<int64_t>& s) {
-  return s.empty() || (s.size() == 1 && s[0] == 1) || (s.size() == 2 && s[0] == 1 && s[1] == 1);
-}
-
 // What the scale tensor of an [n, k] weight holds, from its shape; throws for a shape that fits
 // no layout the config allows.
 WeightScales scale_layout(const io::TensorView& s, int64_t n, int64_t k, const QuantConfig& q) {
@@ -74,6 +61,18 @@ const io::TensorView& scale_tensor(const io::WeightStore& store, const models::H
 }
 
 }  // namespace
+
+std::vector<float> read_f32(const io::TensorView& t) {
+  std::vector<float> out(size_t(t.num_elements()));
+  std::vector<uint8_t> aligned(t.num_bytes);  // data offsets need not be aligned
+  if (t.num_bytes > 0) std::memcpy(aligned.data(), t.data, t.num_bytes);
+  convert_to_f32(t.dtype, aligned.data(), out.data(), out.size());
+  return out;
+}
+
+bool scalar_shape(const std::vector<int64_t>& s) {
+  return s.empty() || (s.size() == 1 && s[0] == 1) || (s.size() == 2 && s[0] == 1 && s[1] == 1);
+}
 
 bool quantized_slot(models::WeightSlot slot) {
   using models::WeightSlot;

@@ -25,6 +25,12 @@ namespace pagellm::quant {
 // LM head, norms and biases stay 16-bit (the LM head is in every format's ignore list).
 bool quantized_slot(models::WeightSlot slot);
 
+// A (small) tensor's values as fp32; its dtype must be F32, BF16 or F16 (callers check).
+std::vector<float> read_f32(const io::TensorView& t);
+
+// [], [1] or [1, 1]: a per-tensor scale.
+bool scalar_shape(const std::vector<int64_t>& shape);
+
 // "a.b.weight" -> "a.b.<suffix>".
 std::string sibling_name(const std::string& weight_name, const std::string& suffix);
 

@@ -144,6 +144,12 @@ QuantConfig parse_compressed_tensors(const json& j, const std::string& source) {
     first = false;
   }
   q.ignore = string_list(j, "ignore", source);
+  if (j.contains("kv_cache_scheme") && !j["kv_cache_scheme"].is_null()) {
+    if (ct_float8_strategy(j["kv_cache_scheme"], source, "kv_cache_scheme") != "tensor")
+      unsupported(source + ": quantization_config: kv_cache_scheme: only per-tensor FP8 KV cache "
+                           "scales are supported");
+    q.kv_cache_scales = true;
+  }
   return q;
 }
 

@@ -44,6 +44,9 @@ struct QuantConfig {
   std::string scale_suffix = "weight_scale";  // "weight_scale_inv" for the block-wise fp8 layout
   bool static_activations = false;        // the checkpoint carries input_scale tensors
   std::vector<std::string> ignore;        // modules the checkpoint left unquantized
+  // compressed-tensors kv_cache_scheme: the checkpoint carries per-layer FP8 KV cache scales
+  // (quant/kv_cache_quant.h), used with --kv-cache-dtype fp8.
+  bool kv_cache_scales = false;
 
   bool fp8() const { return method == Method::kFp8; }
   // True when the checkpoint itself stores FP8 weights (and scale tensors).

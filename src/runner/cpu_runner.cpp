@@ -28,18 +28,18 @@ constexpr size_t kMinRowsPerThread = 16;
 void CpuRunner::FreeDeleter::operator()(float* p) const { std::free(p); }
 
 CpuRunner::CpuRunner(std::unique_ptr<models::LlamaModel> model, int num_kv_blocks, int block_size,
-                     int num_swap_blocks)
+                     int num_swap_blocks, const models::KvCacheQuant& kv_quant)
     : CpuRunner(
           [&] {
             std::vector<std::unique_ptr<models::LlamaModel>> models;
             models.push_back(std::move(model));
             return models;
           }(),
-          nullptr, num_kv_blocks, block_size, num_swap_blocks) {}
+          nullptr, num_kv_blocks, block_size, num_swap_blocks, kv_quant) {}
 
 CpuRunner::CpuRunner(std::vector<std::unique_ptr<models::LlamaModel>> models,
                      std::shared_ptr<parallel::ThreadGroup> group, int num_kv_blocks,
-                     int block_size, int num_swap_blocks)
+                     int block_size, int num_swap_blocks, const models::KvCacheQuant& kv_quant)
     : group_(std::move(group)), num_swap_blocks_(std::max(num_swap_blocks, 0)) {
   if (models.empty() || (models.size() > 1 && (!group_ || group_->size() != int(models.size()))))
     internal("a parallel runner needs one model per rank of its group");
@@ -47,7 +47,7 @@ CpuRunner::CpuRunner(std::vector<std::unique_ptr<models::LlamaModel>> models,
     const io::ModelConfig& c = model->local_config();
     const int64_t block_floats = int64_t{block_size} * c.num_key_value_heads * c.head_dim;
     models::KvCache cache(c.num_hidden_layers, num_kv_blocks, block_size, c.num_key_value_heads,
-                          c.head_dim);
+                          c.head_dim, kv_quant, model->geometry().layer_begin);
     std::unique_ptr<float[], FreeDeleter> swap;
     if (num_swap_blocks_ > 0) {
       const size_t count =

@@ -21,14 +21,14 @@ namespace pagellm::runner {
 class CpuRunner : public ModelRunner {
  public:
   // Owns the model, a KV pool of num_kv_blocks blocks of block_size tokens, and a host swap pool of
-  // num_swap_blocks blocks of the same geometry (0 = no swapping).
+  // num_swap_blocks blocks of the same geometry (0 = no swapping); kv_quant: an FP8 cache.
   CpuRunner(std::unique_ptr<models::LlamaModel> model, int num_kv_blocks, int block_size,
-            int num_swap_blocks = 0);
+            int num_swap_blocks = 0, const models::KvCacheQuant& kv_quant = {});
   // One model per rank of `group` (world rank order: pp_rank * tp_size + tp_rank), each built with
   // ModelParallel communicators of that group; every rank gets a pool of num_kv_blocks blocks.
   CpuRunner(std::vector<std::unique_ptr<models::LlamaModel>> models,
             std::shared_ptr<parallel::ThreadGroup> group, int num_kv_blocks, int block_size,
-            int num_swap_blocks = 0);
+            int num_swap_blocks = 0, const models::KvCacheQuant& kv_quant = {});
   ~CpuRunner() override;
 
   int num_kv_blocks() const override { return static_cast<int>(shards_[0].cache.num_blocks()); }

@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "quant/kv_cache_quant.h"
 #include "runner/cuda_parallel_runner.h"
 #include "runner/cuda_runner.h"
 
@@ -63,7 +64,25 @@ CudaRunnerOptions cuda_options(const EngineArgs& args, const LoadedModel& m) {
                     " GiB exceeds this machine's memory (" +
                     std::to_string(physical_memory_bytes() >> 20) + " MiB)");
   o.swap_space_gib = args.swap_space_gib;
+  o.kv_cache_fp8 = quant::parse_kv_cache_dtype(args.kv_cache_dtype);
+  o.calculate_kv_scales = args.calculate_kv_scales;
   return o;
+}
+
+// The FP8 KV cache's startup line: its scales and what the same memory holds in the model dtype.
+void log_kv_cache(const EngineArgs& args, const CudaRunnerOptions& o, const ModelRunner& runner,
+                  bool checkpoint_scales) {
+  if (!o.kv_cache_fp8) {
+    if (checkpoint_scales)
+      log::info("the checkpoint carries FP8 KV cache scales; --kv-cache-dtype fp8 uses them");
+    return;
+  }
+  const int64_t tokens = int64_t(runner.num_kv_blocks()) * runner.block_size();
+  const size_t ratio = dtype_size(o.dtype) / dtype_size(*o.kv_cache_fp8);
+  log::info(quant::describe_kv_cache(*o.kv_cache_fp8, checkpoint_scales, args.calculate_kv_scales) +
+            ": " + std::to_string(tokens) + " tokens, " + std::to_string(ratio) + "x the " +
+            std::to_string(tokens / int64_t(ratio)) + " a " + std::string(dtype_name(o.dtype)) +
+            " cache holds in the same memory");
 }
 
 std::vector<std::vector<unsigned char>> to_bytes(const std::vector<parallel::NcclId>& ids) {
@@ -105,10 +124,12 @@ LoadedModel load_cuda_model(const EngineArgs& args, LoadedModel m, const paralle
   CudaRunnerOptions o = cuda_options(args, m);
   o.device = first_device;
   std::unique_ptr<ModelRunner> runner;
+  bool kv_scales = false;
   {
     // Streamed from the mapping straight to the GPU(s): no host copy of the weights.
     const std::optional<io::WeightStore> store = open_checkpoint(args);
     const io::WeightStore* checkpoint = store ? &*store : nullptr;
+    kv_scales = checkpoint && !quant::read_kv_scales(m.config, *checkpoint).empty();
     if (tp * pp == 1) {
       runner = std::make_unique<CudaRunner>(m.config, checkpoint, o);
     } else {
@@ -146,6 +167,7 @@ LoadedModel load_cuda_model(const EngineArgs& args, LoadedModel m, const paralle
                 double(st.kv_bytes) / 1e9);
   log::info(line);
   if (m.config.quant.fp8()) log::info("quantization: " + m.config.quant.describe());
+  log_kv_cache(args, o, *runner, kv_scales);
   m.runner = std::move(runner);
   return m;
 }

@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "engine/sampler.h"
+#include "quant/kv_cache_quant.h"
 #include "runner/cuda_weight_loader.h"
 
 namespace pagellm::runner {
@@ -48,6 +49,12 @@ void CudaRunner::Impl::init(const io::WeightStore* checkpoint) {
   qkv_width = (num_heads + 2 * num_kv_heads) * head_dim;
   dt = opt.dtype;
   esz = dtype_size(dt);
+  kv_dt = opt.kv_cache_fp8.value_or(dt);
+  if (opt.kv_cache_fp8 && !is_fp8(*opt.kv_cache_fp8))
+    internal("cuda runner: kv_cache_fp8 must be an FP8 dtype");
+  if (opt.kv_cache_fp8 && dt == DType::kF32)
+    unsupported("--kv-cache-dtype fp8 with --dtype float32: the CUDA FP8 KV cache serves bfloat16 "
+                "and float16 models");
   if (opt.block_size < 1 || opt.max_num_seqs < 1 || opt.max_num_batched_tokens < 1)
     invalid_argument(
         "cuda runner: block size, max_num_seqs and max_num_batched_tokens must be positive");
@@ -67,6 +74,7 @@ void CudaRunner::Impl::init(const io::WeightStore* checkpoint) {
   stats.load_ms = ms_since(t0);
   t0 = std::chrono::steady_clock::now();
   alloc_activations();
+  init_kv_scales(checkpoint);
   profile_and_alloc_kv();
   stats.profile_ms = ms_since(t0);
   if (!opt.enforce_eager) {
@@ -74,6 +82,8 @@ void CudaRunner::Impl::init(const io::WeightStore* checkpoint) {
     capture_graphs();
     stats.graph_ms = ms_since(t0);
   }
+  // From here on steps carry real tokens: the first one sets the scales.
+  kv_scales_pending = opt.calculate_kv_scales && is_fp8(kv_dt);
 }
 
 // Generates a rank's slice of an HF tensor like the CPU loader's dummy weights (same keys and
@@ -232,6 +242,7 @@ void CudaRunner::Impl::alloc_activations() {
 cuda::AttentionParams CudaRunner::Impl::planning_params(int num_tokens, int num_seqs) const {
   cuda::AttentionParams ap;
   ap.dtype = dt;
+  ap.kv_dtype = kv_dt;
   ap.q = x_qkv.get();
   ap.k_cache = kv_pool.get() ? kv_pool.get() : x_qkv.get();
   ap.v_cache = ap.k_cache;
@@ -375,6 +386,10 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
     unsigned char* v_cache = k_cache + layer_bytes;
     cuda::KvCacheWriteParams kw;
     kw.dtype = dt;
+    kw.cache_dtype = kv_dt;
+    float* k_scale = is_fp8(kv_dt) ? kv_scales.as<float>() + 2 * l : nullptr;
+    kw.k_scale = k_scale;
+    kw.v_scale = k_scale ? k_scale + 1 : nullptr;
     kw.key = k;
     kw.value = v;
     kw.k_cache = k_cache;
@@ -385,9 +400,14 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
     kw.head_dim = head_dim;
     kw.num_slots = int64_t(num_blocks) * opt.block_size;
     kw.key_token_stride = kw.value_token_stride = qkv_width;
+    if (kv_scales_pending)
+      check(cuda::compute_kv_scales(kw, k_scale, k_scale + 1, stream), "kv cache scales");
     check(cuda::write_kv_cache(kw, stream), "kv cache write");
     cuda::AttentionParams ap;
     ap.dtype = dt;
+    ap.kv_dtype = kv_dt;
+    ap.k_scale = kw.k_scale;
+    ap.v_scale = kw.v_scale;
     ap.q = q;
     ap.k_cache = k_cache;
     ap.v_cache = v_cache;
@@ -512,9 +532,22 @@ void CudaRunner::Impl::sample_rows(int num_rows, cuda::SampleOutput* out) {
   std::copy_n(sample_out_host, num_rows, out);
 }
 
+void CudaRunner::Impl::init_kv_scales(const io::WeightStore* checkpoint) {
+  if (!is_fp8(kv_dt)) return;
+  std::vector<float> scales(size_t(2 * num_layers), 1.f);
+  const std::vector<float> stored =
+      checkpoint ? quant::read_kv_scales(config, *checkpoint) : std::vector<float>{};
+  if (!stored.empty())  // the whole model's layers: this stage's slice
+    std::copy_n(stored.begin() + 2 * geo.layer_begin, 2 * num_layers, scales.begin());
+  kv_scales = DevMem(scales.size() * sizeof(float), "KV cache scales");
+  check(cudaMemcpy(kv_scales.get(), scales.data(), scales.size() * sizeof(float),
+                   cudaMemcpyHostToDevice),
+        "uploading KV cache scales");
+}
+
 void CudaRunner::Impl::profile_and_alloc_kv() {
   const int64_t bs = opt.block_size;
-  block_bytes = size_t(bs) * num_kv_heads * head_dim * esz;
+  block_bytes = size_t(bs) * num_kv_heads * head_dim * dtype_size(kv_dt);
   const size_t per_block_all_layers = 2 * size_t(num_layers) * block_bytes;
   // A maximum-size dummy step (max_tokens tokens in seqs of at most max_model_len) on a temporary
   // pool: every activation buffer, cuBLASLt's workspace and lazily created state get touched.

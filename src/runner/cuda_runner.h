@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,11 @@ struct CudaRunnerOptions {
   // Pinned host swap pool for preemption by swapping: floor(GiB / bytes of one block of all
   // layers' K and V in dtype) blocks; 0 = no swapping.
   double swap_space_gib = 0.0;
+  // --kv-cache-dtype fp8 / fp8_e5m2 (bf16 / f16 models): the cache in kF8E4M3 / kF8E5M2 with
+  // per-layer K/V scales from the checkpoint (else 1.0), or from the first batch of real tokens
+  // (calculate_kv_scales). nullopt: the cache holds dtype.
+  std::optional<DType> kv_cache_fp8;
+  bool calculate_kv_scales = false;
   std::string model_name = "model";  // for error messages
   // Tensor / pipeline parallelism (see parallel/shard.h): this runner's rank and CUDA device, and
   // its communicators: `tp` joins the stage's tensor-parallel ranks, `world` all ranks (world rank

@@ -223,10 +223,11 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
     m.upload_inputs();
     if (sample) m.upload_sample_ids(sin.ids);
     const auto graph = m.graphs.find(b);
-    if (graph != m.graphs.end()) {
+    if (graph != m.graphs.end() && !m.kv_scales_pending) {
       check(cudaGraphLaunch(graph->second, m.stream), "launching a decode graph");
     } else {
       m.forward(st, m.kv_pool.get());
+      m.kv_scales_pending = false;  // this step's K/V set them (graphs read them from then on)
       m.compute_logits(0, b);
     }
     fetch(0, num_rows);
@@ -238,6 +239,7 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
   m.upload_inputs();
   if (sample) m.upload_sample_ids(sin.ids);
   m.forward(st, m.kv_pool.get());
+  m.kv_scales_pending = false;
   for (int first = 0; first < num_rows; first += m.max_seqs) {
     const int count = std::min(m.max_seqs, num_rows - first);
     m.compute_logits(first, count);

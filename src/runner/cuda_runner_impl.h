@@ -152,7 +152,12 @@ struct CudaRunner::Impl {
   unsigned char* ints_host = nullptr;
   void* logits_host = nullptr;  // [max_seqs, vocab] of dtype
 
-  // KV pool: [num_layers, 2, num_blocks, block_size, Hkv, D].
+  // KV pool: [num_layers, 2, num_blocks, block_size, Hkv, D] of kv_dt (dt, or FP8).
+  DType kv_dt = DType::kBF16;
+  // FP8 cache: per local layer (k, v) scales on the device [num_layers, 2]; while
+  // kv_scales_pending (--calculate-kv-scales), the next real step computes them first.
+  DevMem kv_scales;
+  bool kv_scales_pending = false;
   DevMem kv_pool;
   int num_blocks = 0;
   size_t block_bytes = 0;  // one block of one layer's K (or V)
@@ -215,6 +220,8 @@ struct CudaRunner::Impl {
                              class WeightUploader* uploader, unsigned char* wout, float* sout);
   cudaError_t fill_dummy(const models::HfTensorSpec& part, void* out);
   void alloc_activations();
+  // The FP8 cache's per-layer scales: the checkpoint's, 1.0, or pending (--calculate-kv-scales).
+  void init_kv_scales(const io::WeightStore* checkpoint);
   void profile_and_alloc_kv();
   // Allocates the pinned swap pool of opt.swap_space_gib (after block_bytes is known).
   void alloc_swap_pool();

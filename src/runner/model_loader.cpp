@@ -15,6 +15,7 @@
 #include "parallel/launch.h"
 #include "parallel/shard.h"
 #include "parallel/thread_group.h"
+#include "quant/kv_cache_quant.h"
 #include "runner/cpu_runner.h"
 #ifdef PAGELLM_HAVE_CUDA
 #include "runner/cuda_model_loader.h"
@@ -120,10 +121,20 @@ std::unique_ptr<CpuRunner> build_cpu_runner(const EngineArgs& args, const io::Mo
     return random ? models::random_llama_weights(config, args.seed, r)
                   : models::load_llama_weights(config, *store, r);
   };
+  models::KvCacheQuant kv_quant;
+  kv_quant.fp8 = quant::parse_kv_cache_dtype(args.kv_cache_dtype);
+  kv_quant.calculate_scales = args.calculate_kv_scales;
+  if (store) kv_quant.scales = quant::read_kv_scales(config, *store);
+  if (kv_quant.fp8)
+    log::info(quant::describe_kv_cache(*kv_quant.fp8, !kv_quant.scales.empty(),
+                                       kv_quant.calculate_scales) +
+              "; the CPU stores the FP8-rounded values in fp32");
+  else if (!kv_quant.scales.empty())
+    log::info("the checkpoint carries FP8 KV cache scales; --kv-cache-dtype fp8 uses them");
   if (ranks.size() == 1)
     return std::make_unique<CpuRunner>(
         std::make_unique<models::LlamaModel>(config, weights_of(ranks[0])), num_blocks,
-        args.block_size, num_swap_blocks);
+        args.block_size, num_swap_blocks, kv_quant);
   // One world group (stage-to-stage sends) and, under it, one tensor-parallel group per stage.
   const auto world = parallel::ThreadGroup::create(int(ranks.size()));
   std::vector<std::shared_ptr<parallel::ThreadGroup>> stages;
@@ -139,7 +150,7 @@ std::unique_ptr<CpuRunner> build_cpu_runner(const EngineArgs& args, const io::Mo
     models.push_back(std::make_unique<models::LlamaModel>(config, weights_of(r), par));
   }
   return std::make_unique<CpuRunner>(std::move(models), world, num_blocks, args.block_size,
-                                     num_swap_blocks);
+                                     num_swap_blocks, kv_quant);
 }
 
 

@@ -21,6 +21,7 @@
 
 #include "backends/cuda/kernels.h"
 #include "common/dtype.h"
+#include "common/fp8.h"
 #include "device_test_util.h"
 #include "kernel_reference.h"
 
@@ -126,7 +127,21 @@ struct AttnCase {
   std::vector<int> q_lens, ctx_lens;  // per seq; ctx includes the q_len new tokens
   int fixed_splits = 0;
   std::string label;
+  DType kv_dtype = DType::kF32;  // kF8E4M3 / kF8E5M2: an FP8 cache; anything else: dtype
 };
+
+// An FP8 cache's codes of `values` (fp8(x * (1 / scale)), as write_kv_cache stores them), and
+// `values` replaced by what the codes mean (code * scale), the reference's input.
+std::vector<uint8_t> to_fp8_cache(std::vector<float>& values, DType fp8, float scale) {
+  const Fp8Format f = fp8 == DType::kF8E5M2 ? Fp8Format::kE5M2 : Fp8Format::kE4M3;
+  const float inv = 1.f / scale;
+  std::vector<uint8_t> codes(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    codes[i] = f32_to_fp8(values[i] * inv, f);
+    values[i] = fp8_to_f32(codes[i], f) * scale;
+  }
+  return codes;
+}
 
 // Builds a paged cache with the seqs' blocks scattered randomly in a larger pool. Slots no seq owns
 // (tails of last blocks, spare blocks) hold NaN, so reading past a context shows up as NaN.
@@ -190,18 +205,32 @@ struct AttnRun {
 void test_attention(const AttnCase& c) {
   const int num_seqs = static_cast<int>(c.q_lens.size());
   char name[256];
-  std::snprintf(name, sizeof name, "attention %s H=%d/%d D=%d bs=%d seqs=%d %s%s", dname(c.dtype),
+  std::snprintf(name, sizeof name, "attention %s%s H=%d/%d D=%d bs=%d seqs=%d %s%s", dname(c.dtype),
+                c.kv_dtype == DType::kF8E4M3   ? " kv=e4m3"
+                : c.kv_dtype == DType::kF8E5M2 ? " kv=e5m2"
+                                               : "",
                 c.num_heads, c.num_kv_heads, c.head_dim, c.block_size, num_seqs, c.label.c_str(),
                 c.fixed_splits ? (" splits=" + std::to_string(c.fixed_splits)).c_str() : "");
   if (!selected(name)) return;
   PagedSetup s = make_paged(c);
+  const bool fp8 = is_fp8(c.kv_dtype);
+  const DType kv_dtype = fp8 ? c.kv_dtype : c.dtype;
   const size_t out_n = size_t(s.num_tokens) * c.num_heads * c.head_dim;
-  DevBuf q(s.q.size() * dsize(c.dtype)), kc(s.k_cache.size() * dsize(c.dtype)),
-      vc(s.v_cache.size() * dsize(c.dtype)), out(out_n * dsize(c.dtype));
+  DevBuf q(s.q.size() * dsize(c.dtype)), kc(s.k_cache.size() * dtype_size(kv_dtype)),
+      vc(s.v_cache.size() * dtype_size(kv_dtype)), out(out_n * dsize(c.dtype));
   DevBuf qsl(s.qsl.size() * 4), sl(s.seq_lens.size() * 4), bt(s.block_tables.size() * 4);
+  // FP8: values in (-1, 1) with K and V scales that leave 2x and ~4x headroom in e4m3.
+  const std::vector<float> scales{2.f / 448.f, 4.f / 448.f};
+  DevBuf scale_buf(2 * sizeof(float));
   upload(q, c.dtype, s.q);
-  upload(kc, c.dtype, s.k_cache);
-  upload(vc, c.dtype, s.v_cache);
+  if (fp8) {
+    upload_raw(kc, to_fp8_cache(s.k_cache, c.kv_dtype, scales[0]));
+    upload_raw(vc, to_fp8_cache(s.v_cache, c.kv_dtype, scales[1]));
+    upload_raw(scale_buf, scales);
+  } else {
+    upload(kc, c.dtype, s.k_cache);
+    upload(vc, c.dtype, s.v_cache);
+  }
   upload_raw(qsl, s.qsl);
   upload_raw(sl, s.seq_lens);
   upload_raw(bt, s.block_tables);
@@ -209,6 +238,11 @@ void test_attention(const AttnCase& c) {
 
   AttentionParams p;
   p.dtype = c.dtype;
+  p.kv_dtype = kv_dtype;
+  if (fp8) {
+    p.k_scale = static_cast<const float*>(scale_buf.ptr);
+    p.v_scale = p.k_scale + 1;
+  }
   p.q = q.ptr;
   p.k_cache = kc.ptr;
   p.v_cache = vc.ptr;
@@ -332,6 +366,27 @@ void attention_suite() {
     test_attention({t, 8, 8, 64, 32, {1000, 300}, {1000, 2300}, 0, "prefill 1000 + chunk 300"});
     test_attention({t, 32, 4, 128, 16, {130, 1, 2, 3}, {130, 5000, 2, 50}, 0, "mixed small q"});
   }
+  // FP8 caches (bf16 / f16 models): every kernel path (tile prefill, tensor-core GQA decode,
+  // CUDA-core decode for MHA and generic head_dim), splits, chunked prefill.
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    for (DType kv : {DType::kF8E4M3, DType::kF8E5M2}) {
+      for (int d : {64, 128}) {
+        test_attention({t, 32, 8, d, 16, std::vector<int>(64, 1),
+                        pick({1, 15, 16, 17, 200, 1000}, 64), 0, "decode", kv});
+        test_attention({t, 16, 16, d, 16, {1, 1, 1}, {1, 300, 4000}, 0, "decode MHA", kv});
+        test_attention({t, 32, 4, d, 32, {1, 17, 64, 65, 100, 37, 1},
+                        {1, 17, 64, 65, 116, 1037, 33}, 0, "prefill+chunked+decode", kv});
+      }
+      test_attention({t, 16, 4, 128, 16, {1, 1, 1}, {8191, 17, 100}, 64, "decode splits", kv});
+      test_attention({t, 8, 2, 128, 16, {512}, {8191}, 0, "chunk 512 after 7679 cached", kv});
+      test_attention({t, 12, 12, 96, 16, {1, 1}, {300, 31}, 0, "decode generic D96", kv});
+      test_attention({t, 8, 4, 8, 16, {1, 3}, {100, 20}, 0, "stories-shape", kv});
+    }
+  }
+  attention_set_decode_tensor_cores(false);
+  test_attention({DType::kBF16, 32, 8, 128, 16, std::vector<int>(16, 1),
+                  pick({1, 17, 1000}, 16), 0, "decode cuda-cores", DType::kF8E4M3});
+  attention_set_decode_tensor_cores(true);
 }
 
 // ---- elementwise kernels
@@ -481,6 +536,67 @@ void test_kv_write(DType t, int tokens, int kv_heads, int d, int block_size) {
   check(std::string(name) + " V", download(vcb, t, vc.size()), vc, {0, 0});
 }
 
+// FP8 cache writes: codes bit-exact with the host encoding of x * (1 / scale); then
+// compute_kv_scales over the same tokens (the padding token excluded).
+void test_kv_write_fp8(DType t, DType fp8, int tokens, int kv_heads, int d) {
+  char name[128];
+  std::snprintf(name, sizeof name, "write_kv_cache %s -> %s tokens=%d Hkv=%d D=%d", dname(t),
+                fp8 == DType::kF8E4M3 ? "e4m3" : "e5m2", tokens, kv_heads, d);
+  if (!selected(name)) return;
+  const size_t row = size_t(kv_heads) * d, slots = size_t(tokens) + 5;
+  std::vector<float> k = random_vec(t, tokens * row, 3.f), v = random_vec(t, tokens * row, 0.5f);
+  std::vector<int64_t> slot(slots);
+  std::iota(slot.begin(), slot.end(), 0);
+  std::shuffle(slot.begin(), slot.end(), g_rng);
+  slot.resize(tokens);
+  slot[tokens / 2] = -1;
+  k[(tokens / 2) * row] = 1000.f;  // in the padding token: must not count in the amax
+  const std::vector<float> scales{3.f / 224.f, 0.5f / 200.f};
+  DevBuf kb(k.size() * dsize(t)), vb(v.size() * dsize(t)), kcb(slots * row), vcb(slots * row),
+      sb(slot.size() * 8), scb(2 * sizeof(float)), calc(2 * sizeof(float));
+  upload(kb, t, k);
+  upload(vb, t, v);
+  upload_raw(sb, slot);
+  upload_raw(scb, scales);
+  CK(cudaMemset(kcb.ptr, 0, kcb.bytes));
+  CK(cudaMemset(vcb.ptr, 0, vcb.bytes));
+  KvCacheWriteParams p;
+  p.dtype = t;
+  p.cache_dtype = fp8;
+  p.k_scale = static_cast<const float*>(scb.ptr);
+  p.v_scale = p.k_scale + 1;
+  p.key = kb.ptr, p.value = vb.ptr, p.k_cache = kcb.ptr, p.v_cache = vcb.ptr;
+  p.slot_mapping = static_cast<int64_t*>(sb.ptr);
+  p.num_tokens = tokens, p.num_kv_heads = kv_heads, p.head_dim = d, p.num_slots = int64_t(slots);
+  CK(write_kv_cache(p, nullptr));
+  CK(compute_kv_scales(p, static_cast<float*>(calc.ptr), static_cast<float*>(calc.ptr) + 1,
+                       nullptr));
+  CK(cudaDeviceSynchronize());
+  const Fp8Format f = fp8 == DType::kF8E5M2 ? Fp8Format::kE5M2 : Fp8Format::kE4M3;
+  std::vector<uint8_t> kc(slots * row), vc(slots * row), want_k(slots * row), want_v(slots * row);
+  CK(cudaMemcpy(kc.data(), kcb.ptr, kc.size(), cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(vc.data(), vcb.ptr, vc.size(), cudaMemcpyDeviceToHost));
+  float amax[2] = {0.f, 0.f};
+  for (int i = 0; i < tokens; ++i) {
+    if (slot[i] < 0) continue;
+    for (size_t e = 0; e < row; ++e) {
+      want_k[slot[i] * row + e] = f32_to_fp8(k[i * row + e] * (1.f / scales[0]), f);
+      want_v[slot[i] * row + e] = f32_to_fp8(v[i * row + e] * (1.f / scales[1]), f);
+      amax[0] = std::max(amax[0], std::fabs(k[i * row + e]));
+      amax[1] = std::max(amax[1], std::fabs(v[i * row + e]));
+    }
+  }
+  const auto as_float = [](const std::vector<uint8_t>& b) {
+    return std::vector<float>(b.begin(), b.end());
+  };
+  check(std::string(name) + " K codes", as_float(kc), as_float(want_k), {0, 0});
+  check(std::string(name) + " V codes", as_float(vc), as_float(want_v), {0, 0});
+  std::vector<float> got(2);
+  CK(cudaMemcpy(got.data(), calc.ptr, 8, cudaMemcpyDeviceToHost));
+  check(std::string(name) + " calculated scales", got,
+        {2 * amax[0] / fp8_max(f), 2 * amax[1] / fp8_max(f)}, {1e-7, 1e-6});
+}
+
 void test_gemm(GemmContext* ctx, DType t, int m, int n, int k, bool accumulate, bool bias,
                bool gemv) {
   char name[128];
@@ -609,6 +725,12 @@ void elementwise_suite() {
     for (int bs : {16, 32}) {
       test_kv_write(t, 77, 8, 128, bs);
       test_kv_write(t, 5, 4, 8, bs);
+      if (t != DType::kF32 && bs == 16) {
+        for (DType fp8 : {DType::kF8E4M3, DType::kF8E5M2}) {
+          test_kv_write_fp8(t, fp8, 77, 8, 128);
+          test_kv_write_fp8(t, fp8, 9, 3, 12);  // odd row: the scalar path
+        }
+      }
     }
   }
   cudaError_t err;

@@ -1,11 +1,12 @@
 // End-to-end checks and first performance numbers of the CUDA runner, run on the GPU machine:
-//   cuda_runner_check MODELS_DIR [--skip-perf] [--fp8]   (--fp8: also decode with FP8 weights)
+//   cuda_runner_check MODELS_DIR [--skip-perf] [--fp8] [--kv-fp8]
+//   (--fp8: also decode with FP8 weights; --kv-fp8: 64 x 4k decode with bf16 vs FP8 KV caches)
 // 1. stories260K in fp32 on the GPU: 256 greedy tokens equal the CPU runner's (which reproduces
 //    llama2.c), with CUDA graphs and without; seeded sampling of 8 seqs x 64 steps through
 //    execute() (the GPU sampler) gives the CPU runner's tokens and logprobs.
 // 2. A random tiny model with every optional path (bias, q/k norm, GQA, untied head, llama3 RoPE),
 //    head_dim 16 and 64: fp32 GPU logits match the CPU runner's over chunked prefill + batched
-//    decode; bf16/f16 obey the top-5 logprob-closeness rule.
+//    decode; bf16/f16 obey the top-5 logprob-closeness rule, also with FP8 KV caches on both.
 // 3. Llama-3.1-8B shapes with dummy bf16 weights: decode tokens/s at batch 1/16/64, next to the
 //    device-to-device copy bandwidth measured in the same process (the HBM roofline).
 #include <cuda_runtime.h>
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -24,6 +26,7 @@
 #include "../unit/model_files_util.h"
 #include "engine/sampler.h"
 #include "io/safetensors.h"
+#include "models/llama.h"
 #include "quant/quant_config.h"
 #include "runner/cuda_runner.h"
 #include "runner/model_loader.h"
@@ -285,11 +288,18 @@ bool in_top5(const std::vector<float>& row, int32_t token) {
 
 // Chunked prefill of three prompts together, then decode steps with all three batched; compares
 // GPU logits with the CPU runner's at every sampled row.
-void check_tiny(int head_dim, DType dtype) {
+// kv_fp8: both runners with that FP8 KV cache (scales 1.0, or calculated from the first batch).
+void check_tiny(int head_dim, DType dtype, std::optional<DType> kv_fp8 = std::nullopt,
+                bool calculate = false) {
   const io::ModelConfig c = tiny_config(head_dim);
+  models::KvCacheQuant kv;
+  kv.fp8 = kv_fp8;
+  kv.calculate_scales = calculate;
   runner::CpuRunner cpu(std::make_unique<models::LlamaModel>(c, models::random_llama_weights(c, 7)),
-                        64, 4);
+                        64, 4, 0, kv);
   runner::CudaRunnerOptions o;
+  o.kv_cache_fp8 = kv_fp8;
+  o.calculate_kv_scales = calculate;
   o.seed = 7;  // the GPU's own dummy weights must be the CPU's random_llama_weights(c, 7)
   o.dtype = dtype;
   o.block_size = 4;
@@ -329,12 +339,16 @@ void check_tiny(int head_dim, DType dtype) {
       seqs[i].tokens.push_back(ta);  // follow the CPU's choice so both see the same inputs
     }
   }
-  char line[200];
+  char line[240];
   std::snprintf(line, sizeof line,
-                "tiny D=%d %s: %d rows, max |dlogit| %.2e (max |logit| %.2f), argmax agree %d, "
+                "tiny D=%d %s%s: %d rows, max |dlogit| %.2e (max |logit| %.2f), argmax agree %d, "
                 "top-5 close %d",
-                head_dim, std::string(dtype_name(dtype)).c_str(), rows, max_err, max_logit, agree,
-                close);
+                head_dim, std::string(dtype_name(dtype)).c_str(),
+                !kv_fp8                         ? ""
+                : *kv_fp8 == DType::kF8E4M3     ? (calculate ? " kv=e4m3 (calculated scales)"
+                                                             : " kv=e4m3")
+                                                : " kv=e5m2",
+                rows, max_err, max_logit, agree, close);
   const bool ok = dtype == DType::kF32 ? max_err <= 1e-4 * std::max(1.0, max_logit) : close == rows;
   report(ok && std::isfinite(max_err), line);
 }
@@ -452,19 +466,58 @@ void perf(bool fp8, bool with_eager) {
   }
 }
 
+// --kv-cache-dtype fp8 at long context: decode of 64 seqs at ~4k tokens, where reading the KV
+// cache costs about twice the weights; bf16 KV beside FP8 KV (and FP8 weights + FP8 KV).
+void perf_kv_cache() {
+  std::printf("== Llama-3.1-8B shapes, 64 x 4k-token decode: bf16 KV cache vs FP8 KV cache\n");
+  const double copy = copy_bandwidth_gbs();
+  std::printf("d2d copy bandwidth (read+write): %.0f GB/s\n", copy);
+  struct Variant {
+    const char* name;
+    bool fp8_weights;
+    std::optional<DType> kv;
+  };
+  double base = 0;
+  for (const Variant& v : {Variant{"bf16 weights, bf16 KV", false, std::nullopt},
+                           Variant{"bf16 weights, fp8 KV", false, DType::kF8E4M3},
+                           Variant{"fp8 weights, fp8 KV ", true, DType::kF8E4M3}}) {
+    io::ModelConfig config = llama31_8b();
+    if (v.fp8_weights) config.quant = quant::resolve_quantization(config.quant, "fp8", "check");
+    runner::CudaRunnerOptions o;
+    o.dtype = DType::kBF16;
+    o.kv_cache_fp8 = v.kv;
+    o.max_model_len = 8192;
+    o.max_num_seqs = 64;
+    o.max_num_batched_tokens = 2048;
+    runner::CudaRunner r(config, nullptr, o);
+    const auto& st = r.startup_stats();
+    const int prompt = 4096, steps = 32;
+    const double tps = decode_tokens_per_s(r, 64, prompt, steps);
+    const double kv_elem = v.kv ? 1.0 : 2.0;
+    const double kv = 2.0 * 32 * 8 * 128 * kv_elem * (prompt + steps / 2) * 64;
+    const double ceiling = 64 / ((st.weight_bytes + kv) / (copy * 1e9));
+    if (!v.kv && !v.fp8_weights) base = tps;
+    std::printf("  %s: KV pool %lld tokens (%.1f GB); %8.1f tok/s (%.2fx bf16 KV; HBM roofline "
+                "%.1f tok/s: %.0f%%)\n",
+                v.name, (long long)r.num_kv_blocks() * r.block_size(), st.kv_bytes / 1e9, tps,
+                base > 0 ? tps / base : 0.0, ceiling, 100.0 * tps / ceiling);
+  }
+}
+
 }  // namespace
 }  // namespace pagellm
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODELS_DIR [--skip-perf] [--fp8]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODELS_DIR [--skip-perf] [--fp8] [--kv-fp8]\n", argv[0]);
     return 2;
   }
-  bool skip_perf = false, fp8_perf = false;
+  bool skip_perf = false, fp8_perf = false, kv_perf = false;
   for (int i = 2; i < argc; ++i) {
     skip_perf = skip_perf || std::string(argv[i]) == "--skip-perf";
     fp8_perf = fp8_perf || std::string(argv[i]) == "--fp8";
+    kv_perf = kv_perf || std::string(argv[i]) == "--kv-fp8";
   }
   try {
     pagellm::check_stories(std::filesystem::path(argv[1]) / "stories260K");
@@ -473,8 +526,16 @@ int main(int argc, char** argv) {
     for (int d : {16, 64})
       for (pagellm::DType t : {pagellm::DType::kF32, pagellm::DType::kBF16, pagellm::DType::kF16})
         pagellm::check_tiny(d, t);
+    for (int d : {16, 64}) {
+      for (pagellm::DType t : {pagellm::DType::kBF16, pagellm::DType::kF16}) {
+        pagellm::check_tiny(d, t, pagellm::DType::kF8E4M3);
+        pagellm::check_tiny(d, t, pagellm::DType::kF8E5M2);
+      }
+      pagellm::check_tiny(d, pagellm::DType::kBF16, pagellm::DType::kF8E4M3, true);
+    }
     if (!skip_perf) pagellm::perf(false, true);
     if (!skip_perf && fp8_perf) pagellm::perf(true, false);
+    if (!skip_perf && kv_perf) pagellm::perf_kv_cache();
   } catch (const std::exception& e) {
     std::printf("FAIL exception: %s\n", e.what());
     return 1;

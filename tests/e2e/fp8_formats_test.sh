@@ -2,8 +2,8 @@
 # FP8 checkpoints end to end on the CPU: tools/quantize_fp8.py writes pycode-25M in every format
 # (its own tests first: formats that encode the same quantization hold the same bytes, errors within
 # e4m3's half-ulp), `pagellm generate` loads each and continues Python prompts greedily like the bf16
-# model, teacher-forced perplexity over tests/data/heldout_python.txt stays within 2% of bf16, and
-# broken checkpoints fail with one line naming the tensor or field.
+# model, teacher-forced perplexity over tests/data/heldout_python.txt stays within 2% of bf16 (the
+# FP8 KV cache alone: 1%), and broken checkpoints fail with one line naming the tensor or field.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${PAGELLM_BIN:-build/pagellm}
@@ -26,7 +26,9 @@ for f in "${FORMATS[@]}"; do
   "$PY" tools/quantize_fp8.py --format "$f" --dequantize-check "$MODEL" "$TMP/$f" 2> "$TMP/q_$f.txt" \
     || { cat "$TMP/q_$f.txt" >&2; fail "quantize_fp8.py --format $f"; }
 done
-echo "ok: quantized pycode-25M into ${#FORMATS[@]} formats"
+"$PY" tools/quantize_fp8.py --format compressed-tensors-channel --kv-cache-scales "$MODEL" "$TMP/kv-scales" \
+  2> "$TMP/q_kv.txt" || { cat "$TMP/q_kv.txt" >&2; fail "quantize_fp8.py --kv-cache-scales"; }
+echo "ok: quantized pycode-25M into ${#FORMATS[@]} formats (+ one with FP8 KV cache scales)"
 
 # Eight greedy 32-token Python continuations and the held-out text scored teacher-forced
 # (prompt_logprobs), then for every model the same plus bf16's greedy tokens fed back (teacher-forced
@@ -47,15 +49,23 @@ for f in "${FORMATS[@]}"; do
   gen "$f" "$TMP/prompts_tf.jsonl" --model "$TMP/$f"
   grep -qi "fp8" "$TMP/err_$f.txt" || fail "$f: the log does not mention fp8"
 done
+# The FP8 KV cache: alone (scales 1.0; calculated from the first batch), and with the checkpoint's
+# calibrated scales on top of W8A8.
+gen kv-fp8 "$TMP/prompts_tf.jsonl" --model "$MODEL" --kv-cache-dtype fp8
+grep -q "fp8_e4m3 KV cache (scales 1.0" "$TMP/err_kv-fp8.txt" || fail "kv-fp8: no KV cache line in the log"
+gen kv-fp8-calculated "$TMP/prompts_tf.jsonl" --model "$MODEL" --kv-cache-dtype fp8_e4m3 --calculate-kv-scales
+grep -q "calculated from the first batch" "$TMP/err_kv-fp8-calculated.txt" || fail "kv-fp8-calculated: log"
+gen kv-fp8-checkpoint "$TMP/prompts_tf.jsonl" --model "$TMP/kv-scales" --kv-cache-dtype fp8
+grep -q "scales from the checkpoint" "$TMP/err_kv-fp8-checkpoint.txt" || fail "kv-fp8-checkpoint: log"
 reports=("bf16=$TMP/res_bf16.jsonl" "online=$TMP/res_online.jsonl")
-for f in "${FORMATS[@]}"; do reports+=("$f=$TMP/res_$f.jsonl"); done
+for f in "${FORMATS[@]}" kv-fp8 kv-fp8-calculated kv-fp8-checkpoint; do reports+=("$f=$TMP/res_$f.jsonl"); done
 "$PY" tests/tools/fp8_e2e.py report "${reports[@]}" || fail "FP8 accuracy (above)"
 echo "ok: every format continues the prompts and scores the held-out text like bf16"
 
 # Broken checkpoints: non-zero exit and one error line naming what is wrong.
-broken() {  # KIND PATTERN
-  local kind=$1 pattern=$2
-  "$PY" tests/tools/fp8_e2e.py broken "$TMP/compressed-tensors-channel" "$TMP/broken_$kind" "$kind"
+broken() {  # KIND PATTERN [SOURCE]
+  local kind=$1 pattern=$2 src=${3:-compressed-tensors-channel}
+  "$PY" tests/tools/fp8_e2e.py broken "$TMP/$src" "$TMP/broken_$kind" "$kind"
   if "$BIN" generate --device cpu --model "$TMP/broken_$kind" --prompt "def f():" --max-tokens 4 \
       > /dev/null 2> "$TMP/err_broken_$kind.txt"; then
     fail "$kind: generate exited 0"
@@ -72,4 +82,5 @@ broken missing-scale "model\.layers\.3\.mlp\.down_proj\.weight_scale"
 broken misshaped-scale "model\.layers\.2\.self_attn\.k_proj\.weight_scale"
 broken unknown-method "fp9_magic"
 broken int4 "4-bit|int4"
+broken missing-kv-scale "model\.layers\.5\.self_attn\.v_scale' is missing" kv-scales
 echo "fp8_formats_test: all passed"

@@ -108,8 +108,8 @@ echo "ok: --root-path, --response-role, --max-logprobs, --generation-config / --
 if "$BIN" serve "$MODEL" --max-logprobs 50 > "$TMP/out4.txt" 2>&1; then fail "--max-logprobs 50 accepted"; fi
 grep -q "max-logprobs 50" "$TMP/out4.txt" || fail "no error for --max-logprobs 50"
 if "$BIN" serve "$MODEL" --allowed-origins '[1]' > "$TMP/out3.txt" 2>&1; then fail "bad --allowed-origins accepted"; fi
-if "$BIN" serve "$MODEL" --kv-cache-dtype fp8 > "$TMP/out5.txt" 2>&1; then fail "--kv-cache-dtype fp8 accepted"; fi
-grep -q "FP8 KV cache is not implemented yet" "$TMP/out5.txt" || fail "no reason for --kv-cache-dtype fp8"
+if "$BIN" serve "$MODEL" --kv-cache-dtype int8 > "$TMP/out5.txt" 2>&1; then fail "--kv-cache-dtype int8 accepted"; fi
+grep -q "expected auto, fp8, fp8_e4m3 or fp8_e5m2" "$TMP/out5.txt" || fail "no reason for --kv-cache-dtype int8"
 grep -q "allowed-origins" "$TMP/out3.txt" || fail "no error for a bad --allowed-origins"
 echo "ok: CORS origin list enforced"
 

@@ -29,12 +29,14 @@ PROMPTS = [
 ]
 # Thresholds (see `report`): perplexity over bf16; teacher-forced argmax agreement; the largest bf16
 # top-2 logprob margin (nats) at which a free-running greedy text may leave bf16's.
-PPL_LIMIT = {"per-channel": 0.02, "block": 0.02, "per-tensor": 0.05}
-TEACHER_MIN = {"per-channel": 0.95, "block": 0.95, "per-tensor": 0.93}
-NEAR_TIE = {"per-channel": 0.25, "block": 0.25, "per-tensor": 0.5}
+PPL_LIMIT = {"per-channel": 0.02, "block": 0.02, "per-tensor": 0.05, "kv-cache": 0.01}
+TEACHER_MIN = {"per-channel": 0.95, "block": 0.95, "per-tensor": 0.93, "kv-cache": 0.95}
+NEAR_TIE = {"per-channel": 0.25, "block": 0.25, "per-tensor": 0.5, "kv-cache": 0.25}
 KIND = {"online": "per-channel", "compressed-tensors-channel": "per-channel", "fbgemm": "per-channel",
         "block": "block", "compressed-tensors-block": "block", "fp8-static": "per-tensor",
-        "fp8-dynamic": "per-tensor", "compressed-tensors-tensor-static": "per-tensor"}
+        "fp8-dynamic": "per-tensor", "compressed-tensors-tensor-static": "per-tensor",
+        # --kv-cache-dtype fp8 alone (scales 1.0, calculated); with W8A8 and the checkpoint's scales.
+        "kv-fp8": "kv-cache", "kv-fp8-calculated": "kv-cache", "kv-fp8-checkpoint": "per-channel"}
 
 
 def write_lines(path, lines):
@@ -179,6 +181,10 @@ def cmd_broken(src, out, kind):
         name = "model.layers.2.self_attn.k_proj.weight_scale"
         s = tensors[name].to_f32()
         tensors[name] = q.f32_tensor(s[: s.shape[0] // 2])
+        q.write_safetensors(path, tensors, meta)
+    elif kind == "missing-kv-scale":
+        tensors, meta = q.read_safetensors(path)
+        del tensors["model.layers.5.self_attn.v_scale"]
         q.write_safetensors(path, tensors, meta)
     elif kind == "unknown-method":
         cfg["quantization_config"]["quant_method"] = "fp9_magic"

@@ -2,7 +2,7 @@
 // FP8 checkpoints written here from the trained pycode-25M (per-channel, per-tensor with different
 // scales per fused shard, 128x128 blocks) loading to exactly the dequantized weights, tensor-parallel
 // slices of them, --quantization fp8 on the 16-bit checkpoint, one-line errors for bad scales, and
-// the teacher-forced perplexity of FP8 W8A8 against bf16.
+// the teacher-forced perplexity of FP8 W8A8 and of the FP8 KV cache against bf16.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -325,10 +325,11 @@ std::string heldout_text() {
 }
 
 // exp(mean negative log-likelihood) of ids[1:] given their prefixes, in one prefill.
-double perplexity(const io::ModelConfig& c, models::LlamaWeights w, const std::vector<int32_t>& ids) {
+double perplexity(const io::ModelConfig& c, models::LlamaWeights w, const std::vector<int32_t>& ids,
+                  const models::KvCacheQuant& kv = {}) {
   models::LlamaModel model(c, std::move(w));
   const int64_t n = int64_t(ids.size()), bs = 16, blocks = (n + bs - 1) / bs;
-  models::KvCache cache(c.num_hidden_layers, blocks, bs, c.num_key_value_heads, c.head_dim);
+  models::KvCache cache(c.num_hidden_layers, blocks, bs, c.num_key_value_heads, c.head_dim, kv);
   std::vector<int32_t> pos(ids.size()), table(static_cast<size_t>(blocks));
   std::vector<int64_t> slots(ids.size()), rows(ids.size() - 1);
   for (size_t i = 0; i < ids.size(); ++i) pos[i] = int32_t(i), slots[i] = int64_t(i);
@@ -381,6 +382,26 @@ TEST(Fp8Accuracy, PerplexityWithinTwoPercentOfBf16) {
   const double bound = testing::kSanitized ? 1.10 : 1.02;
   EXPECT_LE(fp8, base * bound);
   EXPECT_LE(block, base * bound);
+
+  // --kv-cache-dtype fp8 alone: scales 1.0 (vLLM's default without checkpoint scales) and
+  // calculated from the batch; e5m2 (2 mantissa bits) for the record, with a looser bound.
+  const auto kv_ppl = [&](DType fp8, bool calculate) {
+    models::KvCacheQuant kv;
+    kv.fp8 = fp8;
+    kv.calculate_scales = calculate;
+    return perplexity(c, models::load_llama_weights(c, store), ids, kv);
+  };
+  const double e4m3 = kv_ppl(DType::kF8E4M3, false), e4m3_calc = kv_ppl(DType::kF8E4M3, true);
+  const double e5m2 = kv_ppl(DType::kF8E5M2, true);
+  std::printf("FP8 KV cache: e4m3 scales 1.0 %.4f (%+.2f%%), e4m3 calculated scales %.4f "
+              "(%+.2f%%), e5m2 calculated %.4f (%+.2f%%)\n",
+              e4m3, 100 * (e4m3 / base - 1), e4m3_calc, 100 * (e4m3_calc / base - 1), e5m2,
+              100 * (e5m2 / base - 1));
+  const double kv_bound = testing::kSanitized ? 1.05 : 1.01;
+  EXPECT_LE(e4m3, base * kv_bound);
+  EXPECT_LE(e4m3_calc, base * kv_bound);
+  EXPECT_LE(e5m2, base * (testing::kSanitized ? 1.10 : 1.05));
+  EXPECT_NE(e4m3, base);  // the cache did round
 }
 
 }  // namespace

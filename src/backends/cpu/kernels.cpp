@@ -192,9 +192,25 @@ void add_inplace(float* dst, const float* src, int64_t n) {
 void write_kv(const KvLayerView& cache, const float* k, const float* v, int64_t row_stride,
               const int64_t* slots, int64_t num_tokens) {
   const int64_t width = cache.num_kv_heads * cache.head_dim;  // one slot: [num_kv_heads, head_dim]
+  if (!cache.fp8) {
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      std::copy_n(k + t * row_stride, width, cache.k + slots[t] * width);
+      std::copy_n(v + t * row_stride, width, cache.v + slots[t] * width);
+    }
+    return;
+  }
+  const Fp8Format f = cache.fp8_format;
+  const auto round_trip = [f](float x, float inv_scale, float scale) {
+    return fp8_to_f32(f32_to_fp8(x * inv_scale, f), f) * scale;
+  };
+  const float inv_k = 1.f / cache.k_scale, inv_v = 1.f / cache.v_scale;
   for (int64_t t = 0; t < num_tokens; ++t) {
-    std::copy_n(k + t * row_stride, width, cache.k + slots[t] * width);
-    std::copy_n(v + t * row_stride, width, cache.v + slots[t] * width);
+    float* kc = cache.k + slots[t] * width;
+    float* vc = cache.v + slots[t] * width;
+    for (int64_t i = 0; i < width; ++i) {
+      kc[i] = round_trip(k[t * row_stride + i], inv_k, cache.k_scale);
+      vc[i] = round_trip(v[t * row_stride + i], inv_v, cache.v_scale);
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "common/fp8.h"
 #include "io/hf_config.h"
 
 namespace pagellm::cpu {
@@ -72,12 +73,18 @@ void silu_mul(const float* gate_up, float* out, int64_t num_tokens, int64_t inte
 void add_inplace(float* dst, const float* src, int64_t n);
 
 // One layer's paged KV cache: k and v each [num_blocks, block_size, num_kv_heads, head_dim].
+// An FP8 cache (--kv-cache-dtype fp8) keeps the fp32 layout, but write_kv stores each element as
+// the FP8 value it rounds to: fp8(x * (1 / scale)) * scale with the layer's per-tensor scales, the
+// numbers the CUDA backend's FP8 cache holds.
 struct KvLayerView {
   float* k = nullptr;
   float* v = nullptr;
   int64_t block_size = 0;
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
+  bool fp8 = false;
+  Fp8Format fp8_format = Fp8Format::kE4M3;
+  float k_scale = 1.f, v_scale = 1.f;
 };
 
 // Writes new tokens' K/V into their slots.  k, v [num_tokens, row_stride] (heads first in each

@@ -102,8 +102,14 @@ cudaError_t silu_and_mul(const SiluAndMulParams& p, cudaStream_t stream);
 // ---- kv_cache.cu -------------------------------------------------------------------------------
 // Writes this step's K/V rows into the paged cache: token t goes to slot slot_mapping[t] (block =
 // slot / block_size, offset = slot % block_size); a negative slot skips the token (padding).
+// An FP8 cache (cache_dtype kF8E4M3 / kF8E5M2, --kv-cache-dtype fp8) stores each element as
+// fp8(x / scale), rounded to nearest even and saturated (common/fp8.h's encoding), with the
+// per-tensor scales *k_scale / *v_scale (device floats; null = 1).
 struct KvCacheWriteParams {
-  DType dtype = DType::kBF16;
+  DType dtype = DType::kBF16;        // of key / value
+  DType cache_dtype = DType::kBF16;  // dtype, kF8E4M3 or kF8E5M2
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
   const void* key = nullptr;              // [num_tokens, num_kv_heads, head_dim] (row stride below)
   const void* value = nullptr;            // [num_tokens, num_kv_heads, head_dim]
   void* k_cache = nullptr;                // [num_blocks, block_size, num_kv_heads, head_dim]
@@ -118,14 +124,25 @@ struct KvCacheWriteParams {
 };
 cudaError_t write_kv_cache(const KvCacheWriteParams& p, cudaStream_t stream);
 
+// --calculate-kv-scales: *k_scale = 2 * max(amax(key rows), 1e-6) / fp8_max(cache_dtype) over the
+// tokens with a valid slot (likewise *v_scale from value), so values up to twice the first batch's
+// largest fit the FP8 range. Reads p's key / value / slot_mapping / strides; writes nothing else.
+cudaError_t compute_kv_scales(const KvCacheWriteParams& p, float* k_scale, float* v_scale,
+                              cudaStream_t stream);
+
 // ---- attention/ --------------------------------------------------------------------------------
 // Paged attention over a mixed batch. Sequence s owns query tokens [query_start_loc[s],
 // query_start_loc[s+1]); its context after this step is seq_lens[s] tokens, whose K/V (the new ones
 // included: write_kv_cache runs first) sit in the cache blocks block_tables[s]. Query i of s sits
 // at position seq_lens[s] - q_len + i and attends causally to keys [0, position]. GQA: query head h
 // reads kv head h / (num_heads / num_kv_heads).
+// An FP8 cache (kv_dtype kF8E4M3 / kF8E5M2; bf16 / f16 models) holds fp8(x / scale) with the
+// per-tensor scales *k_scale / *v_scale (device floats, null = 1), read back as code * scale.
 struct AttentionParams {
-  DType dtype = DType::kBF16;
+  DType dtype = DType::kBF16;     // of q and out
+  DType kv_dtype = DType::kBF16;  // of the cache: dtype, kF8E4M3 or kF8E5M2
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
   const void* q = nullptr;        // [num_tokens, num_heads, head_dim] (token stride q_token_stride)
   const void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim]
   const void* v_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim]

@@ -1,12 +1,39 @@
-// Writes new K/V rows into the paged cache through the slot mapping.
+// Writes new K/V rows into the paged cache through the slot mapping, in the model dtype or, for an
+// FP8 cache, quantized with the per-tensor scales.
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/fp8_convert.cuh"
 
 namespace pagellm::cuda {
 namespace {
 
+// Stores VEC elements of one K or V row into the cache row, converting to the cache's type S.
+template <typename T, typename S, int VEC>
+__device__ __forceinline__ void store_elems(const T* src, S* dst, float inv_scale) {
+  if constexpr (std::is_same_v<S, T>) {
+    if constexpr (VEC > 1) {
+      *reinterpret_cast<Vec16<T>*>(dst) = *reinterpret_cast<const Vec16<T>*>(src);
+    } else {
+      *dst = *src;
+    }
+  } else if constexpr (VEC > 1) {
+    static_assert(VEC == 8, "16 bytes of a 16-bit dtype become 8 FP8 codes");
+    float f[VEC];
+    load16(src, f);
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      w[i] = float2_to_fp8x2<kFp8Interp<S>>(f[2 * i] * inv_scale, f[2 * i + 1] * inv_scale);
+    *reinterpret_cast<uint2*>(dst) = make_uint2(w[0] | w[1] << 16, w[2] | w[3] << 16);
+  } else {
+    const __nv_fp8_storage_t code =
+        __nv_cvt_float_to_fp8(to_float(*src) * inv_scale, __NV_SATFINITE, kFp8Interp<S>);
+    *reinterpret_cast<__nv_fp8_storage_t*>(dst) = code;
+  }
+}
+
 // One block per token; threads cover num_kv_heads * head_dim in VEC-wide pieces. The cache row of a
 // slot is contiguous ([num_kv_heads, head_dim]) because of the [block, offset, head, dim] layout.
-template <typename T, int VEC>
+template <typename T, typename S, int VEC>
 __global__ void write_kv_cache_kernel(const __grid_constant__ KvCacheWriteParams p) {
   const int64_t t = blockIdx.x;
   const int64_t slot = p.slot_mapping[t];
@@ -15,24 +42,85 @@ __global__ void write_kv_cache_kernel(const __grid_constant__ KvCacheWriteParams
   const T* k = static_cast<const T*>(p.key) + t * p.key_token_stride;  // [num_kv_heads, head_dim]
   const T* v =
       static_cast<const T*>(p.value) + t * p.value_token_stride;  // [num_kv_heads, head_dim]
-  T* kc = static_cast<T*>(p.k_cache) + slot * row;                // [num_kv_heads, head_dim]
-  T* vc = static_cast<T*>(p.v_cache) + slot * row;
+  S* kc = static_cast<S*>(p.k_cache) + slot * row;                // [num_kv_heads, head_dim]
+  S* vc = static_cast<S*>(p.v_cache) + slot * row;
+  // x / scale as x * (1 / scale): one division per block, not per element.
+  float inv_k = 1.f, inv_v = 1.f;
+  if constexpr (kIsFp8<S>) {
+    inv_k = p.k_scale ? 1.f / *p.k_scale : 1.f;
+    inv_v = p.v_scale ? 1.f / *p.v_scale : 1.f;
+  }
   for (int i = threadIdx.x * VEC; i < row; i += blockDim.x * VEC) {
-    if constexpr (VEC > 1) {
-      *reinterpret_cast<Vec16<T>*>(kc + i) = *reinterpret_cast<const Vec16<T>*>(k + i);
-      *reinterpret_cast<Vec16<T>*>(vc + i) = *reinterpret_cast<const Vec16<T>*>(v + i);
-    } else {
-      kc[i] = k[i];
-      vc[i] = v[i];
-    }
+    store_elems<T, S, VEC>(k + i, kc + i, inv_k);
+    store_elems<T, S, VEC>(v + i, vc + i, inv_v);
+  }
+}
+
+template <typename T, typename S>
+cudaError_t launch_write(const KvCacheWriteParams& p, cudaStream_t stream) {
+  constexpr int kVec = Vec16<T>::kSize;
+  const int row = p.num_kv_heads * p.head_dim;
+  const bool vec = row % kVec == 0 && p.key_token_stride % kVec == 0 &&
+                   p.value_token_stride % kVec == 0 && aligned16(p.key) && aligned16(p.value) &&
+                   aligned16(p.k_cache) && aligned16(p.v_cache) &&
+                   (!kIsFp8<S> || kVec == 8);
+  const int threads = 128;
+  if (vec) {
+    if constexpr (!kIsFp8<S> || kVec == 8)
+      write_kv_cache_kernel<T, S, kVec><<<p.num_tokens, threads, 0, stream>>>(p);
+  } else {
+    write_kv_cache_kernel<T, S, 1><<<p.num_tokens, threads, 0, stream>>>(p);
+  }
+  return launch_status();
+}
+
+// Block 0 reduces the keys, block 1 the values.
+template <typename T>
+__global__ void kv_scales_kernel(const __grid_constant__ KvCacheWriteParams p, float* k_scale,
+                                 float* v_scale, float fp8_max) {
+  const bool key = blockIdx.x == 0;
+  const T* x = static_cast<const T*>(key ? p.key : p.value);
+  const int64_t stride = key ? p.key_token_stride : p.value_token_stride;
+  const int row = p.num_kv_heads * p.head_dim;
+  float amax = 0.f;
+  for (int t = 0; t < p.num_tokens; ++t) {
+    const int64_t slot = p.slot_mapping[t];
+    if (slot < 0 || slot >= p.num_slots) continue;
+    for (int i = threadIdx.x; i < row; i += blockDim.x)
+      amax = fmaxf(amax, fabsf(to_float(x[t * stride + i])));
+  }
+  __shared__ float scratch[32];
+  amax = warp_max(amax);
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = amax;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < int(blockDim.x >> 5); ++w) amax = fmaxf(amax, scratch[w]);
+    *(key ? k_scale : v_scale) = 2.f * fmaxf(amax, 1e-6f) / fp8_max;
   }
 }
 
 }  // namespace
 
+cudaError_t compute_kv_scales(const KvCacheWriteParams& in, float* k_scale, float* v_scale,
+                              cudaStream_t stream) {
+  KvCacheWriteParams p = in;
+  if (!is_fp8(p.cache_dtype) || !k_scale || !v_scale || p.num_tokens < 0 || p.num_kv_heads <= 0 ||
+      p.head_dim <= 0 || !p.key || !p.value || !p.slot_mapping)
+    return cudaErrorInvalidValue;
+  const int row = p.num_kv_heads * p.head_dim;
+  if (p.key_token_stride == 0) p.key_token_stride = row;
+  if (p.value_token_stride == 0) p.value_token_stride = row;
+  const float fp8_max = p.cache_dtype == DType::kF8E4M3 ? 448.f : 57344.f;
+  return PAGELLM_DISPATCH_DTYPE(p.dtype, [&] {
+    kv_scales_kernel<scalar_t><<<2, 256, 0, stream>>>(p, k_scale, v_scale, fp8_max);
+    return launch_status();
+  });
+}
+
 cudaError_t write_kv_cache(const KvCacheWriteParams& in, cudaStream_t stream) {
   KvCacheWriteParams p = in;
   if (p.num_tokens < 0 || p.num_kv_heads <= 0 || p.head_dim <= 0) return cudaErrorInvalidValue;
+  if (p.cache_dtype != p.dtype && !is_fp8(p.cache_dtype)) return cudaErrorInvalidValue;
   if (p.num_tokens == 0) return cudaSuccess;
   if (!p.key || !p.value || !p.k_cache || !p.v_cache || !p.slot_mapping)
     return cudaErrorInvalidValue;
@@ -40,17 +128,9 @@ cudaError_t write_kv_cache(const KvCacheWriteParams& in, cudaStream_t stream) {
   if (p.key_token_stride == 0) p.key_token_stride = row;
   if (p.value_token_stride == 0) p.value_token_stride = row;
   return PAGELLM_DISPATCH_DTYPE(p.dtype, [&] {
-    constexpr int kVec = Vec16<scalar_t>::kSize;
-    const bool vec = row % kVec == 0 && p.key_token_stride % kVec == 0 &&
-                     p.value_token_stride % kVec == 0 && aligned16(p.key) && aligned16(p.value) &&
-                     aligned16(p.k_cache) && aligned16(p.v_cache);
-    const int threads = 128;
-    if (vec) {
-      write_kv_cache_kernel<scalar_t, kVec><<<p.num_tokens, threads, 0, stream>>>(p);
-    } else {
-      write_kv_cache_kernel<scalar_t, 1><<<p.num_tokens, threads, 0, stream>>>(p);
-    }
-    return launch_status();
+    if (p.cache_dtype == DType::kF8E4M3) return launch_write<scalar_t, __nv_fp8_e4m3>(p, stream);
+    if (p.cache_dtype == DType::kF8E5M2) return launch_write<scalar_t, __nv_fp8_e5m2>(p, stream);
+    return launch_write<scalar_t, scalar_t>(p, stream);
   });
 }
 

@@ -6,6 +6,7 @@
 
 #include "backends/cuda/attention/attention_internal.h"
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/fp8_convert.cuh"
 
 namespace pagellm::cuda {
 
@@ -19,7 +20,7 @@ bool attention::decode_tensor_cores_enabled() { return g_decode_tensor_cores; }
 namespace {
 
 bool valid_shapes(const AttentionParams& p) {
-  return p.num_seqs >= 0 && p.num_tokens >= 0 && p.num_heads > 0 && p.num_kv_heads > 0 &&
+  return attention::kv_dtype_supported(p.dtype, p.kv_dtype) && p.num_seqs >= 0 && p.num_tokens >= 0 && p.num_heads > 0 && p.num_kv_heads > 0 &&
          p.num_heads % p.num_kv_heads == 0 && p.head_dim > 0 && p.block_size > 0 &&
          p.max_blocks_per_seq > 0;
 }
@@ -29,6 +30,34 @@ bool tile_path(const AttentionParams& p) {
   const int64_t stride = p.q_token_stride ? p.q_token_stride : int64_t{p.num_heads} * p.head_dim;
   return attention::tile_supported(p.dtype, p.head_dim) && aligned16(p.q) && aligned16(p.k_cache) &&
          aligned16(p.v_cache) && aligned16(p.out) && (stride * elem) % 16 == 0;
+}
+
+// The launchers for model type T, picked by the cache's dtype (T itself or FP8).
+template <typename T>
+cudaError_t launch_tiles(const AttentionParams& p, const AttentionPlan& plan, cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, float>) {
+    return cudaErrorNotSupported;
+  } else {
+    if (p.kv_dtype == DType::kF8E4M3)
+      return attention::launch_tile<T, __nv_fp8_e4m3>(p, plan, stream);
+    if (p.kv_dtype == DType::kF8E5M2)
+      return attention::launch_tile<T, __nv_fp8_e5m2>(p, plan, stream);
+    return attention::launch_tile<T, T>(p, plan, stream);
+  }
+}
+
+template <typename T>
+cudaError_t launch_splits(const AttentionParams& p, const AttentionPlan& plan, float* partial_out,
+                          float* partial_lse, cudaStream_t stream) {
+  if constexpr (!std::is_same_v<T, float>) {
+    if (p.kv_dtype == DType::kF8E4M3)
+      return attention::launch_split_kv<T, __nv_fp8_e4m3>(p, plan, partial_out, partial_lse,
+                                                          stream);
+    if (p.kv_dtype == DType::kF8E5M2)
+      return attention::launch_split_kv<T, __nv_fp8_e5m2>(p, plan, partial_out, partial_lse,
+                                                          stream);
+  }
+  return attention::launch_split_kv<T, T>(p, plan, partial_out, partial_lse, stream);
 }
 
 }  // namespace
@@ -95,13 +124,8 @@ cudaError_t run_attention(const AttentionParams& in, const AttentionPlan& plan, 
     return cudaErrorInvalidValue;
   if (plan.num_tile_items > 0) {
     if (!plan.tile_items) return cudaErrorInvalidValue;
-    const cudaError_t err = PAGELLM_DISPATCH_DTYPE(p.dtype, [&] {
-      if constexpr (std::is_same_v<scalar_t, float>) {
-        return cudaErrorNotSupported;
-      } else {
-        return attention::launch_tile<scalar_t>(p, plan, stream);
-      }
-    });
+    const cudaError_t err =
+        PAGELLM_DISPATCH_DTYPE(p.dtype, [&] { return launch_tiles<scalar_t>(p, plan, stream); });
     if (err != cudaSuccess) return err;
   }
   if (plan.num_split_items > 0) {
@@ -112,7 +136,7 @@ cudaError_t run_attention(const AttentionParams& in, const AttentionPlan& plan, 
                           size_t(plan.num_split_items) * p.num_heads * plan.num_splits * p.head_dim
                     : nullptr;
     return PAGELLM_DISPATCH_DTYPE(p.dtype, [&] {
-      return attention::launch_split_kv<scalar_t>(p, plan, partial_out, partial_lse, stream);
+      return launch_splits<scalar_t>(p, plan, partial_out, partial_lse, stream);
     });
   }
   return cudaSuccess;

@@ -19,6 +19,13 @@ inline int split_kv_head_tile(int group_size, bool fast_path) {
 inline bool split_kv_fast_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
 constexpr int kMaxGenericHeadDim = 256;
 
+// Whether the CUDA kernels read this cache dtype with this model dtype: the model dtype itself, or
+// FP8 (e4m3 / e5m2) with bf16 / f16 models.
+inline bool kv_dtype_supported(DType dtype, DType kv_dtype) {
+  return kv_dtype == dtype ||
+         (is_fp8(kv_dtype) && (dtype == DType::kBF16 || dtype == DType::kF16));
+}
+
 // Whether the tensor-core tile kernel serves this dtype / head_dim.
 inline bool tile_supported(DType dtype, int head_dim) {
   return (dtype == DType::kBF16 || dtype == DType::kF16) && (head_dim == 64 || head_dim == 128);
@@ -29,13 +36,14 @@ bool decode_tensor_cores_enabled();
 
 // Split-KV kernel over plan.split_items (+ the combine kernel when num_splits > 1). partial_out:
 // [num_split_items, num_heads, num_splits, head_dim] f32, partial_lse: [num_split_items, num_heads,
-// num_splits] f32 (log2 domain); unused when num_splits == 1.
-template <typename T>
+// num_splits] f32 (log2 domain); unused when num_splits == 1. T: the model's device type; KV: the
+// cache's (T, __nv_fp8_e4m3 or __nv_fp8_e5m2).
+template <typename T, typename KV>
 cudaError_t launch_split_kv(const AttentionParams& p, const AttentionPlan& plan, float* partial_out,
                             float* partial_lse, cudaStream_t stream);
 
 // Tensor-core tile kernel over plan.tile_items (bf16 / f16, head_dim 64 or 128).
-template <typename T>
+template <typename T, typename KV>
 cudaError_t launch_tile(const AttentionParams& p, const AttentionPlan& plan, cudaStream_t stream);
 
 }  // namespace pagellm::cuda::attention

@@ -5,7 +5,8 @@
 // streams the cache. One block = (token, KV head, KV split); K/V tiles of 64 keys arrive through a
 // three-stage cp.async pipeline; warp w owns keys [16w, 16w + 16) of every tile with its own online
 // softmax state, and the four warps merge at the end. Partial results use the split-KV layout, so
-// the same combine kernel merges splits.
+// the same combine kernel merges splits. FP8 caches: raw codes travel through the pipeline and each
+// warp converts its own 16 keys of a tile to T in shared memory before its MMAs.
 #pragma once
 
 #include "backends/cuda/attention/mma_softmax.cuh"
@@ -17,21 +18,27 @@ namespace pagellm::cuda::attention {
 constexpr int kDecodeMmaStages = 3;
 constexpr int kDecodeMmaMaxGroup = 16;
 
-template <int D>
+template <typename KV, int D>
 constexpr int decode_mma_smem_bytes() {
-  // Q [16, D] + stages × (K, V) [64, D], 2-byte elements; the final merge reuses the K/V area.
+  // Q [16, D] + stages × (K, V) [64, D], 2-byte elements; FP8: stages of raw (K, V) codes plus one
+  // converted (K, V) tile. The final merge reuses the K/V area.
+  if constexpr (kIsFp8<KV>) return 16 * D * 2 + 2 * kTileN * D * 2 + kDecodeMmaStages * 2 * kTileN * D;
   return (16 + kDecodeMmaStages * 2 * kTileN) * D * 2;
 }
 
-template <typename T, int D>
+template <typename T, typename KV, int D>
 __global__ void __launch_bounds__(kTileThreads)
     decode_mma_kernel(const __grid_constant__ AttentionParams p,
                       const __grid_constant__ AttentionPlan plan, float* __restrict__ partial_out,
                       float* __restrict__ partial_lse) {
+  constexpr bool kFp8 = kIsFp8<KV>;
   constexpr int kChunks = D / 8;
+  constexpr int kKvChunks = D * sizeof(KV) / 16;  // 16-byte chunks per cache row
+  constexpr int kKvPerChunk = 16 / sizeof(KV);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* s_q = reinterpret_cast<T*>(smem_raw);  // [16, D]
-  T* s_kv = s_q + 16 * D;                   // [stages, 2, kTileN, D]
+  T* s_kv = s_q + 16 * D;  // [stages, 2, kTileN, D]; FP8: [2, kTileN, D] converted, then raw codes
+  unsigned char* s_raw = reinterpret_cast<unsigned char*>(s_kv + 2 * kTileN * D);
 
   const int item = blockIdx.x;
   const int token = plan.split_items[2 * item];
@@ -48,8 +55,8 @@ __global__ void __launch_bounds__(kTileThreads)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
   const int64_t slot_stride = static_cast<int64_t>(p.num_kv_heads) * D;
-  const T* k_base = static_cast<const T*>(p.k_cache) + static_cast<int64_t>(kv_head) * D;
-  const T* v_base = static_cast<const T*>(p.v_cache) + static_cast<int64_t>(kv_head) * D;
+  const KV* k_base = static_cast<const KV*>(p.k_cache) + static_cast<int64_t>(kv_head) * D;
+  const KV* v_base = static_cast<const KV*>(p.v_cache) + static_cast<int64_t>(kv_head) * D;
 
   // Q rows: the group's heads; rows past the group are zero.
   const T* q_row0 = static_cast<const T*>(p.q) + static_cast<int64_t>(token) * p.q_token_stride +
@@ -60,20 +67,26 @@ __global__ void __launch_bounds__(kTileThreads)
     cp_async16(s_q + swz<D>(r, ch), valid ? q_row0 + r * D + ch * 8 : q_row0, valid ? 16 : 0);
   }
   auto load_tile = [&](int tile) {
-    T* sk = s_kv + (tile % kDecodeMmaStages) * 2 * kTileN * D;
-    T* sv = sk + kTileN * D;
-    for (int c = tid; c < kTileN * kChunks; c += kTileThreads) {
-      const int r = c / kChunks, ch = c % kChunks;
+    const int stage = tile % kDecodeMmaStages;
+    for (int c = tid; c < kTileN * kKvChunks; c += kTileThreads) {
+      const int r = c / kKvChunks, ch = c % kKvChunks;
       const int key = k_begin + tile * kTileN + r;
       const bool valid = key < k_end;
       int64_t off = 0;
       if (valid) {
         const int64_t slot =
             static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
-        off = slot * slot_stride + ch * 8;
+        off = slot * slot_stride + ch * kKvPerChunk;
       }
-      cp_async16(sk + swz<D>(r, ch), k_base + off, valid ? 16 : 0);
-      cp_async16(sv + swz<D>(r, ch), v_base + off, valid ? 16 : 0);
+      if constexpr (kFp8) {
+        unsigned char* raw = s_raw + stage * 2 * kTileN * D + r * D + ch * 16;
+        cp_async16(raw, k_base + off, valid ? 16 : 0);
+        cp_async16(raw + kTileN * D, v_base + off, valid ? 16 : 0);
+      } else {
+        T* sk = s_kv + stage * 2 * kTileN * D;
+        cp_async16(sk + swz<D>(r, ch), k_base + off, valid ? 16 : 0);
+        cp_async16(sk + kTileN * D + swz<D>(r, ch), v_base + off, valid ? 16 : 0);
+      }
     }
   };
   // Group 0 holds Q and tile 0; one group per tile after that (possibly empty).
@@ -83,7 +96,7 @@ __global__ void __launch_bounds__(kTileThreads)
   cp_async_commit();
 
   const int g = lane >> 2, t4 = lane & 3;
-  const float qscale = p.scale * kLog2e;
+  const float qscale = p.scale * kLog2e * kv_scale<KV>(p.k_scale);
   uint32_t qf[D / 16][4];
   float o[D / 8][4];
 #pragma unroll
@@ -100,7 +113,17 @@ __global__ void __launch_bounds__(kTileThreads)
       for (int kk = 0; kk < D / 16; ++kk)
         ldmatrix_x4(qf[kk], s_q + swz<D>((lane & 7) + ((lane >> 3) & 1) * 8, 2 * kk + (lane >> 4)));
     }
-    const T* sk = s_kv + (j % kDecodeMmaStages) * 2 * kTileN * D;
+    if constexpr (kFp8) {
+      // This warp's 16 keys only: no other warp reads them.
+      const unsigned char* raw = s_raw + (j % kDecodeMmaStages) * 2 * kTileN * D;
+      for (int c = lane; c < 16 * (D / 16); c += 32) {
+        const int r = warp * 16 + c / (D / 16);
+        convert_fp8_chunk<T, KV, D>(raw, s_kv, r, c % (D / 16));
+        convert_fp8_chunk<T, KV, D>(raw + kTileN * D, s_kv + kTileN * D, r, c % (D / 16));
+      }
+      __syncwarp();
+    }
+    const T* sk = s_kv + (kFp8 ? 0 : (j % kDecodeMmaStages) * 2 * kTileN * D);
     const T* sv = sk + kTileN * D;
     // S = Q Kᵀ over this warp's 16 keys (two n-tiles of 8).
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
@@ -178,7 +201,7 @@ __global__ void __launch_bounds__(kTileThreads)
         sum_o += s_o[(w * 16 + r) * D + d] * c;
       }
     }
-    const float out_v = sum_l > 0.f ? sum_o / sum_l : 0.f;
+    const float out_v = sum_l > 0.f ? sum_o * kv_scale<KV>(p.v_scale) / sum_l : 0.f;
     const int head = head0 + r;
     if (!split) {
       static_cast<T*>(p.out)[(static_cast<int64_t>(token) * p.num_heads + head) * D + d] =
@@ -192,18 +215,18 @@ __global__ void __launch_bounds__(kTileThreads)
   }
 }
 
-template <typename T, int D>
+template <typename T, typename KV, int D>
 cudaError_t launch_decode_mma_config(const AttentionParams& p, const AttentionPlan& plan,
                                      float* partial_out, float* partial_lse, cudaStream_t stream) {
-  constexpr int kSmem = decode_mma_smem_bytes<D>();
-  static_assert(4 * 16 * D * 4 + 2 * 4 * 16 * 4 <= kDecodeMmaStages * 2 * kTileN * D * 2,
-                "merge area fits");
+  constexpr int kSmem = decode_mma_smem_bytes<KV, D>();
+  static_assert(16 * D * 2 + 4 * 16 * D * 4 + 2 * 4 * 16 * 4 <= kSmem, "merge area fits");
   static const cudaError_t attr = cudaFuncSetAttribute(
-      decode_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      decode_mma_kernel<T, KV, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
   if (plan.num_splits > 65535 || p.num_kv_heads > 65535) return cudaErrorInvalidValue;
   dim3 grid(plan.num_split_items, p.num_kv_heads, plan.num_splits);
-  decode_mma_kernel<T, D><<<grid, kTileThreads, kSmem, stream>>>(p, plan, partial_out, partial_lse);
+  decode_mma_kernel<T, KV, D>
+      <<<grid, kTileThreads, kSmem, stream>>>(p, plan, partial_out, partial_lse);
   if (plan.num_splits > 1) {
     split_kv_combine_kernel<T><<<dim3(plan.num_split_items, p.num_heads), 128, 0, stream>>>(
         p, plan, partial_out, partial_lse);
@@ -220,22 +243,22 @@ inline bool decode_mma_applies(const AttentionParams& p) {
          (p.q_token_stride * 2) % 16 == 0;
 }
 
-template <typename T>
+template <typename T, typename KV>
 cudaError_t launch_decode_mma(const AttentionParams& p, const AttentionPlan& plan,
                               float* partial_out, float* partial_lse, cudaStream_t stream) {
   if (p.head_dim == 64)
-    return launch_decode_mma_config<T, 64>(p, plan, partial_out, partial_lse, stream);
-  return launch_decode_mma_config<T, 128>(p, plan, partial_out, partial_lse, stream);
+    return launch_decode_mma_config<T, KV, 64>(p, plan, partial_out, partial_lse, stream);
+  return launch_decode_mma_config<T, KV, 128>(p, plan, partial_out, partial_lse, stream);
 }
 
-template <typename T>
+template <typename T, typename KV>
 cudaError_t launch_split_kv(const AttentionParams& p, const AttentionPlan& plan, float* partial_out,
                             float* partial_lse, cudaStream_t stream) {
   if constexpr (!std::is_same_v<T, float>) {
     if (decode_tensor_cores_enabled() && decode_mma_applies(p))
-      return launch_decode_mma<T>(p, plan, partial_out, partial_lse, stream);
+      return launch_decode_mma<T, KV>(p, plan, partial_out, partial_lse, stream);
   }
-  return launch_split_kv_cuda_cores<T>(p, plan, partial_out, partial_lse, stream);
+  return launch_split_kv_cuda_cores<T, KV>(p, plan, partial_out, partial_lse, stream);
 }
 
 }  // namespace pagellm::cuda::attention

@@ -1,7 +1,9 @@
 // Split-KV ("flash-decoding") paged attention on CUDA cores: one query token per block row of work,
 // its context split into num_splits ranges that run as separate blocks, then merged by their
 // log-sum-exp. Serves decode tokens (and any token whose dtype / head_dim the tile kernel lacks),
-// so it must be right for every shape; GQA heads of one KV head share each K/V load.
+// so it must be right for every shape; GQA heads of one KV head share each K/V load. FP8 caches:
+// each lane loads its ELEMS codes (8 bytes on the vectorized path) and converts them to floats; the
+// per-tensor scales fold into the query (k) and the output (v).
 //
 // Included once per dtype by split_kv_<dtype>.cu.
 #pragma once
@@ -10,6 +12,7 @@
 
 #include "backends/cuda/attention/attention_internal.h"
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/fp8_convert.cuh"
 
 namespace pagellm::cuda::attention {
 
@@ -26,16 +29,39 @@ struct RowAccess {
   __device__ static int dim(int lane_in_group, int e) {
     return CONTIG ? lane_in_group * ELEMS + e : lane_in_group + 32 * e;
   }
-  __device__ static void load(const T* row, int lane_in_group, int head_dim, float (&out)[ELEMS]) {
-    if constexpr (CONTIG) {
+  // Row elements of type S: T (q, 16-bit caches) or an FP8 code.
+  template <typename S>
+  __device__ static void load(const S* row, int lane_in_group, int head_dim, float (&out)[ELEMS]) {
+    if constexpr (CONTIG && kIsFp8<S>) {
+      static_assert(ELEMS == 8, "contiguous FP8 rows use 8-byte accesses");
+      const uint2 w = *reinterpret_cast<const uint2*>(row + lane_in_group * ELEMS);
+      const uint32_t words[2] = {w.x, w.y};
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const float2 lo = fp8x2_to_float2<kFp8Interp<S>>(words[i] & 0xffffu);
+        const float2 hi = fp8x2_to_float2<kFp8Interp<S>>(words[i] >> 16);
+        out[4 * i] = lo.x;
+        out[4 * i + 1] = lo.y;
+        out[4 * i + 2] = hi.x;
+        out[4 * i + 3] = hi.y;
+      }
+    } else if constexpr (CONTIG) {
       static_assert(ELEMS == 16 / sizeof(T), "contiguous rows use 16-byte accesses");
       load16(row + lane_in_group * ELEMS, out);
     } else {
 #pragma unroll
       for (int e = 0; e < ELEMS; ++e) {
         const int d = lane_in_group + 32 * e;
-        out[e] = d < head_dim ? to_float(row[d]) : 0.f;
+        out[e] = d < head_dim ? element(row[d]) : 0.f;
       }
+    }
+  }
+  template <typename S>
+  __device__ static float element(S v) {
+    if constexpr (kIsFp8<S>) {
+      return fp8x2_to_float2<kFp8Interp<S>>(*reinterpret_cast<const uint8_t*>(&v)).x;
+    } else {
+      return to_float(v);
     }
   }
 };
@@ -43,7 +69,7 @@ struct RowAccess {
 // grid: (num_split_items, num_kv_heads * head chunks, num_splits); block: 128 threads.
 // Keys are dealt round-robin to the block's key groups, U keys per group per iteration so that 2U
 // 16-byte loads are in flight per lane before the first use.
-template <typename T, int LANES, int ELEMS, bool CONTIG, int G_TILE>
+template <typename T, typename KV, int LANES, int ELEMS, bool CONTIG, int G_TILE>
 __global__ void __launch_bounds__(kSplitKvThreads)
     split_kv_kernel(const __grid_constant__ AttentionParams p,
                     const __grid_constant__ AttentionPlan plan, float* __restrict__ partial_out,
@@ -78,7 +104,12 @@ __global__ void __launch_bounds__(kSplitKvThreads)
   const int group = warp * kGroupsPerWarp + lane / LANES;
 
   // Query rows, pre-scaled so that scores come out in the log2 domain.
-  const float qscale = p.scale * kLog2e;
+  float qscale = p.scale * kLog2e;
+  float vscale = 1.f;
+  if constexpr (kIsFp8<KV>) {
+    qscale *= p.k_scale ? *p.k_scale : 1.f;
+    vscale = p.v_scale ? *p.v_scale : 1.f;
+  }
   float q[G_TILE][ELEMS];
 #pragma unroll
   for (int g = 0; g < G_TILE; ++g) {
@@ -105,8 +136,8 @@ __global__ void __launch_bounds__(kSplitKvThreads)
 
   const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
   const int64_t slot_stride = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
-  const T* k_base = static_cast<const T*>(p.k_cache) + static_cast<int64_t>(kv_head) * p.head_dim;
-  const T* v_base = static_cast<const T*>(p.v_cache) + static_cast<int64_t>(kv_head) * p.head_dim;
+  const KV* k_base = static_cast<const KV*>(p.k_cache) + static_cast<int64_t>(kv_head) * p.head_dim;
+  const KV* v_base = static_cast<const KV*>(p.v_cache) + static_cast<int64_t>(kv_head) * p.head_dim;
 
   // The loop bound is block-uniform: lanes of one warp take different keys but must all reach the
   // shuffles of the dot-product reduction together.
@@ -208,7 +239,7 @@ __global__ void __launch_bounds__(kSplitKvThreads)
         sum_a += s_acc[w][g][d] * c;
       }
     }
-    const float o = sum_l > 0.f ? sum_a / sum_l : 0.f;
+    const float o = sum_l > 0.f ? sum_a * vscale / sum_l : 0.f;
     const int head = head0 + g;
     if (!split) {
       T* out =
@@ -251,14 +282,14 @@ __global__ void __launch_bounds__(128)
   }
 }
 
-template <typename T, int LANES, int ELEMS, bool CONTIG, int G_TILE>
+template <typename T, typename KV, int LANES, int ELEMS, bool CONTIG, int G_TILE>
 cudaError_t launch_split_kv_config(const AttentionParams& p, const AttentionPlan& plan,
                                    float* partial_out, float* partial_lse, cudaStream_t stream) {
   const int group_size = p.num_heads / p.num_kv_heads;
   const int num_chunks = (group_size + G_TILE - 1) / G_TILE;
   if (plan.num_splits > 65535 || p.num_kv_heads * num_chunks > 65535) return cudaErrorInvalidValue;
   dim3 grid(plan.num_split_items, p.num_kv_heads * num_chunks, plan.num_splits);
-  split_kv_kernel<T, LANES, ELEMS, CONTIG, G_TILE>
+  split_kv_kernel<T, KV, LANES, ELEMS, CONTIG, G_TILE>
       <<<grid, kSplitKvThreads, 0, stream>>>(p, plan, partial_out, partial_lse);
   if (plan.num_splits > 1) {
     split_kv_combine_kernel<T><<<dim3(plan.num_split_items, p.num_heads), 128, 0, stream>>>(
@@ -267,7 +298,7 @@ cudaError_t launch_split_kv_config(const AttentionParams& p, const AttentionPlan
   return cudaGetLastError();
 }
 
-template <typename T>
+template <typename T, typename KV>
 cudaError_t launch_split_kv_cuda_cores(const AttentionParams& p, const AttentionPlan& plan,
                                        float* partial_out, float* partial_lse,
                                        cudaStream_t stream) {
@@ -281,30 +312,30 @@ cudaError_t launch_split_kv_cuda_cores(const AttentionParams& p, const Attention
     if (p.head_dim == 64) {
       constexpr int kLanes = 64 / kVec;
       if (g_tile == 1)
-        return launch_split_kv_config<T, kLanes, kVec, true, 1>(p, plan, partial_out, partial_lse,
+        return launch_split_kv_config<T, KV, kLanes, kVec, true, 1>(p, plan, partial_out, partial_lse,
                                                                 stream);
       if (g_tile == 4)
-        return launch_split_kv_config<T, kLanes, kVec, true, 4>(p, plan, partial_out, partial_lse,
+        return launch_split_kv_config<T, KV, kLanes, kVec, true, 4>(p, plan, partial_out, partial_lse,
                                                                 stream);
-      return launch_split_kv_config<T, kLanes, kVec, true, 8>(p, plan, partial_out, partial_lse,
+      return launch_split_kv_config<T, KV, kLanes, kVec, true, 8>(p, plan, partial_out, partial_lse,
                                                               stream);
     }
     constexpr int kLanes = 128 / kVec;
     if (g_tile == 1)
-      return launch_split_kv_config<T, kLanes, kVec, true, 1>(p, plan, partial_out, partial_lse,
+      return launch_split_kv_config<T, KV, kLanes, kVec, true, 1>(p, plan, partial_out, partial_lse,
                                                               stream);
     if (g_tile == 4)
-      return launch_split_kv_config<T, kLanes, kVec, true, 4>(p, plan, partial_out, partial_lse,
+      return launch_split_kv_config<T, KV, kLanes, kVec, true, 4>(p, plan, partial_out, partial_lse,
                                                               stream);
-    return launch_split_kv_config<T, kLanes, kVec, true, 8>(p, plan, partial_out, partial_lse,
+    return launch_split_kv_config<T, KV, kLanes, kVec, true, 8>(p, plan, partial_out, partial_lse,
                                                             stream);
   }
   if (p.head_dim <= 32)
-    return launch_split_kv_config<T, 32, 1, false, 8>(p, plan, partial_out, partial_lse, stream);
+    return launch_split_kv_config<T, KV, 32, 1, false, 8>(p, plan, partial_out, partial_lse, stream);
   if (p.head_dim <= 128)
-    return launch_split_kv_config<T, 32, 4, false, 8>(p, plan, partial_out, partial_lse, stream);
+    return launch_split_kv_config<T, KV, 32, 4, false, 8>(p, plan, partial_out, partial_lse, stream);
   if (p.head_dim <= kMaxGenericHeadDim)
-    return launch_split_kv_config<T, 32, 8, false, 8>(p, plan, partial_out, partial_lse, stream);
+    return launch_split_kv_config<T, KV, 32, 8, false, 8>(p, plan, partial_out, partial_lse, stream);
   return cudaErrorNotSupported;
 }
 

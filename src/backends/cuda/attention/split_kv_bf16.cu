@@ -3,6 +3,6 @@
 #include "backends/cuda/attention/decode_mma.cuh"
 
 namespace pagellm::cuda::attention {
-template cudaError_t launch_split_kv<__nv_bfloat16>(const AttentionParams&, const AttentionPlan&,
+template cudaError_t launch_split_kv<__nv_bfloat16, __nv_bfloat16>(const AttentionParams&, const AttentionPlan&,
                                                     float*, float*, cudaStream_t);
 }  // namespace pagellm::cuda::attention

@@ -2,6 +2,6 @@
 #include "backends/cuda/attention/decode_mma.cuh"
 
 namespace pagellm::cuda::attention {
-template cudaError_t launch_split_kv<__half>(const AttentionParams&, const AttentionPlan&, float*,
+template cudaError_t launch_split_kv<__half, __half>(const AttentionParams&, const AttentionPlan&, float*,
                                              float*, cudaStream_t);
 }  // namespace pagellm::cuda::attention

@@ -5,7 +5,11 @@
 // row with cp.async (double-buffered), scores and the online softmax stay in registers, and the
 // probabilities feed the P·V product straight from the score accumulators (FA2's register reuse).
 //
-// Included once per dtype by tile_<dtype>.cu.
+// FP8 caches (KV = __nv_fp8_e4m3 / __nv_fp8_e5m2): the tiles arrive as raw codes through the same
+// cp.async pipeline, and the block converts each tile to T in shared memory before the MMAs; the
+// per-tensor scales fold into the score scale (k) and the output (v).
+//
+// Included once per dtype (and per dtype with FP8 caches) by tile_*.cu.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -14,6 +18,7 @@
 #include "backends/cuda/attention/attention_internal.h"
 #include "backends/cuda/attention/mma_softmax.cuh"
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/fp8_convert.cuh"
 
 namespace pagellm::cuda::attention {
 
@@ -21,15 +26,50 @@ constexpr int kTileM = kAttentionTileRows;  // query rows per block (16 per warp
 constexpr int kTileN = 64;                  // keys per K/V tile
 constexpr int kTileThreads = 128;
 
-template <typename T, int D>
+// The cache's per-tensor scale (FP8 caches; 1 otherwise).
+template <typename KV>
+__device__ __forceinline__ float kv_scale(const float* scale) {
+  if constexpr (kIsFp8<KV>) return scale ? *scale : 1.f;
+  return 1.f;
+}
+
+// Row r of a tile of raw FP8 codes ([rows, D] bytes, dense) converted into the swizzled T tile
+// (chunks of 16 codes -> two 16-byte chunks of T).
+template <typename T, typename KV, int D>
+__device__ __forceinline__ void convert_fp8_chunk(const unsigned char* raw, T* tile, int r,
+                                                  int ch16) {
+  uint32_t pairs[8];
+  fp8x16_to_pairs<T, kFp8Interp<KV>>(*reinterpret_cast<const uint4*>(raw + r * D + ch16 * 16),
+                                     pairs);
+  *reinterpret_cast<uint4*>(tile + swz<D>(r, 2 * ch16)) =
+      make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+  *reinterpret_cast<uint4*>(tile + swz<D>(r, 2 * ch16 + 1)) =
+      make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
+}
+
+// Shared memory of the tile kernel: Q [kTileM, D] T, then K/V: two stages of [kTileN, D] T each
+// (16-bit caches), or two stages of raw [kTileN, D] codes each plus one converted T tile each (FP8).
+template <typename T, typename KV, int D>
+constexpr int tile_smem_bytes() {
+  constexpr int kT = static_cast<int>(sizeof(T));
+  if constexpr (kIsFp8<KV>) return kTileM * D * kT + 4 * kTileN * D + 2 * kTileN * D * kT;
+  return (kTileM + 4 * kTileN) * D * kT;
+}
+
+template <typename T, typename KV, int D>
 __global__ void __launch_bounds__(kTileThreads)
     tile_attention_kernel(const __grid_constant__ AttentionParams p,
                           const __grid_constant__ AttentionPlan plan) {
-  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  constexpr bool kFp8 = kIsFp8<KV>;
+  constexpr int kChunks = D / 8;                      // 16-byte chunks per row of T
+  constexpr int kKvChunks = D * sizeof(KV) / 16;      // 16-byte chunks per cache row
+  constexpr int kKvPerChunk = 16 / sizeof(KV);        // cache elements per chunk
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* s_q = reinterpret_cast<T*>(smem_raw);  // [kTileM, D]
-  T* s_k = s_q + kTileM * D;                // [2, kTileN, D]
-  T* s_v = s_k + 2 * kTileN * D;            // [2, kTileN, D]
+  T* s_k = s_q + kTileM * D;                // [2, kTileN, D] (FP8: [kTileN, D], converted)
+  T* s_v = s_k + (kFp8 ? 1 : 2) * kTileN * D;
+  // FP8: raw codes, [2 stages, K / V, kTileN, D] bytes.
+  unsigned char* s_raw = reinterpret_cast<unsigned char*>(s_v + (kFp8 ? 1 : 2) * kTileN * D);
 
   const int seq = plan.tile_items[2 * blockIdx.x];
   const int row0 = plan.tile_items[2 * blockIdx.x + 1];
@@ -48,8 +88,8 @@ __global__ void __launch_bounds__(kTileThreads)
   const int warp = tid >> 5;
   const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
   const T* q_base = static_cast<const T*>(p.q) + static_cast<int64_t>(head) * D;
-  const T* k_base = static_cast<const T*>(p.k_cache) + static_cast<int64_t>(kv_head) * D;
-  const T* v_base = static_cast<const T*>(p.v_cache) + static_cast<int64_t>(kv_head) * D;
+  const KV* k_base = static_cast<const KV*>(p.k_cache) + static_cast<int64_t>(kv_head) * D;
+  const KV* v_base = static_cast<const KV*>(p.v_cache) + static_cast<int64_t>(kv_head) * D;
   const int64_t slot_stride = static_cast<int64_t>(p.num_kv_heads) * D;
 
   for (int c = tid; c < kTileM * kChunks; c += kTileThreads) {
@@ -61,20 +101,24 @@ __global__ void __launch_bounds__(kTileThreads)
     cp_async16(s_q + swz<D>(r, ch), src, valid ? 16 : 0);
   }
   auto load_kv = [&](int tile, int stage) {
-    T* sk = s_k + stage * kTileN * D;
-    T* sv = s_v + stage * kTileN * D;
-    for (int c = tid; c < kTileN * kChunks; c += kTileThreads) {
-      const int r = c / kChunks, ch = c % kChunks;
+    for (int c = tid; c < kTileN * kKvChunks; c += kTileThreads) {
+      const int r = c / kKvChunks, ch = c % kKvChunks;
       const int key = tile * kTileN + r;
       const bool valid = key < n_keys;
       int64_t off = 0;
       if (valid) {
         const int64_t slot =
             static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
-        off = slot * slot_stride + ch * 8;
+        off = slot * slot_stride + ch * kKvPerChunk;
       }
-      cp_async16(sk + swz<D>(r, ch), k_base + off, valid ? 16 : 0);
-      cp_async16(sv + swz<D>(r, ch), v_base + off, valid ? 16 : 0);
+      if constexpr (kFp8) {
+        unsigned char* raw = s_raw + stage * 2 * kTileN * D + r * D + ch * 16;
+        cp_async16(raw, k_base + off, valid ? 16 : 0);
+        cp_async16(raw + kTileN * D, v_base + off, valid ? 16 : 0);
+      } else {
+        cp_async16(s_k + stage * kTileN * D + swz<D>(r, ch), k_base + off, valid ? 16 : 0);
+        cp_async16(s_v + stage * kTileN * D + swz<D>(r, ch), v_base + off, valid ? 16 : 0);
+      }
     }
   };
   load_kv(0, 0);
@@ -82,7 +126,7 @@ __global__ void __launch_bounds__(kTileThreads)
 
   const int g = lane >> 2;  // accumulator row within the warp's 16 (and g + 8)
   const int t4 = lane & 3;  // accumulator column pair
-  const float qscale = p.scale * 1.4426950408889634f;
+  const float qscale = p.scale * 1.4426950408889634f * kv_scale<KV>(p.k_scale);
   const int wrow = warp * 16;
   const int pos_a = pos0 + row0 + wrow + g;  // positions of this thread's two rows
   const int pos_b = pos_a + 8;
@@ -105,8 +149,16 @@ __global__ void __launch_bounds__(kTileThreads)
         ldmatrix_x4(qf[kk], s_q + swz<D>(r, 2 * kk + (lane >> 4)));
       }
     }
-    const T* sk = s_k + (j & 1) * kTileN * D;
-    const T* sv = s_v + (j & 1) * kTileN * D;
+    if constexpr (kFp8) {
+      const unsigned char* raw = s_raw + (j & 1) * 2 * kTileN * D;
+      for (int c = tid; c < kTileN * (D / 16); c += kTileThreads) {
+        convert_fp8_chunk<T, KV, D>(raw, s_k, c / (D / 16), c % (D / 16));
+        convert_fp8_chunk<T, KV, D>(raw + kTileN * D, s_v, c / (D / 16), c % (D / 16));
+      }
+      __syncthreads();
+    }
+    const T* sk = s_k + (kFp8 ? 0 : (j & 1) * kTileN * D);
+    const T* sv = s_v + (kFp8 ? 0 : (j & 1) * kTileN * D);
 
     // S = Q Kᵀ for this warp's 16 rows × 64 keys.
     float s[kTileN / 8][4];
@@ -165,8 +217,9 @@ __global__ void __launch_bounds__(kTileThreads)
   }
 
   quad_sum(l_a, l_b);
-  const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f;
-  const float inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
+  const float vs = kv_scale<KV>(p.v_scale);
+  const float inv_a = l_a > 0.f ? vs / l_a : 0.f;
+  const float inv_b = l_b > 0.f ? vs / l_b : 0.f;
   const int row_a = row0 + wrow + g;
   const int row_b = row_a + 8;
   T* out = static_cast<T*>(p.out);
@@ -184,27 +237,27 @@ __global__ void __launch_bounds__(kTileThreads)
   }
 }
 
-template <typename T, int D>
+template <typename T, typename KV, int D>
 cudaError_t launch_tile_config(const AttentionParams& p, const AttentionPlan& plan,
                                cudaStream_t stream) {
-  constexpr int kSmem = (kTileM + 4 * kTileN) * D * static_cast<int>(sizeof(T));
+  constexpr int kSmem = tile_smem_bytes<T, KV, D>();
   // Raising the dynamic shared-memory limit is a host-side attribute, safe during graph capture.
   static const cudaError_t attr = cudaFuncSetAttribute(
-      tile_attention_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      tile_attention_kernel<T, KV, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
   if (p.num_heads > 65535) return cudaErrorInvalidValue;
   dim3 grid(plan.num_tile_items, p.num_heads);
-  tile_attention_kernel<T, D><<<grid, kTileThreads, kSmem, stream>>>(p, plan);
+  tile_attention_kernel<T, KV, D><<<grid, kTileThreads, kSmem, stream>>>(p, plan);
   return cudaGetLastError();
 }
 
-template <typename T>
+template <typename T, typename KV>
 cudaError_t launch_tile(const AttentionParams& p, const AttentionPlan& plan, cudaStream_t stream) {
   if (!aligned16(p.q) || !aligned16(p.k_cache) || !aligned16(p.v_cache) || !aligned16(p.out) ||
       (p.q_token_stride * sizeof(T)) % 16 != 0)
     return cudaErrorInvalidValue;
-  if (p.head_dim == 64) return launch_tile_config<T, 64>(p, plan, stream);
-  if (p.head_dim == 128) return launch_tile_config<T, 128>(p, plan, stream);
+  if (p.head_dim == 64) return launch_tile_config<T, KV, 64>(p, plan, stream);
+  if (p.head_dim == 128) return launch_tile_config<T, KV, 128>(p, plan, stream);
   return cudaErrorNotSupported;
 }
 

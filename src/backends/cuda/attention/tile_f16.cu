@@ -2,6 +2,6 @@
 #include "backends/cuda/attention/tile.cuh"
 
 namespace pagellm::cuda::attention {
-template cudaError_t launch_tile<__half>(const AttentionParams&, const AttentionPlan&,
+template cudaError_t launch_tile<__half, __half>(const AttentionParams&, const AttentionPlan&,
                                          cudaStream_t);
 }  // namespace pagellm::cuda::attention

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/fp8_convert.cuh"
 #include "backends/cuda/gemm/fp8_internal.h"
 
 namespace pagellm::cuda {
@@ -25,33 +26,6 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kTiles = 2;                 // m16 weight tiles per block: 32 rows
 constexpr int kPieces = 4;                // 16-byte pieces per row per lane per chunk
 constexpr int kChunk = kPieces * 4 * 16;  // bytes of k per warp per iteration (256)
-
-// Two e4m3 (low byte first) -> a packed pair of T (low half first), exactly.
-template <typename T>
-__device__ __forceinline__ uint32_t e4m3x2_to_pair(uint32_t two);
-template <>
-__device__ __forceinline__ uint32_t e4m3x2_to_pair<__half>(uint32_t two) {
-  const __half2_raw h =
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
-  return uint32_t{h.x} | uint32_t{h.y} << 16;
-}
-template <>
-__device__ __forceinline__ uint32_t e4m3x2_to_pair<__nv_bfloat16>(uint32_t two) {
-  const __half2 h(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3));
-  const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(h));
-  return *reinterpret_cast<const uint32_t*>(&b);
-}
-
-// 16 e4m3 bytes -> 8 packed pairs (pair q = bytes 2q, 2q + 1).
-template <typename T>
-__device__ __forceinline__ void convert16(const uint4& v, uint32_t (&pairs)[8]) {
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    pairs[2 * i] = e4m3x2_to_pair<T>(words[i] & 0xffffu);
-    pairs[2 * i + 1] = e4m3x2_to_pair<T>(words[i] >> 16);
-  }
-}
 
 // c += A (16x16, row) · B (16x8, col), fp32 accumulators.
 template <typename T>
@@ -125,8 +99,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int tile = 0; tile < kTiles; ++tile) {
         uint32_t lo_rows[8], hi_rows[8];  // rows g and g + 8 of the tile
-        convert16<T>(a[tile][0][u], lo_rows);
-        convert16<T>(a[tile][1][u], hi_rows);
+        fp8x16_to_pairs<T>(a[tile][0][u], lo_rows);
+        fp8x16_to_pairs<T>(a[tile][1][u], hi_rows);
         // mma j takes the lane's columns 4j .. 4j + 3: A slots (g, 2t..2t+1) = pair 2j of row g,
         // (g + 8, 2t..) = pair 2j of row g + 8, then the +8 columns = pairs 2j + 1; B alike.
 #pragma unroll

@@ -1,0 +1,11 @@
+// Decode (split-KV) attention instantiations over FP8 caches (e4m3, e5m2) for __half models.
+#include "backends/cuda/attention/decode_mma.cuh"
+
+namespace pagellm::cuda::attention {
+template cudaError_t launch_split_kv<__half, __nv_fp8_e4m3>(const AttentionParams&,
+                                                       const AttentionPlan&, float*, float*,
+                                                       cudaStream_t);
+template cudaError_t launch_split_kv<__half, __nv_fp8_e5m2>(const AttentionParams&,
+                                                       const AttentionPlan&, float*, float*,
+                                                       cudaStream_t);
+}  // namespace pagellm::cuda::attention

@@ -1,0 +1,60 @@
+// FP8 (e4m3 / e5m2) conversions on the device, shared by the FP8 GEMMs and the FP8 KV cache.
+// Decoding is exact (every e4m3 and e5m2 value is an f16 value, and a bf16 value); encoding rounds
+// to nearest even and saturates finite values, the host encoding of common/fp8.h.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace pagellm::cuda {
+
+// The FP8 storage types used as template arguments: __nv_fp8_e4m3 / __nv_fp8_e5m2 (one byte).
+template <typename S>
+inline constexpr bool kIsFp8 = std::is_same_v<S, __nv_fp8_e4m3> || std::is_same_v<S, __nv_fp8_e5m2>;
+
+template <typename S>
+inline constexpr __nv_fp8_interpretation_t kFp8Interp =
+    std::is_same_v<S, __nv_fp8_e5m2> ? __NV_E5M2 : __NV_E4M3;
+
+// Two FP8 codes (low byte first) -> a packed pair of T (low half first), exactly (one cvt
+// instruction on sm_89+).
+template <typename T, __nv_fp8_interpretation_t kInterp = __NV_E4M3>
+__device__ __forceinline__ uint32_t fp8x2_to_pair(uint32_t two) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), kInterp);
+  if constexpr (std::is_same_v<T, __half>) {
+    return uint32_t{h.x} | uint32_t{h.y} << 16;
+  } else {
+    const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(__half2(h)));
+    return *reinterpret_cast<const uint32_t*>(&b);
+  }
+}
+
+// 16 FP8 codes -> 8 packed pairs of T (pair q = codes 2q, 2q + 1).
+template <typename T, __nv_fp8_interpretation_t kInterp = __NV_E4M3>
+__device__ __forceinline__ void fp8x16_to_pairs(const uint4& v, uint32_t (&pairs)[8]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    pairs[2 * i] = fp8x2_to_pair<T, kInterp>(words[i] & 0xffffu);
+    pairs[2 * i + 1] = fp8x2_to_pair<T, kInterp>(words[i] >> 16);
+  }
+}
+
+// Two FP8 codes -> two floats, exactly.
+template <__nv_fp8_interpretation_t kInterp>
+__device__ __forceinline__ float2 fp8x2_to_float2(uint32_t two) {
+  return __half22float2(
+      __half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), kInterp)));
+}
+
+// fp8(a), fp8(b) packed low byte first, rounded to nearest even and saturated.
+template <__nv_fp8_interpretation_t kInterp>
+__device__ __forceinline__ uint16_t float2_to_fp8x2(float a, float b) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kInterp);
+}
+
+}  // namespace pagellm::cuda
