@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/gemm/fp8_gemm.h"
@@ -73,6 +75,19 @@ inline std::vector<float> host_quantize_blocks(const std::vector<float>& w, int 
     }
   return scales;
 }
+
+// Named checks of a suite run under a --filter substring.
+struct Suite {
+  std::string filter;
+  int passed = 0, failed = 0;
+  bool selected(const std::string& name) const {
+    return filter.empty() || name.find(filter) != std::string::npos;
+  }
+  void report(const std::string& name, bool ok, const std::string& detail) {
+    ++(ok ? passed : failed);
+    std::printf("  %s %-66s %s\n", ok ? "ok  " : "FAIL", name.c_str(), detail.c_str());
+  }
+};
 
 struct Err {
   double rel_l2 = 0;   // ‖out − ref‖ / ‖ref‖

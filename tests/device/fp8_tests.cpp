@@ -33,18 +33,6 @@
 namespace pagellm::cuda::test {
 namespace {
 
-struct Suite {
-  std::string filter;
-  int passed = 0, failed = 0;
-  bool selected(const std::string& name) const {
-    return filter.empty() || name.find(filter) != std::string::npos;
-  }
-  void report(const std::string& name, bool ok, const std::string& detail) {
-    ++(ok ? passed : failed);
-    std::printf("  %s %-66s %s\n", ok ? "ok  " : "FAIL", name.c_str(), detail.c_str());
-  }
-};
-
 std::mt19937_64 g_rng(8181);
 
 // Row i of an [rows, cols] matrix gets magnitude 2^(i % 7 - 3) so that per-row scales differ.

@@ -78,6 +78,7 @@ double copy_bandwidth_gbs() {
 
 struct AttnBench {
   int batch, q_len, ctx, heads, kv_heads, head_dim, block_size;
+  DType kv = DType::kBF16;  // the cache's dtype: bf16 or FP8
 };
 
 // Returns ms per call; fills bytes (KV read) and flops.
@@ -90,11 +91,12 @@ double bench_attention(const AttnBench& c, double* kv_bytes, double* flops, int*
   void *q, *kc, *vc, *out;
   BK(cudaMalloc(&q, size_t(num_tokens) * c.heads * c.head_dim * 2));
   BK(cudaMalloc(&out, size_t(num_tokens) * c.heads * c.head_dim * 2));
-  BK(cudaMalloc(&kc, pool * 2));
-  BK(cudaMalloc(&vc, pool * 2));
+  const size_t kv_elem = dtype_size(c.kv);
+  BK(cudaMalloc(&kc, pool * kv_elem));
+  BK(cudaMalloc(&vc, pool * kv_elem));
   fill(q, size_t(num_tokens) * c.heads * c.head_dim, 1);
-  fill(kc, pool, 2);
-  fill(vc, pool, 3);
+  fill(kc, pool * kv_elem / 2, 2);  // FP8: random codes
+  fill(vc, pool * kv_elem / 2, 3);
   std::vector<int32_t> qsl(c.batch + 1), lens(c.batch, c.ctx), table(size_t(c.batch) * nb_per_seq);
   for (int i = 0; i <= c.batch; ++i) qsl[i] = i * c.q_len;
   std::iota(table.begin(), table.end(), 0);
@@ -108,6 +110,15 @@ double bench_attention(const AttnBench& c, double* kv_bytes, double* flops, int*
   BK(cudaMemcpy(d_table, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
   AttentionParams p;
   p.dtype = DType::kBF16;
+  p.kv_dtype = c.kv;
+  float* scales = nullptr;
+  if (is_fp8(c.kv)) {
+    BK(cudaMalloc(&scales, 2 * sizeof(float)));
+    const float one[2] = {0.01f, 0.01f};
+    BK(cudaMemcpy(scales, one, sizeof one, cudaMemcpyHostToDevice));
+    p.k_scale = scales;
+    p.v_scale = scales + 1;
+  }
   p.q = q;
   p.k_cache = kc;
   p.v_cache = vc;
@@ -137,7 +148,7 @@ double bench_attention(const AttnBench& c, double* kv_bytes, double* flops, int*
   AttentionPlan plan{d_si, int(ph.split_items.size() / 2), ph.num_splits, d_ti,
                      int(ph.tile_items.size() / 2)};
   const double ms = time_ms([&] { BK(run_attention(p, plan, ws, nullptr)); });
-  *kv_bytes = 2.0 * c.batch * double(c.ctx) * row * 2;
+  *kv_bytes = 2.0 * c.batch * double(c.ctx) * row * double(kv_elem);
   // Causal: each query row attends to (ctx - q_len + i + 1) keys; QK and PV are 2·D flops per key.
   double keys = 0;
   for (int i = 0; i < c.q_len; ++i) keys += c.ctx - c.q_len + i + 1;
@@ -145,7 +156,8 @@ double bench_attention(const AttnBench& c, double* kv_bytes, double* flops, int*
   *splits = ph.num_splits;
   for (void* ptr :
        {q, kc, vc, out, static_cast<void*>(d_qsl), static_cast<void*>(d_lens),
-        static_cast<void*>(d_table), static_cast<void*>(d_si), static_cast<void*>(d_ti), ws})
+        static_cast<void*>(d_table), static_cast<void*>(d_si), static_cast<void*>(d_ti), ws,
+        static_cast<void*>(scales)})
     if (ptr) cudaFree(ptr);
   return ms;
 }
@@ -164,6 +176,8 @@ void bench_main() {
       {256, 1, 1024, 32, 8, 128, 16}, {128, 1, 8192, 32, 8, 128, 16},
       {64, 1, 4096, 32, 32, 128, 16}, {64, 1, 4096, 32, 4, 128, 16},
       {64, 1, 4096, 16, 16, 64, 16},  {64, 1, 4096, 32, 8, 128, 32},
+      {64, 1, 4096, 32, 8, 128, 16, DType::kF8E4M3}, {1, 1, 131072, 32, 8, 128, 16, DType::kF8E4M3},
+      {128, 1, 8192, 32, 8, 128, 16, DType::kF8E4M3}, {64, 1, 4096, 16, 16, 64, 16, DType::kF8E4M3},
   };
   for (const auto& c : decode)
     for (bool tc : {true, false}) {
@@ -174,8 +188,8 @@ void bench_main() {
       const double ms = bench_attention(c, &bytes, &flops, &splits);
       attention_set_decode_tensor_cores(true);
       char label[96];
-      std::snprintf(label, sizeof label, "batch=%d ctx=%d H=%d/%d D=%d bs=%d %s", c.batch, c.ctx,
-                    c.heads, c.kv_heads, c.head_dim, c.block_size,
+      std::snprintf(label, sizeof label, "batch=%d ctx=%d H=%d/%d D=%d bs=%d%s %s", c.batch, c.ctx,
+                    c.heads, c.kv_heads, c.head_dim, c.block_size, is_fp8(c.kv) ? " kv=e4m3" : "",
                     c.heads == c.kv_heads ? ""
                     : tc                  ? "tc"
                                           : "cores");
@@ -188,14 +202,15 @@ void bench_main() {
       {4, 2048, 2048, 32, 8, 128, 16},
       {1, 2048, 8192, 32, 8, 128, 16},
       {8, 1024, 1024, 32, 32, 64, 16},
+      {1, 4096, 4096, 32, 8, 128, 16, DType::kF8E4M3},
   };
   for (const auto& c : prefill) {
     double bytes, flops;
     int splits;
     const double ms = bench_attention(c, &bytes, &flops, &splits);
     char label[96];
-    std::snprintf(label, sizeof label, "seqs=%d q=%d ctx=%d H=%d/%d D=%d", c.batch, c.q_len, c.ctx,
-                  c.heads, c.kv_heads, c.head_dim);
+    std::snprintf(label, sizeof label, "seqs=%d q=%d ctx=%d H=%d/%d D=%d%s", c.batch, c.q_len,
+                  c.ctx, c.heads, c.kv_heads, c.head_dim, is_fp8(c.kv) ? " kv=e4m3" : "");
     std::printf("%-52s %9.3f %10.1f\n", label, ms, flops / (ms * 1e9));
   }
   // Decode-shaped GEMMs of Llama-3.1-8B (m = batch): weight-read bandwidth. Weights rotate over

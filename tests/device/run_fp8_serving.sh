@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # FP8 end to end on the GPU machine (issue 11), bf16 beside FP8 in one run, from a bundle made by
 # make_bundle.sh (which also carries pycode-25M and the held-out Python text):
-#   bash BUNDLE/run_fp8_serving.sh BUNDLE
+#   bash BUNDLE/run_fp8_serving.sh BUNDLE [kv]
+# With `kv`, the FP8 KV cache instead of FP8 weights: every kernel test (the attention kernels over
+# FP8 caches among them), the runner check with --kv-fp8 (tiny models GPU vs CPU with FP8 caches;
+# 64 x 4k-token decode, bf16 KV beside FP8 KV), pycode-25M with --kv-cache-dtype fp8 / fp8_e5m2 /
+# --calculate-kv-scales, and Llama-3.1-8B shapes: the KV pool's tokens and a long-context
+# bench throughput, bf16 KV beside FP8 KV. Without it:
 # 1. ceilings (cuda_probe: copy bandwidth, cuBLAS bf16 / FP8 GEMM rates);
 # 2. FP8 quantize / block-dequantize kernel tests;
 # 3. runner check with --fp8: Llama-3.1-8B shapes decode at batch 1 / 16 / 64, bf16 and FP8;
@@ -12,7 +17,8 @@
 #    bf16 and FP8.
 # Logs go to $OUT (or ./device-logs); summary.txt collects the figures.
 set -uo pipefail
-SRC=$(cd "${1:?usage: run_fp8_serving.sh BUNDLE}" && pwd)
+SRC=$(cd "${1:?usage: run_fp8_serving.sh BUNDLE [kv]}" && pwd)
+MODE=${2:-weights}
 LOGS=${OUT:-./device-logs}
 mkdir -p "$LOGS"
 B=/tmp/pagellm-bundle
@@ -32,12 +38,19 @@ say "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,nohe
 timeout 120 "$B/cuda_probe" > "$LOGS/probe.log" 2>&1
 say "probe: $(grep -iE 'copy|gemm|tflop|GB/s' "$LOGS/probe.log" | tr '\n' ' ' | cut -c1-400)"
 
-timeout 120 "$B/cuda_kernel_tests" --filter "fp8 dequantize" > "$LOGS/fp8_kernels.log" 2>&1
-say "fp8 dequantize kernel tests (exit $?): $(grep -cE '^  ok' "$LOGS/fp8_kernels.log") ok, $(grep -cE 'FAIL' "$LOGS/fp8_kernels.log") FAIL"
-
-timeout 420 "$B/cuda_runner_check" "$B/models" --fp8 > "$LOGS/runner_check.log" 2>&1
-say "runner check --fp8 (exit $?):"
-grep -E "FAIL|runner checks:|tok/s|weights|copy" "$LOGS/runner_check.log" | head -30 | tee -a "$SUMMARY"
+if [ "$MODE" = kv ]; then
+  timeout 240 "$B/cuda_kernel_tests" > "$LOGS/kernel_tests.log" 2>&1
+  say "kernel tests (exit $?): $(grep -E '^kernel tests:' "$LOGS/kernel_tests.log"), FP8 caches: $(grep -cE '^  ok.*(kv=e|-> e)' "$LOGS/kernel_tests.log") ok"
+  grep -E "FAIL" "$LOGS/kernel_tests.log" | cut -c1-200 | head -20 | tee -a "$SUMMARY"
+  runner_flags=(--skip-perf --kv-fp8)
+else
+  timeout 120 "$B/cuda_kernel_tests" --filter "fp8 dequantize" > "$LOGS/fp8_kernels.log" 2>&1
+  say "fp8 dequantize kernel tests (exit $?): $(grep -cE '^  ok' "$LOGS/fp8_kernels.log") ok, $(grep -cE 'FAIL' "$LOGS/fp8_kernels.log") FAIL"
+  runner_flags=(--fp8)
+fi
+timeout 420 "$B/cuda_runner_check" "$B/models" "${runner_flags[@]}" > "$LOGS/runner_check.log" 2>&1
+say "runner check ${runner_flags[*]} (exit $?):"
+grep -E "FAIL|runner checks:|tok/s|weights|copy|kv=" "$LOGS/runner_check.log" | head -40 | tee -a "$SUMMARY"
 
 # pycode-25M: greedy text and held-out perplexity.
 P=$B/models/pycode-25M
@@ -71,10 +84,18 @@ run_pycode() {  # NAME MODEL_DIR FLAGS...
   say "pycode-25M $name (exit $rc/$?): perplexity $(ppl "$LOGS/ppl_$name.jsonl" 2>&1 | tail -1)"
 }
 run_pycode bf16 "$P"
-run_pycode fp8-online "$P" --quantization fp8
-for d in "$B"/models/pycode-fp8-*; do
-  [ -d "$d" ] && run_pycode "$(basename "$d")" "$d"
-done
+if [ "$MODE" = kv ]; then
+  run_pycode kv-fp8 "$P" --kv-cache-dtype fp8
+  run_pycode kv-fp8-calculated "$P" --kv-cache-dtype fp8 --calculate-kv-scales
+  run_pycode kv-fp8_e5m2-calculated "$P" --kv-cache-dtype fp8_e5m2 --calculate-kv-scales
+  run_pycode w8a8-kv-fp8 "$P" --quantization fp8 --kv-cache-dtype fp8
+  grep -h "KV cache" "$LOGS/ppl_kv-fp8.err" | tee -a "$SUMMARY"
+else
+  run_pycode fp8-online "$P" --quantization fp8
+  for d in "$B"/models/pycode-fp8-*; do
+    [ -d "$d" ] && run_pycode "$(basename "$d")" "$d"
+  done
+fi
 python3 - "$LOGS" <<'PY' | tee -a "$SUMMARY"
 import glob, json, os, sys
 logs = sys.argv[1]
@@ -93,15 +114,24 @@ bench() {  # NAME ARGS...
   local name=$1
   shift
   timeout 300 "$B/pagellm" bench throughput --model "$B/llama31-8b" --load-format dummy --device cuda \
-    --max-model-len 2048 "$@" > "$LOGS/bench_$name.log" 2>&1
+    --max-model-len "${MAX_LEN:-2048}" "$@" > "$LOGS/bench_$name.log" 2>&1
   say "bench $name (exit $?): $(grep -E 'Throughput' "$LOGS/bench_$name.log")"
 }
-for q in bf16 fp8; do
-  flags=()
-  [ $q = fp8 ] && flags=(--quantization fp8)
-  bench "prefill_64x1024_$q" --num-prompts 64 --input-len 1024 --output-len 1 "${flags[@]}"
-  bench "1000x1024x128_$q" --num-prompts 1000 --input-len 1024 --output-len 128 "${flags[@]}"
-done
-grep -h "loaded\|quantization" "$LOGS"/bench_1000x1024x128_*.log | tee -a "$SUMMARY"
+if [ "$MODE" = kv ]; then
+  # Long contexts, where the KV pool bounds the batch: 256 x (3072 in, 512 out).
+  for kv in auto fp8; do
+    MAX_LEN=4096 bench "256x3072x512_kv-$kv" --num-prompts 256 --input-len 3072 --output-len 512 \
+      --kv-cache-dtype $kv
+  done
+  grep -h "loaded\|KV cache" "$LOGS"/bench_256x3072x512_*.log | tee -a "$SUMMARY"
+else
+  for q in bf16 fp8; do
+    flags=()
+    [ $q = fp8 ] && flags=(--quantization fp8)
+    bench "prefill_64x1024_$q" --num-prompts 64 --input-len 1024 --output-len 1 "${flags[@]}"
+    bench "1000x1024x128_$q" --num-prompts 1000 --input-len 1024 --output-len 128 "${flags[@]}"
+  done
+  grep -h "loaded\|quantization" "$LOGS"/bench_1000x1024x128_*.log | tee -a "$SUMMARY"
+fi
 echo "==== summary"
 cat "$SUMMARY"

@@ -535,7 +535,7 @@ int main(int argc, char** argv) {
     }
     if (!skip_perf) pagellm::perf(false, true);
     if (!skip_perf && fp8_perf) pagellm::perf(true, false);
-    if (!skip_perf && kv_perf) pagellm::perf_kv_cache();
+    if (kv_perf) pagellm::perf_kv_cache();  // even with --skip-perf
   } catch (const std::exception& e) {
     std::printf("FAIL exception: %s\n", e.what());
     return 1;

@@ -44,6 +44,41 @@ __device__ __forceinline__ void fp8x16_to_pairs(const uint4& v, uint32_t (&pairs
   }
 }
 
+// Four FP8 codes (one word, low byte first) -> two packed pairs of T (codes 0, 1 and 2, 3),
+// exactly, with integer ops and one 16-bit multiply per pair: the conversion instructions of
+// fp8x2_to_pair run at a quarter of the ALU rate, too slow for attention to stream an FP8 KV cache
+// at HBM speed. Each code's sign moves to bit 15 and its exponent and mantissa to the top of T's
+// (a T value 2^(bias_T - bias_fp8) times too small, subnormals included), and the multiply by that
+// power of two restores it (e5m2 -> f16 needs none). NaN codes decode to finite values; the cache
+// never holds them (writes saturate).
+template <typename T, __nv_fp8_interpretation_t kInterp>
+__device__ __forceinline__ void fp8x4_to_pairs_fast(uint32_t four, uint32_t& lo, uint32_t& hi) {
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  constexpr bool kE4M3 = kInterp == __NV_E4M3;
+  constexpr int kShift = (kBf16 ? 7 : 10) - (kE4M3 ? 3 : 2);  // mantissa bits of T minus FP8's
+  const uint32_t a = __byte_perm(four, 0, 0x4140);             // [c0, 0, c1, 0]
+  const uint32_t b = __byte_perm(four, 0, 0x4342);             // [c2, 0, c3, 0]
+  lo = ((a & 0x00800080u) << 8) | ((a & 0x007f007fu) << kShift);
+  hi = ((b & 0x00800080u) << 8) | ((b & 0x007f007fu) << kShift);
+  // The power of two as a T pair, from its bits (a conversion here would cost what the bit
+  // tricks save): bf16 2^120 = 0x7b80, 2^112 = 0x7780; f16 2^8 = 0x5c00.
+  if constexpr (kBf16) {
+    const uint32_t bits = kE4M3 ? 0x7b807b80u : 0x77807780u;
+    const __nv_bfloat162 f = *reinterpret_cast<const __nv_bfloat162*>(&bits);
+    __nv_bfloat162 x = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&lo), f);
+    __nv_bfloat162 y = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&hi), f);
+    lo = *reinterpret_cast<const uint32_t*>(&x);
+    hi = *reinterpret_cast<const uint32_t*>(&y);
+  } else if constexpr (kE4M3) {
+    const uint32_t bits = 0x5c005c00u;
+    const __half2 f = *reinterpret_cast<const __half2*>(&bits);
+    __half2 x = __hmul2(*reinterpret_cast<const __half2*>(&lo), f);
+    __half2 y = __hmul2(*reinterpret_cast<const __half2*>(&hi), f);
+    lo = *reinterpret_cast<const uint32_t*>(&x);
+    hi = *reinterpret_cast<const uint32_t*>(&y);
+  }
+}
+
 // Two FP8 codes -> two floats, exactly.
 template <__nv_fp8_interpretation_t kInterp>
 __device__ __forceinline__ float2 fp8x2_to_float2(uint32_t two) {

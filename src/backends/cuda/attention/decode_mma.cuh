@@ -5,8 +5,11 @@
 // streams the cache. One block = (token, KV head, KV split); K/V tiles of 64 keys arrive through a
 // three-stage cp.async pipeline; warp w owns keys [16w, 16w + 16) of every tile with its own online
 // softmax state, and the four warps merge at the end. Partial results use the split-KV layout, so
-// the same combine kernel merges splits. FP8 caches: raw codes travel through the pipeline and each
-// warp converts its own 16 keys of a tile to T in shared memory before its MMAs.
+// the same combine kernel merges splits. FP8 caches: raw codes travel through a deeper pipeline
+// (five stages: measured faster than three with either two or three blocks per SM), and each warp
+// converts its own 16 keys to T in a private [16, D] buffer, first the K rows for Q·Kᵀ, then the
+// V rows for P·V. This path streams at ~57% of the copy rate (the 16-bit one at ~95%); see
+// docs/PERF.md for what is left.
 #pragma once
 
 #include "backends/cuda/attention/mma_softmax.cuh"
@@ -16,14 +19,25 @@
 namespace pagellm::cuda::attention {
 
 constexpr int kDecodeMmaStages = 3;
+constexpr int kDecodeMmaFp8Stages = 5;
 constexpr int kDecodeMmaMaxGroup = 16;
 
 template <typename KV, int D>
 constexpr int decode_mma_smem_bytes() {
-  // Q [16, D] + stages × (K, V) [64, D], 2-byte elements; FP8: stages of raw (K, V) codes plus one
-  // converted (K, V) tile. The final merge reuses the K/V area.
-  if constexpr (kIsFp8<KV>) return 16 * D * 2 + 2 * kTileN * D * 2 + kDecodeMmaStages * 2 * kTileN * D;
+  // Q [16, D] + stages × (K, V) [64, D], 2-byte elements; FP8: four warps' [16, D] conversion
+  // buffers, then stages of raw (K, V) codes. The final merge reuses the area after Q.
+  if constexpr (kIsFp8<KV>) return 16 * D * 2 + 4 * 16 * D * 2 + kDecodeMmaFp8Stages * 2 * kTileN * D;
   return (16 + kDecodeMmaStages * 2 * kTileN) * D * 2;
+}
+
+// This warp's 16 rows of a raw FP8 tile ([kTileN, D] codes) converted into its [16, D] buffer.
+template <typename T, typename KV, int D>
+__device__ __forceinline__ void convert_warp_rows(const unsigned char* raw, T* buf, int warp,
+                                                  int lane) {
+#pragma unroll
+  for (int c = lane; c < 16 * (D / 16); c += 32)
+    convert_fp8_chunk<T, KV, D>(raw + warp * 16 * D, buf, c / (D / 16), c % (D / 16));
+  __syncwarp();
 }
 
 template <typename T, typename KV, int D>
@@ -37,8 +51,9 @@ __global__ void __launch_bounds__(kTileThreads)
   constexpr int kKvPerChunk = 16 / sizeof(KV);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* s_q = reinterpret_cast<T*>(smem_raw);  // [16, D]
-  T* s_kv = s_q + 16 * D;  // [stages, 2, kTileN, D]; FP8: [2, kTileN, D] converted, then raw codes
-  unsigned char* s_raw = reinterpret_cast<unsigned char*>(s_kv + 2 * kTileN * D);
+  constexpr int kStages = kFp8 ? kDecodeMmaFp8Stages : kDecodeMmaStages;
+  T* s_kv = s_q + 16 * D;  // [stages, 2, kTileN, D]; FP8: [4 warps, 16, D] converted rows
+  unsigned char* s_raw = reinterpret_cast<unsigned char*>(s_kv + 4 * 16 * D);  // FP8 [stages, 2, ..]
 
   const int item = blockIdx.x;
   const int token = plan.split_items[2 * item];
@@ -67,7 +82,7 @@ __global__ void __launch_bounds__(kTileThreads)
     cp_async16(s_q + swz<D>(r, ch), valid ? q_row0 + r * D + ch * 8 : q_row0, valid ? 16 : 0);
   }
   auto load_tile = [&](int tile) {
-    const int stage = tile % kDecodeMmaStages;
+    const int stage = tile % kStages;
     for (int c = tid; c < kTileN * kKvChunks; c += kTileThreads) {
       const int r = c / kKvChunks, ch = c % kKvChunks;
       const int key = k_begin + tile * kTileN + r;
@@ -90,10 +105,11 @@ __global__ void __launch_bounds__(kTileThreads)
     }
   };
   // Group 0 holds Q and tile 0; one group per tile after that (possibly empty).
-  if (n_tiles > 0) load_tile(0);
-  cp_async_commit();
-  if (n_tiles > 1) load_tile(1);
-  cp_async_commit();
+#pragma unroll
+  for (int t = 0; t < kStages - 1; ++t) {
+    if (t < n_tiles) load_tile(t);
+    cp_async_commit();
+  }
 
   const int g = lane >> 2, t4 = lane & 3;
   const float qscale = p.scale * kLog2e * kv_scale<KV>(p.k_scale);
@@ -103,35 +119,28 @@ __global__ void __launch_bounds__(kTileThreads)
   for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
 
+  T* conv = s_kv + warp * 16 * D;  // FP8: this warp's converted K, then V rows
+  const int row0 = kFp8 ? 0 : warp * 16;  // this warp's first key row in sk / sv
   for (int j = 0; j < n_tiles; ++j) {
-    if (j + 2 < n_tiles) load_tile(j + 2);
+    if (j + kStages - 1 < n_tiles) load_tile(j + kStages - 1);
     cp_async_commit();
-    cp_async_wait<2>();
+    cp_async_wait<kStages - 1>();
     __syncthreads();
     if (j == 0) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk)
         ldmatrix_x4(qf[kk], s_q + swz<D>((lane & 7) + ((lane >> 3) & 1) * 8, 2 * kk + (lane >> 4)));
     }
-    if constexpr (kFp8) {
-      // This warp's 16 keys only: no other warp reads them.
-      const unsigned char* raw = s_raw + (j % kDecodeMmaStages) * 2 * kTileN * D;
-      for (int c = lane; c < 16 * (D / 16); c += 32) {
-        const int r = warp * 16 + c / (D / 16);
-        convert_fp8_chunk<T, KV, D>(raw, s_kv, r, c % (D / 16));
-        convert_fp8_chunk<T, KV, D>(raw + kTileN * D, s_kv + kTileN * D, r, c % (D / 16));
-      }
-      __syncwarp();
-    }
-    const T* sk = s_kv + (kFp8 ? 0 : (j % kDecodeMmaStages) * 2 * kTileN * D);
-    const T* sv = sk + kTileN * D;
+    const unsigned char* raw = s_raw + (j % kStages) * 2 * kTileN * D;  // FP8 only
+    if constexpr (kFp8) convert_warp_rows<T, KV, D>(raw, conv, warp, lane);
+    const T* sk = kFp8 ? conv : s_kv + (j % kStages) * 2 * kTileN * D;
+    const T* sv = kFp8 ? conv : sk + kTileN * D;
     // S = Q Kᵀ over this warp's 16 keys (two n-tiles of 8).
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t b[4];
-      ldmatrix_x4(
-          b, sk + swz<D>(warp * 16 + (lane >> 4) * 8 + (lane & 7), 2 * kk + ((lane >> 3) & 1)));
+      ldmatrix_x4(b, sk + swz<D>(row0 + (lane >> 4) * 8 + (lane & 7), 2 * kk + ((lane >> 3) & 1)));
       mma16816<T>(s[0], qf[kk], b[0], b[1]);
       mma16816<T>(s[1], qf[kk], b[2], b[3]);
     }
@@ -145,6 +154,10 @@ __global__ void __launch_bounds__(kTileThreads)
     online_softmax_step(s, scale_mask, m_a, m_b, l_a, l_b, corr_a, corr_b);
     uint32_t a[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]),
                      pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][2], s[1][3])};
+    if constexpr (kFp8) {
+      __syncwarp();  // the K rows are read: the buffer takes the V rows
+      convert_warp_rows<T, KV, D>(raw + kTileN * D, conv, warp, lane);
+    }
 #pragma unroll
     for (int dp = 0; dp < D / 16; ++dp) {
       o[2 * dp][0] *= corr_a;
@@ -156,12 +169,11 @@ __global__ void __launch_bounds__(kTileThreads)
       o[2 * dp + 1][2] *= corr_b;
       o[2 * dp + 1][3] *= corr_b;
       uint32_t b[4];
-      ldmatrix_x4_trans(
-          b, sv + swz<D>(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * dp + (lane >> 4)));
+      ldmatrix_x4_trans(b, sv + swz<D>(row0 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * dp + (lane >> 4)));
       mma16816<T>(o[2 * dp], a, b[0], b[1]);
       mma16816<T>(o[2 * dp + 1], a, b[2], b[3]);
     }
-    __syncthreads();  // the stage just read is refilled two iterations later
+    __syncthreads();  // the stage just read is refilled kStages - 1 iterations later
   }
   cp_async_wait<0>();
   __syncthreads();

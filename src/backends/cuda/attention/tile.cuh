@@ -38,9 +38,12 @@ __device__ __forceinline__ float kv_scale(const float* scale) {
 template <typename T, typename KV, int D>
 __device__ __forceinline__ void convert_fp8_chunk(const unsigned char* raw, T* tile, int r,
                                                   int ch16) {
+  const uint4 v = *reinterpret_cast<const uint4*>(raw + r * D + ch16 * 16);
   uint32_t pairs[8];
-  fp8x16_to_pairs<T, kFp8Interp<KV>>(*reinterpret_cast<const uint4*>(raw + r * D + ch16 * 16),
-                                     pairs);
+  fp8x4_to_pairs_fast<T, kFp8Interp<KV>>(v.x, pairs[0], pairs[1]);
+  fp8x4_to_pairs_fast<T, kFp8Interp<KV>>(v.y, pairs[2], pairs[3]);
+  fp8x4_to_pairs_fast<T, kFp8Interp<KV>>(v.z, pairs[4], pairs[5]);
+  fp8x4_to_pairs_fast<T, kFp8Interp<KV>>(v.w, pairs[6], pairs[7]);
   *reinterpret_cast<uint4*>(tile + swz<D>(r, 2 * ch16)) =
       make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
   *reinterpret_cast<uint4*>(tile + swz<D>(r, 2 * ch16 + 1)) =
