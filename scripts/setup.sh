@@ -17,6 +17,8 @@ PACKAGES=(
   libboost-dev                        # Boost.Asio / Beast for the HTTP server (header-only)
   libcli11-dev                        # command-line parsing
   libxxhash-dev                       # prefix-cache block hashes
+  libssl-dev                          # libcrypto (static): checksums of Hugging Face Hub downloads
+  libcurl4-openssl-dev                # Hub downloads (the header; libcurl is loaded at run time)
   libgtest-dev libgmock-dev libbenchmark-dev
   nodejs npm                          # test tooling: reference tokenizers, jinja, openai client
   curl python3

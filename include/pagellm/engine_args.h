@@ -10,6 +10,13 @@ namespace pagellm {
 struct EngineArgs {
   std::string model;              // Hugging Face folder; empty = built-in demo model
   std::string tokenizer;          // defaults to model
+  // Hugging Face Hub ids: `model` (and `tokenizer`) may be ORG/NAME, resolved from the local
+  // Hugging Face cache or downloaded into it (src/io/hf_hub.h) at these revisions; download_dir
+  // replaces the cache folder. model_id keeps the id after `model` became the snapshot folder.
+  std::string revision;
+  std::string tokenizer_revision;
+  std::string download_dir;
+  std::string model_id;
   std::string load_format = "auto";  // "auto" (safetensors) or "dummy" (random weights)
   std::string dtype = "auto";     // compute/weight dtype on the device; the CPU computes in fp32
   // Weight quantization: "" = the checkpoint's quantization_config; "fp8" = FP8 weights (a 16-bit

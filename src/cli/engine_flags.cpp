@@ -1,11 +1,17 @@
 #include "cli/engine_flags.h"
 
 #include "io/hf_config.h"
+#include "io/hf_hub.h"
 
 namespace pagellm::cli {
 
 void add_engine_flags(CLI::App& app, EngineArgs& args) {
-  app.add_option("--model", args.model, "Hugging Face model folder (default: the built-in demo model)");
+  app.add_option("--model", args.model,
+                 "Hugging Face model folder or Hub id ORG/NAME (default: the built-in demo model)");
+  app.add_option("--revision", args.revision, "Hub id: branch, tag or commit (default: main)");
+  app.add_option("--tokenizer-revision", args.tokenizer_revision, "Hub id of --tokenizer: revision");
+  app.add_option("--download-dir", args.download_dir,
+                 "Hub ids: the cache folder (default: $HF_HUB_CACHE or ~/.cache/huggingface/hub)");
   app.add_option("--tokenizer", args.tokenizer, "tokenizer folder (default: the model folder)");
   app.add_option("--load-format", args.load_format, "auto | safetensors | dummy (random weights)")
       ->capture_default_str();
@@ -63,6 +69,20 @@ void add_engine_flags(CLI::App& app, EngineArgs& args) {
                  "address of node 0 for the rendezvous (default $MASTER_ADDR or 127.0.0.1)");
   app.add_option("--master-port", args.master_port,
                  "rendezvous port on node 0 (default $MASTER_PORT or 29500)");
+}
+
+void resolve_hub_models(EngineArgs& args) {
+  if (io::hub::is_repo_id(args.model)) {
+    args.model_id = args.model;
+    args.model = io::hub::resolve_model(args.model,
+                                        io::hub::options_from_env(args.revision, args.download_dir))
+                     .string();
+  }
+  if (io::hub::is_repo_id(args.tokenizer))
+    args.tokenizer =
+        io::hub::resolve_model(args.tokenizer, io::hub::options_from_env(args.tokenizer_revision,
+                                                                          args.download_dir))
+            .string();
 }
 
 SamplingParams default_sampling_params(const EngineArgs& args) {

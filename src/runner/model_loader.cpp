@@ -172,8 +172,9 @@ LoadedModel describe_model(const EngineArgs& args, std::string* source) {
     *source = "demo model";
   } else {
     const std::filesystem::path dir(args.model);
-    m.name =
-        dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
+    m.name = !args.model_id.empty()  ? args.model_id
+             : dir.filename().empty() ? dir.parent_path().filename().string()
+                                      : dir.filename().string();
     m.config = io::load_model_config(dir);
     m.generation_config = io::load_generation_config(dir);
     *source = (dir / "config.json").string();
