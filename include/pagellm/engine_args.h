@@ -59,6 +59,10 @@ struct EngineArgs {
   int master_port = 0;      // default: $MASTER_PORT, else 29500
 
   void validate() const;
+  // Replaces Hub ids in `model` / `tokenizer` (ORG/NAME that is no local path) by their snapshot
+  // folders in the Hugging Face cache, downloading what is missing (src/io/hf_hub.h); model_id
+  // keeps the id. A no-op for local folders, so calling it twice is harmless.
+  void resolve_hub_ids();
   // These args as replica `rank` of the data-parallel group is built from.
   EngineArgs for_replica(int rank) const;
 };

@@ -59,7 +59,7 @@ int run_throughput(int argc, char** argv) {
     invalid_argument("bench throughput: --input-len, --output-len and --num-prompts must be >= 1");
   }
   args.validate();
-  resolve_hub_models(args);
+  args.resolve_hub_ids();
   // A worker process of a multi-process group executes the leader's steps instead.
   if (const std::optional<int> code = runner::run_worker_process(args)) return *code;
 

@@ -1,7 +1,6 @@
 #include "cli/engine_flags.h"
 
 #include "io/hf_config.h"
-#include "io/hf_hub.h"
 
 namespace pagellm::cli {
 
@@ -69,20 +68,6 @@ void add_engine_flags(CLI::App& app, EngineArgs& args) {
                  "address of node 0 for the rendezvous (default $MASTER_ADDR or 127.0.0.1)");
   app.add_option("--master-port", args.master_port,
                  "rendezvous port on node 0 (default $MASTER_PORT or 29500)");
-}
-
-void resolve_hub_models(EngineArgs& args) {
-  if (io::hub::is_repo_id(args.model)) {
-    args.model_id = args.model;
-    args.model = io::hub::resolve_model(args.model,
-                                        io::hub::options_from_env(args.revision, args.download_dir))
-                     .string();
-  }
-  if (io::hub::is_repo_id(args.tokenizer))
-    args.tokenizer =
-        io::hub::resolve_model(args.tokenizer, io::hub::options_from_env(args.tokenizer_revision,
-                                                                          args.download_dir))
-            .string();
 }
 
 SamplingParams default_sampling_params(const EngineArgs& args) {

@@ -12,10 +12,6 @@ namespace pagellm::cli {
 // Adds every EngineArgs flag to `app`, writing into `args` (which must outlive parsing).
 void add_engine_flags(CLI::App& app, EngineArgs& args);
 
-// Replaces Hub ids in --model / --tokenizer (ORG/NAME that is no local path) by their snapshot
-// folders in the Hugging Face cache, downloading what is missing; args.model_id keeps the id.
-void resolve_hub_models(EngineArgs& args);
-
 // Sampling defaults from the model's generation_config.json (temperature, top_p, top_k, min_p,
 // repetition_penalty, max_new_tokens), as vLLM applies them; an empty model means none.
 SamplingParams default_sampling_params(const EngineArgs& args);

@@ -163,7 +163,7 @@ int run_generate(int argc, char** argv) {
     invalid_argument("generate: give --prompt TEXT or --prompts-file FILE");
   }
   args.validate();
-  resolve_hub_models(args);
+  args.resolve_hub_ids();
   // A worker process of a multi-process group executes the leader's steps instead.
   if (const std::optional<int> code = runner::run_worker_process(args)) return *code;
   SamplingParams params = default_sampling_params(args);

@@ -108,7 +108,7 @@ int run(int argc, char** argv) {
   if (vllm.enable_log_requests && f.disable_log_requests)
     invalid_argument("--enable-log-requests and --disable-log-requests contradict each other");
   args.validate();
-  resolve_hub_models(args);
+  args.resolve_hub_ids();
   server::CorsPolicy cors;  // checked before the model loads
   cors.allowed_origins = server::parse_cors_list(f.allowed_origins, "--allowed-origins");
   cors.allowed_methods = server::parse_cors_list(f.allowed_methods, "--allowed-methods");

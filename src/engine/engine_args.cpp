@@ -1,6 +1,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "io/hf_hub.h"
 #include "quant/kv_cache_quant.h"
 #include "pagellm/engine_args.h"
 
@@ -61,6 +62,17 @@ EngineArgs EngineArgs::for_replica(int rank) const {
   EngineArgs a = *this;
   a.data_parallel_rank = rank;
   return a;
+}
+
+void EngineArgs::resolve_hub_ids() {
+  if (io::hub::is_repo_id(model)) {
+    model_id = model;
+    model = io::hub::resolve_model(model, io::hub::options_from_env(revision, download_dir)).string();
+  }
+  if (io::hub::is_repo_id(tokenizer))
+    tokenizer = io::hub::resolve_model(tokenizer,
+                                       io::hub::options_from_env(tokenizer_revision, download_dir))
+                    .string();
 }
 
 }  // namespace pagellm

@@ -14,6 +14,7 @@ using engine::Request;
 
 EngineCore::EngineCore(const EngineArgs& args) : args_(args) {
   args_.validate();
+  args_.resolve_hub_ids();
   runner::LoadedModel model = runner::load_model(args_);
   if (args_.model.empty()) {
     tokenizer_ = tok::Tokenizer::byte_level_demo();
