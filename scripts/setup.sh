@@ -21,7 +21,7 @@ PACKAGES=(
   libcurl4-openssl-dev                # Hub downloads (the header; libcurl is loaded at run time)
   libgtest-dev libgmock-dev libbenchmark-dev
   nodejs npm                          # test tooling: reference tokenizers, jinja, openai client
-  curl python3
+  curl python3 openssl                # openssl: the TLS test's self-signed certificate
   python3-numpy                       # tools/quantize_fp8.py and its tests (numpy only, no torch)
 )
 

@@ -24,6 +24,7 @@
 #include "server/dp_engine_client.h"
 #include "server/http_server.h"
 #include "server/routes.h"
+#include "server/server_stream.h"
 #include "tokenizer/chat_template_config.h"
 
 namespace pagellm::cli {
@@ -109,6 +110,9 @@ int run(int argc, char** argv) {
     invalid_argument("--enable-log-requests and --disable-log-requests contradict each other");
   args.validate();
   args.resolve_hub_ids();
+  // TLS files are checked before the model loads.
+  if (!vllm.ssl_certfile.empty() || !vllm.ssl_keyfile.empty())
+    (void)server::make_tls_context(vllm.ssl_certfile, vllm.ssl_keyfile);
   server::CorsPolicy cors;  // checked before the model loads
   cors.allowed_origins = server::parse_cors_list(f.allowed_origins, "--allowed-origins");
   cors.allowed_methods = server::parse_cors_list(f.allowed_methods, "--allowed-methods");
@@ -150,6 +154,8 @@ int run(int argc, char** argv) {
   options.max_body_bytes = f.max_body_bytes;
   options.num_threads = f.num_io_threads;
   options.cors = cors;
+  options.ssl_certfile = vllm.ssl_certfile;
+  options.ssl_keyfile = vllm.ssl_keyfile;
   server::HttpServer http(options, api);
   api.set_connection_counter([&http] { return http.num_connections(); });
 
@@ -162,7 +168,8 @@ int run(int argc, char** argv) {
     cv.notify_all();
   });
   http.start();
-  log::info("serving '" + api.model_name() + "' on http://" + f.host + ":" + std::to_string(http.port()) +
+  log::info("serving '" + api.model_name() + "' on " +
+            (options.ssl_certfile.empty() ? "http://" : "https://") + f.host + ":" + std::to_string(http.port()) +
             (f.api_key.empty() ? "" : " (API key required)"));
   {
     // A dead engine (a failed step, a lost GPU or worker process) ends the server with an error:

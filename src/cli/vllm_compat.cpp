@@ -50,6 +50,8 @@ void add_vllm_compat_flags(CLI::App& app, VllmCompatFlags& f) {
                  "JSON fields over the generation config, e.g. '{\"temperature\": 0.5}'");
   app.add_flag("--return-tokens-as-token-ids", f.return_tokens_as_token_ids,
                "logprobs name their tokens 'token_id:N' instead of text");
+  app.add_option("--ssl-certfile", f.ssl_certfile, "HTTPS: PEM certificate (chain) file");
+  app.add_option("--ssl-keyfile", f.ssl_keyfile, "HTTPS: PEM private key file");
   for (const Refused& r : kRefused) {
     const std::string message = std::string(r.flag) + " is a vLLM flag pagellm does not take: " + r.why;
     app.add_option(r.flag, "vLLM only")

@@ -26,6 +26,7 @@ struct VllmCompatFlags {
   std::string generation_config = "auto";  // auto (the model folder's) | vllm (none) | DIR
   std::string override_generation_config;  // JSON object over the chosen config
   bool return_tokens_as_token_ids = false;
+  std::string ssl_certfile, ssl_keyfile;  // HTTPS
 };
 
 void add_vllm_compat_flags(CLI::App& app, VllmCompatFlags& f);

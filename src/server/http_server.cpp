@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <utility>
@@ -10,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "server/server_stream.h"
 
 namespace pagellm::server {
 
@@ -62,7 +64,10 @@ class Session;
 
 struct HttpServer::Impl {
   Impl(HttpServerOptions o, HttpHandler& h)
-      : options(std::move(o)), handler(h), acceptor(ioc), signals(ioc, SIGINT, SIGTERM), retry_timer(ioc) {}
+      : options(std::move(o)), handler(h), acceptor(ioc), signals(ioc, SIGINT, SIGTERM), retry_timer(ioc) {
+    if (!options.ssl_certfile.empty() || !options.ssl_keyfile.empty())
+      tls.emplace(make_tls_context(options.ssl_certfile, options.ssl_keyfile));
+  }
 
   void do_accept();
   void wait_signal() {
@@ -90,6 +95,7 @@ struct HttpServer::Impl {
   std::mutex mutex;
   std::map<uint64_t, std::weak_ptr<Session>> sessions;  // guarded by mutex
   std::function<void(int)> signal_handler;
+  std::optional<net::ssl::context> tls;  // --ssl-certfile / --ssl-keyfile
   net::io_context ioc;
   tcp::acceptor acceptor;
   net::signal_set signals;
@@ -102,7 +108,7 @@ struct HttpServer::Impl {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket&& socket, HttpServer::Impl& server, uint64_t id)
-      : stream_(std::move(socket)), server_(server), id_(id) {
+      : stream_(std::move(socket), server.tls ? &*server.tls : nullptr), server_(server), id_(id) {
     beast::error_code ec;
     stream_.socket().set_option(tcp::no_delay(true), ec);
     remote_ = stream_.socket().remote_endpoint(ec).address().to_string();
@@ -114,7 +120,14 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void run() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_request(); });
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      if (!self->stream_.tls()) return self->read_request();
+      self->stream_.expires_after(seconds(self->server_.options.header_timeout_s));
+      self->stream_.async_handshake([self](beast::error_code ec) {
+        if (ec) return self->close();  // not TLS, or a failed handshake: nothing to answer
+        self->read_request();
+      });
+    });
   }
 
   // Called (on the strand) when the server starts draining.
@@ -167,7 +180,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (fn) fn();
   }
 
-  beast::tcp_stream stream_;
+  ServerStream stream_;
   HttpServer::Impl& server_;
   uint64_t id_;
   std::string remote_;
@@ -432,7 +445,8 @@ void Session::finish_response() {
 
 void Session::drain_then_close() {
   // Answer first, then read and discard what the client is still sending, so that it sees the 413
-  // instead of a connection reset.
+  // instead of a connection reset (TLS: a half-closed socket ends the session; just close).
+  if (stream_.tls()) return close();
   beast::error_code ec;
   stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
   stream_.expires_after(seconds(kDrainTimeoutS));
@@ -547,6 +561,25 @@ void HttpServer::post(std::function<void()> fn) { net::post(impl_->ioc, std::mov
 void HttpServer::on_signal(std::function<void(int)> fn) {
   impl_->signal_handler = std::move(fn);
   impl_->wait_signal();
+}
+
+net::ssl::context make_tls_context(const std::string& certfile, const std::string& keyfile) {
+  if (certfile.empty() || keyfile.empty())
+    invalid_argument("TLS needs both --ssl-certfile and --ssl-keyfile");
+  for (const auto& [flag, file] : {std::pair{"--ssl-certfile ", &certfile}, {"--ssl-keyfile ", &keyfile}})
+    if (!std::filesystem::is_regular_file(*file)) invalid_argument(flag + *file + ": no such file");
+  net::ssl::context ctx(net::ssl::context::tls_server);
+  ctx.set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                  net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
+                  net::ssl::context::no_tlsv1_1);
+  beast::error_code ec;
+  ctx.use_certificate_chain_file(certfile, ec);
+  if (ec) invalid_argument("--ssl-certfile " + certfile + ": " + ec.message());
+  ctx.use_private_key_file(keyfile, net::ssl::context::pem, ec);
+  if (ec) invalid_argument("--ssl-keyfile " + keyfile + ": " + ec.message());
+  if (SSL_CTX_check_private_key(ctx.native_handle()) != 1)
+    invalid_argument("--ssl-keyfile " + keyfile + " does not belong to the certificate in " + certfile);
+  return ctx;
 }
 
 }  // namespace pagellm::server

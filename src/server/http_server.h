@@ -65,6 +65,9 @@ struct HttpServerOptions {
   int max_connections = 16384;
   int num_threads = 1;
   CorsPolicy cors;  // preflights are answered here; allowed origins get Access-Control-* headers
+  // HTTPS (vLLM's --ssl-certfile / --ssl-keyfile): PEM certificate chain and private key; both
+  // empty = plain HTTP. Only TLS 1.2 and newer.
+  std::string ssl_certfile, ssl_keyfile;
 };
 
 class HttpServer {
