@@ -1,12 +1,13 @@
 // `pagellm bench serve`: load-tests a running OpenAI-compatible server (pagellm, vLLM, ...) the way
-// `vllm bench serve` does, with a random (token-id) or JSONL dataset.
-#include <cmath>
+// `vllm bench serve` does, with its datasets (cli/bench_datasets.h) and result file.
 #include <cstdio>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
-#include <random>
 
 #include <CLI/CLI.hpp>
 
+#include "cli/bench_datasets.h"
 #include "cli/bench_serve.h"
 #include "common/error.h"
 #include "server/bench_client.h"
@@ -16,70 +17,60 @@ namespace {
 
 using nlohmann::json;
 
-struct DatasetFlags {
-  std::string name = "random";
-  std::string path;
-  int num_prompts = 100;
-  int input_len = 32;
-  int output_len = 32;
-  double range_ratio = 0.0;  // lengths drawn from [len * (1 - r), len * (1 + r)]
-  int vocab_size = 512;      // random token ids are drawn from [3, vocab_size)
-  uint64_t seed = 0;
-};
-
-int sample_len(std::mt19937_64& rng, int len, double ratio) {
-  if (ratio <= 0) return len;
-  const int lo = std::max(1, static_cast<int>(std::floor(len * (1 - ratio))));
-  const int hi = std::max(lo, static_cast<int>(std::ceil(len * (1 + ratio))));
-  return std::uniform_int_distribution<int>(lo, hi)(rng);
+// vLLM's result file (--save-result): the report plus the per-request arrays its plotting and
+// comparison scripts read.
+json vllm_result(json report, const std::vector<server::BenchResult>& results,
+                 const server::BenchOptions& o, const DatasetFlags& d) {
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y%m%d-%H%M%S", std::localtime(&now));
+  report["date"] = date;
+  report["backend"] = "openai";
+  report["model_id"] = o.model;
+  report["tokenizer_id"] = d.tokenizer;
+  report["burstiness"] = o.burstiness;
+  json input_lens = json::array(), output_lens = json::array(), ttfts = json::array(),
+       itls = json::array();
+  for (const server::BenchResult& r : results) {
+    input_lens.push_back(r.prompt_tokens);
+    output_lens.push_back(r.output_tokens);
+    ttfts.push_back(r.success ? r.ttft_s : 0.0);
+    itls.push_back(r.itl_s);
+  }
+  report["input_lens"] = input_lens;
+  report["output_lens"] = output_lens;
+  report["ttfts"] = ttfts;
+  report["itls"] = itls;
+  return report;
 }
 
-std::vector<server::BenchPrompt> random_dataset(const DatasetFlags& f) {
-  if (f.vocab_size <= 3) throw Error(ErrorKind::kInvalidArgument, "--random-vocab-size must be > 3");
-  std::mt19937_64 rng(f.seed);
-  std::uniform_int_distribution<int32_t> token(3, f.vocab_size - 1);
-  std::vector<server::BenchPrompt> prompts;
-  for (int i = 0; i < f.num_prompts; ++i) {
-    server::BenchPrompt p;
-    p.prompt_len = sample_len(rng, f.input_len, f.range_ratio);
-    p.output_len = sample_len(rng, f.output_len, f.range_ratio);
-    std::vector<int32_t> ids(static_cast<size_t>(p.prompt_len));
-    for (auto& id : ids) id = token(rng);
-    p.prompt = ids;
-    prompts.push_back(std::move(p));
+// vLLM's --base-url: http://HOST[:PORT] (a trailing /v1 or / is ignored).
+void parse_base_url(std::string url, server::BenchOptions& o) {
+  const std::string scheme = "http://";
+  if (url.rfind(scheme, 0) != 0)
+    invalid_argument("--base-url " + url + ": expected http://HOST[:PORT] (the load generator speaks plain HTTP)");
+  url = url.substr(scheme.size());
+  if (url.size() >= 3 && url.compare(url.size() - 3, 3, "/v1") == 0) url.resize(url.size() - 3);
+  while (!url.empty() && url.back() == '/') url.pop_back();
+  const size_t colon = url.rfind(':');
+  o.host = colon == std::string::npos ? url : url.substr(0, colon);
+  if (colon != std::string::npos) {
+    const std::string port = url.substr(colon + 1);
+    if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoi(port) < 1 || std::stoi(port) > 65535)
+      invalid_argument("--base-url: bad port '" + port + "'");
+    o.port = static_cast<uint16_t>(std::stoi(port));
+  } else {
+    o.port = 80;
   }
-  return prompts;
+  if (o.host.empty() || o.host.find('/') != std::string::npos)
+    invalid_argument("--base-url: no host in '" + scheme + url + "'");
 }
 
-// One JSON object per line: {"prompt": "...", "output_len": N} (max_tokens is accepted for
-// output_len); prompts are used in order, cycling when --num-prompts exceeds the file.
-std::vector<server::BenchPrompt> jsonl_dataset(const DatasetFlags& f) {
-  std::ifstream in(f.path);
-  if (!in) throw Error(ErrorKind::kNotFound, "--dataset-path: cannot read '" + f.path + "'");
-  std::vector<server::BenchPrompt> rows;
-  std::string line;
-  int line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    json row = json::parse(line, nullptr, false);
-    const std::string where = f.path + ":" + std::to_string(line_no);
-    if (!row.is_object() || !row.contains("prompt") || !(row["prompt"].is_string() || row["prompt"].is_array())) {
-      throw Error(ErrorKind::kInvalidArgument, where + ": expected an object with a string 'prompt'");
-    }
-    server::BenchPrompt p;
-    p.prompt = row["prompt"];
-    p.output_len = f.output_len;
-    for (const char* key : {"output_len", "max_tokens"}) {
-      if (row.contains(key) && row[key].is_number_integer()) p.output_len = row[key].get<int>();
-    }
-    if (p.output_len < 1) throw Error(ErrorKind::kInvalidArgument, where + ": output_len must be >= 1");
-    rows.push_back(std::move(p));
-  }
-  if (rows.empty()) throw Error(ErrorKind::kInvalidArgument, "--dataset-path: '" + f.path + "' holds no prompts");
-  std::vector<server::BenchPrompt> prompts;
-  for (int i = 0; i < f.num_prompts; ++i) prompts.push_back(rows[static_cast<size_t>(i) % rows.size()]);
-  return prompts;
+void write_json(const std::string& path, const json& j) {
+  std::ofstream out(path);
+  if (!out) invalid_argument("cannot write the result file '" + path + "'");
+  out << j.dump(2) << "\n";
 }
 
 int run_serve_bench(int argc, char** argv) {
@@ -89,13 +80,24 @@ int run_serve_bench(int argc, char** argv) {
   std::string rate = "inf";
   std::string result_file;
   int port = 8000;
+  std::string base_url;
+  app.add_option("--base-url", base_url, "http://HOST:PORT of the server (instead of --host / --port)");
   app.add_option("--host", o.host, "server host");
   app.add_option("--port", port, "server port")->check(CLI::Range(1, 65535));
   app.add_option("--endpoint", o.endpoint, "/v1/completions or /v1/chat/completions");
   app.add_option("--model", o.model, "model name to send (default: omitted)");
   app.add_option("--api-key", o.api_key, "Bearer key");
-  app.add_option("--dataset-name", d.name, "random or jsonl")->check(CLI::IsMember({"random", "jsonl"}));
-  app.add_option("--dataset-path", d.path, "JSONL file for --dataset-name jsonl");
+  app.add_option("--dataset-name", d.name, "random | sonnet | sharegpt | custom | jsonl")
+      ->check(CLI::IsMember({"random", "sonnet", "sharegpt", "custom", "jsonl"}));
+  app.add_option("--dataset-path", d.path, "the dataset file (sonnet text, ShareGPT JSON, JSONL)");
+  app.add_option("--tokenizer", d.tokenizer, "tokenizer folder (sonnet / sharegpt token counts)");
+  app.add_option("--random-prefix-len", d.prefix_len, "random: tokens every prompt shares first")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--sonnet-input-len", d.sonnet_input_len, "sonnet: prompt tokens");
+  app.add_option("--sonnet-output-len", d.sonnet_output_len, "sonnet: max_tokens");
+  app.add_option("--sonnet-prefix-len", d.sonnet_prefix_len, "sonnet: shared prefix tokens");
+  app.add_option("--sharegpt-output-len", d.sharegpt_output_len, "sharegpt: max_tokens (default: the reply's)");
+  app.add_option("--custom-output-len", d.custom_output_len, "custom: max_tokens");
   app.add_option("--num-prompts", d.num_prompts, "requests to send")->check(CLI::Range(1, 10000000));
   app.add_option("--random-input-len", d.input_len, "prompt tokens (random dataset)")->check(CLI::Range(1, 1 << 20));
   app.add_option("--random-output-len", d.output_len, "max_tokens per request")->check(CLI::Range(1, 1 << 20));
@@ -109,14 +111,21 @@ int run_serve_bench(int argc, char** argv) {
   app.add_option("--temperature", o.temperature, "sampling temperature (default greedy)");
   app.add_option("--request-timeout", o.timeout_s, "seconds per request");
   app.add_option("--result-file", result_file, "also write the results as JSON here");
+  bool save_result = false, ignore_eos = false;
+  std::string result_dir = ".", result_filename;
+  app.add_flag("--save-result", save_result, "write vLLM's result JSON (--result-dir / --result-filename)");
+  app.add_option("--result-dir", result_dir, "folder of the --save-result file");
+  app.add_option("--result-filename", result_filename, "name of the --save-result file");
   bool no_ignore_eos = false;
   app.add_flag("--no-ignore-eos", no_ignore_eos, "let requests stop at EOS (default: ignore_eos)");
+  app.add_flag("--ignore-eos", ignore_eos, "vLLM's flag: generate max_tokens every time (the default here)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);  // prints --help, or the flag error
   }
   o.port = static_cast<uint16_t>(port);
+  if (!base_url.empty()) parse_base_url(base_url, o);
   o.seed = d.seed;
   o.ignore_eos = !no_ignore_eos;
   if (rate == "inf") {
@@ -129,11 +138,11 @@ int run_serve_bench(int argc, char** argv) {
     }
     if (!(o.request_rate > 0)) throw Error(ErrorKind::kInvalidArgument, "--request-rate must be > 0");
   }
-  if (d.name == "jsonl" && d.path.empty()) throw Error(ErrorKind::kInvalidArgument, "--dataset-name jsonl needs --dataset-path");
-  if (d.name == "random" && o.endpoint.find("chat") != std::string::npos) {
-    throw Error(ErrorKind::kInvalidArgument, "the random dataset sends token ids: use /v1/completions or a JSONL dataset");
-  }
-  auto prompts = d.name == "random" ? random_dataset(d) : jsonl_dataset(d);
+  if (ignore_eos && no_ignore_eos) invalid_argument("--ignore-eos and --no-ignore-eos contradict each other");
+  if (d.tokenizer.empty() && !o.model.empty() && std::filesystem::is_directory(o.model))
+    d.tokenizer = o.model;
+  d.chat = o.endpoint.find("chat") != std::string::npos;
+  auto prompts = load_dataset(d);
   std::fprintf(stderr, "bench serve: %zu requests to http://%s:%u%s, rate %s, max concurrency %d\n", prompts.size(),
                o.host.c_str(), o.port, o.endpoint.c_str(), rate.c_str(), o.max_concurrency);
   double duration = 0;
@@ -144,10 +153,16 @@ int run_serve_bench(int argc, char** argv) {
   report["num_prompts"] = d.num_prompts;
   report["dataset"] = d.name;
   std::fputs(server::format_bench_report(report).c_str(), stdout);
-  if (!result_file.empty()) {
-    std::ofstream out(result_file);
-    if (!out) throw Error(ErrorKind::kInvalidArgument, "--result-file: cannot write '" + result_file + "'");
-    out << report.dump(2) << "\n";
+  if (!result_file.empty()) write_json(result_file, report);
+  if (save_result) {
+    const json full = vllm_result(report, results, o, d);
+    if (result_filename.empty())
+      result_filename = "openai-" + rate + "qps-" +
+                        (o.model.empty() ? std::string("model")
+                                         : std::filesystem::path(o.model).filename().string()) +
+                        "-" + full["date"].get<std::string>() + ".json";
+    std::filesystem::create_directories(result_dir);
+    write_json((std::filesystem::path(result_dir) / result_filename).string(), full);
   }
   return report["failed"].get<int64_t>() == 0 ? 0 : 1;
 }

@@ -109,6 +109,7 @@ int run(int argc, char** argv) {
   if (vllm.enable_log_requests && f.disable_log_requests)
     invalid_argument("--enable-log-requests and --disable-log-requests contradict each other");
   args.validate();
+  const std::string model_as_given = args.model;  // a name requests may use (vLLM's default name)
   args.resolve_hub_ids();
   // TLS files are checked before the model loads.
   if (!vllm.ssl_certfile.empty() || !vllm.ssl_keyfile.empty())
@@ -136,6 +137,8 @@ int run(int argc, char** argv) {
   server::EngineClient& client = *engine_client;
 
   config.served_model_name = f.served_model_name;
+  if (f.served_model_name.empty() && !model_as_given.empty())
+    config.model_aliases.push_back(model_as_given);
   config.api_key = f.api_key;
   config.max_queued_requests = f.max_queued_requests;
   config.max_num_seqs = args.max_num_seqs * args.data_parallel_size;  // every replica runs a batch

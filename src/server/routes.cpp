@@ -116,6 +116,8 @@ void ApiServer::send_json(const HttpRequest& request, ResponseWriter& writer, in
 
 void ApiServer::check_model(const std::string& model) const {
   if (model.empty() || model == config_.served_model_name) return;
+  for (const std::string& alias : config_.model_aliases)
+    if (model == alias) return;
   throw ApiError(404, "the model '" + model + "' does not exist; this server serves '" + config_.served_model_name + "'",
                  "not_found_error", "model", "model_not_found");
 }

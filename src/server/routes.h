@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "server/engine_client.h"
 #include "server/generation.h"
@@ -20,6 +21,9 @@ namespace pagellm::server {
 
 struct ServerConfig {
   std::string served_model_name;  // empty = the engine's model name
+  // Other names requests may use for the model: the --model string as given (vLLM serves a model
+  // under exactly that), e.g. a path whose folder name is the served name.
+  std::vector<std::string> model_aliases;
   std::string api_key;            // empty = no authentication
   int max_queued_requests = -1;   // sequences allowed to wait beyond max_num_seqs; -1 = unlimited
   int max_num_seqs = 256;         // the engine's batch limit
