@@ -6,19 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${PAGELLM_BIN:-build/pagellm}
 MODEL=${PAGELLM_SHARED_DIR:-../shared}/models/stories260K
-TMP=$(mktemp -d)
-PID=
-trap '[ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-PORT=$((20000 + RANDOM % 20000))
+source tests/e2e/lib.sh
+e2e_init
 
 "$BIN" serve "$MODEL" --port "$PORT" --max-model-len 512 > "$TMP/serve.log" 2>&1 &
 PID=$!
-for _ in $(seq 100); do
-  curl -sf "http://127.0.0.1:$PORT/health" > /dev/null && break
-  kill -0 "$PID" 2>/dev/null || { cat "$TMP/serve.log" >&2; fail "serve exited"; }
-  sleep 0.1
-done
+wait_health "http://127.0.0.1:$PORT/health" "$TMP/serve.log"
 # A tokenizer folder with a chat template (stories260K has none), the poem, ShareGPT and JSONL.
 mkdir "$TMP/tok" && cp "$MODEL/tokenizer.json" "$TMP/tok/"
 python3 - "$MODEL/tokenizer_config.json" "$TMP" <<'PY'

@@ -10,15 +10,12 @@ cd "$(dirname "$0")/../.."
 BIN=${PAGELLM_BIN:-build/pagellm}
 PY=${PYTHON:-/usr/bin/python3}
 MODEL=${PAGELLM_SHARED_DIR:-../shared}/models/stories260K
-TMP=$(mktemp -d)
-HUB=
-trap '[ -n "$HUB" ] && kill "$HUB" 2>/dev/null; rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-PORT=$((20000 + RANDOM % 20000))
+source tests/e2e/lib.sh
+e2e_init
 
 "$PY" tests/tools/fake_hub.py "$PORT" "$TMP/hub.log" "test-org/stories=$MODEL" \
   "gated:test-org/gated=$MODEL" "test-org/badsum=$MODEL" > "$TMP/hub.out" 2>&1 &
-HUB=$!
+PID=$!
 for _ in $(seq 50); do grep -q ready "$TMP/hub.out" 2>/dev/null && break; sleep 0.1; done
 grep -q ready "$TMP/hub.out" || fail "the fake Hub did not start: $(cat "$TMP/hub.out")"
 export HF_HOME=$TMP/hf HF_ENDPOINT=http://127.0.0.1:$PORT
@@ -56,7 +53,7 @@ grep -q "GET /api/models/test-org/stories/revision/main .*auth=yes" "$TMP/hub.lo
 echo "ok: downloaded into a huggingface_hub cache, resumed, token kept from the CDN host"
 
 # The cache alone: offline, and with the Hub gone.
-kill "$HUB"; wait "$HUB" 2>/dev/null || true; HUB=
+kill "$PID"; wait "$PID" 2>/dev/null || true; PID=
 HF_HUB_OFFLINE=1 gen offline --model test-org/stories || { cat "$TMP/offline.err" >&2; fail "offline run"; }
 cmp -s "$TMP/local.out" "$TMP/offline.out" || fail "offline output differs"
 gen cached --model test-org/stories || { cat "$TMP/cached.err" >&2; fail "cached run without the Hub"; }
@@ -66,7 +63,7 @@ echo "ok: HF_HUB_OFFLINE=1 and a cached model need no Hub"
 
 "$PY" tests/tools/fake_hub.py "$PORT" "$TMP/hub.log" "test-org/stories=$MODEL" \
   "gated:test-org/gated=$MODEL" "test-org/badsum=$MODEL" > "$TMP/hub2.out" 2>&1 &
-HUB=$!
+PID=$!
 for _ in $(seq 50); do grep -q ready "$TMP/hub2.out" 2>/dev/null && break; sleep 0.1; done
 if gen gated --model test-org/gated; then fail "a gated model downloaded without a token"; fi
 one_error gated "denied \(HTTP 401\).*HF_TOKEN"

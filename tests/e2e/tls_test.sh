@@ -7,11 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${PAGELLM_BIN:-build/pagellm}
 MODEL=${PAGELLM_SHARED_DIR:-../shared}/models/stories260K
-TMP=$(mktemp -d)
-PID=
-trap '[ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-PORT=$((20000 + RANDOM % 20000))
+source tests/e2e/lib.sh
+e2e_init
 
 openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=127.0.0.1" \
   -addext "subjectAltName=IP:127.0.0.1,DNS:localhost" \
@@ -19,11 +16,7 @@ openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=127.0.0.1" \
 "$BIN" serve "$MODEL" --port "$PORT" --ssl-certfile "$TMP/cert.pem" --ssl-keyfile "$TMP/key.pem" \
   > "$TMP/serve.log" 2>&1 &
 PID=$!
-for _ in $(seq 100); do
-  curl -sf --cacert "$TMP/cert.pem" "https://127.0.0.1:$PORT/health" > /dev/null && break
-  kill -0 "$PID" 2>/dev/null || { cat "$TMP/serve.log" >&2; fail "serve exited"; }
-  sleep 0.1
-done
+wait_health "https://127.0.0.1:$PORT/health" "$TMP/serve.log" --cacert "$TMP/cert.pem"
 curl -sf --cacert "$TMP/cert.pem" "https://127.0.0.1:$PORT/v1/models" | grep -q stories260K \
   || fail "no model list over https"
 grep -q "on https://" "$TMP/serve.log" || fail "the log does not say https"

@@ -6,21 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${PAGELLM_BIN:-build/pagellm}
 MODEL=${PAGELLM_SHARED_DIR:-../shared}/models/stories260K
-TMP=$(mktemp -d)
-PID=
-trap '[ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-PORT=$((20000 + RANDOM % 20000))
+source tests/e2e/lib.sh
+e2e_init
 
 "$BIN" serve "$MODEL" --trust-remote-code --served-model-name x --max-model-len 512 \
   --gpu-memory-utilization 0.9 --enable-prefix-caching --disable-log-requests --disable-log-stats \
   --port "$PORT" > "$TMP/serve.log" 2>&1 &
 PID=$!
-for _ in $(seq 100); do
-  curl -sf "http://127.0.0.1:$PORT/health" > /dev/null && break
-  kill -0 "$PID" 2>/dev/null || { cat "$TMP/serve.log" >&2; fail "serve exited"; }
-  sleep 0.1
-done
+wait_health "http://127.0.0.1:$PORT/health" "$TMP/serve.log"
 curl -sf "http://127.0.0.1:$PORT/v1/models" | grep -q '"id":"x"' || fail "/v1/models does not list 'x'"
 curl -sf "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' \
   -d '{"model": "x", "prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}' |
@@ -67,10 +60,7 @@ echo "ok: vLLM launch line serves stories260K; CORS preflight answered"
 "$BIN" serve "$MODEL" --port "$PORT" --allowed-origins '["http://app.example"]' --allow-credentials \
   > "$TMP/serve2.log" 2>&1 &
 PID=$!
-for _ in $(seq 100); do
-  curl -sf "http://127.0.0.1:$PORT/health" > /dev/null && break
-  sleep 0.1
-done
+wait_health "http://127.0.0.1:$PORT/health" "$TMP/serve2.log"
 curl -s -i -X OPTIONS "http://127.0.0.1:$PORT/v1/models" -H 'Origin: http://evil.example' \
   -H 'Access-Control-Request-Method: GET' > "$TMP/pre2.txt"
 grep -q "^HTTP/1.1 400" "$TMP/pre2.txt" || { cat "$TMP/pre2.txt" >&2; fail "foreign preflight not refused"; }
@@ -85,10 +75,7 @@ PID=
   --chat-template '{% for m in messages %}{{ m.content }}{% endfor %}' --return-tokens-as-token-ids \
   > "$TMP/serve3.log" 2>&1 &
 PID=$!
-for _ in $(seq 100); do
-  curl -sf "http://127.0.0.1:$PORT/llm/health" > /dev/null && break
-  sleep 0.1
-done
+wait_health "http://127.0.0.1:$PORT/llm/health" "$TMP/serve3.log"
 curl -sf "http://127.0.0.1:$PORT/llm/v1/chat/completions" -H 'Content-Type: application/json' \
   -d '{"messages": [{"role": "user", "content": "Hi"}], "temperature": 0}' > "$TMP/chat.json" ||
   fail "chat under --root-path failed"

@@ -30,14 +30,11 @@ using testing::TempDir;
 const std::filesystem::path kPycode =
     std::filesystem::path(PAGELLM_SHARED_DIR) / "models" / "pycode-25M";
 
+// The one-line message of the pagellm::Error fn throws.
 std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
-    return e.what();
-  }
-  return "";
+  const std::string message = testing::error_message_of(fn);
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  return message;
 }
 
 quant::QuantConfig parse(const json& qc) { return quant::parse_quant_config(qc, "config.json"); }

@@ -17,13 +17,9 @@ namespace fs = std::filesystem;
 using namespace io::hub;
 
 bool throws(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
-    return true;
-  }
-  return false;
+  const std::string message = testing::error_message_of(fn);
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  return !message.empty();
 }
 
 TEST(HfHub, ValidatesIdsRevisionsAndFileNames) {

@@ -20,14 +20,11 @@ namespace {
 
 using testing::SafetensorsBuilder;
 
+// The one-line message of the pagellm::Error fn throws.
 std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
-    return e.what();
-  }
-  return "";
+  const std::string message = testing::error_message_of(fn);
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  return message;
 }
 
 TEST(KvCacheDtype, ParsesVllmValues) {

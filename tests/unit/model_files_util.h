@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/dtype.h"
+#include "common/error.h"
 
 namespace pagellm::testing {
 
@@ -35,6 +36,17 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// The message of the pagellm::Error that fn throws ("" when it throws none).
+template <class Fn>
+std::string error_message_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 inline void write_file(const std::filesystem::path& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

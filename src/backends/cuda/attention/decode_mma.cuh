@@ -48,7 +48,6 @@ __global__ void __launch_bounds__(kTileThreads)
   constexpr bool kFp8 = kIsFp8<KV>;
   constexpr int kChunks = D / 8;
   constexpr int kKvChunks = D * sizeof(KV) / 16;  // 16-byte chunks per cache row
-  constexpr int kKvPerChunk = 16 / sizeof(KV);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* s_q = reinterpret_cast<T*>(smem_raw);  // [16, D]
   constexpr int kStages = kFp8 ? kDecodeMmaFp8Stages : kDecodeMmaStages;
@@ -69,7 +68,6 @@ __global__ void __launch_bounds__(kTileThreads)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
-  const int64_t slot_stride = static_cast<int64_t>(p.num_kv_heads) * D;
   const KV* k_base = static_cast<const KV*>(p.k_cache) + static_cast<int64_t>(kv_head) * D;
   const KV* v_base = static_cast<const KV*>(p.v_cache) + static_cast<int64_t>(kv_head) * D;
 
@@ -83,26 +81,11 @@ __global__ void __launch_bounds__(kTileThreads)
   }
   auto load_tile = [&](int tile) {
     const int stage = tile % kStages;
-    for (int c = tid; c < kTileN * kKvChunks; c += kTileThreads) {
-      const int r = c / kKvChunks, ch = c % kKvChunks;
-      const int key = k_begin + tile * kTileN + r;
-      const bool valid = key < k_end;
-      int64_t off = 0;
-      if (valid) {
-        const int64_t slot =
-            static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
-        off = slot * slot_stride + ch * kKvPerChunk;
-      }
-      if constexpr (kFp8) {
-        unsigned char* raw = s_raw + stage * 2 * kTileN * D + r * D + ch * 16;
-        cp_async16(raw, k_base + off, valid ? 16 : 0);
-        cp_async16(raw + kTileN * D, v_base + off, valid ? 16 : 0);
-      } else {
-        T* sk = s_kv + stage * 2 * kTileN * D;
-        cp_async16(sk + swz<D>(r, ch), k_base + off, valid ? 16 : 0);
-        cp_async16(sk + kTileN * D + swz<D>(r, ch), v_base + off, valid ? 16 : 0);
-      }
-    }
+    T* sk = s_kv + stage * 2 * kTileN * D;  // 16-bit caches only
+    for (int c = tid; c < kTileN * kKvChunks; c += kTileThreads)
+      load_kv_chunk<T, KV, D>(p, table, k_base, v_base, k_begin + tile * kTileN + c / kKvChunks,
+                              k_end, c / kKvChunks, c % kKvChunks,
+                              s_raw + stage * 2 * kTileN * D, sk, sk + kTileN * D);
   };
   // Group 0 holds Q and tile 0; one group per tile after that (possibly empty).
 #pragma unroll

@@ -50,6 +50,30 @@ __device__ __forceinline__ void convert_fp8_chunk(const unsigned char* raw, T* t
       make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
 }
 
+// Issues the cp.async of 16-byte chunk ch of row r of a K/V tile whose row r holds `key` of the
+// sequence (zero-filled at or past key_end): FP8 codes into raw ([kTileN, D] bytes of K, then of
+// V), 16-bit elements into the swizzled tiles sk / sv. Shared by the tile and decode kernels.
+template <typename T, typename KV, int D>
+__device__ __forceinline__ void load_kv_chunk(const AttentionParams& p, const int32_t* table,
+                                              const KV* k_base, const KV* v_base, int key,
+                                              int key_end, int r, int ch, unsigned char* raw,
+                                              T* sk, T* sv) {
+  const bool valid = key < key_end;
+  int64_t off = 0;
+  if (valid) {
+    const int64_t slot =
+        static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
+    off = slot * p.num_kv_heads * D + ch * static_cast<int>(16 / sizeof(KV));
+  }
+  if constexpr (kIsFp8<KV>) {
+    cp_async16(raw + r * D + ch * 16, k_base + off, valid ? 16 : 0);
+    cp_async16(raw + kTileN * D + r * D + ch * 16, v_base + off, valid ? 16 : 0);
+  } else {
+    cp_async16(sk + swz<D>(r, ch), k_base + off, valid ? 16 : 0);
+    cp_async16(sv + swz<D>(r, ch), v_base + off, valid ? 16 : 0);
+  }
+}
+
 // Shared memory of the tile kernel: Q [kTileM, D] T, then K/V: two stages of [kTileN, D] T each
 // (16-bit caches), or two stages of raw [kTileN, D] codes each plus one converted T tile each (FP8).
 template <typename T, typename KV, int D>
@@ -66,7 +90,6 @@ __global__ void __launch_bounds__(kTileThreads)
   constexpr bool kFp8 = kIsFp8<KV>;
   constexpr int kChunks = D / 8;                      // 16-byte chunks per row of T
   constexpr int kKvChunks = D * sizeof(KV) / 16;      // 16-byte chunks per cache row
-  constexpr int kKvPerChunk = 16 / sizeof(KV);        // cache elements per chunk
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* s_q = reinterpret_cast<T*>(smem_raw);  // [kTileM, D]
   T* s_k = s_q + kTileM * D;                // [2, kTileN, D] (FP8: [kTileN, D], converted)
@@ -93,7 +116,6 @@ __global__ void __launch_bounds__(kTileThreads)
   const T* q_base = static_cast<const T*>(p.q) + static_cast<int64_t>(head) * D;
   const KV* k_base = static_cast<const KV*>(p.k_cache) + static_cast<int64_t>(kv_head) * D;
   const KV* v_base = static_cast<const KV*>(p.v_cache) + static_cast<int64_t>(kv_head) * D;
-  const int64_t slot_stride = static_cast<int64_t>(p.num_kv_heads) * D;
 
   for (int c = tid; c < kTileM * kChunks; c += kTileThreads) {
     const int r = c / kChunks, ch = c % kChunks;
@@ -104,25 +126,10 @@ __global__ void __launch_bounds__(kTileThreads)
     cp_async16(s_q + swz<D>(r, ch), src, valid ? 16 : 0);
   }
   auto load_kv = [&](int tile, int stage) {
-    for (int c = tid; c < kTileN * kKvChunks; c += kTileThreads) {
-      const int r = c / kKvChunks, ch = c % kKvChunks;
-      const int key = tile * kTileN + r;
-      const bool valid = key < n_keys;
-      int64_t off = 0;
-      if (valid) {
-        const int64_t slot =
-            static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
-        off = slot * slot_stride + ch * kKvPerChunk;
-      }
-      if constexpr (kFp8) {
-        unsigned char* raw = s_raw + stage * 2 * kTileN * D + r * D + ch * 16;
-        cp_async16(raw, k_base + off, valid ? 16 : 0);
-        cp_async16(raw + kTileN * D, v_base + off, valid ? 16 : 0);
-      } else {
-        cp_async16(s_k + stage * kTileN * D + swz<D>(r, ch), k_base + off, valid ? 16 : 0);
-        cp_async16(s_v + stage * kTileN * D + swz<D>(r, ch), v_base + off, valid ? 16 : 0);
-      }
-    }
+    for (int c = tid; c < kTileN * kKvChunks; c += kTileThreads)
+      load_kv_chunk<T, KV, D>(p, table, k_base, v_base, tile * kTileN + c / kKvChunks, n_keys,
+                              c / kKvChunks, c % kKvChunks, s_raw + stage * 2 * kTileN * D,
+                              s_k + stage * kTileN * D, s_v + stage * kTileN * D);
   };
   load_kv(0, 0);
   cp_async_commit();
