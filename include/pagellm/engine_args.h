@@ -7,6 +7,11 @@
 
 namespace pagellm {
 
+// Pooling instead of generation (/v1/embeddings, LLM::embed; engines started with
+// --runner pooling): the final-normed hidden state of the prompt's last token, or the mean over all
+// its tokens.
+enum class PoolingType { kNone, kLast, kMean };
+
 struct EngineArgs {
   std::string model;              // Hugging Face folder; empty = built-in demo model
   std::string tokenizer;          // defaults to model
@@ -17,6 +22,11 @@ struct EngineArgs {
   std::string tokenizer_revision;
   std::string download_dir;
   std::string model_id;
+  // "generate" (default) or "pooling" (vLLM's --runner): a pooling engine takes only pooling
+  // requests (embeddings), a generating one only generation requests.
+  std::string runner = "generate";
+  PoolingType default_pooling = PoolingType::kLast;  // --pooler-config pooling_type
+  bool default_normalize = true;                     // --pooler-config normalize
   std::string load_format = "auto";  // "auto" (safetensors) or "dummy" (random weights)
   std::string dtype = "auto";     // compute/weight dtype on the device; the CPU computes in fp32
   // Weight quantization: "" = the checkpoint's quantization_config; "fp8" = FP8 weights (a 16-bit

@@ -31,6 +31,10 @@ struct PromptInput {
 struct RequestOptions {
   int priority = 0;        // lower runs first under --scheduling-policy priority
   std::string cache_salt;  // isolates this request's prefix-cache entries
+  // kLast / kMean: the request computes its prompt and finishes with RequestOutput::embedding
+  // (L2-normalized when `normalize`), generating nothing; the sampling parameters are ignored.
+  PoolingType pooling = PoolingType::kNone;
+  bool normalize = true;
 };
 
 // Counters and gauges for /metrics and the stats logger. Counters only grow.

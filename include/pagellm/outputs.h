@@ -39,6 +39,7 @@ struct RequestOutput {
   bool finished = false;
   int num_cached_tokens = 0;  // prompt tokens served from the prefix cache
   std::string error;          // set when the request failed inside the engine (finish reason kError)
+  std::vector<float> embedding;  // pooling requests, in the final output
 };
 
 }  // namespace pagellm

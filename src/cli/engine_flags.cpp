@@ -1,12 +1,46 @@
 #include "cli/engine_flags.h"
 
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
 #include "io/hf_config.h"
 
 namespace pagellm::cli {
 
+namespace {
+
+// --pooler-config JSON: pooling_type LAST | MEAN (vLLM's names), normalize.
+void parse_pooler_config(const std::string& text, EngineArgs& args) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object()) invalid_argument("--pooler-config: expected a JSON object, got '" + text + "'");
+  for (const auto& [key, value] : j.items()) {
+    if (key == "pooling_type" && value.is_string() && (value == "LAST" || value == "MEAN")) {
+      args.default_pooling = value == "LAST" ? PoolingType::kLast : PoolingType::kMean;
+    } else if (key == "normalize" && value.is_boolean()) {
+      args.default_normalize = value.get<bool>();
+    } else {
+      invalid_argument("--pooler-config: '" + key + "' must be pooling_type (\"LAST\" or \"MEAN\") "
+                       "or normalize (true / false)");
+    }
+  }
+}
+
+}  // namespace
+
 void add_engine_flags(CLI::App& app, EngineArgs& args) {
   app.add_option("--model", args.model,
                  "Hugging Face model folder or Hub id ORG/NAME (default: the built-in demo model)");
+  app.add_option("--runner", args.runner,
+                 "generate | pooling (embeddings: /v1/embeddings; vLLM's --runner)")
+      ->check(CLI::IsMember({"generate", "pooling", "auto"}));
+  app.add_option_function<std::string>(
+      "--task", [&args](const std::string& t) { args.runner = t == "embed" ? "pooling" : t; },
+      "vLLM's older name: embed (= --runner pooling) | generate")
+      ->check(CLI::IsMember({"generate", "embed", "auto"}));
+  app.add_option_function<std::string>(
+      "--pooler-config,--override-pooler-config",
+      [&args](const std::string& text) { parse_pooler_config(text, args); },
+      "pooling: '{\"pooling_type\": \"LAST\" | \"MEAN\", \"normalize\": true}'");
   app.add_option("--revision", args.revision, "Hub id: branch, tag or commit (default: main)");
   app.add_option("--tokenizer-revision", args.tokenizer_revision, "Hub id of --tokenizer: revision");
   app.add_option("--download-dir", args.download_dir,

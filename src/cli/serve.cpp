@@ -137,6 +137,8 @@ int run(int argc, char** argv) {
   server::EngineClient& client = *engine_client;
 
   config.served_model_name = f.served_model_name;
+  config.pooling = args.default_pooling;
+  config.normalize = args.default_normalize;
   if (f.served_model_name.empty() && !model_as_given.empty())
     config.model_aliases.push_back(model_as_given);
   config.api_key = f.api_key;

@@ -16,6 +16,8 @@ void require(bool ok, const std::string& message) {
 }  // namespace
 
 void EngineArgs::validate() const {
+  require(runner == "generate" || runner == "pooling" || runner == "auto",
+          "--runner: expected generate or pooling, got '" + runner + "'");
   const std::optional<DType> kv_fp8 = quant::parse_kv_cache_dtype(kv_cache_dtype);
   require(kv_fp8 || !calculate_kv_scales,
           "--calculate-kv-scales needs an FP8 KV cache (--kv-cache-dtype fp8)");

@@ -1,6 +1,7 @@
 #include "engine/engine_core.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "common/error.h"
@@ -92,6 +93,13 @@ std::unique_ptr<Request> EngineCore::make_request(const std::string& request_id,
                                                   const SamplingParams& params, const RequestOptions& options,
                                                   bool stream_deltas) const {
   params.validate();
+  const bool pooling_engine = args_.runner == "pooling";
+  if (pooling_engine && options.pooling == PoolingType::kNone)
+    invalid_argument("this model was started with --runner pooling: it answers embedding requests "
+                     "only");
+  if (!pooling_engine && options.pooling != PoolingType::kNone)
+    invalid_argument("this model was started for generation: start it with --runner pooling to get "
+                     "embeddings");
   auto req = std::make_unique<Request>();
   req->request_id = request_id;
   req->arrival_time = Clock::now();
@@ -99,6 +107,13 @@ std::unique_ptr<Request> EngineCore::make_request(const std::string& request_id,
   req->cache_salt = options.cache_salt;
   req->cache_salt_hash = kv::KVCacheManager::hash_salt(options.cache_salt);
   req->params = params;
+  if (options.pooling != PoolingType::kNone) {
+    // Nothing is generated: one sample, no logprobs; the prompt is all that runs.
+    req->params = SamplingParams{};
+    req->params.max_tokens = 1;
+    req->pooling = options.pooling;
+    req->normalize = options.normalize;
+  }
   req->prompt_text = prompt.token_ids.empty() ? prompt.text : std::string();
   req->prompt_token_ids = tokenize(prompt);
   req->stream_deltas = stream_deltas;
@@ -167,6 +182,12 @@ void EngineCore::process_new_tokens(const std::vector<engine::NewToken>& new_tok
   for (const engine::NewToken& nt : new_tokens) {
     engine::Sequence& seq = *nt.seq;
     Request& req = *seq.request;
+    if (nt.pooled) {
+      finish_pooling(req);
+      if (req.touched_step != step_index_) req.touched_step = step_index_, touched.push_back(&req);
+      scheduler_->finish_seq(seq, FinishReason::kStop);
+      continue;
+    }
     const FinishReason reason = output_processor_->process_token(seq, nt.token_id, nt.logprobs);
     ++stats_.generation_tokens;
     if (req.touched_step != step_index_) {
@@ -180,6 +201,18 @@ void EngineCore::process_new_tokens(const std::vector<engine::NewToken>& new_tok
     }
     if (reason != FinishReason::kNone) scheduler_->finish_seq(seq, reason);
   }
+}
+
+void EngineCore::finish_pooling(Request& req) {
+  std::vector<double> v = std::move(req.pooled_sum);
+  if (v.empty()) return;  // no hidden state came back: the output's embedding stays empty
+  if (req.pooling == PoolingType::kMean)
+    for (double& x : v) x /= double(std::max(1, req.num_prompt_tokens()));
+  double norm = 0;
+  for (double x : v) norm += x * x;
+  const double scale = req.normalize && norm > 0 ? 1.0 / std::sqrt(norm) : 1.0;
+  req.embedding.resize(v.size());
+  for (size_t d = 0; d < v.size(); ++d) req.embedding[d] = float(v[d] * scale);
 }
 
 void EngineCore::finish_request(Request& req) {

@@ -67,6 +67,8 @@ class EngineCore {
   void process_new_tokens(const std::vector<engine::NewToken>& new_tokens, std::vector<engine::Request*>& touched);
   void count_scheduled_tokens(const engine::SchedulerOutput& batch);
   void finish_request(engine::Request& req);
+  // A pooling request's prompt is computed: its embedding from the pooled sum (mean, L2 norm).
+  static void finish_pooling(engine::Request& req);
 
   EngineArgs args_;
   std::shared_ptr<const tok::Tokenizer> tokenizer_;

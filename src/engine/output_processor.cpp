@@ -161,6 +161,7 @@ RequestOutput OutputProcessor::make_output(Request& req) const {
   o.request_id = req.request_id;
   o.finished = req.all_finished();
   o.num_cached_tokens = req.num_cached_tokens;
+  if (o.finished) o.embedding = req.embedding;
   if (!req.stream_deltas || !req.prompt_sent) {
     o.prompt = req.prompt_text;
     o.prompt_token_ids = req.prompt_token_ids;

@@ -83,6 +83,12 @@ struct Request {
   Clock::time_point last_token_time;
   uint64_t touched_step = 0;  // last engine step that produced output for this request
   bool prompt_sent = false;   // delta streaming: prompt fields go out with the first output only
+  // Pooling requests (RequestOptions::pooling): the runner's per-step pieces add up here (the
+  // last token's hidden state, or the sum of every prompt token's), then `embedding` is final.
+  PoolingType pooling = PoolingType::kNone;
+  bool normalize = true;
+  std::vector<double> pooled_sum;
+  std::vector<float> embedding;
 
   int num_prompt_tokens() const { return static_cast<int>(prompt_token_ids.size()); }
   bool all_finished() const;

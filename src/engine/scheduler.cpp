@@ -155,10 +155,12 @@ bool Scheduler::admit_waiting_seq(Sequence& seq) {
   Request& req = *seq.request;
   const int num_new_seqs = req.needs_fork() ? req.num_samples() : 1;
   if (num_running_ + num_new_seqs > config_.max_num_seqs) return false;
-  // Prompt logprobs need the logits of every prompt position, so such a request skips the cache.
+  // Prompt logprobs need the logits of every prompt position, and mean pooling the hidden state of
+  // every prompt token, so such a request skips the cache.
   const bool wants_prompt_logprobs =
-      req.params.prompt_logprobs.has_value() &&
-      static_cast<int>(req.prompt_logprobs.size()) < req.num_prompt_tokens();
+      (req.params.prompt_logprobs.has_value() &&
+       static_cast<int>(req.prompt_logprobs.size()) < req.num_prompt_tokens()) ||
+      req.pooling == PoolingType::kMean;
   kv::ComputedBlocks hit;
   if (!wants_prompt_logprobs) hit = kv_.get_computed_blocks(seq_ref(seq));
   seq.num_computed_tokens = hit.num_computed_tokens();
@@ -208,6 +210,7 @@ void Scheduler::add_scheduled(Sequence& seq, int num_new_tokens) {
   s.prompt_token_ids = seq.prompt_ids();
   s.output_token_ids = seq.output_ids();
   s.banned_token_ids = seq.banned_token_ids;
+  s.pooling = req.pooling;
   if (req.params.prompt_logprobs && static_cast<int>(req.prompt_logprobs.size()) < req.num_prompt_tokens()) {
     // The runner contract asks for > 0; a request for 0 alternatives gets 1, trimmed on collection.
     s.prompt_logprobs = std::max(1, *req.params.prompt_logprobs);
@@ -303,6 +306,13 @@ void Scheduler::collect_prompt_logprobs(Sequence& seq, int first_pos,
   }
 }
 
+void Scheduler::collect_pooled(Request& req, const std::vector<float>& piece) {
+  if (piece.empty()) return;
+  if (req.pooled_sum.empty()) req.pooled_sum.assign(piece.size(), 0.0);
+  if (req.pooled_sum.size() != piece.size()) return;  // a runner contract violation: ignored
+  for (size_t d = 0; d < piece.size(); ++d) req.pooled_sum[d] += piece[d];
+}
+
 void Scheduler::update_from_output(const ModelRunnerOutput& output, std::vector<NewToken>& new_tokens) {
   for (size_t i = 0; i < scheduled_.size(); ++i) {
     Sequence& seq = *scheduled_[i];
@@ -313,6 +323,11 @@ void Scheduler::update_from_output(const ModelRunnerOutput& output, std::vector<
     kv_.cache_computed_blocks(seq_ref(seq), seq.num_computed_tokens);
     if (s.prompt_logprobs > 0 && i < output.prompt_logprobs.size()) {
       collect_prompt_logprobs(seq, first_pos, output.prompt_logprobs[i]);
+    }
+    if (s.pooling != PoolingType::kNone) {
+      collect_pooled(*seq.request, i < output.pooled.size() ? output.pooled[i] : std::vector<float>{});
+      if (s.needs_sample) new_tokens.push_back(NewToken{&seq, -1, std::nullopt, true});
+      continue;
     }
     const int32_t token = i < output.sampled_token_ids.size() ? output.sampled_token_ids[i] : -1;
     if (s.needs_sample && token >= 0) {

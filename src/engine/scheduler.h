@@ -33,6 +33,7 @@ struct NewToken {
   Sequence* seq = nullptr;
   int32_t token_id = -1;
   std::optional<TokenLogprobs> logprobs;
+  bool pooled = false;  // a pooling request's prompt is done: no token, its embedding is ready
 };
 
 class Scheduler {
@@ -88,6 +89,8 @@ class Scheduler {
   void fork(Sequence& parent);
   void compact_running();
   void collect_prompt_logprobs(Sequence& seq, int first_pos, const std::vector<TokenLogprobs>& lps);
+  // Adds a runner's pooled piece of a pooling request (ModelRunnerOutput::pooled).
+  static void collect_pooled(Request& req, const std::vector<float>& piece);
 
   SchedulerConfig config_;
   kv::KVCacheManager& kv_;

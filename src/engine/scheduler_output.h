@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "pagellm/engine_args.h"
 #include "pagellm/outputs.h"
 #include "pagellm/sampling_params.h"
 
@@ -28,6 +29,8 @@ struct ScheduledSeq {
   std::span<const int32_t> output_token_ids;   // generated so far: penalties, and the RNG counter
   std::span<const int32_t> banned_token_ids;   // masked to -inf (EOS/stop ids before min_tokens)
   int prompt_logprobs = 0;  // >0: return logprobs for the prompt positions computed this step
+  // A pooling request: no sampling; the runner returns ModelRunnerOutput::pooled for it instead.
+  PoolingType pooling = PoolingType::kNone;
 };
 
 // A runner applies the block operations in this order, each list in order, before computing any
@@ -50,6 +53,10 @@ struct ModelRunnerOutput {
   // Per scheduled seq: logprobs of token i+1 given tokens up to i, for each prompt position computed
   // this step whose next token is a prompt token (only when prompt_logprobs > 0).
   std::vector<std::vector<TokenLogprobs>> prompt_logprobs;
+  // Per scheduled seq (empty for the others): pooling kLast, on its needs_sample step, the
+  // final-normed hidden state of its last token; kMean, every step, the sum of the final-normed
+  // hidden states of the tokens computed this step. [hidden_size] floats.
+  std::vector<std::vector<float>> pooled;
 };
 
 }  // namespace pagellm::engine

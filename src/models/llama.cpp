@@ -273,17 +273,21 @@ void LlamaModel::mlp_block(int64_t layer, int64_t n) {
   });
 }
 
+void LlamaModel::final_norm_rows(std::span<const float> hidden, std::span<const int64_t> rows,
+                                 float* out) const {
+  const int64_t dim = config_.hidden_size;
+  for (size_t r = 0; r < rows.size(); ++r)
+    cpu::rms_norm(hidden.data() + rows[r] * dim, w_.final_norm.data(), out + int64_t(r) * dim, 1,
+                  dim, static_cast<float>(config_.rms_norm_eps));
+}
+
 void LlamaModel::compute_logits(std::span<const float> hidden, std::span<const int64_t> rows,
                                 float* logits) {
   if (!par_.shard.last_stage())
     throw_error(ErrorKind::kInternal, "llama: logits asked of a stage that is not the last");
-  const int64_t dim = config_.hidden_size;
   const int64_t num_rows = static_cast<int64_t>(rows.size());
-  logits_normed_.resize(static_cast<size_t>(num_rows * dim));
-  for (int64_t r = 0; r < num_rows; ++r)
-    cpu::rms_norm(hidden.data() + rows[r] * dim, w_.final_norm.data(),
-                  logits_normed_.data() + r * dim, 1, dim,
-                  static_cast<float>(config_.rms_norm_eps));
+  logits_normed_.resize(static_cast<size_t>(num_rows * config_.hidden_size));
+  final_norm_rows(hidden, rows, logits_normed_.data());
   const int tp = par_.shard.tp_size;
   if (tp == 1) {
     cpu::matmul(logits_normed_.data(), lm_head_, nullptr, logits, num_rows);

@@ -128,6 +128,9 @@ class LlamaModel {
   // head). Last stage only; every tensor-parallel rank of it calls this (the vocabulary shards are
   // gathered), and each gets the full rows.
   void compute_logits(std::span<const float> hidden, std::span<const int64_t> rows, float* logits);
+  // out [rows.size(), hidden_size]: the final-normed hidden states of the given rows (what pooling
+  // returns). Last stage only.
+  void final_norm_rows(std::span<const float> hidden, std::span<const int64_t> rows, float* out) const;
 
  private:
   void attention_block(int64_t layer, const ForwardBatch& batch, KvCache& cache);

@@ -168,6 +168,7 @@ std::vector<unsigned char> encode_step(const engine::SchedulerOutput& step) {
     w.i64(s.seq_id);
     w.i32(s.num_computed_tokens);
     w.u8(s.needs_sample ? 1 : 0);
+    w.u8(static_cast<uint8_t>(s.pooling));  // every rank takes the same (non-graph) path for it
     w.i32(s.prompt_logprobs);
     w.ints(s.token_ids);
     w.ints(s.block_table);
@@ -184,8 +185,8 @@ std::unique_ptr<DecodedStep> decode_step(const std::vector<unsigned char>& messa
   out.blocks_to_copy = r.pairs();
   out.blocks_to_swap_out = r.pairs();
   out.blocks_to_swap_in = r.pairs();
-  // Each seq takes at least 8 + 4 + 1 + 4 + 3 * 8 bytes.
-  const uint64_t num_seqs = r.count(41);
+  // Each seq takes at least 8 + 4 + 1 + 1 + 4 + 3 * 8 bytes.
+  const uint64_t num_seqs = r.count(42);
   for (uint64_t i = 0; i < num_seqs; ++i) {
     engine::ScheduledSeq s;
     s.seq_id = r.i64();
@@ -193,6 +194,9 @@ std::unique_ptr<DecodedStep> decode_step(const std::vector<unsigned char>& messa
     const uint8_t sample = r.u8();
     if (sample > 1) bad("needs_sample is not 0 or 1");
     s.needs_sample = sample == 1;
+    const uint8_t pooling = r.u8();
+    if (pooling > static_cast<uint8_t>(PoolingType::kMean)) bad("unknown pooling type");
+    s.pooling = static_cast<PoolingType>(pooling);
     s.prompt_logprobs = r.i32();
     if (s.num_computed_tokens < 0 || s.prompt_logprobs < 0) bad("negative position or count");
     s.token_ids = d->storage.emplace_back(r.ints());

@@ -58,7 +58,7 @@ CpuRunner::CpuRunner(std::vector<std::unique_ptr<models::LlamaModel>> models,
                     "swap space: cannot allocate " + std::to_string(count * sizeof(float) >> 20) +
                         " MiB of host memory");
     }
-    shards_.push_back({std::move(model), std::move(cache), block_floats, std::move(swap), {}});
+    shards_.push_back({std::move(model), std::move(cache), block_floats, std::move(swap), {}, {}});
   }
 }
 
@@ -105,9 +105,15 @@ void CpuRunner::run_ranks(const models::ForwardBatch& fb) {
   const size_t vocab = size_t(config().vocab_size);
   auto run = [&](Shard& sh) {
     const std::span<const float> hidden = sh.model->forward(fb, sh.cache);
-    if (!sh.model->shard().last_stage() || logits_rows_.empty()) return;
-    sh.logits.resize(logits_rows_.size() * vocab);
-    sh.model->compute_logits(hidden, logits_rows_, sh.logits.data());
+    if (!sh.model->shard().last_stage()) return;
+    if (!logits_rows_.empty()) {
+      sh.logits.resize(logits_rows_.size() * vocab);
+      sh.model->compute_logits(hidden, logits_rows_, sh.logits.data());
+    }
+    if (!pool_rows_.empty()) {
+      sh.pooled.resize(pool_rows_.size() * size_t(config().hidden_size));
+      sh.model->final_norm_rows(hidden, pool_rows_, sh.pooled.data());
+    }
   };
   if (shards_.size() == 1) {
     run(shards_[0]);
@@ -137,6 +143,8 @@ std::span<float> CpuRunner::forward(const engine::SchedulerOutput& batch, bool w
   slot_mapping_.clear();
   seqs_.clear();
   rows.clear();
+  pool_rows_.clear();
+  pool_ranges_.assign(batch.seqs.size(), {0, 0});
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
     const engine::ScheduledSeq& seq = batch.seqs[s];
     const int64_t n = static_cast<int64_t>(seq.token_ids.size());
@@ -159,6 +167,16 @@ std::span<float> CpuRunner::forward(const engine::SchedulerOutput& batch, bool w
       slot_mapping_.push_back(static_cast<int64_t>(seq.block_table[pos / bs]) * bs + pos % bs);
     }
     seqs_.push_back({begin, n, seq.num_computed_tokens, seq.block_table});
+    if (seq.pooling != PoolingType::kNone) {
+      // kMean: every row of this step; kLast: the prompt's last row, on its final step.
+      pool_ranges_[s].first = pool_rows_.size();
+      if (seq.pooling == PoolingType::kMean)
+        for (int64_t i = 0; i < n; ++i) pool_rows_.push_back(begin + i);
+      else if (seq.needs_sample)
+        pool_rows_.push_back(begin + n - 1);
+      pool_ranges_[s].second = pool_rows_.size();
+      continue;
+    }
     // Prompt-logprob rows: positions whose next token is a prompt token.
     if (with_prompt_rows && seq.prompt_logprobs > 0) {
       const int64_t prompt_len = static_cast<int64_t>(seq.prompt_token_ids.size());
@@ -189,6 +207,21 @@ std::vector<std::vector<float>> CpuRunner::execute_logits(const engine::Schedule
   return out;
 }
 
+void CpuRunner::collect_pooled(const engine::SchedulerOutput& batch, engine::ModelRunnerOutput& out) {
+  if (pool_rows_.empty()) return;
+  const size_t dim = size_t(config().hidden_size);
+  const std::vector<float>& pooled = logits_shard().pooled;
+  out.pooled.resize(batch.seqs.size());
+  for (size_t s = 0; s < batch.seqs.size(); ++s) {
+    const auto [begin, end] = pool_ranges_[s];
+    if (begin == end) continue;
+    std::vector<float>& v = out.pooled[s];
+    v.assign(dim, 0.f);
+    for (size_t r = begin; r < end; ++r)
+      for (size_t d = 0; d < dim; ++d) v[d] += pooled[r * dim + d];
+  }
+}
+
 engine::ModelRunnerOutput CpuRunner::execute(const engine::SchedulerOutput& batch) {
   std::vector<LogitsRow> rows;
   const std::span<float> logits = forward(batch, true, rows);
@@ -197,6 +230,7 @@ engine::ModelRunnerOutput CpuRunner::execute(const engine::SchedulerOutput& batc
   out.sampled_token_ids.assign(batch.seqs.size(), -1);
   out.sampled_logprobs.resize(batch.seqs.size());
   out.prompt_logprobs.resize(batch.seqs.size());
+  collect_pooled(batch, out);
   for (const LogitsRow& row : rows)
     if (batch.seqs[row.seq].params == nullptr)
       internal("seq " + std::to_string(batch.seqs[row.seq].seq_id) + " has no sampling params");

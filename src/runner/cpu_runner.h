@@ -84,8 +84,11 @@ class CpuRunner : public ModelRunner {
     // untouched swap space costs no resident memory.
     std::unique_ptr<float[], FreeDeleter> swap;
     std::vector<float> logits;  // [num_rows, vocab] of the last stage's ranks
+    std::vector<float> pooled;  // [pool_rows_, hidden] final-normed hidden states (last stage)
   };
 
+  // The pooled pieces of the step's pooling seqs (ModelRunnerOutput::pooled).
+  void collect_pooled(const engine::SchedulerOutput& batch, engine::ModelRunnerOutput& out);
   // Copies all layers' K/V of device block `device` to (to_host) or from host block `host`.
   void swap_block_copy(Shard& shard, int32_t device, int32_t host, bool to_host);
   // Runs every rank's forward pass (and the last stage's logits for logits_rows_) on its own
@@ -104,6 +107,10 @@ class CpuRunner : public ModelRunner {
   std::vector<int64_t> slot_mapping_;  // [num_tokens]
   std::vector<cpu::AttentionSeq> seqs_;
   std::vector<int64_t> logits_rows_;  // [num_rows]: flattened row of each logits row
+  // Pooling seqs of the step: flattened rows whose final-normed hidden states are needed, and per
+  // scheduled seq the range [begin, end) of them it sums (empty for the others).
+  std::vector<int64_t> pool_rows_;
+  std::vector<std::pair<size_t, size_t>> pool_ranges_;
 };
 
 }  // namespace pagellm::runner

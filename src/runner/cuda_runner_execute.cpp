@@ -29,6 +29,9 @@ struct Flat {
   std::vector<const int32_t*> tables;
   std::vector<int> table_lens;
   std::vector<LogitsRow> rows;
+  // Per seq: the flattened rows [first, first + count) whose final-normed hidden states its
+  // pooling sums (count 0: none).
+  std::vector<std::pair<int32_t, int32_t>> pool;
 };
 
 // What a step brings back: the logits of every row (execute_logits), or the GPU sampler's answer
@@ -36,7 +39,32 @@ struct Flat {
 struct StepResult {
   std::vector<float> logits;                // [rows, vocab] fp32; logits steps only
   std::vector<cuda::SampleOutput> sampled;  // [rows] sampling steps only
+  std::vector<std::vector<float>> pooled;   // per seq: ModelRunnerOutput::pooled (leader only)
 };
+
+// The pooled pieces of the step's pooling seqs from x_normed (the final-normed hidden states, left
+// there by forward()): one download per seq, summed in fp32 on the host.
+std::vector<std::vector<float>> download_pooled(CudaRunner::Impl& m, const Flat& f) {
+  std::vector<std::vector<float>> out(f.pool.size());
+  const size_t hidden = size_t(m.hidden);
+  std::vector<uint8_t> raw;
+  check(cudaStreamSynchronize(m.stream), "running the step");
+  for (size_t s = 0; s < f.pool.size(); ++s) {
+    const auto [first, count] = f.pool[s];
+    if (count == 0) continue;
+    raw.resize(size_t(count) * hidden * m.esz);
+    check(cudaMemcpy(raw.data(), m.x_normed.as<uint8_t>() + size_t(first) * hidden * m.esz,
+                     raw.size(), cudaMemcpyDeviceToHost),
+          "downloading hidden states for pooling");
+    std::vector<float> row(size_t(count) * hidden);
+    convert_to_f32(m.dt, raw.data(), row.data(), row.size());
+    std::vector<float>& v = out[s];
+    v.assign(hidden, 0.f);
+    for (int32_t r = 0; r < count; ++r)
+      for (size_t d = 0; d < hidden; ++d) v[d] += row[size_t(r) * hidden + d];
+  }
+  return out;
+}
 
 // The sampler inputs of every logits row, in row order, and the rows' flat id lists.
 struct SampleInputs {
@@ -140,8 +168,13 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
         f.rows.push_back({int32_t(begin + i), s, int32_t(seq.num_computed_tokens + i), false});
     }
     if (seq.needs_sample) f.rows.push_back({int32_t(begin + n - 1), s, int32_t(ctx - 1), true});
-    decode_only =
-        decode_only && n == 1 && seq.needs_sample && !(with_prompt_rows && seq.prompt_logprobs > 0);
+    // kMean: every row of the step; kLast: the prompt's last row, on its final step.
+    f.pool.push_back(seq.pooling == PoolingType::kMean ? std::pair{begin, int32_t(n)}
+                     : seq.pooling == PoolingType::kLast && seq.needs_sample
+                         ? std::pair{int32_t(begin + n - 1), 1}
+                         : std::pair{0, 0});
+    decode_only = decode_only && n == 1 && seq.needs_sample && seq.pooling == PoolingType::kNone &&
+                  !(with_prompt_rows && seq.prompt_logprobs > 0);
   }
   rows_out = f.rows;
   const int num_seqs = int(f.lens.size());
@@ -240,6 +273,8 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
   if (sample) m.upload_sample_ids(sin.ids);
   m.forward(st, m.kv_pool.get());
   m.kv_scales_pending = false;
+  if (m.leader && std::any_of(f.pool.begin(), f.pool.end(), [](auto& p) { return p.second > 0; }))
+    result.pooled = download_pooled(m, f);
   for (int first = 0; first < num_rows; first += m.max_seqs) {
     const int count = std::min(m.max_seqs, num_rows - first);
     m.compute_logits(first, count);
@@ -260,6 +295,7 @@ engine::ModelRunnerOutput CudaRunner::execute(const engine::SchedulerOutput& bat
   out.sampled_logprobs.resize(batch.seqs.size());
   out.prompt_logprobs.resize(batch.seqs.size());
   if (!impl_->leader) return out;
+  out.pooled = std::move(step.pooled);
   for (size_t r = 0; r < rows.size(); ++r) {
     const LogitsRow& row = rows[r];
     TokenLogprobs lp = to_token_logprobs(step.sampled[r]);

@@ -188,7 +188,8 @@ void ApiServer::dispatch(HttpRequest& request, const std::shared_ptr<ResponseWri
     return;
   }
   const bool generate = path == "/v1/completions" || path == "/v1/chat/completions";
-  if (!generate && path != "/tokenize" && path != "/detokenize") {
+  const bool embed = path == "/v1/embeddings";
+  if (!generate && !embed && path != "/tokenize" && path != "/detokenize") {
     throw ApiError(404, "no route for " + request.method + " " + path, "not_found_error");
   }
   if (!is_post) method_not_allowed("POST");
@@ -197,6 +198,12 @@ void ApiServer::dispatch(HttpRequest& request, const std::shared_ptr<ResponseWri
   if (path == "/detokenize") return send_json(request, *writer, 200, detokenize(body), start);
   if (draining_.load()) throw ApiError(503, "the server is shutting down", "server_error", "", "shutting_down");
   if (!engine_.healthy()) throw ApiError(503, "the engine has stopped", "server_error", "", "engine_dead");
+  if (embed) {
+    EmbeddingRequest parsed = parse_embedding_request(body, *this);
+    request.body.clear();
+    auto call = std::make_shared<EmbeddingCall>(*this, writer, std::move(request), start, std::move(parsed));
+    return call->start();
+  }
   PreparedRequest prepared = path == "/v1/completions" ? prepare_completion(body) : prepare_chat(body);
   request.body.clear();
   request.body.shrink_to_fit();

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "server/embeddings.h"
 #include "server/engine_client.h"
 #include "server/generation.h"
 #include "server/http_server.h"
@@ -42,6 +43,9 @@ struct ServerConfig {
   // defaults, and max_new_tokens caps the max_tokens a request without one gets.
   SamplingParams sampling_defaults;
   std::optional<int> default_max_tokens;
+  // /v1/embeddings (engines started with --runner pooling): the pooler.
+  PoolingType pooling = PoolingType::kLast;
+  bool normalize = true;
 };
 
 class ApiServer : public HttpHandler {
@@ -72,6 +76,9 @@ class ApiServer : public HttpHandler {
   // One log line per request: method, path, status, tokens, latency (+ prompt with --log-prompts).
   void log_request(const HttpRequest& request, int status, int64_t prompt_tokens, int64_t completion_tokens,
                    std::chrono::steady_clock::time_point start, const std::string& prompt_for_log);
+  // Sends a JSON response (and counts and logs it).
+  void send_json(const HttpRequest& request, ResponseWriter& writer, int status,
+                 const nlohmann::json& body, std::chrono::steady_clock::time_point start);
   // Sends an error response (and counts and logs it).
   void send_error(const HttpRequest& request, ResponseWriter& writer, const ApiError& error,
                   std::chrono::steady_clock::time_point start);
@@ -79,9 +86,8 @@ class ApiServer : public HttpHandler {
  private:
   void dispatch(HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer,
                 std::chrono::steady_clock::time_point start);
-  void send_json(const HttpRequest& request, ResponseWriter& writer, int status, const nlohmann::json& body,
-                 std::chrono::steady_clock::time_point start);
   void check_model(const std::string& model) const;
+  friend EmbeddingRequest parse_embedding_request(const nlohmann::json& body, ApiServer& server);
   nlohmann::json models_json() const;
   // Parse, validate, tokenize and fit into the context (prepare.cpp).
   PreparedRequest prepare_completion(const nlohmann::json& body);

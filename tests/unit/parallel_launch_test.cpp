@@ -42,6 +42,7 @@ TEST(ParallelWire, StepRoundTripsAndBadMessagesAreRefused) {
   q.prompt_token_ids = prompt;
   q.needs_sample = true;
   q.prompt_logprobs = 2;
+  q.pooling = PoolingType::kMean;
   s.seqs = {q};
   s.num_scheduled_tokens = 3;
   s.blocks_to_copy = {{1, 2}};
@@ -57,6 +58,7 @@ TEST(ParallelWire, StepRoundTripsAndBadMessagesAreRefused) {
   EXPECT_EQ(std::vector<int32_t>(r.prompt_token_ids.begin(), r.prompt_token_ids.end()), prompt);
   EXPECT_TRUE(r.needs_sample);
   EXPECT_EQ(r.prompt_logprobs, 2);
+  EXPECT_EQ(r.pooling, PoolingType::kMean);
   EXPECT_NE(r.params, nullptr);
   EXPECT_EQ(d->output.blocks_to_copy, s.blocks_to_copy);
   EXPECT_EQ(d->output.blocks_to_swap_out, s.blocks_to_swap_out);
