@@ -205,7 +205,9 @@ void EmbeddingCall::respond() {
       {"model", server_.model_name()},
       {"data", std::move(data)},
       {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}};
-  server_.send_json(request_, *writer_, 200, body, start_);
+  writer_->respond(200, "application/json", dump_json(body));
+  server_.metrics().count_http(200);
+  server_.log_request(request_, 200, prompt_tokens, 0, start_, {});
 }
 
 }  // namespace pagellm::server
