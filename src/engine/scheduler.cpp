@@ -263,6 +263,7 @@ void Scheduler::preempt(Sequence& victim) {
   }
   kv_.free(victim.seq_id);
   victim.num_computed_tokens = 0;
+  victim.request->pooled_sum.clear();  // mean pooling starts over with the recomputed prompt
   victim.status = SeqStatus::kWaiting;
   waiting_.insert(&victim);
 }
