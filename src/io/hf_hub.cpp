@@ -222,18 +222,21 @@ std::string transfer(const std::string& id, const HubOptions& o, const RepoFile&
       url = redirect_target(url, r.headers["location"]);
       continue;
     }
-    if (r.status == 200 && from > 0) {
-      // The server ignored the range and sent everything from byte 0: keep only that copy.
-      const uint64_t total = fs::file_size(partial, ec);
-      if (total >= from + r.bytes && r.bytes > 0) {
-        std::ifstream in(partial, std::ios::binary);
-        in.seekg(std::streamoff(from));
-        std::vector<char> body(r.bytes);
-        in.read(body.data(), std::streamsize(body.size()));
-        in.close();
-        std::ofstream rewrite(partial, std::ios::binary | std::ios::trunc);
-        rewrite.write(body.data(), std::streamsize(body.size()));
+    if (r.status == 200 && from > 0 && r.bytes > 0) {
+      // The server ignored the range and sent the whole file after the partial bytes: move that
+      // copy to the front, in pieces, and cut the file there.
+      std::fstream io(partial, std::ios::in | std::ios::out | std::ios::binary);
+      std::vector<char> buf(1 << 20);
+      for (uint64_t done = 0; done < r.bytes && io;) {
+        const size_t n = size_t(std::min<uint64_t>(buf.size(), r.bytes - done));
+        io.seekg(std::streamoff(from + done));
+        io.read(buf.data(), std::streamsize(n));
+        io.seekp(std::streamoff(done));
+        io.write(buf.data(), std::streamsize(n));
+        done += n;
       }
+      io.close();
+      fs::resize_file(partial, r.bytes, ec);
     }
     if (r.status == 416) return "";  // nothing left to send
     if (r.status != 200 && r.status != 206) {

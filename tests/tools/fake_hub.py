@@ -12,7 +12,8 @@ The CDN is reached under another host name (localhost instead of 127.0.0.1), as 
 redirects to another host: a request that brings an Authorization header there is logged, and the
 test fails on it. The first full GET of each blob is cut off halfway (the client must resume).
 Repos: ORG/NAME -> a model folder, given as NAME=DIR arguments; "gated" ones need
-"Authorization: Bearer secret"; the repo "test-org/badsum" reports a wrong sha256 for its weights.
+"Authorization: Bearer secret"; the repo "test-org/badsum" reports a wrong sha256 for its weights;
+the CDN ignores Range headers for "test-org/norange"'s blobs (a 200 with the whole file).
 
 Usage: fake_hub.py PORT LOG_FILE REPO=DIR [gated:REPO=DIR ...]   (prints "ready" when listening)
 """
@@ -33,7 +34,7 @@ class Repo:
         self.sha = hashlib.sha1(folder.encode()).hexdigest()
 
 
-REPOS, BLOBS, LOG, CUT = {}, {}, None, set()
+REPOS, BLOBS, LOG, CUT, NORANGE = {}, {}, None, set(), set()
 LOCK = threading.Lock()
 
 
@@ -102,6 +103,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return self.send(200, data, {"ETag": '"%s"' % git_sha1(data), "X-Repo-Commit": repo.sha}, head)
             sha = hashlib.sha256(data).hexdigest()
             BLOBS[sha] = data
+            if parts[2] == "norange":
+                NORANGE.add(sha)
             etag = sha if not parts[2] == "badsum" else hashlib.sha256(b"other").hexdigest()
             port = self.server.server_address[1]
             return self.send(302, b"", {"Location": "http://localhost:%d/cdn/%s" % (port, sha),
@@ -115,7 +118,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         data = BLOBS.get(sha)
         if data is None:
             return self.send(404, b"", head=head)
-        rng = self.headers.get("Range")
+        rng = self.headers.get("Range") if sha not in NORANGE else None
         start = int(rng.split("=")[1].split("-")[0]) if rng else 0
         body = data[start:]
         headers = {"Content-Length": str(len(body))}
