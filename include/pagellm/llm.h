@@ -113,10 +113,18 @@ class LLM {
   std::vector<RequestOutput> generate(const std::vector<PromptInput>& prompts,
                                       const std::vector<SamplingParams>& params,
                                       bool show_progress = false);
+  // Embeddings of the prompts (engines made with runner = "pooling"), in prompt order: the
+  // engine's pooling (args.default_pooling, args.default_normalize), as vLLM's LLM.embed.
+  std::vector<std::vector<float>> embed(const std::vector<PromptInput>& prompts,
+                                        bool show_progress = false);
   LLMEngine& engine() { return *engine_; }  // the first replica
   int num_replicas() const { return 1 + static_cast<int>(replicas_.size()); }
 
  private:
+  std::vector<RequestOutput> run(const std::vector<PromptInput>& prompts,
+                                 const std::vector<SamplingParams>& params,
+                                 const RequestOptions& options, bool show_progress);
+
   std::unique_ptr<LLMEngine> engine_;
   std::vector<std::unique_ptr<LLMEngine>> replicas_;  // data-parallel replicas 1..N-1
 };

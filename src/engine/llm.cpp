@@ -153,6 +153,24 @@ void run_replicas(const std::vector<LLMEngine*>& engines, const std::string& pre
 
 std::vector<RequestOutput> LLM::generate(const std::vector<PromptInput>& prompts,
                                          const std::vector<SamplingParams>& params, bool show_progress) {
+  return run(prompts, params, RequestOptions{}, show_progress);
+}
+
+std::vector<std::vector<float>> LLM::embed(const std::vector<PromptInput>& prompts,
+                                           bool show_progress) {
+  RequestOptions options;
+  options.pooling = engine_->args().default_pooling;
+  options.normalize = engine_->args().default_normalize;
+  std::vector<RequestOutput> outputs =
+      run(prompts, std::vector<SamplingParams>(prompts.size()), options, show_progress);
+  std::vector<std::vector<float>> out;
+  for (RequestOutput& o : outputs) out.push_back(std::move(o.embedding));
+  return out;
+}
+
+std::vector<RequestOutput> LLM::run(const std::vector<PromptInput>& prompts,
+                                    const std::vector<SamplingParams>& params,
+                                    const RequestOptions& options, bool show_progress) {
   if (params.size() != prompts.size()) {
     invalid_argument("generate: " + std::to_string(params.size()) + " sampling params for " +
                      std::to_string(prompts.size()) + " prompts");
@@ -175,7 +193,7 @@ std::vector<RequestOutput> LLM::generate(const std::vector<PromptInput>& prompts
   try {
     for (size_t i = 0; i < prompts.size(); ++i, ++num_added) {
       engines[size_t(replica_of[i])]->add_request(prefix + std::to_string(i), (*inputs)[i],
-                                                  params[i]);
+                                                  params[i], options);
     }
   } catch (...) {
     // Leave the engines clean: nothing of this batch keeps running.

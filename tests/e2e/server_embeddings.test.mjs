@@ -5,7 +5,8 @@
 // from last-token pooling; a generating server refuses embeddings (and a pooling one generation).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, openaiModule } from './server_helpers.mjs';
+import { spawnSync } from 'node:child_process';
+import { startServer, openaiModule, pagellmBin, modelDir } from './server_helpers.mjs';
 
 const { default: OpenAI } = await import(openaiModule);
 
@@ -89,4 +90,21 @@ test('mean pooling and a generating server', { timeout: 60000 }, async () => {
     await mean.stop();
     await gen.stop();
   }
+});
+
+test('pagellm embed (offline) gives the server\'s vectors', { timeout: 60000 }, async () => {
+  const inputs = ['Once upon a time', 'The cat sat on the mat'];
+  const r = spawnSync(pagellmBin(), ['embed', '--model', modelDir, '--input', inputs[0], '--input', inputs[1]],
+    { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  const offline = r.stdout.trim().split('\n').map((l) => JSON.parse(l));
+  const online = await client.embeddings.create({ model: 'stories260K', input: inputs, encoding_format: 'float' });
+  assert.equal(offline.length, 2);
+  for (let i = 0; i < 2; i++) {
+    assert.equal(offline[i].index, i);
+    assert.ok(close(offline[i].embedding, online.data[i].embedding), `input ${i}`);
+  }
+  const bad = spawnSync(pagellmBin(), ['embed', '--model', modelDir], { encoding: 'utf8' });
+  assert.notEqual(bad.status, 0);
+  assert.match(bad.stderr, /--input/);
 });
