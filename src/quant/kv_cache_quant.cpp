@@ -39,8 +39,12 @@ std::optional<DType> parse_kv_cache_dtype(const std::string& flag) {
   invalid_argument("--kv-cache-dtype: expected auto, fp8, fp8_e4m3 or fp8_e5m2, got '" + flag + "'");
 }
 
-std::string describe_kv_cache(DType fp8, bool checkpoint_scales, bool calculate) {
-  return std::string(fp8 == DType::kF8E5M2 ? "fp8_e5m2" : "fp8_e4m3") + " KV cache (" +
+std::string describe_kv_cache(std::optional<DType> fp8, bool checkpoint_scales, bool calculate) {
+  if (!fp8)
+    return checkpoint_scales
+               ? "the checkpoint carries FP8 KV cache scales; --kv-cache-dtype fp8 uses them"
+               : "";
+  return std::string(*fp8 == DType::kF8E5M2 ? "fp8_e5m2" : "fp8_e4m3") + " KV cache (" +
          (calculate           ? "per-layer scales calculated from the first batch"
           : checkpoint_scales ? "per-layer scales from the checkpoint"
                               : "scales 1.0: the checkpoint has none") +

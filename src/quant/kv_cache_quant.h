@@ -34,8 +34,9 @@ bool is_kv_scale_tensor(std::string_view name, int64_t num_layers);
 // F32 / BF16 / F16 scalar, is an error naming the tensor.
 std::vector<float> read_kv_scales(const io::ModelConfig& config, const io::WeightStore& store);
 
-// For the startup log: "fp8_e4m3 KV cache (per-layer scales from the checkpoint)".
-std::string describe_kv_cache(DType fp8, bool checkpoint_scales, bool calculate);
+// For the startup log: "fp8_e4m3 KV cache (per-layer scales from the checkpoint)"; without an FP8
+// cache, a pointer to --kv-cache-dtype fp8 when the checkpoint has scales, else "".
+std::string describe_kv_cache(std::optional<DType> fp8, bool checkpoint_scales, bool calculate);
 
 // The scale --calculate-kv-scales takes from a batch whose largest magnitude is amax.
 inline float kv_scale_from_amax(float amax, Fp8Format format) {

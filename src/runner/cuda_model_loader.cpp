@@ -73,8 +73,7 @@ CudaRunnerOptions cuda_options(const EngineArgs& args, const LoadedModel& m) {
 void log_kv_cache(const EngineArgs& args, const CudaRunnerOptions& o, const ModelRunner& runner,
                   bool checkpoint_scales) {
   if (!o.kv_cache_fp8) {
-    if (checkpoint_scales)
-      log::info("the checkpoint carries FP8 KV cache scales; --kv-cache-dtype fp8 uses them");
+    if (checkpoint_scales) log::info(quant::describe_kv_cache(std::nullopt, true, false));
     return;
   }
   const int64_t tokens = int64_t(runner.num_kv_blocks()) * runner.block_size();

@@ -125,12 +125,10 @@ std::unique_ptr<CpuRunner> build_cpu_runner(const EngineArgs& args, const io::Mo
   kv_quant.fp8 = quant::parse_kv_cache_dtype(args.kv_cache_dtype);
   kv_quant.calculate_scales = args.calculate_kv_scales;
   if (store) kv_quant.scales = quant::read_kv_scales(config, *store);
-  if (kv_quant.fp8)
-    log::info(quant::describe_kv_cache(*kv_quant.fp8, !kv_quant.scales.empty(),
-                                       kv_quant.calculate_scales) +
-              "; the CPU stores the FP8-rounded values in fp32");
-  else if (!kv_quant.scales.empty())
-    log::info("the checkpoint carries FP8 KV cache scales; --kv-cache-dtype fp8 uses them");
+  const std::string kv_line = quant::describe_kv_cache(kv_quant.fp8, !kv_quant.scales.empty(),
+                                                       kv_quant.calculate_scales);
+  if (!kv_line.empty())
+    log::info(kv_line + (kv_quant.fp8 ? "; the CPU stores the FP8-rounded values in fp32" : ""));
   if (ranks.size() == 1)
     return std::make_unique<CpuRunner>(
         std::make_unique<models::LlamaModel>(config, weights_of(ranks[0])), num_blocks,

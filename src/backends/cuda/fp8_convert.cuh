@@ -20,6 +20,13 @@ template <typename S>
 inline constexpr __nv_fp8_interpretation_t kFp8Interp =
     std::is_same_v<S, __nv_fp8_e5m2> ? __NV_E5M2 : __NV_E4M3;
 
+// A cache of element type KV's per-tensor scale: *scale for FP8 caches (1 when null), 1 otherwise.
+template <typename KV>
+__device__ __forceinline__ float kv_scale(const float* scale) {
+  if constexpr (kIsFp8<KV>) return scale ? *scale : 1.f;
+  return 1.f;
+}
+
 // Two FP8 codes (low byte first) -> a packed pair of T (low half first), exactly (one cvt
 // instruction on sm_89+).
 template <typename T, __nv_fp8_interpretation_t kInterp = __NV_E4M3>

@@ -104,12 +104,8 @@ __global__ void __launch_bounds__(kSplitKvThreads)
   const int group = warp * kGroupsPerWarp + lane / LANES;
 
   // Query rows, pre-scaled so that scores come out in the log2 domain.
-  float qscale = p.scale * kLog2e;
-  float vscale = 1.f;
-  if constexpr (kIsFp8<KV>) {
-    qscale *= p.k_scale ? *p.k_scale : 1.f;
-    vscale = p.v_scale ? *p.v_scale : 1.f;
-  }
+  const float qscale = p.scale * kLog2e * kv_scale<KV>(p.k_scale);
+  const float vscale = kv_scale<KV>(p.v_scale);
   float q[G_TILE][ELEMS];
 #pragma unroll
   for (int g = 0; g < G_TILE; ++g) {

@@ -26,13 +26,6 @@ constexpr int kTileM = kAttentionTileRows;  // query rows per block (16 per warp
 constexpr int kTileN = 64;                  // keys per K/V tile
 constexpr int kTileThreads = 128;
 
-// The cache's per-tensor scale (FP8 caches; 1 otherwise).
-template <typename KV>
-__device__ __forceinline__ float kv_scale(const float* scale) {
-  if constexpr (kIsFp8<KV>) return scale ? *scale : 1.f;
-  return 1.f;
-}
-
 // Row r of a tile of raw FP8 codes ([rows, D] bytes, dense) converted into the swizzled T tile
 // (chunks of 16 codes -> two 16-byte chunks of T).
 template <typename T, typename KV, int D>
