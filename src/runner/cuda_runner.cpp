@@ -177,6 +177,10 @@ void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
   inv_freq = DevMem(freqs.size() * 4, "rope frequencies");
   check(cudaMemcpy(inv_freq.get(), freqs.data(), freqs.size() * 4, cudaMemcpyHostToDevice),
         "uploading rope frequencies");
+  rope_cache = DevMem(size_t(opt.max_model_len) * head_dim * esz, "rope cos/sin cache");
+  check(cuda::rope_cos_sin_cache(dt, inv_freq.as<float>(), head_dim, opt.max_model_len,
+                                 rope_cache.get(), stream),
+        "rope cos/sin cache");
   check(cudaStreamSynchronize(stream), "generating weights");
 }
 
@@ -376,6 +380,8 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
     rp.k = k;
     rp.positions = dev<int32_t>(lay.positions);
     rp.inv_freq = inv_freq.as<float>();
+    rp.cos_sin = rope_cache.get();
+    rp.cache_rows = opt.max_model_len;
     rp.num_tokens = n;
     rp.num_heads = num_heads;
     rp.num_kv_heads = num_kv_heads;

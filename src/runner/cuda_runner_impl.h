@@ -113,6 +113,7 @@ struct CudaRunner::Impl {
   // Weights.
   DevMem embed, final_norm, lm_head,
       inv_freq;  // [vocab, hidden], [hidden], [vocab, hidden] or empty, [D/2]
+  DevMem rope_cache;  // [max_model_len, D] cos | sin per position (cuda::rope_cos_sin_cache)
   std::vector<LayerWeights> layers;
 
   // FP8 linear layers: activation quantization scratch (gemm/fp8_gemm.h), sized for max_tokens

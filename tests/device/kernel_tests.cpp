@@ -471,11 +471,25 @@ void test_rope(DType t, int tokens, int heads, int kv_heads, int d, RopeScalingS
   p.head_dim = d;
   CK(rope(p, nullptr));
   CK(cudaDeviceSynchronize());
+  const std::vector<float> q_dev = download(qb, t, q.size()), k_dev = download(kb, t, k.size());
+  // The cos/sin table (the runner's path) gives the same bits; positions past its rows (half of
+  // them here) are computed as before.
+  upload(qb, t, q);
+  upload(kb, t, k);
+  const int cache_rows = 65536;
+  DevBuf cache(size_t(cache_rows) * d * dsize(t));
+  CK(rope_cos_sin_cache(t, p.inv_freq, d, cache_rows, cache.ptr, nullptr));
+  p.cos_sin = cache.ptr;
+  p.cache_rows = cache_rows;
+  CK(rope(p, nullptr));
+  CK(cudaDeviceSynchronize());
+  check(std::string(name) + " q (cos/sin cache)", download(qb, t, q.size()), q_dev, {0, 0});
+  check(std::string(name) + " k (cos/sin cache)", download(kb, t, k.size()), k_dev, {0, 0});
   ref_rope(q.data(), k.data(), pos.data(), inv.data(), tokens, heads, kv_heads, d, rounder(t));
   // Device cosf/sinf may differ from the double reference by an ulp at large angles.
   Tol tol = t == DType::kF32 ? Tol{1e-5, 1e-4} : tol_for(t, false);
-  check(std::string(name) + " q", download(qb, t, q.size()), q, tol);
-  check(std::string(name) + " k", download(kb, t, k.size()), k, tol);
+  check(std::string(name) + " q", q_dev, q, tol);
+  check(std::string(name) + " k", k_dev, k, tol);
 }
 
 void test_silu(DType t, int tokens, int inner) {

@@ -19,22 +19,7 @@
 set -uo pipefail
 SRC=$(cd "${1:?usage: run_fp8_serving.sh BUNDLE [kv]}" && pwd)
 MODE=${2:-weights}
-LOGS=${OUT:-./device-logs}
-mkdir -p "$LOGS"
-B=/tmp/pagellm-bundle
-rm -rf "$B" && cp -r "$SRC" "$B" && find "$B" -name "*.gz" -exec gunzip -f {} +
-# pycode-25M travels xz-compressed (the carry limit); Python's lzma when xz is missing.
-for f in $(find "$B" -name "*.xz"); do
-  xz -d -T4 "$f" 2>/dev/null ||
-    python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[1][:-3], "wb"))' "$f"
-  rm -f "$f"
-done
-chmod +x "$B"/pagellm "$B"/cuda_* 2>/dev/null
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-SUMMARY=$LOGS/summary.txt
-: > "$SUMMARY"
-say() { echo "$*" | tee -a "$SUMMARY"; }
-say "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader) $(date -u +%FT%TZ)"
+. "$SRC/unpack_bundle.sh"
 timeout 120 "$B/cuda_probe" > "$LOGS/probe.log" 2>&1
 say "probe: $(grep -iE 'copy|gemm|tflop|GB/s' "$LOGS/probe.log" | tr '\n' ' ' | cut -c1-400)"
 

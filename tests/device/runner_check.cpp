@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +25,7 @@
 
 #include "../unit/cpu_test_util.h"
 #include "../unit/model_files_util.h"
+#include "backends/cuda/kernels.h"
 #include "engine/sampler.h"
 #include "io/safetensors.h"
 #include "models/llama.h"
@@ -433,6 +435,9 @@ double decode_tokens_per_s(runner::CudaRunner& r, int batch, int prompt_len, int
 
 // Decode throughput on Llama-3.1-8B shapes against the HBM roofline of the weights the runner
 // holds (bf16, or FP8 with --quantization fp8: e4m3 projections, bf16 embedding and LM head).
+// Decode batches perf() measures; --batch N (with --perf-only) measures one, e.g. under a profiler.
+std::vector<int> g_perf_batches = {1, 16, 64};
+
 void perf(bool fp8, bool with_eager) {
   std::printf("== Llama-3.1-8B shapes, dummy %s weights\n", fp8 ? "FP8 (--quantization fp8)" : "bf16");
   const double copy = copy_bandwidth_gbs();
@@ -453,7 +458,7 @@ void perf(bool fp8, bool with_eager) {
         "%.0f ms, %d graphs in %.0f ms\n",
         eager ? "eager " : "graphs", st.weight_bytes / 1e9, r.num_kv_blocks(), st.kv_bytes / 1e9,
         st.activation_bytes / 1e9, st.load_ms, st.profile_ms, st.num_graphs, st.graph_ms);
-    for (int batch : eager ? std::vector<int>{1} : std::vector<int>{1, 16, 64}) {
+    for (int batch : eager ? std::vector<int>{1} : g_perf_batches) {
       const int prompt = 1024;
       const double tps = decode_tokens_per_s(r, batch, prompt, 64);
       // Roofline: every step reads all weights plus each seq's KV once.
@@ -510,16 +515,32 @@ void perf_kv_cache() {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODELS_DIR [--skip-perf] [--fp8] [--kv-fp8]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s MODELS_DIR [--skip-perf] [--perf-only [--batch N] [--no-bf16]] [--fp8] [--kv-fp8] [--no-pdl]\n",
+                 argv[0]);
     return 2;
   }
-  bool skip_perf = false, fp8_perf = false, kv_perf = false;
+  bool skip_perf = false, perf_only = false, fp8_perf = false, kv_perf = false, bf16_perf = true;
   for (int i = 2; i < argc; ++i) {
-    skip_perf = skip_perf || std::string(argv[i]) == "--skip-perf";
-    fp8_perf = fp8_perf || std::string(argv[i]) == "--fp8";
-    kv_perf = kv_perf || std::string(argv[i]) == "--kv-fp8";
+    const std::string a = argv[i];
+    skip_perf = skip_perf || a == "--skip-perf";
+    perf_only = perf_only || a == "--perf-only";
+    fp8_perf = fp8_perf || a == "--fp8";
+    kv_perf = kv_perf || a == "--kv-fp8";
+    // The baseline of programmatic dependent launch: every kernel launched the ordinary way.
+    if (a == "--no-pdl") pagellm::cuda::set_programmatic_launch(false);
+    bf16_perf = bf16_perf && a != "--no-bf16";
+    if (a == "--batch" && i + 1 < argc) pagellm::g_perf_batches = {std::atoi(argv[++i])};
   }
+  std::printf("programmatic dependent launch: %s\n",
+              pagellm::cuda::programmatic_launch() ? "on" : "off");
   try {
+    if (perf_only) {
+      if (bf16_perf) pagellm::perf(false, false);
+      if (fp8_perf) pagellm::perf(true, false);
+      std::printf("runner checks: %s\n", pagellm::g_failed ? "FAILED" : "all passed");
+      return pagellm::g_failed ? 1 : 0;
+    }
     pagellm::check_stories(std::filesystem::path(argv[1]) / "stories260K");
     pagellm::check_device_conversion(std::filesystem::path(argv[1]) / "stories260K");
     std::printf("== tiny random models (GPU vs CPU runner)\n");

@@ -8,6 +8,8 @@ namespace {
 // multiplies, so both products are rounded to T.
 template <typename T>
 __global__ void silu_and_mul_kernel(const __grid_constant__ SiluAndMulParams p) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t t = blockIdx.x;
   const T* gate = static_cast<const T*>(p.x) + t * 2 * p.inner;  // [inner]
   const T* up = gate + p.inner;                                  // [inner]
@@ -29,8 +31,7 @@ cudaError_t silu_and_mul(const SiluAndMulParams& p, cudaStream_t stream) {
     const int threads = 256;
     int chunks = (p.inner + threads * 4 - 1) / (threads * 4);
     dim3 grid(p.num_tokens, chunks > 0 ? chunks : 1);
-    silu_and_mul_kernel<scalar_t><<<grid, threads, 0, stream>>>(p);
-    return launch_status();
+    return launch_kernel(silu_and_mul_kernel<scalar_t>, grid, threads, 0, stream, p);
   });
 }
 

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "backends/cuda/kernels.h"
 
@@ -101,6 +102,45 @@ inline size_t element_size(DType dtype) { return dtype_size(dtype); }
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 inline cudaError_t launch_status() { return cudaGetLastError(); }
+
+// ---- Programmatic dependent launch (sm_90+) ---------------------------------------------------
+// Kernels started through launch_kernel() may begin while the kernel before them on the stream is
+// still running: their blocks get onto free SMs early and do the work that does not depend on it
+// (index math, and for the weight-streaming GEMVs the first weight loads, so HBM stays busy across
+// the gap between kernels). Every such kernel calls pdl_wait() in every block before it reads what
+// an earlier kernel wrote or writes anything an earlier kernel reads; pdl_wait() returns once the
+// previous kernel has finished and its writes are visible (and so, transitively, every earlier
+// one). pdl_launch_dependents() lets the next kernel start launching. Both are no-ops on older GPUs
+// and in kernels launched the ordinary way.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch when
+// programmatic_launch() is on (kernels.h).
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                          cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = programmatic_launch() ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
 
 }  // namespace pagellm::cuda
 

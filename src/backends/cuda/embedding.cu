@@ -7,6 +7,8 @@ namespace {
 // One block per token. VEC elements per access (16 bytes when the row allows it, else 1).
 template <typename T, int VEC>
 __global__ void embedding_kernel(const __grid_constant__ EmbeddingParams p) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int t = blockIdx.x;
   const int id = p.token_ids[t] - p.id_offset;
   T* out = static_cast<T*>(p.out) + static_cast<int64_t>(t) * p.hidden;  // [hidden]
@@ -32,12 +34,8 @@ cudaError_t embedding(const EmbeddingParams& p, cudaStream_t stream) {
   return PAGELLM_DISPATCH_DTYPE(p.dtype, [&] {
     constexpr int kVec = Vec16<scalar_t>::kSize;
     const bool vec = p.hidden % kVec == 0 && aligned16(p.table) && aligned16(p.out);
-    if (vec) {
-      embedding_kernel<scalar_t, kVec><<<p.num_tokens, 256, 0, stream>>>(p);
-    } else {
-      embedding_kernel<scalar_t, 1><<<p.num_tokens, 256, 0, stream>>>(p);
-    }
-    return launch_status();
+    return launch_kernel(vec ? embedding_kernel<scalar_t, kVec> : embedding_kernel<scalar_t, 1>,
+                         p.num_tokens, 256, 0, stream, p);
   });
 }
 

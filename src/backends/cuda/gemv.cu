@@ -19,7 +19,10 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int row0 = (blockIdx.x * (kGemvThreads / 32) + warp) * kRowsPerWarp;
-  if (row0 >= p.n) return;                  // whole warp: no barrier below
+  if (row0 >= p.n) {  // whole warp: no barrier below
+    pdl_wait();
+    return;
+  }
   const T* w = static_cast<const T*>(p.w);  // rows of M beyond p.m re-read row p.m - 1 (discarded)
   const T* x = static_cast<const T*>(p.x);
   float acc[kRowsPerWarp][M];
@@ -33,16 +36,26 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
     wr[r] = w + static_cast<int64_t>(min(row0 + r, p.n - 1)) * p.k;
 
   constexpr int kStep = 32 * kVec;
-  int k0 = lane * kVec;
-  // Main loop: kUnroll vectors per row in flight before any arithmetic.
-  for (; k0 + (kUnroll - 1) * kStep < p.k; k0 += kUnroll * kStep) {
-    Vec16<T> wv[kRowsPerWarp][kUnroll];
+  const int first_k = lane * kVec;
+  int k0 = first_k;
+  // kUnroll vectors per row in flight before any arithmetic.
+  Vec16<T> wv[kRowsPerWarp][kUnroll];
+  auto load_weights = [&](int k) {
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r)
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
         *reinterpret_cast<int4*>(&wv[r][u]) =
-            __ldcs(reinterpret_cast<const int4*>(wr[r] + k0 + u * kStep));
+            __ldcs(reinterpret_cast<const int4*>(wr[r] + k + u * kStep));
+  };
+  // The weights do not depend on the kernel before: the first round is loaded before waiting
+  // for it (common.cuh: programmatic dependent launch), so the weight stream starts early.
+  if (first_k + (kUnroll - 1) * kStep < p.k) load_weights(first_k);
+  pdl_wait();
+  pdl_launch_dependents();
+  // Main loop.
+  for (; k0 + (kUnroll - 1) * kStep < p.k; k0 += kUnroll * kStep) {
+    if (k0 != first_k) load_weights(k0);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
@@ -98,21 +111,11 @@ template <typename T>
 cudaError_t launch_gemv(const GemmParams& p, cudaStream_t stream) {
   const int rows_per_block = (kGemvThreads / 32) * kRowsPerWarp;
   const dim3 grid((p.n + rows_per_block - 1) / rows_per_block);
-  switch (p.m <= 1 ? 1 : p.m <= 2 ? 2 : p.m <= 4 ? 4 : 8) {
-    case 1:
-      gemv_kernel<T, 1><<<grid, kGemvThreads, 0, stream>>>(p);
-      break;
-    case 2:
-      gemv_kernel<T, 2><<<grid, kGemvThreads, 0, stream>>>(p);
-      break;
-    case 4:
-      gemv_kernel<T, 4><<<grid, kGemvThreads, 0, stream>>>(p);
-      break;
-    default:
-      gemv_kernel<T, 8><<<grid, kGemvThreads, 0, stream>>>(p);
-      break;
-  }
-  return cudaGetLastError();
+  auto* kernel = p.m <= 1   ? gemv_kernel<T, 1>
+                 : p.m <= 2 ? gemv_kernel<T, 2>
+                 : p.m <= 4 ? gemv_kernel<T, 4>
+                            : gemv_kernel<T, 8>;
+  return launch_kernel(kernel, grid, kGemvThreads, 0, stream, p);
 }
 
 }  // namespace

@@ -20,6 +20,14 @@
 
 namespace pagellm::cuda {
 
+// ---- launch.cpp --------------------------------------------------------------------------------
+// Whether the forward-pass kernels start as programmatic dependent launches (common.cuh): on by
+// default on sm_90+ (the current device at first use), off elsewhere and under PAGELLM_PDL=0.
+// set_programmatic_launch(false) turns it off (benchmarks compare both); true is refused on GPUs
+// without it.
+bool programmatic_launch();
+void set_programmatic_launch(bool on);
+
 // ---- embedding.cu ------------------------------------------------------------------------------
 struct EmbeddingParams {
   DType dtype = DType::kBF16;
@@ -72,8 +80,19 @@ struct RopeParams {
   int head_dim = 0;            // even
   int64_t q_token_stride = 0;  // elements between tokens in q (0 = num_heads * head_dim)
   int64_t k_token_stride = 0;  // elements between tokens in k (0 = num_kv_heads * head_dim)
+  // Optional table from rope_cos_sin_cache() ([cache_rows, head_dim] of dtype): positions below
+  // cache_rows read their cos / sin from it instead of computing them (same values).
+  const void* cos_sin = nullptr;
+  int cache_rows = 0;
 };
 cudaError_t rope(const RopeParams& p, cudaStream_t stream);
+
+// The cos / sin table of positions [0, rows): row p holds cos(float(p) * inv_freq[i]) for
+// i < head_dim / 2, then the sines, each rounded to dtype as rope() rounds them. vLLM keeps the same
+// cache: accurate fp32 sines of large angles cost ~50 instructions each, which made rope() the
+// slowest small kernel of a decode step.
+cudaError_t rope_cos_sin_cache(DType dtype, const float* inv_freq, int head_dim, int rows, void* out,
+                               cudaStream_t stream);
 
 // Host helper: inverse frequencies [head_dim / 2] for theta and the config's scaling (none, linear,
 // llama3), computed in double and rounded to float. Declared with plain numbers so this header does

@@ -35,6 +35,8 @@ __device__ __forceinline__ void store_elems(const T* src, S* dst, float inv_scal
 // slot is contiguous ([num_kv_heads, head_dim]) because of the [block, offset, head, dim] layout.
 template <typename T, typename S, int VEC>
 __global__ void write_kv_cache_kernel(const __grid_constant__ KvCacheWriteParams p) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t t = blockIdx.x;
   const int64_t slot = p.slot_mapping[t];
   if (slot < 0 || slot >= p.num_slots) return;
@@ -65,19 +67,17 @@ cudaError_t launch_write(const KvCacheWriteParams& p, cudaStream_t stream) {
                    aligned16(p.k_cache) && aligned16(p.v_cache) &&
                    (!kIsFp8<S> || kVec == 8);
   const int threads = 128;
-  if (vec) {
-    if constexpr (!kIsFp8<S> || kVec == 8)
-      write_kv_cache_kernel<T, S, kVec><<<p.num_tokens, threads, 0, stream>>>(p);
-  } else {
-    write_kv_cache_kernel<T, S, 1><<<p.num_tokens, threads, 0, stream>>>(p);
-  }
-  return launch_status();
+  if constexpr (!kIsFp8<S> || kVec == 8)
+    if (vec) return launch_kernel(write_kv_cache_kernel<T, S, kVec>, p.num_tokens, threads, 0, stream, p);
+  return launch_kernel(write_kv_cache_kernel<T, S, 1>, p.num_tokens, threads, 0, stream, p);
 }
 
 // Block 0 reduces the keys, block 1 the values.
 template <typename T>
 __global__ void kv_scales_kernel(const __grid_constant__ KvCacheWriteParams p, float* k_scale,
                                  float* v_scale, float fp8_max) {
+  pdl_launch_dependents();
+  pdl_wait();
   const bool key = blockIdx.x == 0;
   const T* x = static_cast<const T*>(key ? p.key : p.value);
   const int64_t stride = key ? p.key_token_stride : p.value_token_stride;
@@ -112,8 +112,7 @@ cudaError_t compute_kv_scales(const KvCacheWriteParams& in, float* k_scale, floa
   if (p.value_token_stride == 0) p.value_token_stride = row;
   const float fp8_max = p.cache_dtype == DType::kF8E4M3 ? 448.f : 57344.f;
   return PAGELLM_DISPATCH_DTYPE(p.dtype, [&] {
-    kv_scales_kernel<scalar_t><<<2, 256, 0, stream>>>(p, k_scale, v_scale, fp8_max);
-    return launch_status();
+    return launch_kernel(kv_scales_kernel<scalar_t>, 2, 256, 0, stream, p, k_scale, v_scale, fp8_max);
   });
 }
 

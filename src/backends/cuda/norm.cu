@@ -9,6 +9,8 @@ namespace {
 template <typename T, int VEC>
 __global__ void rms_norm_kernel(const __grid_constant__ RmsNormParams p) {
   __shared__ float scratch[32];
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t offset = p.rows_per_group > 0
                              ? (blockIdx.x / p.rows_per_group) * p.group_stride +
                                    int64_t(blockIdx.x % p.rows_per_group) * p.hidden
@@ -57,12 +59,8 @@ cudaError_t rms_norm(const RmsNormParams& p, cudaStream_t stream) {
     const int vec = p.hidden % 4 == 0 ? 4 : 1;
     int threads = (p.hidden / vec + 31) / 32 * 32;
     threads = threads < 32 ? 32 : threads > 1024 ? 1024 : threads;
-    if (vec == 4) {
-      rms_norm_kernel<scalar_t, 4><<<p.num_rows, threads, 0, stream>>>(p);
-    } else {
-      rms_norm_kernel<scalar_t, 1><<<p.num_rows, threads, 0, stream>>>(p);
-    }
-    return launch_status();
+    return launch_kernel(vec == 4 ? rms_norm_kernel<scalar_t, 4> : rms_norm_kernel<scalar_t, 1>,
+                         p.num_rows, threads, 0, stream, p);
   });
 }
 

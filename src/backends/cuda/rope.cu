@@ -11,9 +11,15 @@ namespace {
 // then the sum.
 template <typename T>
 __global__ void rope_kernel(const __grid_constant__ RopeParams p) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t t = blockIdx.x;
   const int half = p.head_dim / 2;
-  const float pos = static_cast<float>(p.positions[t]);
+  const int position = p.positions[t];
+  const float pos = static_cast<float>(position);
+  const T* cached = p.cos_sin && position >= 0 && position < p.cache_rows
+                        ? static_cast<const T*>(p.cos_sin) + int64_t{position} * p.head_dim
+                        : nullptr;
   const int num_pairs = (p.num_heads + p.num_kv_heads) * half;
   for (int j = threadIdx.x; j < num_pairs; j += blockDim.x) {
     const int head = j / half;
@@ -23,9 +29,15 @@ __global__ void rope_kernel(const __grid_constant__ RopeParams p) {
             ? static_cast<T*>(p.q) + t * p.q_token_stride + static_cast<int64_t>(head) * p.head_dim
             : static_cast<T*>(p.k) + t * p.k_token_stride +
                   static_cast<int64_t>(head - p.num_heads) * p.head_dim;  // [head_dim]
-    const float angle = pos * p.inv_freq[i];
-    const float c = round_to<T>(cosf(angle));
-    const float s = round_to<T>(sinf(angle));
+    float c, s;
+    if (cached) {
+      c = to_float(cached[i]);
+      s = to_float(cached[half + i]);
+    } else {
+      const float angle = pos * p.inv_freq[i];
+      c = round_to<T>(cosf(angle));
+      s = round_to<T>(sinf(angle));
+    }
     const float x1 = to_float(x[i]);
     const float x2 = to_float(x[i + half]);
     x[i] = from_float<T>(round_to<T>(x1 * c) - round_to<T>(x2 * s));
@@ -33,7 +45,32 @@ __global__ void rope_kernel(const __grid_constant__ RopeParams p) {
   }
 }
 
+template <typename T>
+__global__ void rope_cache_kernel(const float* inv_freq, int half, int rows, T* out) {
+  const int64_t total = int64_t{rows} * half;
+  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < total;
+       j += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t pos = j / half;
+    const int i = static_cast<int>(j % half);
+    const float angle = static_cast<float>(pos) * inv_freq[i];
+    out[pos * 2 * half + i] = from_float<T>(cosf(angle));
+    out[pos * 2 * half + half + i] = from_float<T>(sinf(angle));
+  }
+}
+
 }  // namespace
+
+cudaError_t rope_cos_sin_cache(DType dtype, const float* inv_freq, int head_dim, int rows, void* out,
+                               cudaStream_t stream) {
+  if (head_dim <= 0 || head_dim % 2 != 0 || rows < 0) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  if (!inv_freq || !out) return cudaErrorInvalidValue;
+  return PAGELLM_DISPATCH_DTYPE(dtype, [&] {
+    rope_cache_kernel<scalar_t>
+        <<<1024, 256, 0, stream>>>(inv_freq, head_dim / 2, rows, static_cast<scalar_t*>(out));
+    return launch_status();
+  });
+}
 
 cudaError_t rope(const RopeParams& in, cudaStream_t stream) {
   RopeParams p = in;
@@ -46,8 +83,7 @@ cudaError_t rope(const RopeParams& in, cudaStream_t stream) {
   if (p.q_token_stride == 0) p.q_token_stride = static_cast<int64_t>(p.num_heads) * p.head_dim;
   if (p.k_token_stride == 0) p.k_token_stride = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
   return PAGELLM_DISPATCH_DTYPE(p.dtype, [&] {
-    rope_kernel<scalar_t><<<p.num_tokens, 128, 0, stream>>>(p);
-    return launch_status();
+    return launch_kernel(rope_kernel<scalar_t>, p.num_tokens, 128, 0, stream, p);
   });
 }
 

@@ -45,6 +45,8 @@ __global__ void __launch_bounds__(kTileThreads)
     decode_mma_kernel(const __grid_constant__ AttentionParams p,
                       const __grid_constant__ AttentionPlan plan, float* __restrict__ partial_out,
                       float* __restrict__ partial_lse) {
+  pdl_launch_dependents();
+  pdl_wait();
   constexpr bool kFp8 = kIsFp8<KV>;
   constexpr int kChunks = D / 8;
   constexpr int kKvChunks = D * sizeof(KV) / 16;  // 16-byte chunks per cache row
@@ -220,13 +222,11 @@ cudaError_t launch_decode_mma_config(const AttentionParams& p, const AttentionPl
   if (attr != cudaSuccess) return attr;
   if (plan.num_splits > 65535 || p.num_kv_heads > 65535) return cudaErrorInvalidValue;
   dim3 grid(plan.num_split_items, p.num_kv_heads, plan.num_splits);
-  decode_mma_kernel<T, KV, D>
-      <<<grid, kTileThreads, kSmem, stream>>>(p, plan, partial_out, partial_lse);
-  if (plan.num_splits > 1) {
-    split_kv_combine_kernel<T><<<dim3(plan.num_split_items, p.num_heads), 128, 0, stream>>>(
-        p, plan, partial_out, partial_lse);
-  }
-  return cudaGetLastError();
+  cudaError_t err = launch_kernel(decode_mma_kernel<T, KV, D>, grid, kTileThreads, kSmem, stream, p,
+                                  plan, partial_out, partial_lse);
+  if (err == cudaSuccess && plan.num_splits > 1)
+    err = launch_split_kv_combine<T>(p, plan, partial_out, partial_lse, stream);
+  return err;
 }
 
 // Whether launch_decode_mma serves this call (else the CUDA-core split-KV kernel does).

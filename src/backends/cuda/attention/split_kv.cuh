@@ -74,6 +74,8 @@ __global__ void __launch_bounds__(kSplitKvThreads)
     split_kv_kernel(const __grid_constant__ AttentionParams p,
                     const __grid_constant__ AttentionPlan plan, float* __restrict__ partial_out,
                     float* __restrict__ partial_lse) {
+  pdl_launch_dependents();
+  pdl_wait();
   using Row = RowAccess<T, LANES, ELEMS, CONTIG>;
   constexpr int kGroupsPerWarp = 32 / LANES;
   constexpr int kGroups = kSplitKvWarps * kGroupsPerWarp;
@@ -257,6 +259,8 @@ __global__ void __launch_bounds__(128)
                             const __grid_constant__ AttentionPlan plan,
                             const float* __restrict__ partial_out,
                             const float* __restrict__ partial_lse) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int item = blockIdx.x;
   const int head = blockIdx.y;
   const int token = plan.split_items[2 * item];
@@ -278,6 +282,14 @@ __global__ void __launch_bounds__(128)
   }
 }
 
+template <typename T>
+cudaError_t launch_split_kv_combine(const AttentionParams& p, const AttentionPlan& plan,
+                                   const float* partial_out, const float* partial_lse,
+                                   cudaStream_t stream) {
+  return launch_kernel(split_kv_combine_kernel<T>, dim3(plan.num_split_items, p.num_heads), 128, 0,
+                       stream, p, plan, partial_out, partial_lse);
+}
+
 template <typename T, typename KV, int LANES, int ELEMS, bool CONTIG, int G_TILE>
 cudaError_t launch_split_kv_config(const AttentionParams& p, const AttentionPlan& plan,
                                    float* partial_out, float* partial_lse, cudaStream_t stream) {
@@ -285,13 +297,11 @@ cudaError_t launch_split_kv_config(const AttentionParams& p, const AttentionPlan
   const int num_chunks = (group_size + G_TILE - 1) / G_TILE;
   if (plan.num_splits > 65535 || p.num_kv_heads * num_chunks > 65535) return cudaErrorInvalidValue;
   dim3 grid(plan.num_split_items, p.num_kv_heads * num_chunks, plan.num_splits);
-  split_kv_kernel<T, KV, LANES, ELEMS, CONTIG, G_TILE>
-      <<<grid, kSplitKvThreads, 0, stream>>>(p, plan, partial_out, partial_lse);
-  if (plan.num_splits > 1) {
-    split_kv_combine_kernel<T><<<dim3(plan.num_split_items, p.num_heads), 128, 0, stream>>>(
-        p, plan, partial_out, partial_lse);
-  }
-  return cudaGetLastError();
+  cudaError_t err = launch_kernel(split_kv_kernel<T, KV, LANES, ELEMS, CONTIG, G_TILE>, grid,
+                                  kSplitKvThreads, 0, stream, p, plan, partial_out, partial_lse);
+  if (err == cudaSuccess && plan.num_splits > 1)
+    err = launch_split_kv_combine<T>(p, plan, partial_out, partial_lse, stream);
+  return err;
 }
 
 template <typename T, typename KV>

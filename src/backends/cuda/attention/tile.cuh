@@ -80,6 +80,8 @@ template <typename T, typename KV, int D>
 __global__ void __launch_bounds__(kTileThreads)
     tile_attention_kernel(const __grid_constant__ AttentionParams p,
                           const __grid_constant__ AttentionPlan plan) {
+  pdl_launch_dependents();
+  pdl_wait();
   constexpr bool kFp8 = kIsFp8<KV>;
   constexpr int kChunks = D / 8;                      // 16-byte chunks per row of T
   constexpr int kKvChunks = D * sizeof(KV) / 16;      // 16-byte chunks per cache row
@@ -250,8 +252,7 @@ cudaError_t launch_tile_config(const AttentionParams& p, const AttentionPlan& pl
   if (attr != cudaSuccess) return attr;
   if (p.num_heads > 65535) return cudaErrorInvalidValue;
   dim3 grid(plan.num_tile_items, p.num_heads);
-  tile_attention_kernel<T, KV, D><<<grid, kTileThreads, kSmem, stream>>>(p, plan);
-  return cudaGetLastError();
+  return launch_kernel(tile_attention_kernel<T, KV, D>, grid, kTileThreads, kSmem, stream, p, plan);
 }
 
 template <typename T, typename KV>

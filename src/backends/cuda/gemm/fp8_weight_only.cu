@@ -55,7 +55,10 @@ __global__ void __launch_bounds__(kThreads)
     fp8_weight_only_kernel(const __grid_constant__ Fp8LinearParams p) {
   const int lane = threadIdx.x & 31;
   const int row0 = (blockIdx.x * kWarps + (threadIdx.x >> 5)) * R;
-  if (row0 >= p.n) return;  // whole warp: no barrier below
+  if (row0 >= p.n) {  // whole warp: no barrier below
+    pdl_wait();
+    return;
+  }
   const int m0 = blockIdx.y * M;
   const int num_vec = p.k / 16;  // 16-byte weight vectors per row
   const uint4* w[R];
@@ -81,15 +84,23 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < M; ++i) acc[r][i] = 0.f;
 
-  for (int v0 = lane; v0 < num_vec; v0 += 32 * U) {
-    // All R x U loads are issued before the first conversion; vectors past the row end are
-    // predicated off (k = 14336 leaves a partial last round).
-    uint4 wv[R][U];
+  // All R x U loads of a round are issued before the first conversion; vectors past the row end
+  // are predicated off (k = 14336 leaves a partial last round).
+  uint4 wv[R][U];
+  auto load_weights = [&](int v0) {
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int r = 0; r < R; ++r)
         wv[r][u] = v0 + u * 32 < num_vec ? __ldcs(w[r] + v0 + u * 32) : make_uint4(0, 0, 0, 0);
+  };
+  // The weights do not depend on the kernel before: the first round is loaded before waiting for
+  // it (common.cuh: programmatic dependent launch), so the weight stream starts early.
+  load_weights(lane);
+  pdl_wait();
+  pdl_launch_dependents();
+  for (int v0 = lane; v0 < num_vec; v0 += 32 * U) {
+    if (v0 != lane) load_weights(v0);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int v = v0 + u * 32;
@@ -143,8 +154,7 @@ cudaError_t launch(const Fp8LinearParams& p, cudaStream_t stream) {
   static_assert(R * M <= 32, "one lane stores each (row, activation) sum");
   const int rows_per_block = kWarps * R;
   const dim3 grid((p.n + rows_per_block - 1) / rows_per_block, (p.m + M - 1) / M);
-  fp8_weight_only_kernel<T, M, R, U><<<grid, kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_kernel(fp8_weight_only_kernel<T, M, R, U>, grid, kThreads, 0, stream, p);
 }
 
 // Default configuration: four rows per warp, four 16-byte loads per row in flight (R x U = 16 per

@@ -68,9 +68,9 @@ __global__ void __launch_bounds__(kThreads)
     x[nt] = static_cast<const T*>(p.x) + int64_t{min(m0 + 8 * nt + g, p.m - 1)} * p.k;
   float c[kTiles][NT][4] = {};
 
-  for (int chunk = warp * kChunk; chunk < p.k; chunk += kWarps * kChunk) {
-    // All weight pieces of the chunk in flight first; pieces past k read as zero weights.
-    uint4 a[kTiles][2][kPieces];
+  // All weight pieces of a chunk in flight first; pieces past k read as zero weights.
+  uint4 a[kTiles][2][kPieces];
+  auto load_weights = [&](int chunk) {
 #pragma unroll
     for (int u = 0; u < kPieces; ++u) {
       const int off = chunk + u * 64 + t * 16;
@@ -81,6 +81,15 @@ __global__ void __launch_bounds__(kThreads)
           a[tile][h][u] = off < p.k ? __ldcs(reinterpret_cast<const uint4*>(w[tile][h] + off))
                                     : make_uint4(0, 0, 0, 0);
     }
+  };
+  // The weights do not depend on the kernel before: the first chunk is loaded before waiting for
+  // it (common.cuh: programmatic dependent launch).
+  const int first_chunk = warp * kChunk;
+  if (first_chunk < p.k) load_weights(first_chunk);
+  pdl_wait();
+  pdl_launch_dependents();
+  for (int chunk = first_chunk; chunk < p.k; chunk += kWarps * kChunk) {
+    if (chunk != first_chunk) load_weights(chunk);
 #pragma unroll
     for (int u = 0; u < kPieces; ++u) {
       if (chunk + u * 64 >= p.k) break;  // warp-uniform: no lane has a piece left
@@ -147,8 +156,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, int NT>
 cudaError_t launch(const Fp8LinearParams& p, cudaStream_t stream) {
   const dim3 grid((p.n + 16 * kTiles - 1) / (16 * kTiles), (p.m + 8 * NT - 1) / (8 * NT));
-  fp8_mma_kernel<T, NT><<<grid, kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_kernel(fp8_mma_kernel<T, NT>, grid, kThreads, 0, stream, p);
 }
 
 }  // namespace
