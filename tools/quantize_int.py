@@ -58,26 +58,40 @@ def linear_dtype(model, prefixes):
     return model.tensors[prefixes[0] + ".weight"].dtype
 
 
-def quantize_layer(model, i, x, grid, opts, results, log):
-    """Quantizes layer i in place (model.weights hold the dequantized weights afterwards), group by
-    group on inputs from the quantized-so-far model; returns the layer's output."""
+def quantize_linear(model, name, x, grid, opts):
+    """Quantizes one weight on its inputs x; model.weights[name] holds the dequantized weight after."""
+    w = model.w(name)
+    if opts.method == "gptq":
+        ql = gptq.gptq(w, x, grid, opts.act_order, opts.static_groups, opts.damp)
+    elif opts.awq_clip and not name.endswith(("q_proj.weight", "k_proj.weight")):
+        ql = awq.clipped_rtn(w, x, grid)
+    else:
+        ql = gridmod.rtn(w, grid)
+    model.weights[name] = ql.dequantize()
+    return ql
+
+
+def quantize_layer(model, i, x, grid, opts, results):
+    """Quantizes layer i group by group (q/k/v, o, gate/up, down), each on inputs computed with the
+    groups before it already quantized; returns the layer's output on x [B, T, hidden]."""
     p = "model.layers.%d." % i
     if opts.method == "awq":
         awq.scale_layer(model, i, x, grid, opts.awq_grid)
-    for stage, names in modelmod.GROUPS.items():
-        _, ins = model.layer(i, x, stop=stage)
-        for lin in names:
-            w = model.w(p + lin + ".weight")
-            if opts.method == "gptq":
-                ql = gptq.gptq(w, ins[stage], grid, opts.act_order, opts.static_groups, opts.damp)
-            elif opts.awq_clip and not lin.endswith(("q_proj", "k_proj")):
-                ql = awq.clipped_rtn(w, ins[stage], grid)
-            else:
-                ql = gridmod.rtn(w, grid)
-            model.weights[p + lin + ".weight"] = ql.dequantize()
-            results[p + lin] = ql
-    out, _ = model.layer(i, x)
-    return out
+
+    def group(stage, h):
+        for lin in modelmod.GROUPS[stage]:
+            results[p + lin] = quantize_linear(model, p + lin + ".weight", h, grid, opts)
+
+    h = q8.rms_norm(x, model.w(p + "input_layernorm.weight"), model.eps)
+    group("qkv", h)
+    a = model.attention(p, h)
+    group("o", a)
+    x = x + a @ model.w(p + "self_attn.o_proj.weight").T
+    h = q8.rms_norm(x, model.w(p + "post_attention_layernorm.weight"), model.eps)
+    group("gateup", h)
+    m = model.mlp_mid(p, h)
+    group("down", m)
+    return x + m @ model.w(p + "mlp.down_proj.weight").T
 
 
 def quantize_model(src, opts, log=print):
@@ -107,7 +121,7 @@ def quantize_model(src, opts, log=print):
     log("calibrating %s on %d x %d tokens" % (opts.method, ids.shape[0], ids.shape[1]))
     x = model.embed(ids)
     for i in range(model.num_layers):
-        x = quantize_layer(model, i, x, grid, opts, results, log)
+        x = quantize_layer(model, i, x, grid, opts, results)
     missing = sorted(set(prefixes) - set(results))
     if missing:
         raise ValueError("%s: linear layer outside model.layers.N: %s" % (src, missing[0]))

@@ -77,21 +77,14 @@ class Model:
         u = h @ self.w(p + "mlp.up_proj.weight").T
         return g * (0.5 + 0.5 * np.tanh(0.5 * g)) * u  # silu without exp overflow
 
-    def layer(self, i, x, stop=None):
-        """One decoder layer on x [B, T, hidden]: (output, {group: its input}). stop="o"/"gateup"/"down":
-        return as soon as that group's input is known (output None)."""
+    def layer(self, i, x):
+        """One decoder layer on x [B, T, hidden]: (output, {group: its input})."""
         p = "model.layers.%d." % i
         ins = {"qkv": q8.rms_norm(x, self.w(p + "input_layernorm.weight"), self.eps)}
         ins["o"] = self.attention(p, ins["qkv"])
-        if stop == "o":
-            return None, ins
         x = x + ins["o"] @ self.w(p + "self_attn.o_proj.weight").T
         ins["gateup"] = q8.rms_norm(x, self.w(p + "post_attention_layernorm.weight"), self.eps)
-        if stop == "gateup":
-            return None, ins
         ins["down"] = self.mlp_mid(p, ins["gateup"])
-        if stop == "down":
-            return None, ins
         return x + ins["down"] @ self.w(p + "mlp.down_proj.weight").T, ins
 
     def nll(self, ids):
