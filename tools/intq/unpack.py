@@ -126,10 +126,13 @@ def describe(qc):
 
 
 def dequantize_folder(folder, prefixes):
-    """{prefix: float32 [out, in]} for the given linear prefixes, shapes from config.json."""
+    """{prefix: float32 [out, in]} for the given linear prefixes [out, in] shapes."""
     with open(os.path.join(folder, "config.json")) as f:
         cfg = json.load(f)
     kind, args = describe(cfg["quantization_config"])
+    bits = args.get("bits", args.get("num_bits"))
+    if bits not in (4, 8):
+        raise ValueError("quantization_config: %r-bit weights are not supported (4 or 8)" % bits)
     t = q8.read_checkpoint(folder)
     out = {}
     for p, (n, k) in prefixes.items():
