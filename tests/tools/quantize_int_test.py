@@ -185,6 +185,34 @@ class MethodsTest(unittest.TestCase):
                          [0x3F80, 0x3F80, 0x3F82])  # ties to even
 
 
+class ModelTest(unittest.TestCase):
+    def test_awq_folding_keeps_the_function(self):
+        from intq import model as mm
+        m = mm.Model(TINY)
+        ids = mm.calibration_ids(TINY, "def f(x):\n    return x * 2\n" * 20, 2, 64)
+        before = m.nll(ids[0])
+        x = m.embed(ids)
+        awq.scale_layer(m, 0, x, gm.Grid(4, 128, False), 10)
+        self.assertEqual(awq.folded_names(m), ["model.layers.0.input_layernorm.weight",
+                                               "model.layers.0.post_attention_layernorm.weight"])
+        self.assertAlmostEqual(m.nll(ids[0]), before, delta=1e-4 * before)
+
+    def test_quantized_model_writes_and_scores(self):
+        with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stderr(io.StringIO()):
+            text = os.path.join(tmp, "t.txt")
+            with open(text, "w") as f:
+                f.write("import os\nprint(os.getcwd())\n" * 8)
+            out = os.path.join(tmp, "awq")
+            self.assertEqual(qi.main(["--format", "ct-w4a16", "--method", "awq", "--asym", "--dequantize-check",
+                                      "--eval-ppl", text, "--calibration-sequences", "2", TINY, out]), 0)
+            t = q8.read_checkpoint(out)
+            src = q8.read_checkpoint(TINY)
+            norm = "model.layers.0.input_layernorm.weight"
+            self.assertEqual(t[norm].dtype, "BF16")
+            self.assertFalse(np.array_equal(t[norm].data, src[norm].data))  # AWQ folded its scales
+            np.testing.assert_array_equal(t["lm_head.weight"].data, src["lm_head.weight"].data)
+
+
 class ArgumentsTest(unittest.TestCase):
     def run_main(self, argv):
         err = io.StringIO()
