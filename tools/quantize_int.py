@@ -106,7 +106,7 @@ def quantize_model(src, opts, log=print):
     grid = packing.grid_for(opts.fmt, opts.bits, opts.group_size, opts.sym, linear_dtype(model, prefixes),
                             opts.gptq_v2)
     for p in prefixes:
-        grid.num_groups(model.tensors[p + ".weight"].shape[1])
+        packing.check_shape(opts.fmt, grid, p + ".weight", model.tensors[p + ".weight"].shape)
     results = {}
     if opts.method == "rtn":
         for p in prefixes:
@@ -142,7 +142,7 @@ def write_folder(src, out, model, results, grid, opts, log=print):
             shutil.copyfile(os.path.join(src, name), os.path.join(out, name))
     cfg = dict(model.cfg)
     cfg["quantization_config"] = packing.quantization_config(
-        opts.fmt, grid, opts.act_order and not opts.static_groups, opts.static_groups, opts.gptq_v2, opts.method)
+        opts.fmt, grid, opts.act_order, opts.static_groups, opts.gptq_v2, opts.method)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
         f.write("\n")

@@ -18,7 +18,7 @@ MAX_SHRINK, CLIP_STEPS = 0.5, 20
 
 def folded_names(model):
     """Tensors other than quantized linears that scaling changed (norm weights), sorted."""
-    return sorted(getattr(model, "folded", ()))
+    return sorted(model.folded)
 
 
 def search_scales(x, ws, grid, n_grid):
@@ -51,7 +51,7 @@ def apply_scales(model, prev, names, s, prev_is_norm):
         stored = round_to_source(model, prev, pw / s)
         eff = np.where(stored != 0, pw / np.where(stored != 0, stored, 1), s).astype(np.float32)
         model.weights[prev] = stored
-        model.folded = getattr(model, "folded", set()) | {prev}
+        model.folded.add(prev)
     else:
         model.weights[prev] = (pw / s[:, None]).astype(np.float32)
         eff = s

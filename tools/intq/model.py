@@ -40,6 +40,7 @@ class Model:
         self.eps = float(c.get("rms_norm_eps", 1e-6))
         self.num_layers = c["num_hidden_layers"]
         self.weights = {}
+        self.folded = set()  # norms AWQ rescaled (written back in the source dtype)
 
     def w(self, name):
         if name not in self.weights:

@@ -91,6 +91,15 @@ def grid_for(fmt, bits, group_size, sym, model_dtype="BF16", gptq_v2=False):
     return Grid(bits, group_size, sym, ct_dtype)
 
 
+def check_shape(fmt, grid, name, shape):
+    """Raises ValueError when a weight [out, in] cannot be packed whole into int32 words."""
+    per = 32 // grid.bits
+    out, k = shape
+    grid.num_groups(k)
+    if fmt != "ct-w8a8" and (out % per or k % per):
+        raise ValueError("%s: shape %s: %s packs %d values per int32 along both dims" % (name, list(shape), fmt, per))
+
+
 def needs_trivial_g_idx(fmt):
     """Formats without a g_idx tensor: act-order must use static groups (g_idx = column // group)."""
     return fmt != "gptq"
