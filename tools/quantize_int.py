@@ -250,6 +250,7 @@ def run(args, log):
             log("FAIL: %s.weight dequantizes differently from the quantizer's weight" % bad[0])
             return 1
     if args.eval_ppl:
+        model.dynamic_int8_inputs = args.format == "ct-w8a8"
         eval_ppl(model, args.eval_ppl, args.src, log)
     return 0
 

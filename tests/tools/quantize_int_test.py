@@ -197,6 +197,18 @@ class ModelTest(unittest.TestCase):
                                                "model.layers.0.post_attention_layernorm.weight"])
         self.assertAlmostEqual(m.nll(ids[0]), before, delta=1e-4 * before)
 
+    def test_dynamic_int8_inputs(self):
+        from intq import model as mm
+        m = mm.Model(TINY)
+        x = np.zeros((1, 1, 256), np.float32)
+        x[0, 0, :3] = [1.0, -0.5, 0.3333]
+        w = "model.layers.0.self_attn.q_proj.weight"
+        m.dynamic_int8_inputs = True
+        got = m.linear(w, x)
+        xq = np.zeros_like(x)
+        xq[0, 0, :3] = np.array([127, -64, 42], np.float32) / np.float32(127.0)  # rint(x * 127) / 127
+        np.testing.assert_allclose(got, xq @ m.w(w).T, rtol=1e-5, atol=1e-7)
+
     def test_quantized_model_writes_and_scores(self):
         with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stderr(io.StringIO()):
             text = os.path.join(tmp, "t.txt")

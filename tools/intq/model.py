@@ -41,6 +41,7 @@ class Model:
         self.num_layers = c["num_hidden_layers"]
         self.weights = {}
         self.folded = set()  # norms AWQ rescaled (written back in the source dtype)
+        self.dynamic_int8_inputs = False  # W8A8: every linear's input quantized per token to int8
 
     def w(self, name):
         if name not in self.weights:
@@ -48,6 +49,14 @@ class Model:
                 raise ValueError("%s: tensor %s is missing" % (self.folder, name))
             self.weights[name] = self.tensors[name].to_f32()
         return self.weights[name]
+
+    def linear(self, name, x):
+        """x [..., in] @ W^T; with dynamic_int8_inputs x is first rounded per token to amax / 127 steps
+        (symmetric int8, as a W8A8 kernel quantizes activations)."""
+        if self.dynamic_int8_inputs:
+            s = np.maximum(np.abs(x).max(axis=-1, keepdims=True), 1e-12) / np.float32(127.0)
+            x = np.clip(np.rint(x / s), -127, 127) * s
+        return x @ self.w(name).T
 
     def lm_head(self):
         if "lm_head.weight" in self.tensors:
@@ -61,9 +70,9 @@ class Model:
         """h [B, T, hidden] -> attention output before o_proj [B, T, heads * head_dim]."""
         b, t, _ = h.shape
         hd, nh, nkv = self.head_dim, self.heads, self.kv_heads
-        q = (h @ self.w(p + "self_attn.q_proj.weight").T).reshape(b, t, nh, hd).transpose(0, 2, 1, 3)
-        k = (h @ self.w(p + "self_attn.k_proj.weight").T).reshape(b, t, nkv, hd).transpose(0, 2, 1, 3)
-        v = (h @ self.w(p + "self_attn.v_proj.weight").T).reshape(b, t, nkv, hd).transpose(0, 2, 1, 3)
+        q = self.linear(p + "self_attn.q_proj.weight", h).reshape(b, t, nh, hd).transpose(0, 2, 1, 3)
+        k = self.linear(p + "self_attn.k_proj.weight", h).reshape(b, t, nkv, hd).transpose(0, 2, 1, 3)
+        v = self.linear(p + "self_attn.v_proj.weight", h).reshape(b, t, nkv, hd).transpose(0, 2, 1, 3)
         cos, sin = q8.rope_tables(self.cfg, hd, range(t))
         q, k = q8.apply_rope(q, cos, sin), q8.apply_rope(k, cos, sin)
         k, v = np.repeat(k, nh // nkv, axis=1), np.repeat(v, nh // nkv, axis=1)
@@ -74,8 +83,8 @@ class Model:
         return (s @ v).transpose(0, 2, 1, 3).reshape(b, t, nh * hd)
 
     def mlp_mid(self, p, h):
-        g = h @ self.w(p + "mlp.gate_proj.weight").T
-        u = h @ self.w(p + "mlp.up_proj.weight").T
+        g = self.linear(p + "mlp.gate_proj.weight", h)
+        u = self.linear(p + "mlp.up_proj.weight", h)
         return g * (0.5 + 0.5 * np.tanh(0.5 * g)) * u  # silu without exp overflow
 
     def layer(self, i, x):
@@ -83,10 +92,10 @@ class Model:
         p = "model.layers.%d." % i
         ins = {"qkv": q8.rms_norm(x, self.w(p + "input_layernorm.weight"), self.eps)}
         ins["o"] = self.attention(p, ins["qkv"])
-        x = x + ins["o"] @ self.w(p + "self_attn.o_proj.weight").T
+        x = x + self.linear(p + "self_attn.o_proj.weight", ins["o"])
         ins["gateup"] = q8.rms_norm(x, self.w(p + "post_attention_layernorm.weight"), self.eps)
         ins["down"] = self.mlp_mid(p, ins["gateup"])
-        return x + ins["down"] @ self.w(p + "mlp.down_proj.weight").T, ins
+        return x + self.linear(p + "mlp.down_proj.weight", ins["down"]), ins
 
     def nll(self, ids):
         """Mean negative log-likelihood (nats) of ids[1:] given the prefix, one sequence."""
