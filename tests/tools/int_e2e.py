@@ -19,7 +19,7 @@ q = e.q
 KIND = {"rtn-gptq": "w4", "gptq-gptq": "w4", "rtn-awq": "w4", "awq-awq": "w4",
         "ct-w8a16": "w8", "ct-w8a8": "w8"}
 PPL_LIMIT = {"w4": None, "w8": 0.02}
-TEACHER_MIN = {"w4": 0.80, "w8": 0.93}
+TEACHER_MIN = {"w4": 0.85, "w8": 0.95}  # numpy estimate: 94-95% (W4), 99.6% (W8)
 NEAR_TIE = {"w4": None, "w8": 0.5}
 BEATS = (("gptq-gptq", "rtn-gptq"), ("awq-awq", "rtn-awq"))  # (method, RTN on the same grid)
 
