@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
-#include <regex>
 
 #include "quant/config_fields.h"
+#include "tokenizer/regex.h"
 
 namespace pagellm::quant {
 
@@ -12,17 +12,20 @@ namespace {
 
 using namespace fields;
 
-// Regexes come from the checkpoint: bounded, and compiled once here so that a malformed one is a
-// config error rather than a load-time surprise.
+// Regexes come from the checkpoint: bounded in length, run by PCRE2 (whose match limit stops
+// catastrophic backtracking), and compiled here so that a malformed one is a config error.
 constexpr size_t kMaxRegexChars = 512;
+
+// Python's re.match: the pattern must match at the start of the name.
+std::string anchored(const std::string& pattern) { return "\\A(?:" + pattern + ")"; }
 
 void check_pattern(const std::string& entry, const std::string& source, const std::string& list) {
   if (!entry.starts_with("re:")) return;
   if (entry.size() > kMaxRegexChars)
     bad(source, "'" + list + "' holds a regex longer than " + std::to_string(kMaxRegexChars));
   try {
-    std::regex re(entry.substr(3));
-  } catch (const std::regex_error&) {
+    tok::Regex re(anchored(entry.substr(3)), source + ": quantization_config: '" + list + "'");
+  } catch (const Error&) {
     bad(source, "'" + list + "' holds an invalid regex '" + entry.substr(3) + "'");
   }
 }
@@ -186,7 +189,10 @@ bool module_matches(const std::string& entry, const std::string& module, IgnoreM
   if (how == IgnoreMatch::kSubstring) return !entry.empty() && module.find(entry) != std::string::npos;
   if (entry == module || entry == "Linear") return true;
   if (!entry.starts_with("re:")) return false;
-  return std::regex_search(module, std::regex(entry.substr(3)), std::regex_constants::match_continuous);
+  const tok::Regex re(anchored(entry.substr(3)), "quantization_config regex");
+  std::vector<tok::MatchRange> found;
+  re.find_some(module, 0, 1, found);
+  return !found.empty() && found[0].begin == 0;
 }
 
 QuantConfig parse_awq(const json& j, const std::string& source) {
