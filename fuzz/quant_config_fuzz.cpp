@@ -1,12 +1,14 @@
-// libFuzzer target: config.json's quantization_config (every FP8 format, --quantization values)
-// must be accepted or rejected with pagellm::Error, never crash or hang; an accepted FP8 config
-// satisfies the invariants the loaders rely on.
+// libFuzzer target: config.json's quantization_config (every FP8 and INT4 / INT8 format,
+// --quantization values) must be accepted or rejected with pagellm::Error, never crash or hang; an
+// accepted config satisfies the invariants the loaders rely on, and its ignore lists / targets
+// (regexes from the checkpoint) match module names without throwing.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 
 #include "common/error.h"
+#include "quant/int_weights.h"
 #include "quant/quant_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -21,10 +23,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::abort();
       if (q.describe().empty()) std::abort();
     }
-    for (const char* flag : {"", "fp8", "none", "fbgemm_fp8", "awq"}) {
+    if (q.int_weights()) {
+      if ((q.bits != 4 && q.bits != 8) || (q.group_size != -1 && q.group_size < 1)) std::abort();
+      if (q.method == Method::kAwq && q.bits != 4) std::abort();
+      if (q.describe().empty()) std::abort();
+      for (const char* m : {"model.layers.0.self_attn.q_proj.weight", "model.layers.7.mlp.down_proj.weight"})
+        (void)int_part_quantized(q, m);
+    }
+    for (const char* flag : {"", "fp8", "none", "fbgemm_fp8", "awq", "awq_marlin", "gptq",
+                             "gptq_marlin", "marlin", "compressed-tensors", "auto-round"}) {
       try {
         const QuantConfig r = resolve_quantization(q, flag, "fuzz/config.json");
         if (std::string(flag) == "fp8" && !r.fp8()) std::abort();
+        if (std::string(flag) == "none" && r.quantized()) std::abort();
       } catch (const pagellm::Error&) {
       }
     }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "common/error.h"
 #include "common/fp8.h"
 
 namespace pagellm {
@@ -13,11 +14,28 @@ std::string_view dtype_name(DType dtype) {
     case DType::kBF16: return "bfloat16";
     case DType::kF8E4M3: return "float8_e4m3fn";
     case DType::kF8E5M2: return "float8_e5m2";
+    case DType::kI8: return "int8";
+    case DType::kU8: return "uint8";
+    case DType::kI32: return "int32";
+    case DType::kI64: return "int64";
   }
   return "?";
 }
 
-size_t dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : is_fp8(dtype) ? 1 : 2; }
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+    case DType::kI32: return 4;
+    case DType::kF16:
+    case DType::kBF16: return 2;
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+    case DType::kI8:
+    case DType::kU8: return 1;
+    case DType::kI64: return 8;
+  }
+  return 1;
+}
 
 std::optional<DType> dtype_from_safetensors(std::string_view tag) {
   if (tag == "F32") return DType::kF32;
@@ -25,6 +43,10 @@ std::optional<DType> dtype_from_safetensors(std::string_view tag) {
   if (tag == "BF16") return DType::kBF16;
   if (tag == "F8_E4M3") return DType::kF8E4M3;
   if (tag == "F8_E5M2") return DType::kF8E5M2;
+  if (tag == "I8") return DType::kI8;
+  if (tag == "U8") return DType::kU8;
+  if (tag == "I32") return DType::kI32;
+  if (tag == "I64") return DType::kI64;
   return std::nullopt;
 }
 
@@ -106,7 +128,14 @@ void convert_to_f32(DType dtype, const void* src, float* dst, size_t count) {
       for (size_t i = 0; i < count; ++i) dst[i] = fp8_to_f32(s[i], f);
       return;
     }
+    case DType::kI8:
+    case DType::kU8:
+    case DType::kI32:
+    case DType::kI64:
+      break;
   }
+  throw_error(ErrorKind::kInternal,
+              "convert_to_f32: " + std::string(dtype_name(dtype)) + " is not a float type");
 }
 
 }  // namespace pagellm

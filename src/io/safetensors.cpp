@@ -65,7 +65,7 @@ TensorView parse_entry(const std::string& name, const json& e, uint64_t data_len
   const auto dtype = dtype_from_safetensors(tag);
   if (!dtype)
     unsupported(source + ": " + where + " has unsupported dtype " + tag +
-                " (supported: F32, F16, BF16, F8_E4M3, F8_E5M2)");
+                " (supported: F32, F16, BF16, F8_E4M3, F8_E5M2, I8, U8, I32, I64)");
   t.dtype = *dtype;
   if (e["shape"].size() > 8) bad(source, where + ": too many dimensions");
   // Products are checked against the data length as they grow, so they never overflow.

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/thread_pool.h"
 #include "quant/fp8_weights.h"
+#include "quant/int_weights.h"
 #include "quant/kv_cache_quant.h"
 
 namespace pagellm::models {
@@ -187,12 +188,18 @@ void LlamaModel::stage_input(const ForwardBatch& batch) {
 }
 
 // Under an FP8 config the projections' inputs are quantized per token to e4m3 and back (the GPU's
-// dynamic activation quantization, W8A8), so the CPU computes what FP8 tensor cores compute.
+// dynamic activation quantization, W8A8), so the CPU computes what FP8 tensor cores compute; under
+// W8A8-INT8 to int8 the same way. Weight-only schemes (W4A16, W8A16) leave activations alone.
 void LlamaModel::quantize_activations(std::vector<float>& x, int64_t n, int64_t cols) {
-  if (!config_.quant.fp8()) return;
-  parallel_rows(n, 8 * cols, [&](int64_t t0, int64_t t1) {
-    quant::fake_quantize_rows(x.data() + t0 * cols, t1 - t0, cols);
-  });
+  if (config_.quant.fp8()) {
+    parallel_rows(n, 8 * cols, [&](int64_t t0, int64_t t1) {
+      quant::fake_quantize_rows(x.data() + t0 * cols, t1 - t0, cols);
+    });
+  } else if (config_.quant.int8_activations) {
+    parallel_rows(n, 8 * cols, [&](int64_t t0, int64_t t1) {
+      quant::fake_quantize_rows_int8(x.data() + t0 * cols, t1 - t0, cols);
+    });
+  }
 }
 
 void LlamaModel::all_reduce(std::vector<float>& x, int64_t num_floats) {

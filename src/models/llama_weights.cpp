@@ -9,6 +9,7 @@
 #include "models/llama.h"
 #include "models/weight_plan.h"
 #include "quant/fp8_weights.h"
+#include "quant/int_weights.h"
 
 namespace pagellm::models {
 
@@ -22,6 +23,8 @@ class WeightSource {
   virtual void fill(const HfTensorSpec& tensor, float* dst) = 0;
   // True when the source stores `tensor` in FP8: fill() then gives the dequantized weight.
   virtual bool stored_fp8(const HfTensorSpec& tensor) const { return false; }
+  // Writes an INT4 / INT8 config's quantized linear weight, dequantized (random weights: fill()).
+  virtual void fill_int(const HfTensorSpec& tensor, float* dst) { fill(tensor, dst); }
 };
 
 // Reads a checkpoint that check_llama_checkpoint() has validated (names and shapes).
@@ -51,6 +54,10 @@ class CheckpointSource : public WeightSource {
       convert_to_f32(t.dtype, src, dst + local, size_t(count));
     });
     if (is_fp8(t.dtype)) quant::apply_part_scales(store_, tensor, quant_, dst);
+  }
+
+  void fill_int(const HfTensorSpec& tensor, float* dst) override {
+    quant::dequantize_int_part(store_, tensor, quant_, dst);
   }
 
  private:
@@ -90,7 +97,8 @@ class RandomSource : public WeightSource {
   uint64_t seed_;
 };
 
-// Allocates and fills all weights in the HF layout, fusing parts as the plan says. Under an FP8
+// Allocates and fills all weights in the HF layout, fusing parts as the plan says. INT4 / INT8
+// weights are dequantized (the CPU computes with them in fp32). Under an FP8
 // config a quantized layer holds the weights the GPU computes with: FP8 parts dequantized, and
 // 16-bit parts (all of them with --quantization fp8; those of a layer the checkpoint stores partly
 // in FP8) quantized per channel and dequantized.
@@ -106,8 +114,12 @@ LlamaWeights build_weights(const std::vector<WeightTensorSpec>& plan, WeightSour
     bool fp8_layer = quant.online && quant::quantized_slot(t.slot);
     if (quant.fp8_checkpoint() && quant::quantized_slot(t.slot))
       for (const HfTensorSpec& part : t.parts) fp8_layer = fp8_layer || src.stored_fp8(part);
+    const bool int_slot = quant.int_weights() && quant::quantized_slot(t.slot);
     for (const HfTensorSpec& part : t.parts) {
-      src.fill(part, out);
+      if (int_slot && quant::int_part_quantized(quant, part.name))
+        src.fill_int(part, out);
+      else
+        src.fill(part, out);
       if (fp8_layer && !src.stored_fp8(part)) {
         const std::vector<int64_t> shape = part.local_shape();
         quant::fake_quantize_rows(out, shape[0], shape[1]);

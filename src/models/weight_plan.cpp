@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "quant/fp8_weights.h"
+#include "quant/int_weights.h"
 #include "quant/kv_cache_quant.h"
 
 namespace pagellm::models {
@@ -112,7 +113,16 @@ void check_llama_checkpoint(const io::ModelConfig& config, const io::WeightStore
   const std::vector<WeightTensorSpec> plan = llama_weight_plan(config);
   std::set<std::string, std::less<>> used;
   for (const WeightTensorSpec& t : plan) {
+    const bool int_slot = config.quant.int_weights() && quant::quantized_slot(t.slot);
     for (const HfTensorSpec& part : t.parts) {
+      if (int_slot && quant::int_part_quantized(config.quant, part.name)) {
+        quant::check_int_part(store, part, config.quant, used);
+        continue;
+      }
+      if (int_slot && !store.find(part.name))
+        invalid_argument(store.source() + ": missing tensor '" + part.name + "' (" +
+                         config.quant.name + " leaves this module in 16 bits: ignore list / "
+                         "targets of quantization_config)");
       const io::TensorView& v = store.get(part.name);
       if (v.shape != part.shape)
         invalid_argument(v.file + ": tensor '" + part.name + "' has shape " + shape_str(v.shape) +
@@ -120,6 +130,11 @@ void check_llama_checkpoint(const io::ModelConfig& config, const io::WeightStore
       used.insert(part.name);
       if (config.quant.fp8_checkpoint() && quant::quantized_slot(t.slot)) {
         quant::check_fp8_part(store, part, config.quant, used);
+      } else if (is_integer(v.dtype)) {
+        invalid_argument(v.file + ": tensor '" + part.name + "' is " +
+                         std::string(dtype_name(v.dtype)) + " but must be F32, BF16 or F16" +
+                         (config.quant.int_weights() ? "" : " (config.json has no INT4/INT8 "
+                                                            "quantization_config)"));
       } else if (is_fp8(v.dtype)) {
         invalid_argument(v.file + ": tensor '" + part.name + "' is " +
                          std::string(dtype_name(v.dtype)) +

@@ -98,7 +98,7 @@ void check_fp8_part(const io::WeightStore& store, const models::HfTensorSpec& pa
   for (const char* suffix : {"input_scale", "input_scale_ub"}) {
     const io::TensorView* in = store.find(sibling_name(part.name, suffix));
     if (!in) continue;
-    if (!scalar_shape(in->shape) || is_fp8(in->dtype))
+    if (!scalar_shape(in->shape) || is_fp8(in->dtype) || is_integer(in->dtype))
       bad_tensor(*in, "must be a scalar ([] or [1]) F32/BF16/F16 activation scale, got " +
                           std::string(dtype_name(in->dtype)) + " " + shape_str(in->shape));
     check_positive(*in);
@@ -119,7 +119,7 @@ void check_fp8_part(const io::WeightStore& store, const models::HfTensorSpec& pa
     return;
   }
   const io::TensorView& scale = scale_tensor(store, part, q);
-  if (is_fp8(scale.dtype))
+  if (is_fp8(scale.dtype) || is_integer(scale.dtype))
     bad_tensor(scale, "is " + std::string(dtype_name(scale.dtype)) +
                           "; weight scales must be F32, BF16 or F16");
   scale_layout(scale, part.shape[0], part.shape[1], q);

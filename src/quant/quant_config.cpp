@@ -3,34 +3,14 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "quant/config_fields.h"
+#include "quant/int_config.h"
 
 namespace pagellm::quant {
 
 namespace {
 
-using nlohmann::json;
-
-[[noreturn]] void bad(const std::string& source, const std::string& what) {
-  invalid_argument(source + ": quantization_config: " + what);
-}
-
-std::string str_field(const json& j, const char* key, const std::string& source,
-                      const std::string& where, const std::string& fallback = "") {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_string()) bad(source, where + "'" + key + "' must be a string");
-  return j[key].get<std::string>();
-}
-
-std::vector<std::string> string_list(const json& j, const char* key, const std::string& source) {
-  std::vector<std::string> out;
-  if (!j.contains(key) || j[key].is_null()) return out;
-  if (!j[key].is_array()) bad(source, std::string("'") + key + "' must be a list of strings");
-  for (const json& e : j[key]) {
-    if (!e.is_string()) bad(source, std::string("'") + key + "' must be a list of strings");
-    out.push_back(e.get<std::string>());
-  }
-  return out;
-}
+using namespace fields;
 
 // [block_n, block_k]: two positive integers of at most 4096.
 void read_block(const json& j, const char* key, const std::string& source, QuantConfig& q) {
@@ -85,8 +65,8 @@ std::string ct_float8_strategy(const json& a, const std::string& source, const s
                            : -1;
   if (type != "float" || bits != 8)
     unsupported(source + ": quantization_config: " + where + " is " + std::to_string(bits) +
-                "-bit " + type + "; only 8-bit float (FP8) compressed-tensors schemes are "
-                "supported (INT4/INT8 schemes: not yet)");
+                "-bit " + type + "; compressed-tensors FP8 schemes need 8-bit float weights (INT4/INT8 "
+                "weights: formats pack-quantized or int-quantized)");
   return str_field(a, "strategy", source, where + ": ", "tensor");
 }
 
@@ -119,14 +99,15 @@ void ct_activations(const json& a, const std::string& source, QuantConfig& q) {
   q.static_activations = !dynamic;
 }
 
-QuantConfig parse_compressed_tensors(const json& j, const std::string& source) {
+// The FP8 formats of compressed-tensors.
+QuantConfig parse_compressed_tensors_fp8(const json& j, const std::string& format,
+                                         const std::string& source) {
   QuantConfig q;
   q.method = Method::kFp8;
   q.name = "compressed-tensors";
-  const std::string format = str_field(j, "format", source, "", "float-quantized");
   if (format != "float-quantized" && format != "naive-quantized")
     unsupported(source + ": quantization_config: compressed-tensors format '" + format +
-                "' is not supported (FP8: float-quantized or naive-quantized)");
+                "' is not supported with float weights (FP8: float-quantized or naive-quantized)");
   if (!j.contains("config_groups") || !j["config_groups"].is_object() || j["config_groups"].empty())
     bad(source, "compressed-tensors needs a non-empty 'config_groups' object");
   bool first = true;
@@ -144,6 +125,16 @@ QuantConfig parse_compressed_tensors(const json& j, const std::string& source) {
     first = false;
   }
   q.ignore = string_list(j, "ignore", source);
+  return q;
+}
+
+QuantConfig parse_compressed_tensors(const json& j, const std::string& source) {
+  const std::string format = str_field(j, "format", source, "", "float-quantized");
+  // Integer weights in a float format: name the width (the int schemes have their own formats).
+  const bool int_format = format == "pack-quantized" || format == "int-quantized";
+  QuantConfig q = compressed_tensors_int_weights(j) && (int_format || format == "naive-quantized")
+                      ? parse_compressed_tensors_int(j, format, source)
+                      : parse_compressed_tensors_fp8(j, format, source);
   if (j.contains("kv_cache_scheme") && !j["kv_cache_scheme"].is_null()) {
     if (ct_float8_strategy(j["kv_cache_scheme"], source, "kv_cache_scheme") != "tensor")
       unsupported(source + ": quantization_config: kv_cache_scheme: only per-tensor FP8 KV cache "
@@ -153,9 +144,28 @@ QuantConfig parse_compressed_tensors(const json& j, const std::string& source) {
   return q;
 }
 
+// "awq (4-bit, group 128, zero points)", "compressed-tensors W8A8 (8-bit, per-channel, symmetric,
+// dynamic per-token int8 activations)".
+std::string describe_int(const QuantConfig& q) {
+  std::string s = q.name;
+  if (q.method == Method::kCtPacked || q.method == Method::kCtInt8)
+    s += q.int8_activations ? " W8A8" : " W" + std::to_string(q.bits) + "A16";
+  s += " (";
+  if (q.name == "auto-round") s += q.method == Method::kAwq ? "AWQ packing, " : "GPTQ packing, ";
+  s += std::to_string(q.bits) + "-bit, ";
+  if (q.group_size > 0) s += "group " + std::to_string(q.group_size);
+  else s += q.weight_scales == WeightScales::kTensor ? "per-tensor" : "per-channel";
+  s += q.zero_points ? ", zero points" : ", symmetric";
+  if (q.desc_act) s += ", act-order";
+  if (q.gptq_v2) s += ", gptq_v2 zeros";
+  if (q.int8_activations) s += ", dynamic per-token int8 activations";
+  return s + ")";
+}
+
 }  // namespace
 
 std::string QuantConfig::describe() const {
+  if (int_weights()) return describe_int(*this);
   if (!fp8()) return "none";
   std::string w = weight_scales == WeightScales::kTensor    ? "per-tensor"
                   : weight_scales == WeightScales::kChannel ? "per-channel"
@@ -175,8 +185,12 @@ QuantConfig parse_quant_config(const json& j, const std::string& source) {
   if (method == "fp8") return parse_fp8(j, source);
   if (method == "fbgemm_fp8") return parse_fbgemm(j, source);
   if (method == "compressed-tensors") return parse_compressed_tensors(j, source);
+  if (method == "awq") return parse_awq(j, source);
+  if (method == "gptq") return parse_gptq(j, source);
+  if (method == "auto-round" || method == "intel/auto-round") return parse_auto_round(j, source);
   unsupported(source + ": quantization method '" + method +
-              "' is not supported (supported: fp8, fbgemm_fp8, compressed-tensors FP8)");
+              "' is not supported (supported: fp8, fbgemm_fp8, compressed-tensors, awq, gptq, "
+              "auto-round)");
 }
 
 QuantConfig parse_quant_config_text(const std::string& text, const std::string& source) {
@@ -189,14 +203,20 @@ QuantConfig parse_quant_config_text(const std::string& text, const std::string& 
 
 QuantConfig resolve_quantization(QuantConfig ckpt, const std::string& flag,
                                  const std::string& source) {
+  const std::string holds =
+      ckpt.quantized() ? "a '" + ckpt.name + "' checkpoint" : std::string("not quantized");
   if (flag.empty() || flag == "auto" || flag == "none") {
-    if (flag == "none" && ckpt.fp8())
-      invalid_argument("--quantization none: " + source + " holds an FP8 (" + ckpt.name +
-                       ") checkpoint, which cannot be loaded unquantized");
+    if (flag == "none" && ckpt.quantized())
+      invalid_argument("--quantization none: " + source + " holds " +
+                       (ckpt.fp8() ? "an FP8" : "an INT" + std::to_string(ckpt.bits)) + " (" +
+                       ckpt.name + ") checkpoint, which cannot be loaded unquantized");
     return ckpt;
   }
   if (flag == "fp8") {
     if (ckpt.fp8()) return ckpt;  // vLLM: fp8 also loads any serialized FP8 checkpoint
+    if (ckpt.quantized())
+      invalid_argument("--quantization fp8: " + source + " is " + holds +
+                       " (fp8 quantizes 16-bit checkpoints or loads FP8 ones)");
     QuantConfig q;
     q.method = Method::kFp8;
     q.name = "fp8";
@@ -204,15 +224,19 @@ QuantConfig resolve_quantization(QuantConfig ckpt, const std::string& flag,
     q.weight_scales = WeightScales::kChannel;
     return q;
   }
-  if (flag == "fbgemm_fp8" || flag == "compressed-tensors") {
-    if (ckpt.name == flag) return ckpt;
-    invalid_argument("--quantization " + flag + ": " + source + " is " +
-                     (ckpt.fp8() ? "a '" + ckpt.name + "' checkpoint" : "not quantized") +
+  // vLLM's Marlin variants name the same checkpoints (the kernel is pagellm's choice).
+  const std::string method = flag == "awq_marlin"                        ? "awq"
+                             : flag == "gptq_marlin" || flag == "marlin" ? "gptq"
+                                                                         : flag;
+  if (method == "fbgemm_fp8" || method == "compressed-tensors" || method == "awq" ||
+      method == "gptq" || method == "auto-round") {
+    if (ckpt.name == method) return ckpt;
+    invalid_argument("--quantization " + flag + ": " + source + " is " + holds +
                      " (the flag must match the checkpoint's quant_method)");
   }
   invalid_argument("--quantization " + flag +
                    ": unknown or unsupported method (supported: fp8, fbgemm_fp8, "
-                   "compressed-tensors; AWQ / GPTQ / INT8: not yet)");
+                   "compressed-tensors, awq, awq_marlin, gptq, gptq_marlin, marlin, auto-round)");
 }
 
 }  // namespace pagellm::quant

@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "engine/sampler.h"
+#include "quant/int_weights.h"
 #include "quant/kv_cache_quant.h"
 #include "runner/cuda_weight_loader.h"
 
@@ -117,6 +118,7 @@ void CudaRunner::Impl::check_weights_fit(uint64_t weight_bytes) {
 void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
   const auto& c = config;
   const std::vector<models::WeightTensorSpec> plan = models::llama_weight_plan(c, opt.shard);
+  quant::refuse_int_weights_on_gpu(c.quant, opt.model_name);
   // Names and shapes of the whole checkpoint are checked before anything is allocated or read.
   if (checkpoint) models::check_llama_checkpoint(c, *checkpoint);
   check_weights_fit(plan_device_bytes(plan, checkpoint));

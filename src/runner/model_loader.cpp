@@ -15,6 +15,7 @@
 #include "parallel/launch.h"
 #include "parallel/shard.h"
 #include "parallel/thread_group.h"
+#include "quant/int_weights.h"
 #include "quant/kv_cache_quant.h"
 #include "runner/cpu_runner.h"
 #ifdef PAGELLM_HAVE_CUDA
@@ -178,6 +179,7 @@ LoadedModel describe_model(const EngineArgs& args, std::string* source) {
     *source = (dir / "config.json").string();
   }
   m.config.quant = quant::resolve_quantization(m.config.quant, args.quantization, *source);
+  if (args.device == "cuda") quant::refuse_int_weights_on_gpu(m.config.quant, *source);
   if (args.load_format != "auto" && args.load_format != "safetensors" &&
       args.load_format != "dummy")
     invalid_argument("--load-format '" + args.load_format +
@@ -275,9 +277,10 @@ LoadedModel load_model(const EngineArgs& args) {
       args.tensor_parallel_size, args.pipeline_parallel_size, num_blocks, args.block_size,
       static_cast<double>(num_blocks) * static_cast<double>(per_block) / 1048576.0);
   log::info(line);
-  if (m.config.quant.fp8())
-    log::info("quantization: " + m.config.quant.describe() +
-              "; the CPU computes with the dequantized weights and activations in fp32");
+  if (m.config.quant.quantized())
+    log::info("quantization: " + m.config.quant.describe() + "; the CPU computes with the " +
+              (m.config.quant.int_weights() ? "weights dequantized at load" : "dequantized weights") +
+              " and activations in fp32");
   return m;
 }
 

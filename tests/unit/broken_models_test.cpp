@@ -137,9 +137,15 @@ std::vector<BrokenCase> broken_cases() {
       {"unsupported_dtype",
        [](const fs::path& d) {
          rewrite_weights(
-             d, [](SafetensorsBuilder& b) { b.header["model.norm.weight"]["dtype"] = "I8"; });
+             d, [](SafetensorsBuilder& b) { b.header["model.norm.weight"]["dtype"] = "F64"; });
        },
        "model.safetensors", kUnsupported},
+      {"integer_dtype",  // 16 floats read as 16 int32s: a float tensor may not be an integer one
+       [](const fs::path& d) {
+         rewrite_weights(
+             d, [](SafetensorsBuilder& b) { b.header["model.norm.weight"]["dtype"] = "I32"; });
+       },
+       "model.safetensors", kInvalid},
       {"missing_tensor",
        [](const fs::path& d) {
          SafetensorsBuilder b;

@@ -36,7 +36,10 @@ TEST(DType, F16MatchesKnownEncodings) {
 
 TEST(DType, ParsesNames) {
   EXPECT_EQ(dtype_from_safetensors("BF16"), DType::kBF16);
-  EXPECT_FALSE(dtype_from_safetensors("I8").has_value());
+  EXPECT_EQ(dtype_from_safetensors("I8"), DType::kI8);  // integer storage (INT4 / INT8 checkpoints)
+  EXPECT_EQ(dtype_from_safetensors("I32"), DType::kI32);
+  EXPECT_FALSE(dtype_from_safetensors("F64").has_value());
+  EXPECT_EQ(dtype_size(DType::kI64), 8u);
   EXPECT_EQ(dtype_from_torch_name("bfloat16"), DType::kBF16);
   EXPECT_EQ(dtype_from_torch_name("float32"), DType::kF32);
 }

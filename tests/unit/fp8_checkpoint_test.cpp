@@ -76,7 +76,8 @@ TEST(QuantConfig, ParsesEveryFp8Format) {
 }
 
 TEST(QuantConfig, RefusesWhatItCannotRunWithOneLine) {
-  EXPECT_NE(error_of([] { parse({{"quant_method", "awq"}}); }).find("'awq' is not supported"),
+  EXPECT_NE(error_of([] { parse({{"quant_method", "bitsandbytes"}}); })
+                .find("'bitsandbytes' is not supported"),
             std::string::npos);
   EXPECT_NE(error_of([] { parse({{"activation_scheme", "dynamic"}}); }).find("quant_method"),
             std::string::npos);

@@ -51,6 +51,14 @@ TEST(Safetensors, ParsesHeaderWithMetadataAndAllDtypes) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(by_name["b"].data),
             24u);  // offset until bound to a mapping
   EXPECT_EQ(by_name["e"].num_bytes, 0u);
+  // The integer storage types of INT4 / INT8 checkpoints (packed weights, zeros, g_idx, shapes).
+  const std::string ints = "{\"q\":" + entry("I32", {2, 2}, 0, 16) + ",\"z\":" +
+                           entry("I8", {3}, 16, 19) + ",\"u\":" + entry("U8", {1}, 19, 20) +
+                           ",\"s\":" + entry("I64", {2}, 20, 36) + "}";
+  std::map<std::string, DType> dtypes;
+  for (const auto& t : parse(safetensors_bytes(ints, std::string(36, '\0')))) dtypes[t.name] = t.dtype;
+  EXPECT_EQ(dtypes, (std::map<std::string, DType>{
+                        {"q", DType::kI32}, {"z", DType::kI8}, {"u", DType::kU8}, {"s", DType::kI64}}));
 }
 
 TEST(Safetensors, RejectsMalformedHeaders) {
@@ -72,8 +80,8 @@ TEST(Safetensors, RejectsMalformedHeaders) {
   expect_invalid(
       safetensors_bytes("{\"a\":" + entry("F32", {3}, 0, 16) + "}", std::string(16, '\0')),
       "need 12 bytes");
-  expect_invalid(safetensors_bytes("{\"a\":" + entry("I8", {4}, 0, 4) + "}", std::string(4, '\0')),
-                 "I8", ErrorKind::kUnsupported);
+  expect_invalid(safetensors_bytes("{\"a\":" + entry("F64", {4}, 0, 32) + "}", std::string(32, '\0')),
+                 "F64", ErrorKind::kUnsupported);
   expect_invalid(safetensors_bytes("{\"a\":" + entry("F32", {2}, 0, 8) +
                                        ",\"b\":" + entry("F32", {2}, 4, 12) + "}",
                                    std::string(12, '\0')),

@@ -144,6 +144,8 @@ cudaError_t convert_dtype(DType src_dtype, const void* src, DType dst_dtype, voi
       return launch_from<DType::kF8E4M3>(src, dst_dtype, dst, count, stream);
     case DType::kF8E5M2:
       return launch_from<DType::kF8E5M2>(src, dst_dtype, dst, count, stream);
+    default:  // integer storage types (INT4/INT8 checkpoints) are never converted
+      break;
   }
   return cudaErrorNotSupported;
 }

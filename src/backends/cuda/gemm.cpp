@@ -48,8 +48,7 @@ cudaDataType_t cuda_type(DType dtype) {
       return CUDA_R_16F;
     case DType::kBF16:
       return CUDA_R_16BF;
-    case DType::kF8E4M3:  // storage types: FP8 layers go through fp8_linear
-    case DType::kF8E5M2:
+    default:  // storage types: FP8 layers go through fp8_linear; integers are never GEMM inputs
       break;
   }
   return CUDA_R_32F;
