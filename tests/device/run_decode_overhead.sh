@@ -3,10 +3,10 @@
 # bundle made by make_bundle.sh: programmatic dependent launch (common.cuh) beside ordinary launches
 # in one run.
 #   bash BUNDLE/run_decode_overhead.sh BUNDLE [--bench]
-# 1. ceilings (cuda_probe); 2. every kernel test (PDL on); 3. the engine check (graphs vs eager,
-# batched vs solo, preemption, prefix caching); 4. the runner check with --fp8 (GPU vs CPU runner,
-# then Llama-3.1-8B decode at batch 1 / 16 / 64, bf16 and FP8, PDL on); 5. the same decode figures
-# with --no-pdl; 6. with --bench: `bench throughput` 1000 x (1024 in, 128 out) and prefill
+# 1. ceilings (cuda_probe); 2. every kernel test; 3. the engine check (graphs vs eager, batched vs
+# solo, preemption, prefix caching), ordinary launches and PAGELLM_PDL=1; 4. the runner check with --fp8 (GPU vs CPU runner,
+# then Llama-3.1-8B decode at batch 1 / 16 / 64, bf16 and FP8); 5. the same decode figures with
+# programmatic dependent launch (--pdl: the GPU-vs-CPU checks again, then the figures); 6. with --bench: `bench throughput` 1000 x (1024 in, 128 out) and prefill
 # 64 x 1024, bf16 and FP8, PDL on and off. Logs go to $OUT (or ./device-logs); summary.txt collects
 # the figures.
 set -uo pipefail
@@ -19,13 +19,16 @@ say "profilers: $(ls /usr/local/cuda/bin 2>/dev/null | grep -E '^(nsys|ncu)$' | 
 timeout 300 "$B/cuda_kernel_tests" > "$LOGS/kernel_tests.log" 2>&1
 say "kernel tests (exit $?): $(grep -E '^kernel tests:' "$LOGS/kernel_tests.log")"
 grep -E "FAIL" "$LOGS/kernel_tests.log" | cut -c1-200 | head -20 | tee -a "$SUMMARY"
-timeout 300 "$B/cuda_engine_check" "$B/models" --device cuda > "$LOGS/engine_check.log" 2>&1
-say "engine check (exit $?): $(grep -iE 'engine checks|passed|failed' "$LOGS/engine_check.log" | tail -1)"
-grep -E "FAIL" "$LOGS/engine_check.log" | cut -c1-200 | head -20 | tee -a "$SUMMARY"
+for pdl in 0 1; do
+  PAGELLM_PDL=$pdl timeout 300 "$B/cuda_engine_check" "$B/models" --device cuda \
+    > "$LOGS/engine_check_pdl$pdl.log" 2>&1
+  say "engine check, PAGELLM_PDL=$pdl (exit $?): $(grep -iE 'passed|failed' "$LOGS/engine_check_pdl$pdl.log" | tail -1)"
+  grep -E "FAIL" "$LOGS/engine_check_pdl$pdl.log" | cut -c1-200 | head -20 | tee -a "$SUMMARY"
+done
 
-for pdl in on off; do
+for pdl in off on; do
   flags=(--fp8)
-  [ $pdl = off ] && flags=(--fp8 --perf-only --no-pdl)
+  [ $pdl = on ] && flags=(--fp8 --pdl)
   timeout 420 "$B/cuda_runner_check" "$B/models" "${flags[@]}" > "$LOGS/runner_check_pdl_$pdl.log" 2>&1
   say "runner check ${flags[*]} (exit $?):"
   grep -E "FAIL|runner checks:|programmatic|tok/s|copy" "$LOGS/runner_check_pdl_$pdl.log" | head -30 |
@@ -40,7 +43,7 @@ if [ "${2:-}" = --bench ]; then
       --device cuda --max-model-len 2048 "$@" > "$LOGS/bench_$name.log" 2>&1
     say "bench $name (exit $?): $(grep -E 'Throughput' "$LOGS/bench_$name.log")"
   }
-  for pdl in 1 0; do
+  for pdl in 0 1; do
     for q in bf16 fp8; do
       flags=()
       [ $q = fp8 ] && flags=(--quantization fp8)

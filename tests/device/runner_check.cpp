@@ -516,7 +516,7 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: %s MODELS_DIR [--skip-perf] [--perf-only [--batch N] [--no-bf16]] [--fp8] [--kv-fp8] [--no-pdl]\n",
+                 "usage: %s MODELS_DIR [--skip-perf] [--perf-only [--batch N] [--no-bf16]] [--fp8] [--kv-fp8] [--pdl]\n",
                  argv[0]);
     return 2;
   }
@@ -527,8 +527,8 @@ int main(int argc, char** argv) {
     perf_only = perf_only || a == "--perf-only";
     fp8_perf = fp8_perf || a == "--fp8";
     kv_perf = kv_perf || a == "--kv-fp8";
-    // The baseline of programmatic dependent launch: every kernel launched the ordinary way.
-    if (a == "--no-pdl") pagellm::cuda::set_programmatic_launch(false);
+    // Programmatic dependent launch against the ordinary launches (the default).
+    if (a == "--pdl") pagellm::cuda::set_programmatic_launch(true);
     bf16_perf = bf16_perf && a != "--no-bf16";
     if (a == "--batch" && i + 1 < argc) pagellm::g_perf_batches = {std::atoi(argv[++i])};
   }

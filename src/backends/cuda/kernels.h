@@ -21,10 +21,10 @@
 namespace pagellm::cuda {
 
 // ---- launch.cpp --------------------------------------------------------------------------------
-// Whether the forward-pass kernels start as programmatic dependent launches (common.cuh): on by
-// default on sm_90+ (the current device at first use), off elsewhere and under PAGELLM_PDL=0.
-// set_programmatic_launch(false) turns it off (benchmarks compare both); true is refused on GPUs
-// without it.
+// Whether the forward-pass kernels start as programmatic dependent launches (common.cuh). Off by
+// default: measured on an H100 (docs/PERF.md, "Decode step overhead") it made bf16 decode at batch 1
+// 5% slower and FP8 at batch 16 6% slower while FP8 at batch 1 gained 2%. PAGELLM_PDL=1 or
+// set_programmatic_launch(true) turns it on where the GPU has it (sm_90+; refused elsewhere).
 bool programmatic_launch();
 void set_programmatic_launch(bool on);
 

@@ -27,8 +27,8 @@ bool programmatic_launch() {
   int s = pdl_state().load(std::memory_order_relaxed);
   if (s < 0) {
     const char* env = std::getenv("PAGELLM_PDL");
-    const bool off = env && std::strcmp(env, "0") == 0;
-    s = !off && device_supports_pdl() ? 1 : 0;
+    const bool on = env && std::strcmp(env, "1") == 0;
+    s = on && device_supports_pdl() ? 1 : 0;
     pdl_state().store(s, std::memory_order_relaxed);
   }
   return s == 1;

@@ -1,4 +1,5 @@
 // Rotary position embedding (rotate-half form) and the host-side inverse frequencies.
+#include <algorithm>
 #include <cmath>
 
 #include "backends/cuda/common.cuh"
@@ -6,7 +7,11 @@
 namespace pagellm::cuda {
 namespace {
 
-// One block per token; each thread rotates (x[i], x[i + half]) pairs of q and k heads. Rounds like
+constexpr int kRopeThreads = 128;
+
+// grid: (num_tokens, ceil(pairs / kRopeThreads)); each thread rotates one (x[i], x[i + half]) pair
+// of a q or k head (one memory round trip per thread: a loop over the token's pairs made this a
+// latency chain of ~20 loads, the slowest small kernel of a decode step). Rounds like
 // transformers' apply_rotary_pos_emb in the model dtype: cos/sin cast to T, each product rounded,
 // then the sum.
 template <typename T>
@@ -21,7 +26,7 @@ __global__ void rope_kernel(const __grid_constant__ RopeParams p) {
                         ? static_cast<const T*>(p.cos_sin) + int64_t{position} * p.head_dim
                         : nullptr;
   const int num_pairs = (p.num_heads + p.num_kv_heads) * half;
-  for (int j = threadIdx.x; j < num_pairs; j += blockDim.x) {
+  for (int j = blockIdx.y * blockDim.x + threadIdx.x; j < num_pairs; j += gridDim.y * blockDim.x) {
     const int head = j / half;
     const int i = j % half;
     T* x =
@@ -83,7 +88,9 @@ cudaError_t rope(const RopeParams& in, cudaStream_t stream) {
   if (p.q_token_stride == 0) p.q_token_stride = static_cast<int64_t>(p.num_heads) * p.head_dim;
   if (p.k_token_stride == 0) p.k_token_stride = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
   return PAGELLM_DISPATCH_DTYPE(p.dtype, [&] {
-    return launch_kernel(rope_kernel<scalar_t>, p.num_tokens, 128, 0, stream, p);
+    const int pairs = (p.num_heads + p.num_kv_heads) * (p.head_dim / 2);
+    const dim3 grid(p.num_tokens, std::min((pairs + kRopeThreads - 1) / kRopeThreads, 65535));
+    return launch_kernel(rope_kernel<scalar_t>, grid, kRopeThreads, 0, stream, p);
   });
 }
 

@@ -95,6 +95,7 @@ cudaError_t plan_attention(const AttentionParams& p, const int32_t* query_start_
   }
   const int num_items = static_cast<int>(out->split_items.size() / 2);
   int splits = 1;
+  if (fixed_num_splits > attention::kCombineMaxSplits) return cudaErrorInvalidValue;
   if (fixed_num_splits > 0) {
     splits = fixed_num_splits;
   } else if (num_items > 0) {
@@ -105,7 +106,7 @@ cudaError_t plan_attention(const AttentionParams& p, const int32_t* query_start_
     const int64_t base = int64_t{num_items} * p.num_kv_heads * ((group + g_tile - 1) / g_tile);
     const int64_t want = (2 * int64_t{std::max(num_sms, 1)} + base - 1) / base;
     const int64_t cap = std::max(1, (max_split_ctx + 127) / 128);
-    splits = static_cast<int>(std::clamp<int64_t>(want, 1, std::min<int64_t>(cap, 256)));
+    splits = static_cast<int>(std::clamp<int64_t>(want, 1, std::min<int64_t>(cap, attention::kCombineMaxSplits)));
   }
   out->num_splits = splits;
   out->workspace_bytes =

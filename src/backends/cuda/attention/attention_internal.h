@@ -18,6 +18,9 @@ inline int split_kv_head_tile(int group_size, bool fast_path) {
 // Whether the split-KV kernel has its vectorized path for this head_dim (64 or 128).
 inline bool split_kv_fast_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
 constexpr int kMaxGenericHeadDim = 256;
+// The most splits per sequence the planner makes (the combine kernel keeps their weights in shared
+// memory).
+constexpr int kCombineMaxSplits = 256;
 
 // Whether the CUDA kernels read this cache dtype with this model dtype: the model dtype itself, or
 // FP8 (e4m3 / e5m2) with bf16 / f16 models.

@@ -252,7 +252,10 @@ __global__ void __launch_bounds__(kSplitKvThreads)
   }
 }
 
-// Merges the splits of one (item, head): grid (num_split_items, num_heads), block 128.
+// Merges the splits of one (item, head): grid (num_split_items, num_heads), block 128. The split
+// weights are computed once, in parallel, into shared memory, and each output dimension's sum runs
+// over independent loads (a loop re-reading each split's lse per dimension made this a chain of
+// dependent loads as long as the split count). Sums keep the split order.
 template <typename T>
 __global__ void __launch_bounds__(128)
     split_kv_combine_kernel(const __grid_constant__ AttentionParams p,
@@ -261,22 +264,34 @@ __global__ void __launch_bounds__(128)
                             const float* __restrict__ partial_lse) {
   pdl_launch_dependents();
   pdl_wait();
+  __shared__ float s_weight[kCombineMaxSplits];
+  __shared__ float s_red[32];
   const int item = blockIdx.x;
   const int head = blockIdx.y;
   const int token = plan.split_items[2 * item];
-  const int num_splits = plan.num_splits;
+  const int num_splits = min(plan.num_splits, kCombineMaxSplits);  // the launcher checks
   const int64_t row0 = (static_cast<int64_t>(item) * p.num_heads + head) * num_splits;
   const float* lse = partial_lse + row0;  // [num_splits]
   float mx = -INFINITY;
-  for (int s = 0; s < num_splits; ++s) mx = fmaxf(mx, lse[s]);
+  for (int s = threadIdx.x; s < num_splits; s += blockDim.x) mx = fmaxf(mx, lse[s]);
+  mx = warp_max(mx);
+  if ((threadIdx.x & 31) == 0) s_red[threadIdx.x >> 5] = mx;
+  __syncthreads();
+  mx = s_red[0];
+  for (int w = 1; w < int(blockDim.x >> 5); ++w) mx = fmaxf(mx, s_red[w]);
+  for (int s = threadIdx.x; s < num_splits; s += blockDim.x)
+    s_weight[s] = mx == -INFINITY || lse[s] == -INFINITY ? 0.f : exp2f(lse[s] - mx);
+  __syncthreads();
   float wsum = 0.f;
-  for (int s = 0; s < num_splits; ++s) wsum += mx == -INFINITY ? 0.f : exp2f(lse[s] - mx);
+  for (int s = 0; s < num_splits; ++s) wsum += s_weight[s];
   T* out = static_cast<T*>(p.out) + (static_cast<int64_t>(token) * p.num_heads + head) * p.head_dim;
   for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+    const float* part = partial_out + row0 * p.head_dim + d;
     float o = 0.f;
+#pragma unroll 8
     for (int s = 0; s < num_splits; ++s) {
-      if (lse[s] == -INFINITY) continue;
-      o += exp2f(lse[s] - mx) * partial_out[(row0 + s) * p.head_dim + d];
+      const float v = part[int64_t{s} * p.head_dim];
+      if (s_weight[s] != 0.f) o += s_weight[s] * v;
     }
     out[d] = from_float<T>(wsum > 0.f ? o / wsum : 0.f);
   }
@@ -286,6 +301,7 @@ template <typename T>
 cudaError_t launch_split_kv_combine(const AttentionParams& p, const AttentionPlan& plan,
                                    const float* partial_out, const float* partial_lse,
                                    cudaStream_t stream) {
+  if (plan.num_splits > kCombineMaxSplits) return cudaErrorInvalidValue;
   return launch_kernel(split_kv_combine_kernel<T>, dim3(plan.num_split_items, p.num_heads), 128, 0,
                        stream, p, plan, partial_out, partial_lse);
 }
