@@ -370,10 +370,16 @@ void dequantize_int_part(const io::WeightStore& store, const models::HfTensorSpe
   }
 }
 
-void refuse_int_weights_on_gpu(const QuantConfig& q, const std::string& model) {
-  if (!q.int_weights()) return;
-  unsupported(model + ": INT4/INT8 (" + q.name + ") weights run on --device cpu only in this "
-              "build; GPU kernels: issue 12");
+void check_int_weights_on_gpu(const QuantConfig& q, const std::string& model) {
+  if (!q.int_weights() || !q.int8_activations) return;
+  unsupported(model + ": W8A8-INT8 (" + q.name + ", int8 activations) runs on --device cpu only in "
+              "this build; the GPU's int8 GEMM: issue 12");
+}
+
+std::string describe_int_weights_on_gpu(const QuantConfig& q, DType dtype) {
+  if (!q.int_weights()) return "";
+  return q.describe() + ": dequantized to " + std::string(dtype_name(dtype)) +
+         " at load (no INT4/INT8 GPU kernels yet, issue 12: memory and speed of the 16-bit model)";
 }
 
 void fake_quantize_rows_int8(float* x, int64_t rows, int64_t cols) {

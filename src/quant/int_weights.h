@@ -56,9 +56,14 @@ void check_int_part(const io::WeightStore& store, const models::HfTensorSpec& pa
 void dequantize_int_part(const io::WeightStore& store, const models::HfTensorSpec& part,
                          const QuantConfig& q, float* dst);
 
-// Throws (kUnsupported, one line) when `q` holds INT4 / INT8 weights: the CUDA runner has no
-// kernels for them yet (issue 12); `model` names the model in the message.
-void refuse_int_weights_on_gpu(const QuantConfig& q, const std::string& model);
+// The CUDA runner has no INT4 / INT8 GEMM kernels yet (issue 12): it dequantizes weight-only
+// formats (W4A16, W8A16) to its 16-bit dtype at load, so they run with the memory and speed of the
+// 16-bit model. W8A8-INT8 (int8 activations) throws (kUnsupported, one line naming `model`): its
+// numerics are the int8 GEMM's, which a 16-bit GEMM would not reproduce.
+void check_int_weights_on_gpu(const QuantConfig& q, const std::string& model);
+
+// The startup log line of check_int_weights_on_gpu's fallback ("" without INT weights).
+std::string describe_int_weights_on_gpu(const QuantConfig& q, DType dtype);
 
 // Each row of x [rows, cols] quantized symmetrically to int8 with scale amax / 127 and dequantized:
 // the CPU reference of W8A8-INT8's dynamic per-token activation quantization (a row of zeros stays

@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "engine/sampler.h"
+#include "quant/fp8_weights.h"
 #include "quant/int_weights.h"
 #include "quant/kv_cache_quant.h"
 #include "runner/cuda_weight_loader.h"
@@ -115,10 +116,28 @@ void CudaRunner::Impl::check_weights_fit(uint64_t weight_bytes) {
                   std::to_string(total_bytes >> 20) + " MiB)");
 }
 
+// An INT4 / INT8 part dequantized on the host (quant::dequantize_int_part: the CPU backend's exact
+// fp32 weights, the rank's slice only) and rounded to the runner's dtype on the device.
+void CudaRunner::Impl::upload_dequantized_int(const io::WeightStore& checkpoint,
+                                              const models::HfTensorSpec& part, void* out) {
+  const int64_t count = part.num_elements();
+  std::vector<float> values(static_cast<size_t>(count));
+  quant::dequantize_int_part(checkpoint, part, config.quant, values.data());
+  DevMem staging(size_t(count) * 4, "dequantized " + part.name);
+  check(cudaMemcpyAsync(staging.get(), values.data(), size_t(count) * 4, cudaMemcpyHostToDevice,
+                        stream),
+        "uploading " + part.name);
+  check(cuda::convert_dtype(DType::kF32, staging.get(), dt, out, count, stream),
+        "converting " + part.name);
+  check(cudaStreamSynchronize(stream), "dequantizing " + part.name);
+}
+
 void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
   const auto& c = config;
   const std::vector<models::WeightTensorSpec> plan = models::llama_weight_plan(c, opt.shard);
-  quant::refuse_int_weights_on_gpu(c.quant, opt.model_name);
+  quant::check_int_weights_on_gpu(c.quant, opt.model_name);
+  if (c.quant.int_weights() && checkpoint)
+    log::info(quant::describe_int_weights_on_gpu(c.quant, dt));
   // Names and shapes of the whole checkpoint are checked before anything is allocated or read.
   if (checkpoint) models::check_llama_checkpoint(c, *checkpoint);
   check_weights_fit(plan_device_bytes(plan, checkpoint));
@@ -148,9 +167,12 @@ void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
       check(cudaMemsetAsync(mem.get(), 0, mem.bytes(), stream), "zeroing " + t.label);
     stats.weight_bytes += int64_t(mem.bytes());
     unsigned char* out = mem.as<unsigned char>();  // fused parts follow each other
+    const bool int_slot = c.quant.int_weights() && quant::quantized_slot(t.slot);
     for (const models::HfTensorSpec& part : t.parts) {
       const int64_t count = part.num_elements();
-      if (uploader) {
+      if (uploader && int_slot && quant::int_part_quantized(c.quant, part.name)) {
+        upload_dequantized_int(*checkpoint, part, out);
+      } else if (uploader) {
         uploader->upload(checkpoint->get(part.name), part, out);
       } else {
         check(fill_dummy(part, out), "filling " + part.name);

@@ -200,6 +200,8 @@ struct CudaRunner::Impl {
                              const io::WeightStore* checkpoint) const;
   // Loads FP8 layer t into w (e4m3) and s: FP8 parts as stored (their scales per row, or 128x128
   // blocks when the rank's slice keeps whole blocks), everything else quantized per channel here.
+  void upload_dequantized_int(const io::WeightStore& checkpoint, const models::HfTensorSpec& part,
+                              void* out);
   void load_fp8_layer(const models::WeightTensorSpec& t, const io::WeightStore* checkpoint,
                       class WeightUploader* uploader, DevMem& w, Fp8Scales& s);
   Fp8Scales& fp8_slot(const models::WeightTensorSpec& t) {

@@ -179,7 +179,7 @@ LoadedModel describe_model(const EngineArgs& args, std::string* source) {
     *source = (dir / "config.json").string();
   }
   m.config.quant = quant::resolve_quantization(m.config.quant, args.quantization, *source);
-  if (args.device == "cuda") quant::refuse_int_weights_on_gpu(m.config.quant, *source);
+  if (args.device == "cuda") quant::check_int_weights_on_gpu(m.config.quant, *source);
   if (args.load_format != "auto" && args.load_format != "safetensors" &&
       args.load_format != "dummy")
     invalid_argument("--load-format '" + args.load_format +

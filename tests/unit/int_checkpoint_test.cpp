@@ -87,9 +87,14 @@ TEST(IntQuantConfig, FlagsAgreeWithTheCheckpointOrFailInOneLine) {
   EXPECT_ERROR(quant::resolve_quantization(gptq, "fp8", "x"), "--quantization fp8");
   EXPECT_ERROR(quant::resolve_quantization(gptq, "none", "x"), "INT4 (gptq)");
   EXPECT_ERROR(quant::resolve_quantization({}, "auto-round", "x"), "not quantized");
-  EXPECT_ERROR(quant::refuse_int_weights_on_gpu(awq, "m"),
-               "INT4/INT8 (awq) weights run on --device cpu only in this build; GPU kernels: "
-               "issue 12");
+  EXPECT_NO_THROW(quant::check_int_weights_on_gpu(awq, "m"));  // dequantized at load
+  EXPECT_NE(quant::describe_int_weights_on_gpu(awq, DType::kBF16).find("dequantized to bf16"),
+            std::string::npos);
+  EXPECT_EQ(quant::describe_int_weights_on_gpu({}, DType::kBF16), "");
+  quant::QuantConfig w8a8 = gptq;
+  w8a8.bits = 8, w8a8.int8_activations = true;
+  EXPECT_ERROR(quant::check_int_weights_on_gpu(w8a8, "m"),
+               "W8A8-INT8 (gptq, int8 activations) runs on --device cpu only in this build");
 }
 
 TEST(IntQuantConfig, RefusesWhatItCannotRunWithOneLine) {

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# INT4 / INT8 checkpoints on the GPU (issue 12; dequantized to bf16 at load until the INT kernels
+# land), then the FP8 issue's `bench throughput` figures (bf16 beside FP8), on the GPU machine.
+# Run from the repository root (tools/quantize_int.py makes the checkpoints there, numpy only):
+#   bash tests/device/run_int_gpu.sh BUNDLE [--bench]
+# BUNDLE holds pagellm (xz), unpack_bundle.sh, models/pycode-25M (xz'd), heldout_python.txt and
+# llama31-8b/ (config + tokenizer for --load-format dummy); see docs/PERF.md for how it is made.
+# For pycode-25M bf16 and four formats (GPTQ W4A16 g128 act-order, AWQ W4A16 g128, compressed-
+# tensors W4A16 g128 and W8A16): teacher-forced perplexity of the held-out text on --device cuda
+# and --device cpu; W8A8-INT8 must be refused on cuda in one line.
+set -uo pipefail
+SRC=$(cd "${1:?usage: run_int_gpu.sh BUNDLE [--bench]}" && pwd)
+. "$SRC/unpack_bundle.sh"
+P=$B/models/pycode-25M
+python3 - "$B/heldout_python.txt" "$B/ppl_prompt.jsonl" <<'PY'
+import json, sys
+text = open(sys.argv[1]).read()
+with open(sys.argv[2], "w") as f:
+    f.write(json.dumps({"prompt": text, "max_tokens": 1, "temperature": 0, "prompt_logprobs": 1}) + "\n")
+PY
+ppl() {
+  python3 -c 'import json,math,sys
+r = json.loads(open(sys.argv[1]).readline())
+lp = [x["logprob"] for x in r["prompt_logprobs"] if x]
+print("%.4f over %d tokens" % (math.exp(-sum(lp) / len(lp)), len(lp)))' "$1" 2>&1 | tail -1
+}
+score() {  # NAME MODEL_DIR
+  local line="$1:"
+  for dev in cuda cpu; do
+    timeout 300 "$B/pagellm" generate --device "$dev" --model "$2" --max-model-len 2048 \
+      --prompts-file "$B/ppl_prompt.jsonl" --output "$LOGS/ppl_$1_$dev.jsonl" 2> "$LOGS/ppl_$1_$dev.err"
+    line="$line $dev (exit $?) $(ppl "$LOGS/ppl_$1_$dev.jsonl");"
+  done
+  say "$line"
+  grep -h "dequantized to" "$LOGS/ppl_$1_cuda.err" | head -1 | tee -a "$SUMMARY"
+}
+score bf16 "$P"
+while read -r name args; do
+  # shellcheck disable=SC2086
+  timeout 300 python3 tools/quantize_int.py $args "$P" "$B/q/$name" > "$LOGS/quantize_$name.log" 2>&1 ||
+    { say "quantize $name failed: $(tail -2 "$LOGS/quantize_$name.log")"; continue; }
+  score "$name" "$B/q/$name"
+done <<'LIST'
+gptq-w4-g128-actorder --format gptq --method gptq --act-order
+awq-w4-g128 --format awq --method awq
+ct-w4a16-g128 --format ct-w4a16 --method rtn
+ct-w8a16-channel --format ct-w8a16 --method rtn --group-size -1
+ct-w8a8 --format ct-w8a8 --method rtn
+LIST
+say "W8A8 on cuda: $(grep -v INFO "$LOGS/ppl_ct-w8a8_cuda.err" | head -2)"
+
+if [ "${2:-}" = --bench ]; then
+  for q in bf16 fp8; do
+    flags=()
+    [ $q = fp8 ] && flags=(--quantization fp8)
+    for shape in "prefill_64x1024 --num-prompts 64 --input-len 1024 --output-len 1" \
+                 "1000x1024x128 --num-prompts 1000 --input-len 1024 --output-len 128"; do
+      set -- $shape
+      name=$1
+      shift
+      timeout 300 "$B/pagellm" bench throughput --model "$B/llama31-8b" --load-format dummy \
+        --device cuda --max-model-len 2048 "$@" "${flags[@]}" > "$LOGS/bench_${name}_$q.log" 2>&1
+      say "bench ${name}_$q (exit $?): $(grep -E 'Throughput' "$LOGS/bench_${name}_$q.log")"
+    done
+  done
+fi
+echo "==== summary"
+cat "$SUMMARY"
