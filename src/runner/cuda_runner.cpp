@@ -132,6 +132,12 @@ void CudaRunner::Impl::upload_dequantized_int(const io::WeightStore& checkpoint,
   check(cudaStreamSynchronize(stream), "dequantizing " + part.name);
 }
 
+bool CudaRunner::Impl::int_part(const models::WeightTensorSpec& t,
+                                const models::HfTensorSpec& part) const {
+  return config.quant.int_weights() && quant::quantized_slot(t.slot) &&
+         quant::int_part_quantized(config.quant, part.name);
+}
+
 void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
   const auto& c = config;
   const std::vector<models::WeightTensorSpec> plan = models::llama_weight_plan(c, opt.shard);
@@ -146,8 +152,9 @@ void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
     size_t largest = 0;
     for (const auto& t : plan)
       for (const auto& part : t.parts)
-        largest = std::max(largest, size_t(part.num_elements()) *
-                                        dtype_size(checkpoint->get(part.name).dtype));
+        if (!int_part(t, part))  // INT parts are dequantized on the host, not streamed
+          largest = std::max(largest, size_t(part.num_elements()) *
+                                          dtype_size(checkpoint->get(part.name).dtype));
     uploader.emplace(stream, dt, largest);
   }
   layers.resize(size_t(num_layers));
@@ -167,10 +174,9 @@ void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
       check(cudaMemsetAsync(mem.get(), 0, mem.bytes(), stream), "zeroing " + t.label);
     stats.weight_bytes += int64_t(mem.bytes());
     unsigned char* out = mem.as<unsigned char>();  // fused parts follow each other
-    const bool int_slot = c.quant.int_weights() && quant::quantized_slot(t.slot);
     for (const models::HfTensorSpec& part : t.parts) {
       const int64_t count = part.num_elements();
-      if (uploader && int_slot && quant::int_part_quantized(c.quant, part.name)) {
+      if (uploader && int_part(t, part)) {
         upload_dequantized_int(*checkpoint, part, out);
       } else if (uploader) {
         uploader->upload(checkpoint->get(part.name), part, out);

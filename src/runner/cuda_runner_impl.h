@@ -200,6 +200,8 @@ struct CudaRunner::Impl {
                              const io::WeightStore* checkpoint) const;
   // Loads FP8 layer t into w (e4m3) and s: FP8 parts as stored (their scales per row, or 128x128
   // blocks when the rank's slice keeps whole blocks), everything else quantized per channel here.
+  // True when `part` of t is an INT4 / INT8 weight of the checkpoint (dequantized at load).
+  bool int_part(const models::WeightTensorSpec& t, const models::HfTensorSpec& part) const;
   void upload_dequantized_int(const io::WeightStore& checkpoint, const models::HfTensorSpec& part,
                               void* out);
   void load_fp8_layer(const models::WeightTensorSpec& t, const io::WeightStore* checkpoint,
