@@ -22,16 +22,6 @@ constexpr int kMaxGenericHeadDim = 256;
 // memory).
 constexpr int kCombineMaxSplits = 256;
 
-// Keys per split of a sequence with n_keys keys: an even share of num_splits, but at least
-// kMinSplitKeys, so that a context shorter than the one the split count was planned for (a CUDA
-// graph's splits are fixed for max_model_len) runs fewer, fuller splits; the splits past the end
-// are empty (lse -inf, skipped by the combine).
-constexpr int kMinSplitKeys = 128;
-__host__ __device__ inline int split_keys(int n_keys, int num_splits) {
-  const int even = (n_keys + num_splits - 1) / num_splits;
-  return even > kMinSplitKeys ? even : kMinSplitKeys;
-}
-
 // Whether the CUDA kernels read this cache dtype with this model dtype: the model dtype itself, or
 // FP8 (e4m3 / e5m2) with bf16 / f16 models.
 inline bool kv_dtype_supported(DType dtype, DType kv_dtype) {

@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kTileThreads)
   const int kv_head = blockIdx.y;
   const int head0 = kv_head * group;
   const int n_keys = p.seq_lens[seq] - (p.query_start_loc[seq + 1] - token) + 1;
-  const int per_split = split_keys(n_keys, plan.num_splits);
+  const int per_split = (n_keys + plan.num_splits - 1) / plan.num_splits;
   const int k_begin = blockIdx.z * per_split;
   const int k_end = min(n_keys, k_begin + per_split);
   const int n_tiles = k_end > k_begin ? (k_end - k_begin + kTileN - 1) / kTileN : 0;

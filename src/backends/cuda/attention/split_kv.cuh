@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kSplitKvThreads)
 
   // Causal range of this token, then this block's share of it.
   const int n_keys = p.seq_lens[seq] - (p.query_start_loc[seq + 1] - token) + 1;
-  const int per_split = split_keys(n_keys, plan.num_splits);
+  const int per_split = (n_keys + plan.num_splits - 1) / plan.num_splits;
   const int k_begin = blockIdx.z * per_split;
   const int k_end = min(n_keys, k_begin + per_split);
 
@@ -289,8 +289,10 @@ __global__ void __launch_bounds__(128)
     const float* part = partial_out + row0 * p.head_dim + d;
     float o = 0.f;
 #pragma unroll 8
-    for (int s = 0; s < num_splits; ++s)
-      if (s_weight[s] != 0.f) o += s_weight[s] * part[int64_t{s} * p.head_dim];
+    for (int s = 0; s < num_splits; ++s) {
+      const float v = part[int64_t{s} * p.head_dim];
+      if (s_weight[s] != 0.f) o += s_weight[s] * v;
+    }
     out[d] = from_float<T>(wsum > 0.f ? o / wsum : 0.f);
   }
 }
