@@ -6,22 +6,11 @@
 
 #include "common/error.h"
 #include "common/fp8.h"
+#include "quant/tensor_errors.h"
 
 namespace pagellm::quant {
 
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-[[noreturn]] void bad_tensor(const io::TensorView& t, const std::string& what) {
-  invalid_argument(t.file + ": tensor '" + t.name + "' " + what);
-}
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // What the scale tensor of an [n, k] weight holds, from its shape; throws for a shape that fits
 // no layout the config allows.

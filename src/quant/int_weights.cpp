@@ -8,6 +8,7 @@
 #include "common/thread_pool.h"
 #include "quant/fp8_weights.h"
 #include "quant/int_config.h"
+#include "quant/tensor_errors.h"
 
 namespace pagellm::quant {
 
@@ -16,18 +17,6 @@ namespace {
 // AWQ packs output columns 8j + {0, 2, 4, 6, 1, 3, 5, 7} into nibbles 0..7 of word j; column
 // 8j + i therefore sits in nibble kAwqNibble[i].
 constexpr int kAwqNibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};
-
-std::string shape_str(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-[[noreturn]] void bad_tensor(const io::TensorView& t, const std::string& what) {
-  invalid_argument(t.file + ": tensor '" + t.name + "' " + what);
-}
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 uint32_t word_at(const io::TensorView& t, int64_t i) {
   uint32_t w;

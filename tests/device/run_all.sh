@@ -12,16 +12,7 @@ HF=1 PERF=1 ONLY_HF=0
 for a in "$@"; do
   case $a in --no-hf) HF=0 ;; --no-perf) PERF=0 ;; --only-hf) ONLY_HF=1 ;; esac
 done
-LOGS=${OUT:-./device-logs}
-mkdir -p "$LOGS"
-B=/tmp/pagellm-bundle
-rm -rf "$B" && cp -r "$SRC" "$B" && find "$B" -name "*.gz" -exec gunzip -f {} +
-chmod +x "$B"/pagellm "$B"/cuda_* 2>/dev/null
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-SUMMARY=$LOGS/summary.txt
-: > "$SUMMARY"
-say() { echo "$*" | tee -a "$SUMMARY"; }
-say "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader) $(date -u +%FT%TZ)"
+. "$SRC/unpack_bundle.sh"
 timeout 120 "$B/cuda_probe" > "$LOGS/probe.log" 2>&1
 say "probe: $(grep -iE 'copy|gemm|tflop|GB/s' "$LOGS/probe.log" | tr '\n' ' ' | cut -c1-300)"
 

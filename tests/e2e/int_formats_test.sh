@@ -15,6 +15,7 @@ MODEL=$SHARED/models/pycode-25M
 TMP=$(mktemp -d)
 [ -n "${PAGELLM_KEEP_TMP:-}" ] && echo "keeping $TMP" || trap 'rm -rf "$TMP"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
+. tests/e2e/quant_lib.sh
 "$PY" -c "import numpy" 2>/dev/null || fail "$PY has no numpy (scripts/setup.sh installs python3-numpy)"
 [ -f "$MODEL/config.json" ] || fail "no $MODEL"
 
@@ -41,11 +42,6 @@ echo "ok: quantized pycode-25M ${#NAMES[@]} ways, every weight reloaded exactly"
 
 # Eight greedy 32-token Python continuations and the held-out text scored teacher-forced
 # (prompt_logprobs), then for every model the same plus bf16's greedy tokens fed back.
-gen() {  # NAME PROMPTS [flags...]
-  local name=$1 prompts=$2; shift 2
-  "$BIN" generate --device cpu --prompts-file "$prompts" --output "$TMP/res_$name.jsonl" "$@" \
-    2> "$TMP/err_$name.txt" || { tail -5 "$TMP/err_$name.txt" >&2; fail "generate ($name) exited non-zero"; }
-}
 "$PY" tests/tools/fp8_e2e.py prompts tests/data/heldout_python.txt "$TMP/prompts.jsonl"
 gen bf16-first "$TMP/prompts.jsonl" --model "$MODEL"
 cp "$TMP/prompts.jsonl" "$TMP/prompts_tf.jsonl"
@@ -61,19 +57,7 @@ echo "ok: every format continues the prompts; GPTQ and AWQ beat RTN, W8A16 / W8A
 
 # Broken checkpoints: non-zero exit and one error line naming what is wrong.
 broken() {  # KIND PATTERN SOURCE
-  local kind=$1 pattern=$2 src=$3
-  "$PY" tests/tools/int_e2e.py broken "$TMP/$src" "$TMP/broken_$kind" "$kind"
-  if "$BIN" generate --device cpu --model "$TMP/broken_$kind" --prompt "def f():" --max-tokens 4 \
-      > /dev/null 2> "$TMP/err_broken_$kind.txt"; then
-    fail "$kind: generate exited 0"
-  fi
-  local errs
-  errs=$(grep -civ "\bINFO\b" "$TMP/err_broken_$kind.txt" || true)
-  [ "$errs" -eq 1 ] || { cat "$TMP/err_broken_$kind.txt" >&2; fail "$kind: expected one error line, got $errs"; }
-  grep -v "\bINFO\b" "$TMP/err_broken_$kind.txt" | grep -qiE "$pattern" \
-    || { cat "$TMP/err_broken_$kind.txt" >&2; fail "$kind: error does not match /$pattern/"; }
-  echo "ok: $kind: $(grep -v '\bINFO\b' "$TMP/err_broken_$kind.txt")"
-  rm -rf "$TMP/broken_$kind"
+  expect_broken tests/tools/int_e2e.py "$1" "$2" "$TMP/$3"
 }
 broken missing-qzeros "model\.layers\.3\.mlp\.down_proj\.qzeros" rtn-gptq
 broken missing-scales "model\.layers\.1\.self_attn\.o_proj\.scales" rtn-awq

@@ -88,7 +88,7 @@ TEST(IntQuantConfig, FlagsAgreeWithTheCheckpointOrFailInOneLine) {
   EXPECT_ERROR(quant::resolve_quantization(gptq, "none", "x"), "INT4 (gptq)");
   EXPECT_ERROR(quant::resolve_quantization({}, "auto-round", "x"), "not quantized");
   EXPECT_NO_THROW(quant::check_int_weights_on_gpu(awq, "m"));  // dequantized at load
-  EXPECT_NE(quant::describe_int_weights_on_gpu(awq, DType::kBF16).find("dequantized to bf16"),
+  EXPECT_NE(quant::describe_int_weights_on_gpu(awq, DType::kBF16).find("dequantized to bfloat16"),
             std::string::npos);
   EXPECT_EQ(quant::describe_int_weights_on_gpu({}, DType::kBF16), "");
   quant::QuantConfig w8a8 = gptq;
