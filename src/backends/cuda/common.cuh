@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <utility>
 
@@ -122,6 +123,23 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// Raises Kernel's dynamic shared-memory limit to `bytes` on the current device, once per device:
+// the limit is a per-device setting, and tensor / pipeline parallelism drives several devices from
+// one process (a process-wide "once" left every device but the first at 48 KB, and their launches
+// failed). A host-side call, safe during graph capture.
+template <auto Kernel>
+cudaError_t allow_dynamic_smem(int bytes) {
+  static std::atomic<uint64_t> done{0};  // bit d: set on device d (devices 0-63; others every time)
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
+  if (bit && (done.load(std::memory_order_acquire) & bit)) return cudaSuccess;
+  err = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err == cudaSuccess && bit) done.fetch_or(bit, std::memory_order_release);
+  return err;
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch when

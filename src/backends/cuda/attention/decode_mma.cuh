@@ -217,8 +217,7 @@ cudaError_t launch_decode_mma_config(const AttentionParams& p, const AttentionPl
                                      float* partial_out, float* partial_lse, cudaStream_t stream) {
   constexpr int kSmem = decode_mma_smem_bytes<KV, D>();
   static_assert(16 * D * 2 + 4 * 16 * D * 4 + 2 * 4 * 16 * 4 <= kSmem, "merge area fits");
-  static const cudaError_t attr = cudaFuncSetAttribute(
-      decode_mma_kernel<T, KV, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  const cudaError_t attr = allow_dynamic_smem<decode_mma_kernel<T, KV, D>>(kSmem);
   if (attr != cudaSuccess) return attr;
   if (plan.num_splits > 65535 || p.num_kv_heads > 65535) return cudaErrorInvalidValue;
   dim3 grid(plan.num_split_items, p.num_kv_heads, plan.num_splits);

@@ -247,8 +247,7 @@ cudaError_t launch_tile_config(const AttentionParams& p, const AttentionPlan& pl
                                cudaStream_t stream) {
   constexpr int kSmem = tile_smem_bytes<T, KV, D>();
   // Raising the dynamic shared-memory limit is a host-side attribute, safe during graph capture.
-  static const cudaError_t attr = cudaFuncSetAttribute(
-      tile_attention_kernel<T, KV, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  const cudaError_t attr = allow_dynamic_smem<tile_attention_kernel<T, KV, D>>(kSmem);
   if (attr != cudaSuccess) return attr;
   if (p.num_heads > 65535) return cudaErrorInvalidValue;
   dim3 grid(plan.num_tile_items, p.num_heads);
