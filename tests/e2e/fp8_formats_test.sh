@@ -6,16 +6,7 @@
 # FP8 KV cache alone: 1%), and broken checkpoints fail with one line naming the tensor or field.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-BIN=${PAGELLM_BIN:-build/pagellm}
-PY=${PYTHON:-/usr/bin/python3}
-SHARED=${PAGELLM_SHARED_DIR:-../shared}
-MODEL=$SHARED/models/pycode-25M
-TMP=$(mktemp -d)
-[ -n "${PAGELLM_KEEP_TMP:-}" ] && echo "keeping $TMP" || trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-. tests/e2e/quant_lib.sh
-"$PY" -c "import numpy" 2>/dev/null || fail "$PY has no numpy (scripts/setup.sh installs python3-numpy)"
-[ -f "$MODEL/config.json" ] || fail "no $MODEL"
+. tests/e2e/quant_lib.sh  # BIN, PY, SHARED, MODEL (pycode-25M), TMP, fail, gen, expect_broken
 
 PAGELLM_SHARED_DIR=$SHARED "$PY" tests/tools/quantize_fp8_test.py > "$TMP/unit.txt" 2>&1 \
   || { cat "$TMP/unit.txt" >&2; fail "tests/tools/quantize_fp8_test.py"; }

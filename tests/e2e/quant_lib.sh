@@ -1,5 +1,15 @@
 # Helpers of the quantized-checkpoint end-to-end tests (fp8_formats_test.sh, int_formats_test.sh),
-# sourced after BIN, PY, TMP and fail are set.
+# sourced from the repository root: the binary, Python (with numpy), the shared pycode-25M, a
+# temporary folder removed on exit (kept with PAGELLM_KEEP_TMP), fail, gen and expect_broken.
+BIN=${PAGELLM_BIN:-build/pagellm}
+PY=${PYTHON:-/usr/bin/python3}
+SHARED=${PAGELLM_SHARED_DIR:-../shared}
+MODEL=$SHARED/models/pycode-25M
+TMP=$(mktemp -d)
+[ -n "${PAGELLM_KEEP_TMP:-}" ] && echo "keeping $TMP" || trap 'rm -rf "$TMP"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+"$PY" -c "import numpy" 2>/dev/null || fail "$PY has no numpy (scripts/setup.sh installs python3-numpy)"
+[ -f "$MODEL/config.json" ] || fail "no $MODEL"
 
 # gen NAME PROMPTS [flags...]: `pagellm generate --device cpu` over a prompts file into
 # $TMP/res_NAME.jsonl (its log in $TMP/err_NAME.txt).
