@@ -1,47 +1,102 @@
 #include "parallel/rank_threads.h"
 
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+
+#include "common/error.h"
+
 namespace pagellm::parallel {
 
-RankThreads::RankThreads(int num_ranks) : errors_(size_t(num_ranks)) {
-  for (int r = 0; r < num_ranks; ++r) threads_.emplace_back([this, r] { loop(r); });
+namespace {
+std::atomic<bool> g_abandoned{false};
+}  // namespace
+
+bool any_ranks_abandoned() { return g_abandoned.load(); }
+
+struct RankThreads::State {
+  explicit State(int n, std::chrono::milliseconds g) : grace(g), errors(size_t(n)) {}
+  const std::chrono::milliseconds grace;
+  std::mutex mutex;
+  std::condition_variable start_cv, done_cv;
+  const std::function<void(int)>* job = nullptr;
+  const std::function<void(const std::string&)>* on_failure = nullptr;
+  uint64_t generation = 0;
+  int pending = 0;
+  bool hooked = false;  // the failure hook has been claimed by a failing rank
+  bool failed = false;  // a failing rank has run the hook: the grace period starts
+  bool stop = false;
+  bool abandoned = false;
+  std::vector<std::exception_ptr> errors;
+};
+
+RankThreads::RankThreads(int num_ranks, std::chrono::milliseconds grace)
+    : state_(std::make_shared<State>(num_ranks, grace)) {
+  for (int r = 0; r < num_ranks; ++r) threads_.emplace_back([s = state_, r] { loop(s, r); });
 }
 
 RankThreads::~RankThreads() {
+  bool abandoned;
   {
-    std::lock_guard lock(mutex_);
-    stop_ = true;
+    std::lock_guard lock(state_->mutex);
+    state_->stop = true;
+    abandoned = state_->abandoned;
   }
-  start_cv_.notify_all();
-  for (std::thread& t : threads_) t.join();
+  state_->start_cv.notify_all();
+  // A rank stuck in a device call may never return: joining it would hang the caller.
+  for (std::thread& t : threads_) abandoned ? t.detach() : t.join();
+}
+
+bool RankThreads::abandoned() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->abandoned;
 }
 
 void RankThreads::run(const std::function<void(int)>& fn,
                       const std::function<void(const std::string&)>& on_failure) {
-  std::unique_lock lock(mutex_);
-  job_ = &fn;
-  on_failure_ = &on_failure;
-  pending_ = size();
-  failed_ = false;
-  for (auto& e : errors_) e = nullptr;
-  ++generation_;
-  start_cv_.notify_all();
-  done_cv_.wait(lock, [&] { return pending_ == 0; });
-  job_ = nullptr;
-  on_failure_ = nullptr;
-  for (const auto& e : errors_)
+  State& s = *state_;
+  std::unique_lock lock(s.mutex);
+  if (s.abandoned) {
+    for (const auto& e : s.errors)
+      if (e) std::rethrow_exception(e);
+    throw_error(ErrorKind::kInternal, "the parallel group was abandoned after a failure");
+  }
+  s.job = &fn;
+  s.on_failure = &on_failure;
+  s.pending = size();
+  s.failed = s.hooked = false;
+  for (auto& e : s.errors) e = nullptr;
+  ++s.generation;
+  s.start_cv.notify_all();
+  for (;;) {
+    s.done_cv.wait(lock, [&] { return s.pending == 0 || s.failed; });
+    if (s.pending == 0) break;
+    // A rank failed: the others get the grace period to notice the abort and return.
+    if (s.done_cv.wait_for(lock, s.grace, [&] { return s.pending == 0; })) break;
+    s.abandoned = true;
+    g_abandoned = true;
+    break;
+  }
+  if (!s.abandoned) {
+    s.job = nullptr;
+    s.on_failure = nullptr;
+  }
+  for (const auto& e : s.errors)
     if (e) std::rethrow_exception(e);
 }
 
-void RankThreads::loop(int rank) {
+void RankThreads::loop(const std::shared_ptr<State>& state, int rank) {
+  State& s = *state;
   uint64_t seen = 0;
   for (;;) {
     const std::function<void(int)>* job;
     {
-      std::unique_lock lock(mutex_);
-      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      job = job_;
+      std::unique_lock lock(s.mutex);
+      s.start_cv.wait(lock, [&] { return s.stop || s.generation != seen; });
+      if (s.stop) return;
+      seen = s.generation;
+      job = s.job;
     }
     std::exception_ptr error;
     std::string message;
@@ -54,21 +109,22 @@ void RankThreads::loop(int rank) {
       error = std::current_exception();
       message = "rank " + std::to_string(rank) + " failed";
     }
-    bool first_failure = false;
     const std::function<void(const std::string&)>* on_failure = nullptr;
     {
-      std::lock_guard lock(mutex_);
-      errors_[size_t(rank)] = error;
-      if (error && !failed_) {
-        failed_ = first_failure = true;
-        on_failure = on_failure_;
+      std::lock_guard lock(s.mutex);
+      if (s.abandoned) return;  // the caller has moved on; nothing here is valid any more
+      s.errors[size_t(rank)] = error;
+      if (error && !s.hooked) {
+        s.hooked = true;
+        on_failure = s.on_failure;
       }
     }
     // Outside the lock: the hook unblocks ranks that are still inside the job.
-    if (first_failure && on_failure != nullptr) (*on_failure)(message);
+    if (on_failure != nullptr) (*on_failure)(message);
     {
-      std::lock_guard lock(mutex_);
-      if (--pending_ == 0) done_cv_.notify_all();
+      std::lock_guard lock(s.mutex);
+      if (error) s.failed = true;  // starts the grace period (after the hook has aborted)
+      if (--s.pending == 0 || error) s.done_cv.notify_all();
     }
   }
 }

@@ -2,12 +2,16 @@
 // every rank at once (the ranks meet in collectives, so they must run concurrently) and waits for
 // all of them. A rank that throws calls the failure hook (which aborts the group's collectives, so
 // no other rank waits forever) and its error is rethrown to the caller.
+//
+// If a rank still has not returned `grace` after the first failure (a GPU kernel that ignored the
+// abort, a driver call that never comes back), the group is abandoned: the error is rethrown anyway,
+// every later run() fails at once, the threads are detached instead of joined, and
+// `any_ranks_abandoned()` turns true so the process can leave without waiting on them.
 #pragma once
 
-#include <condition_variable>
-#include <exception>
+#include <chrono>
 #include <functional>
-#include <mutex>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,7 +20,9 @@ namespace pagellm::parallel {
 
 class RankThreads {
  public:
-  explicit RankThreads(int num_ranks);
+  static constexpr std::chrono::milliseconds kDefaultGrace{15000};
+
+  explicit RankThreads(int num_ranks, std::chrono::milliseconds grace = kDefaultGrace);
   ~RankThreads();
   RankThreads(const RankThreads&) = delete;
   RankThreads& operator=(const RankThreads&) = delete;
@@ -24,23 +30,23 @@ class RankThreads {
   int size() const { return int(threads_.size()); }
   // Runs fn(rank) on every rank's thread and waits for all. on_failure(message) is called once,
   // from the first failing rank's thread, before the others are waited for; then the first error
-  // (in rank order) is rethrown.
+  // (in rank order) is rethrown. fn and on_failure must stay alive until run() returns (an
+  // abandoned rank may touch them later: the process must then exit; see the file comment).
   void run(const std::function<void(int)>& fn,
            const std::function<void(const std::string&)>& on_failure);
+  // True once a rank failed to return within the grace period after a failure.
+  bool abandoned() const;
 
  private:
-  void loop(int rank);
+  struct State;
+  static void loop(const std::shared_ptr<State>& state, int rank);
 
+  std::shared_ptr<State> state_;  // shared with the threads: an abandoned one may outlive this
   std::vector<std::thread> threads_;
-  std::mutex mutex_;
-  std::condition_variable start_cv_, done_cv_;
-  const std::function<void(int)>* job_ = nullptr;
-  const std::function<void(const std::string&)>* on_failure_ = nullptr;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool failed_ = false;
-  bool stop_ = false;
-  std::vector<std::exception_ptr> errors_;
 };
+
+// True once any RankThreads in this process abandoned a rank: the process should end with
+// std::_Exit after its last message, since exit handlers could wait on that rank's device.
+bool any_ranks_abandoned();
 
 }  // namespace pagellm::parallel

@@ -120,7 +120,12 @@ void CpuRunner::run_ranks(const models::ForwardBatch& fb) {
     return;
   }
   if (!threads_) threads_ = std::make_unique<parallel::RankThreads>(int(shards_.size()));
-  threads_->run([&](int r) { run(shards_[size_t(r)]); },
+  const int64_t step = parallel_steps_++;
+  threads_->run(
+      [&](int r) {
+        parallel::maybe_inject_fault(fault_, r, step);
+        run(shards_[size_t(r)]);
+      },
                 [&](const std::string& why) { group_->abort(why); });
 }
 

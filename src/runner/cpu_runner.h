@@ -8,10 +8,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "models/llama.h"
+#include "parallel/fault_injection.h"
 #include "parallel/rank_threads.h"
 #include "parallel/thread_group.h"
 #include "runner/model_runner.h"
@@ -100,6 +102,8 @@ class CpuRunner : public ModelRunner {
   std::vector<Shard> shards_;  // [num_ranks]
   std::shared_ptr<parallel::ThreadGroup> group_;  // null without parallelism
   std::unique_ptr<parallel::RankThreads> threads_;  // one per rank, made on the first parallel step
+  const std::optional<parallel::InjectedFault> fault_ = parallel::injected_fault_from_env();
+  int64_t parallel_steps_ = 0;  // forward passes of the group so far (the fault hook counts them)
   int num_swap_blocks_ = 0;
   // Flattened step inputs, reused across steps.
   std::vector<int32_t> token_ids_;     // [num_tokens]

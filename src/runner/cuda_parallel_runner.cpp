@@ -50,10 +50,28 @@ ParallelCudaRunner::ParallelCudaRunner(const io::ModelConfig& config,
       }
     });
   threads_ = std::make_unique<parallel::RankThreads>(num_local);
+  try {
+    load_ranks(config, checkpoint, base, tp, pp, placement.first_device, ids);
+  } catch (...) {
+    close_workers();  // the destructor will not run: its watcher threads must end here
+    if (threads_->abandoned()) leave_ranks_to_exit();
+    throw;
+  }
+  watchdog_ = std::make_unique<parallel::StepWatchdog>(
+      parallel::StepWatchdog::default_timeout(), [this](const std::string& why) {
+        log::error(why);
+        abort(why);
+      });
+}
+
+void ParallelCudaRunner::load_ranks(const io::ModelConfig& config, const io::WeightStore* checkpoint,
+                                    const CudaRunnerOptions& base, int tp, int pp, int first_device,
+                                    const std::vector<parallel::NcclId>& ids) {
+  const int n = tp * pp;
   on_ranks([&](int l) {
     const int w = first_rank_ + l;
     const parallel::ShardSpec shard{w % tp, tp, w / tp, pp};
-    const int device = placement.first_device + l;
+    const int device = first_device + l;
     if (cudaSetDevice(device) != cudaSuccess)
       throw_error(ErrorKind::kInternal, "cannot select GPU " + std::to_string(device));
     if (tp > 1)
@@ -71,14 +89,9 @@ ParallelCudaRunner::ParallelCudaRunner(const io::ModelConfig& config,
     o.agree_min = [all](int64_t v) { return all->all_reduce_min(v); };
     ranks_[size_t(l)] = std::make_unique<CudaRunner>(config, checkpoint, o);
   });
-  watchdog_ = std::make_unique<parallel::StepWatchdog>(
-      parallel::StepWatchdog::default_timeout(), [this](const std::string& why) {
-        log::error(why);
-        abort(why);
-      });
 }
 
-ParallelCudaRunner::~ParallelCudaRunner() {
+void ParallelCudaRunner::close_workers() {
   closing_ = true;
   for (auto& ch : workers_) {
     try {
@@ -89,6 +102,21 @@ ParallelCudaRunner::~ParallelCudaRunner() {
     ch->close();
   }
   for (std::thread& t : watchers_) t.join();
+  watchers_.clear();
+}
+
+void ParallelCudaRunner::leave_ranks_to_exit() {
+  log::error("a rank did not return after its group was aborted: its GPU state is left to the "
+             "process exit");
+  for (auto& r : ranks_) (void)r.release();
+  for (auto* comms : {&tp_comms_, &world_comms_})
+    for (auto& c : *comms) (void)c.release();
+}
+
+ParallelCudaRunner::~ParallelCudaRunner() {
+  close_workers();
+  // Freeing device memory waits for the device, which a stuck rank may hold forever.
+  if (threads_->abandoned()) leave_ranks_to_exit();
   // Runners (their streams, graphs and memory) go before the communicators they use.
   ranks_.clear();
 }
@@ -117,7 +145,9 @@ engine::ModelRunnerOutput ParallelCudaRunner::execute(const engine::SchedulerOut
     for (auto& ch : workers_) ch->send(message);
   }
   engine::ModelRunnerOutput out;
+  const int64_t step = step_++;
   on_ranks([&](int l) {
+    parallel::maybe_inject_fault(fault_, first_rank_ + l, step);
     engine::ModelRunnerOutput mine = ranks_[size_t(l)]->execute(batch);
     if (l == leader_) out = std::move(mine);
   });

@@ -8,10 +8,12 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "parallel/communicator.h"
+#include "parallel/fault_injection.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/rank_threads.h"
 #include "parallel/step_watchdog.h"
@@ -63,6 +65,14 @@ class ParallelCudaRunner : public ModelRunner {
  private:
   // Runs fn on every local rank; a failing rank aborts the communicators.
   void on_ranks(const std::function<void(int)>& fn);
+  void load_ranks(const io::ModelConfig& config, const io::WeightStore* checkpoint,
+                  const CudaRunnerOptions& base, int tp, int pp, int first_device,
+                  const std::vector<parallel::NcclId>& ids);
+  // A rank that never returned may still use its device memory and communicators: they are
+  // released without being freed (the process exits; see parallel::any_ranks_abandoned).
+  void leave_ranks_to_exit();
+  // Tells the worker processes to stop and ends the threads that watch them.
+  void close_workers();
 
   std::unique_ptr<parallel::RankThreads> threads_;
   std::vector<std::unique_ptr<parallel::Communicator>> tp_comms_;     // [num_local]
@@ -73,6 +83,8 @@ class ParallelCudaRunner : public ModelRunner {
   std::vector<std::unique_ptr<parallel::Channel>> workers_;
   std::vector<std::thread> watchers_;  // one per worker channel: abort when its process goes
   std::atomic<bool> closing_{false};
+  const std::optional<parallel::InjectedFault> fault_ = parallel::injected_fault_from_env();
+  int64_t step_ = 0;  // execute calls so far (the fault hook counts them)
   // Last member: stops (and can no longer abort) before anything it would abort is destroyed.
   std::unique_ptr<parallel::StepWatchdog> watchdog_;
 };

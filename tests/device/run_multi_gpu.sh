@@ -1,40 +1,77 @@
 #!/usr/bin/env bash
-# The two-GPU run of issue 10, from a bundle made by make_multi_gpu_bundle.sh:
-#   bash BUNDLE/run_multi_gpu.sh BUNDLE [--no-hf] [--no-70b]
-# 1. ceilings: copy bandwidth + bf16 GEMM rate per GPU (cuda_probe), NCCL bus bandwidth;
-# 2. pycode-25M greedy on the GPUs: TP=2 and PP=2 against TP=1 (8 prompts x 64 tokens);
-# 3. Llama-3.1-8B shapes (dummy bf16): batch-1 decode TP=1 / TP=2 / PP=2;
-# 4. Llama-3.1-8B shapes (random HF checkpoint): teacher-forced agreement with HF fp32, TP=1 / TP=2 / PP=2;
-# 5. Llama-3.1-70B shapes (dummy bf16): TP=2 batch-1 decode and throughput; PP=2 vs TP=2 at 256
-#    concurrent requests. Logs go to $OUT (or ./device-logs); a summary prints last.
+# The two-GPU runs of issue 10, from a bundle made by make_multi_gpu_bundle.sh, in three parts that
+# each fit one device call:
+#   bash BUNDLE/run_multi_gpu.sh BUNDLE basics | hf | big
+# basics: ceilings (copy bandwidth + bf16 GEMM rate per GPU, NCCL bus bandwidth); pycode-25M greedy
+#         TP=2 / PP=2 / two processes (TCP rendezvous and mpirun) against TP=1; failure paths (a rank
+#         that fails or hangs, a worker process killed under `serve`); Llama-3.1-8B shapes batch-1
+#         decode TP=1 / TP=2 / PP=2.
+# hf:     Llama-3.1-8B shapes (random HF checkpoint): teacher-forced agreement with HF fp32 for
+#         TP=1 / TP=2 / PP=2.
+# big:    Llama-3.1-70B shapes (dummy bf16): TP=2 batch-1 decode, bench throughput
+#         1000 x (1024 in, 128 out), PP=2 vs TP=2 at 256 requests.
+# $OUT gets summary.txt and logs.tar.xz only (the device tool returns at most 8 files).
 set -uo pipefail
-SRC=$(cd "${1:?usage: run_multi_gpu.sh BUNDLE [--no-hf] [--no-70b]}" && pwd)
-shift
-HF=1 BIG=1
-for a in "$@"; do case $a in --no-hf) HF=0 ;; --no-70b) BIG=0 ;; esac; done
-LOGS=${OUT:-./device-logs}
-mkdir -p "$LOGS"
+SRC=$(cd "${1:?usage: run_multi_gpu.sh BUNDLE basics|hf|big}" && pwd)
+PART=${2:?usage: run_multi_gpu.sh BUNDLE basics|hf|big}
+OUTDIR=${OUT:-./device-logs}
+LOGS=/tmp/mgpu-logs
+rm -rf "$LOGS" && mkdir -p "$LOGS" "$OUTDIR"
 B=/tmp/pagellm-mgpu
-rm -rf "$B" && cp -r "$SRC" "$B" && find "$B" -name "*.xz" -exec xz -d -f {} +
+rm -rf "$B" && cp -r "$SRC" "$B"
+[ -d "$SRC-models" ] && cp -r "$SRC-models" "$B/models"  # pycode-25M, carried for `basics` only
+find "$B" -name "*.xz" -exec xz -d -f {} +
+for m in llama31-8b llama31-70b; do cp "$B"/tokenizers/llama3/* "$B/$m/"; done
 chmod +x "$B"/pagellm "$B"/nccl_bench "$B"/cuda_probe
 NCCL_DIR=$(python3 -c "import nvidia.nccl, os; print(os.path.join(os.path.dirname(nvidia.nccl.__file__), 'lib'))" 2>/dev/null)
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${NCCL_DIR:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib}:${LD_LIBRARY_PATH:-}
 export NCCL_NVLS_ENABLE=0
-SUMMARY=$LOGS/summary.txt
+SUMMARY=$OUTDIR/summary.txt
 : > "$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
+finish() {
+  tar -C "$LOGS" -cJf "$OUTDIR/logs.tar.xz" . 2>/dev/null
+  echo; echo "===== summary ====="; cat "$SUMMARY"
+}
+trap finish EXIT
 P=$B/pagellm
-say "$(nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tr '\n' ';') $(date -u +%FT%TZ)"
-nvidia-smi topo -m > "$LOGS/topo.txt" 2>&1
-for g in 0 1; do
-  CUDA_VISIBLE_DEVICES=$g timeout 120 "$B/cuda_probe" > "$LOGS/probe$g.log" 2>&1
-  say "probe GPU$g: $(grep -iE 'copy|gemm|tflop|GB/s' "$LOGS/probe$g.log" | tr '\n' ' ' | cut -c1-200)"
-done
-timeout 120 "$B/nccl_bench" 256 > "$LOGS/nccl_bench.log" 2>&1
-say "nccl (exit $?):"; tee -a "$SUMMARY" < "$LOGS/nccl_bench.log"
+say "$PART: $(nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tr '\n' ';') $(date -u +%FT%TZ)"
+same_tokens() {  # same_tokens A.jsonl B.jsonl -> "k of n"
+  python3 -c "import json,sys; a=[json.loads(l)['token_ids'] for l in open(sys.argv[1])]; b=[json.loads(l)['token_ids'] for l in open(sys.argv[2])]; print(sum(x==y for x,y in zip(a,b)), 'of', len(a), '(lines', len(a), len(b), ')')" "$1" "$2" 2>&1 | tail -1
+}
+ceilings() {
+  for g in 0 1; do
+    CUDA_VISIBLE_DEVICES=$g timeout 120 "$B/cuda_probe" > "$LOGS/probe$g.log" 2>&1
+    say "probe GPU$g: $(grep -iE 'copy|gemm|tflop|GB/s' "$LOGS/probe$g.log" | tr '\n' ' ' | cut -c1-200)"
+  done
+  timeout 120 "$B/nccl_bench" ${1:-256} > "$LOGS/nccl_bench.log" 2>&1
+  say "nccl (exit $?):"; tee -a "$SUMMARY" < "$LOGS/nccl_bench.log"
+}
+# 8 Python prompts, greedy, 64 tokens: pycode NAME [FLAGS...]
+pycode() {
+  local name=$1; shift
+  timeout 120 "$P" generate --device cuda --model "$B/models/pycode-25M" --prompts-file "$B/py_prompts.jsonl" \
+    --temperature 0 --max-tokens 64 --ignore-eos --max-num-seqs 16 "$@" \
+    --output "$LOGS/pycode_$name.jsonl" > "$LOGS/pycode_$name.out" 2> "$LOGS/pycode_$name.err"
+}
+# A run that must fail within a bounded time: expect_failure NAME SECONDS ENV... -- FLAGS...
+expect_failure() {
+  local name=$1 limit=$2; shift 2
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
+  local t0=$(date +%s)
+  env "${envs[@]}" timeout $((limit + 30)) "$P" generate --device cuda --model "$B/models/pycode-25M" \
+    --prompts-file "$B/py_prompts.jsonl" --temperature 0 --max-tokens 64 --ignore-eos "$@" \
+    > "$LOGS/fail_$name.out" 2> "$LOGS/fail_$name.err"
+  local rc=$? dt=$(( $(date +%s) - t0 ))
+  local verdict=FAIL
+  [ $rc != 0 ] && [ $rc != 124 ] && [ $dt -le "$limit" ] && verdict=PASS
+  say "failure path $name: exit $rc after $dt s (limit $limit s) $verdict; last error: $(grep -iE 'error' "$LOGS/fail_$name.err" | tail -1 | cut -c1-220)"
+}
 
-# 2. pycode-25M greedy texts.
-cat > "$B/py_prompts.jsonl" <<'JSONL'
+basics() {
+  ceilings 64
+  cat > "$B/py_prompts.jsonl" <<'JSONL'
 {"prompt": "def parse_args(argv):\n"}
 {"prompt": "class Config:\n    def __init__(self, path):\n"}
 {"prompt": "import os\nimport sys\n\n\ndef main():\n"}
@@ -44,78 +81,108 @@ cat > "$B/py_prompts.jsonl" <<'JSONL'
 {"prompt": "try:\n    import numpy as np\nexcept ImportError:\n"}
 {"prompt": "def __repr__(self):\n        return"}
 JSONL
-for cfg in "tp1:" "tp2:--tensor-parallel-size 2" "pp2:--pipeline-parallel-size 2"; do
-  name=${cfg%%:*}
-  timeout 120 "$P" generate --device cuda --model "$B/models/pycode-25M" --prompts-file "$B/py_prompts.jsonl" \
-    --temperature 0 --max-tokens 64 --ignore-eos --max-num-seqs 16 ${cfg#*:} \
-    --output "$LOGS/pycode_$name.jsonl" 2> "$LOGS/pycode_$name.err"
-  rc=$?
-  same=$(python3 -c "import json,sys; a=[json.loads(l)['token_ids'] for l in open(sys.argv[1])]; b=[json.loads(l)['token_ids'] for l in open(sys.argv[2])]; print(sum(x==y for x,y in zip(a,b)), 'of', len(a))" "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_$name.jsonl" 2>&1)
-  say "pycode-25M $name (exit $rc): identical greedy sequences to tp1: $same"
-  [ $rc = 0 ] || FAILED=1
-done
-if [ "${FAILED:-0}" = 1 ]; then
-  say "a parallel pycode run failed: skipping the 8B / 70B parts"; tail -5 "$LOGS"/pycode_*.err
-  cat "$SUMMARY"; exit 1
-fi
+  pycode tp1; say "pycode-25M tp1 (exit $?)"
+  pycode tp2 --tensor-parallel-size 2; say "pycode-25M tp2 (exit $?): identical greedy sequences to tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_tp2.jsonl")"
+  pycode pp2 --pipeline-parallel-size 2; say "pycode-25M pp2 (exit $?): identical to tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_pp2.jsonl")"
+  pycode tp2eager --tensor-parallel-size 2 --enforce-eager; say "pycode-25M tp2 eager (exit $?): identical to tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_tp2eager.jsonl")"
 
-# 2b. The multi-process path on one host: two processes with one GPU each, TCP rendezvous.
-for r in 1 0; do
-  CUDA_VISIBLE_DEVICES=$r timeout 120 "$P" generate --device cuda --model "$B/models/pycode-25M" \
-    --prompts-file "$B/py_prompts.jsonl" --temperature 0 --max-tokens 64 --ignore-eos --max-num-seqs 16 \
-    --tensor-parallel-size 2 --nnodes 2 --node-rank $r --master-port 29611 \
-    --output "$LOGS/pycode_2proc_$r.jsonl" > "$LOGS/pycode_2proc_$r.out" 2> "$LOGS/pycode_2proc_$r.err" &
-done
-wait
-same=$(python3 -c "import json,sys; a=[json.loads(l)['token_ids'] for l in open(sys.argv[1])]; b=[json.loads(l)['token_ids'] for l in open(sys.argv[2])]; print(sum(x==y for x,y in zip(a,b)), 'of', len(a))" "$LOGS/pycode_tp2.jsonl" "$LOGS/pycode_2proc_0.jsonl" 2>&1)
-say "pycode-25M TP=2 as two processes (--nnodes 2): identical to in-process TP=2: $same"
-# A worker killed mid-run: the server must report unhealthy and exit non-zero within 30 s.
-CUDA_VISIBLE_DEVICES=1 "$P" serve --device cuda --model "$B/models/pycode-25M" --tensor-parallel-size 2 \
-  --nnodes 2 --node-rank 1 --master-port 29612 > "$LOGS/kill_worker.out" 2>&1 &
-WPID=$!
-CUDA_VISIBLE_DEVICES=0 "$P" serve --device cuda --model "$B/models/pycode-25M" --tensor-parallel-size 2 \
-  --nnodes 2 --node-rank 0 --master-port 29612 --port 18080 > "$LOGS/kill_leader.out" 2>&1 &
-LPID=$!
-for i in $(seq 60); do curl -sf localhost:18080/health >/dev/null && break; sleep 1; done
-curl -s localhost:18080/v1/completions -H 'Content-Type: application/json' \
-  -d '{"model":"pycode-25M","prompt":"def f(x):","max_tokens":2000,"ignore_eos":true}' > "$LOGS/kill_request.json" &
-sleep 2; kill -9 $WPID; T0=$(date +%s)
-h=$(curl -s -o /dev/null -w '%{http_code}' localhost:18080/health)
-timeout 40 tail --pid=$LPID -f /dev/null; wait $LPID; rc=$?
-say "worker killed: /health right after = $h, leader exit code $rc after $(( $(date +%s) - T0 )) s; request: $(head -c 200 "$LOGS/kill_request.json")"
+  # Two processes with one GPU each: the TCP rendezvous, then mpirun.
+  for r in 1 0; do
+    CUDA_VISIBLE_DEVICES=$r pycode 2proc_$r --tensor-parallel-size 2 --nnodes 2 --node-rank $r --master-port 29611 &
+  done
+  wait
+  say "pycode-25M TP=2 as two processes (--nnodes 2, TCP): identical to tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_2proc_0.jsonl")"
+  MPIRUN=$(command -v mpirun || true)
+  if [ -z "$MPIRUN" ] && ls "$B"/mpidebs/*.deb >/dev/null 2>&1; then
+    # Debian 12's Open MPI, unpacked beside the system (only paths that do not exist are linked).
+    R=/tmp/mpiroot; mkdir -p $R
+    for f in "$B"/mpidebs/*.deb; do dpkg -x "$f" $R; done
+    for d in /usr/lib/x86_64-linux-gnu/openmpi /usr/lib/x86_64-linux-gnu/pmix2 /usr/share/openmpi /usr/share/pmix /etc/openmpi; do
+      [ -e "$d" ] || { mkdir -p "$(dirname "$d")"; ln -s "$R$d" "$d"; }
+    done
+    export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$R/usr/lib/x86_64-linux-gnu
+    MPIRUN=$R/usr/bin/orterun
+  fi
+  say "mpirun: ${MPIRUN:-none} $("${MPIRUN:-false}" --version 2>&1 | head -1)"
+  if [ -n "$MPIRUN" ]; then
+    timeout 150 "$MPIRUN" --allow-run-as-root --oversubscribe -np 2 -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE=0 \
+      "$P" generate --device cuda --model "$B/models/pycode-25M" --prompts-file "$B/py_prompts.jsonl" \
+      --temperature 0 --max-tokens 64 --ignore-eos --max-num-seqs 16 --tensor-parallel-size 2 \
+      --output "$LOGS/pycode_mpirun.jsonl" > "$LOGS/pycode_mpirun.out" 2> "$LOGS/pycode_mpirun.err"
+    say "pycode-25M TP=2 under mpirun -np 2 (exit $?): identical to tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_mpirun.jsonl")"
+  fi
 
-# 3. 8B batch-1 decode.
-for cfg in "tp1:" "tp2:--tensor-parallel-size 2" "pp2:--pipeline-parallel-size 2"; do
-  name=${cfg%%:*}
-  timeout 150 "$P" bench throughput --model "$B/llama31-8b" --load-format dummy --device cuda \
-    --num-prompts 1 --input-len 32 --output-len 512 --max-model-len 2048 --max-num-seqs 16 ${cfg#*:} \
-    > "$LOGS/decode8b_$name.log" 2>&1
-  say "8B batch-1 decode $name (exit $?): $(grep -E 'Throughput' "$LOGS/decode8b_$name.log")"
-done
+  # Failure paths: a rank that fails, a rank that hangs (the step watchdog, then the grace period).
+  expect_failure tp2_rank1_fails 60 PAGELLM_INJECT_FAULT=1:5 -- --tensor-parallel-size 2
+  expect_failure pp2_rank0_fails 60 PAGELLM_INJECT_FAULT=0:5 -- --pipeline-parallel-size 2
+  expect_failure pp2_rank1_fails 60 PAGELLM_INJECT_FAULT=1:5 -- --pipeline-parallel-size 2
+  expect_failure pp2_rank0_hangs 60 PAGELLM_INJECT_FAULT=0:5:hang PAGELLM_STEP_TIMEOUT_S=5 -- --pipeline-parallel-size 2
+  expect_failure tp2_2proc_rank1_fails 60 PAGELLM_INJECT_FAULT=1:5 -- --tensor-parallel-size 2 --nnodes 2 --node-rank 0 --master-port 29613 &
+  CUDA_VISIBLE_DEVICES=1 PAGELLM_INJECT_FAULT=1:5 timeout 90 "$P" generate --device cuda --model "$B/models/pycode-25M" \
+    --prompts-file "$B/py_prompts.jsonl" --temperature 0 --max-tokens 64 --ignore-eos --tensor-parallel-size 2 \
+    --nnodes 2 --node-rank 1 --master-port 29613 > "$LOGS/fail_2proc_worker.out" 2>&1
+  say "  (its worker process exited $?)"
+  wait
+  # A worker process killed mid-run under serve: unhealthy, requests end with an error, exit non-zero within 30 s.
+  CUDA_VISIBLE_DEVICES=1 "$P" serve --device cuda --model "$B/models/pycode-25M" --tensor-parallel-size 2 \
+    --nnodes 2 --node-rank 1 --master-port 29612 > "$LOGS/kill_worker.out" 2>&1 &
+  local WPID=$!
+  CUDA_VISIBLE_DEVICES=0 "$P" serve --device cuda --model "$B/models/pycode-25M" --tensor-parallel-size 2 \
+    --nnodes 2 --node-rank 0 --master-port 29612 --port 18080 > "$LOGS/kill_leader.out" 2>&1 &
+  local LPID=$!
+  for i in $(seq 90); do curl -sf localhost:18080/health >/dev/null && break; sleep 1; done
+  curl -s -m 60 localhost:18080/v1/completions -H 'Content-Type: application/json' \
+    -d '{"model":"pycode-25M","prompt":"def f(x):","max_tokens":3000,"ignore_eos":true}' > "$LOGS/kill_request.json" &
+  local CPID=$!
+  sleep 2; kill -9 $WPID; local T0=$(date +%s)
+  sleep 1; local h=$(curl -s -m 2 -o /dev/null -w '%{http_code}' localhost:18080/health)
+  timeout 45 tail --pid=$LPID -f /dev/null; local dt=$(( $(date +%s) - T0 ))
+  kill -0 $LPID 2>/dev/null && { say "leader still running after $dt s: killing it"; kill -9 $LPID; }
+  wait $LPID; local rc=$?
+  wait $CPID
+  say "worker killed: /health 1 s later = $h, leader exit code $rc after $dt s; request: $(head -c 300 "$LOGS/kill_request.json")"
 
-# 4. HF fp32 teacher-forced agreement.
-if [ "$HF" = 1 ]; then
+  # Llama-3.1-8B shapes, batch-1 decode.
+  for cfg in "tp1:" "tp2:--tensor-parallel-size 2" "pp2:--pipeline-parallel-size 2"; do
+    local name=${cfg%%:*}
+    timeout 150 "$P" bench throughput --model "$B/llama31-8b" --load-format dummy --device cuda \
+      --num-prompts 1 --input-len 32 --output-len 1024 --max-model-len 2048 --max-num-seqs 16 ${cfg#*:} \
+      > "$LOGS/decode8b_$name.log" 2>&1
+    say "8B batch-1 decode $name (exit $?): $(grep -E 'Throughput' "$LOGS/decode8b_$name.log")"
+  done
+}
+
+hf() {
+  ceilings 64
   mkdir -p /tmp/tpa && cp -r "$B/tokenizers" /tmp/tpa/
-  timeout 900 python3 "$B/tp_agreement.py" --pagellm "$P" --tokenizers /tmp/tpa/tokenizers --work /tmp/tpa \
+  timeout 500 python3 "$B/tp_agreement.py" --pagellm "$P" --tokenizers /tmp/tpa/tokenizers --work /tmp/tpa \
     --logs "$LOGS" --arch llama3-8b "tp1=" "tp2=--tensor-parallel-size 2" "pp2=--pipeline-parallel-size 2" \
     > "$LOGS/tp_agreement.log" 2>&1
-  say "HF fp32 agreement (exit $?):"; grep -E "^\|" "$LOGS/tp_agreement.log" | tee -a "$SUMMARY"
-fi
+  say "HF fp32 agreement (exit $?):"; grep -E "^\||ERROR" "$LOGS/tp_agreement.log" | tee -a "$SUMMARY"
+}
 
-# 5. 70B shapes.
-if [ "$BIG" = 1 ]; then
-  timeout 300 "$P" bench throughput --model "$B/llama31-70b" --load-format dummy --device cuda \
-    --tensor-parallel-size 2 --num-prompts 1 --input-len 32 --output-len 256 --max-model-len 4096 \
-    --max-num-seqs 16 > "$LOGS/decode70b_tp2.log" 2>&1
-  rc70=$?
-  say "70B TP=2 batch-1 decode (exit $rc70): $(grep -E 'Throughput' "$LOGS/decode70b_tp2.log")"
-  grep -E "loaded" "$LOGS/decode70b_tp2.log" | head -1 | tee -a "$SUMMARY"
+big() {
+  ceilings 256
+  local M=$B/llama31-70b common="--load-format dummy --device cuda --max-model-len 4096 --gpu-memory-utilization 0.95"
+  timeout 200 "$P" bench throughput --model "$M" $common --tensor-parallel-size 2 --num-prompts 1 \
+    --input-len 32 --output-len 256 --max-num-seqs 16 > "$LOGS/decode70b_tp2.log" 2>&1
+  say "70B TP=2 batch-1 decode (exit $?): $(grep -E 'Throughput' "$LOGS/decode70b_tp2.log")"
+  grep -E "loaded|KV cache:" "$LOGS/decode70b_tp2.log" | head -2 | tee -a "$SUMMARY"
   for cfg in "tp2:--tensor-parallel-size 2" "pp2:--pipeline-parallel-size 2"; do
-    name=${cfg%%:*}
-    timeout 300 "$P" bench throughput --model "$B/llama31-70b" --load-format dummy --device cuda \
-      --num-prompts ${BIG_PROMPTS:-256} --input-len ${BIG_IN:-1024} --output-len 128 --max-model-len 4096 \
+    local name=${cfg%%:*}
+    timeout 150 "$P" bench throughput --model "$M" $common --num-prompts 256 --input-len 128 --output-len 128 \
       --max-num-seqs 256 ${cfg#*:} > "$LOGS/tput70b_$name.log" 2>&1
-    say "70B $name ${BIG_PROMPTS:-256} x (${BIG_IN:-1024} in, 128 out) (exit $?): $(grep -E 'Throughput' "$LOGS/tput70b_$name.log")"
+    say "70B $name 256 x (128 in, 128 out) (exit $?): $(grep -E 'Throughput' "$LOGS/tput70b_$name.log")"
   done
-fi
-echo; echo "===== summary ====="; cat "$SUMMARY"
+  timeout ${BIG_TPUT_LIMIT:-330} "$P" bench throughput --model "$M" $common --tensor-parallel-size 2 \
+    --num-prompts ${BIG_PROMPTS:-1000} --input-len 1024 --output-len 128 --max-num-seqs 256 \
+    > "$LOGS/tput70b_1000.log" 2>&1
+  say "70B TP=2 ${BIG_PROMPTS:-1000} x (1024 in, 128 out) (exit $?): $(grep -E 'Throughput' "$LOGS/tput70b_1000.log")"
+}
+
+case $PART in
+  basics) basics ;;
+  hf) hf ;;
+  big) big ;;
+  *) echo "unknown part $PART"; exit 2 ;;
+esac

@@ -1,0 +1,126 @@
+// How parallel groups fail: a rank that throws takes the whole group down (RankThreads' failure
+// hook aborts the communicators), a rank that never returns is abandoned after the grace period
+// instead of hanging the caller, and the PAGELLM_INJECT_FAULT test hook that the GPU runs use.
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "pagellm/llm.h"
+#include "parallel/fault_injection.h"
+#include "parallel/rank_threads.h"
+#include "parallel/thread_group.h"
+
+namespace pagellm {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::filesystem::path kModels = std::filesystem::path(PAGELLM_SHARED_DIR) / "models";
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(RankThreads, AFailingRankAbortsTheOthersAndItsErrorIsRethrown) {
+  auto group = parallel::ThreadGroup::create(3, 60s);
+  parallel::RankThreads threads(3);
+  std::atomic<int> hooks{0};
+  const auto start = std::chrono::steady_clock::now();
+  const std::string e = error_of([&] {
+    threads.run(
+        [&](int r) {
+          float x = 1;
+          if (r == 2) throw_error(ErrorKind::kInternal, "rank two broke");
+          group->communicator(r)->all_reduce_sum(&x, 1, DType::kF32, nullptr);  // blocks until aborted
+        },
+        [&](const std::string& why) {
+          ++hooks;
+          group->abort(why);
+        });
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  EXPECT_NE(e.find("rank two broke"), std::string::npos) << e;
+  EXPECT_EQ(hooks.load(), 1);
+  EXPECT_FALSE(threads.abandoned());
+  // The threads stay usable for the next step.
+  std::atomic<int> ran{0};
+  threads.run([&](int) { ++ran; }, [](const std::string&) {});
+  EXPECT_EQ(ran.load(), 3);
+}
+
+TEST(RankThreads, ARankThatNeverReturnsIsAbandonedAfterTheGracePeriod) {
+  // The job outlives this test's frame: the abandoned thread is still inside it when run() returns.
+  static std::atomic<bool> release{false};
+  static const std::function<void(int)> job = [](int r) {
+    if (r == 0) throw_error(ErrorKind::kInternal, "rank zero broke");
+    while (!release) std::this_thread::sleep_for(5ms);  // ignores the abort, as a stuck GPU would
+  };
+  static const std::function<void(const std::string&)> hook = [](const std::string&) {};
+  auto threads = std::make_unique<parallel::RankThreads>(2, 200ms);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_NE(error_of([&] { threads->run(job, hook); }).find("rank zero broke"), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_TRUE(threads->abandoned());
+  EXPECT_TRUE(parallel::any_ranks_abandoned());
+  // Later steps fail at once; destroying the group does not wait for the stuck rank.
+  EXPECT_NE(error_of([&] { threads->run(job, hook); }).find("rank zero broke"), std::string::npos);
+  threads.reset();
+  release = true;  // the detached thread returns and finds the group gone
+  std::this_thread::sleep_for(50ms);
+}
+
+TEST(FaultInjection, ParsesRankStepAndHang) {
+  const auto f = parallel::parse_injected_fault("3:17");
+  EXPECT_EQ(f.rank, 3);
+  EXPECT_EQ(f.step, 17);
+  EXPECT_FALSE(f.hang);
+  EXPECT_TRUE(parallel::parse_injected_fault("0:0:hang").hang);
+  for (const char* bad : {"", "3", "a:1", "1:b", "-1:2", "1:2:sleep", "1:2:hang:x", "1 :2"}) {
+    const std::string e = error_of([&] { parallel::parse_injected_fault(bad); });
+    EXPECT_NE(e.find("PAGELLM_INJECT_FAULT must be RANK:STEP"), std::string::npos) << bad << ": " << e;
+  }
+  EXPECT_NO_THROW(parallel::maybe_inject_fault(std::nullopt, 0, 0));
+  EXPECT_NO_THROW(parallel::maybe_inject_fault(parallel::InjectedFault{1, 2, false}, 0, 2));
+  EXPECT_THROW(parallel::maybe_inject_fault(parallel::InjectedFault{1, 2, false}, 1, 2), Error);
+}
+
+TEST(FaultInjection, ARankFailingMidRunEndsTheGenerationWithItsError) {
+  const auto model = kModels / "stories260K";
+  if (!std::filesystem::exists(model / "model.safetensors")) GTEST_SKIP();
+  EngineArgs args;
+  args.model = model.string();
+  args.tensor_parallel_size = 2;
+  args.pipeline_parallel_size = 2;
+  args.kv_cache_memory_gib = 0.05;
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = 16;
+  p.ignore_eos = true;
+  ::setenv("PAGELLM_INJECT_FAULT", "3:4", 1);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string e = error_of([&] {
+    LLM llm(args);
+    llm.generate({PromptInput::from_text("Once upon a time")}, p);
+  });
+  ::unsetenv("PAGELLM_INJECT_FAULT");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 60s);
+  EXPECT_NE(e.find("injected fault on rank 3 at step 4"), std::string::npos) << e;
+  // Without the hook the same configuration runs to the end.
+  LLM llm(args);
+  EXPECT_EQ(llm.generate({PromptInput::from_text("Once upon a time")}, p).at(0).outputs.at(0).token_ids.size(),
+            16u);
+}
+
+}  // namespace
+}  // namespace pagellm
