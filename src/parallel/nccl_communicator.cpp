@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "common/error.h"
@@ -49,13 +50,16 @@ class NcclCommunicator : public Communicator {
   int size() const override { return size_; }
 
   void all_reduce_sum(void* data, size_t count, DType dtype, void* stream) override {
+    check_live();
     check(ncclAllReduce(data, data, count, nccl_type(dtype), ncclSum, comm_, cuda_stream(stream)),
           "all-reduce");
   }
   void all_gather(const void* in, void* out, size_t count, DType dtype, void* stream) override {
+    check_live();
     check(ncclAllGather(in, out, count, nccl_type(dtype), comm_, cuda_stream(stream)), "all-gather");
   }
   int64_t all_reduce_min(int64_t value) override {
+    check_live();
     void* dev = nullptr;
     int64_t out = value;
     if (cudaMalloc(&dev, sizeof value) != cudaSuccess)
@@ -71,21 +75,35 @@ class NcclCommunicator : public Communicator {
   }
 
   void send(const void* data, size_t count, DType dtype, int peer, void* stream) override {
+    check_live();
     check(ncclSend(data, count, nccl_type(dtype), peer, comm_, cuda_stream(stream)), "send");
   }
   void recv(void* data, size_t count, DType dtype, int peer, void* stream) override {
+    check_live();
     check(ncclRecv(data, count, nccl_type(dtype), peer, comm_, cuda_stream(stream)), "recv");
   }
   // Unblocks this rank's pending operations; the communicator is unusable afterwards.
-  void abort(const std::string&) override {
+  void abort(const std::string& why) override {
+    {
+      std::lock_guard lock(why_mutex_);
+      if (why_.empty()) why_ = why;
+    }
     if (!aborted_.exchange(true)) ncclCommAbort(comm_);
   }
 
  private:
   static cudaStream_t cuda_stream(void* s) { return static_cast<cudaStream_t>(s); }
+  // After an abort NCCL has freed the communicator: no call may reach it.
+  void check_live() {
+    if (!aborted_) return;
+    std::lock_guard lock(why_mutex_);
+    throw_error(ErrorKind::kInternal, "nccl: the group was aborted: " + why_);
+  }
   ncclComm_t comm_;
   int rank_, size_;
   std::atomic<bool> aborted_{false};
+  std::mutex why_mutex_;
+  std::string why_;
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "common/error.h"
+#include "parallel/detachable_tasks.h"
 
 namespace pagellm::parallel {
 
@@ -14,6 +15,8 @@ std::atomic<bool> g_abandoned{false};
 }  // namespace
 
 bool any_ranks_abandoned() { return g_abandoned.load(); }
+
+void mark_process_abandoned() { g_abandoned = true; }
 
 struct RankThreads::State {
   explicit State(int n, std::chrono::milliseconds g) : grace(g), errors(size_t(n)) {}
@@ -29,6 +32,7 @@ struct RankThreads::State {
   bool stop = false;
   bool abandoned = false;
   std::vector<std::exception_ptr> errors;
+  std::exception_ptr external;  // fail()'s error: the group's cause, ahead of the ranks' own
 };
 
 RankThreads::RankThreads(int num_ranks, std::chrono::milliseconds grace)
@@ -48,6 +52,14 @@ RankThreads::~RankThreads() {
   for (std::thread& t : threads_) abandoned ? t.detach() : t.join();
 }
 
+void RankThreads::fail(const std::string& why) {
+  std::lock_guard lock(state_->mutex);
+  if (!state_->external)
+    state_->external = std::make_exception_ptr(Error(ErrorKind::kInternal, why));
+  state_->failed = true;
+  state_->done_cv.notify_all();
+}
+
 bool RankThreads::abandoned() const {
   std::lock_guard lock(state_->mutex);
   return state_->abandoned;
@@ -57,6 +69,7 @@ void RankThreads::run(const std::function<void(int)>& fn,
                       const std::function<void(const std::string&)>& on_failure) {
   State& s = *state_;
   std::unique_lock lock(s.mutex);
+  if (s.external) std::rethrow_exception(s.external);  // the group has failed for good
   if (s.abandoned) {
     for (const auto& e : s.errors)
       if (e) std::rethrow_exception(e);
@@ -82,6 +95,7 @@ void RankThreads::run(const std::function<void(int)>& fn,
     s.job = nullptr;
     s.on_failure = nullptr;
   }
+  if (s.external) std::rethrow_exception(s.external);
   for (const auto& e : s.errors)
     if (e) std::rethrow_exception(e);
 }
@@ -115,16 +129,17 @@ void RankThreads::loop(const std::shared_ptr<State>& state, int rank) {
       if (s.abandoned) return;  // the caller has moved on; nothing here is valid any more
       s.errors[size_t(rank)] = error;
       if (error && !s.hooked) {
-        s.hooked = true;
+        s.hooked = s.failed = true;  // the grace period starts now, even if the hook blocks
         on_failure = s.on_failure;
+        s.done_cv.notify_all();
       }
     }
     // Outside the lock: the hook unblocks ranks that are still inside the job.
     if (on_failure != nullptr) (*on_failure)(message);
     {
       std::lock_guard lock(s.mutex);
-      if (error) s.failed = true;  // starts the grace period (after the hook has aborted)
-      if (--s.pending == 0 || error) s.done_cv.notify_all();
+      if (s.abandoned) return;
+      if (--s.pending == 0) s.done_cv.notify_all();
     }
   }
 }

@@ -34,6 +34,9 @@ class RankThreads {
   // abandoned rank may touch them later: the process must then exit; see the file comment).
   void run(const std::function<void(int)>& fn,
            const std::function<void(const std::string&)>& on_failure);
+  // Fails the group from outside (a peer process has gone, a step timed out): a step in flight gets
+  // the grace period to return and then throws `why`, as does every later step. Any thread.
+  void fail(const std::string& why);
   // True once a rank failed to return within the grace period after a failure.
   bool abandoned() const;
 
@@ -45,8 +48,9 @@ class RankThreads {
   std::vector<std::thread> threads_;
 };
 
-// True once any RankThreads in this process abandoned a rank: the process should end with
-// std::_Exit after its last message, since exit handlers could wait on that rank's device.
+// True once any RankThreads in this process abandoned a rank (or other work was abandoned, see
+// DetachableTasks): the process should end with std::_Exit after its last message, since exit
+// handlers could wait on that rank's device.
 bool any_ranks_abandoned();
 
 }  // namespace pagellm::parallel

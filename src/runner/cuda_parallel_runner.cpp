@@ -40,21 +40,20 @@ ParallelCudaRunner::ParallelCudaRunner(const io::ModelConfig& config,
   tp_comms_.resize(size_t(num_local));
   world_comms_.resize(size_t(num_local));
   ranks_.resize(size_t(num_local));
+  threads_ = std::make_unique<parallel::RankThreads>(num_local);
   // A worker process that goes away fails the group at once instead of leaving collectives hanging.
   for (auto& ch : workers_)
     watchers_.emplace_back([this, c = ch.get()] {
       c->wait_closed();
       if (!closing_) {
         log::error("a worker process of the parallel group has gone: aborting the group");
-        abort("a worker process has gone");
+        abort("a worker process of the parallel group has gone");
       }
     });
-  threads_ = std::make_unique<parallel::RankThreads>(num_local);
   try {
     load_ranks(config, checkpoint, base, tp, pp, placement.first_device, ids);
   } catch (...) {
-    close_workers();  // the destructor will not run: its watcher threads must end here
-    if (threads_->abandoned()) leave_ranks_to_exit();
+    shut_down();  // the destructor will not run
     throw;
   }
   watchdog_ = std::make_unique<parallel::StepWatchdog>(
@@ -113,18 +112,42 @@ void ParallelCudaRunner::leave_ranks_to_exit() {
     for (auto& c : *comms) (void)c.release();
 }
 
-ParallelCudaRunner::~ParallelCudaRunner() {
+ParallelCudaRunner::~ParallelCudaRunner() { shut_down(); }
+
+void ParallelCudaRunner::shut_down() {
+  watchdog_.reset();  // no abort may start from here on
   close_workers();
   // Freeing device memory waits for the device, which a stuck rank may hold forever.
-  if (threads_->abandoned()) leave_ranks_to_exit();
+  if (!aborts_.wait_for(kTeardownLimit) || threads_->abandoned()) {
+    leave_ranks_to_exit();
+    return;
+  }
   // Runners (their streams, graphs and memory) go before the communicators they use.
   ranks_.clear();
+  destroy_communicators();
+}
+
+void ParallelCudaRunner::destroy_communicators() {
+  // NCCL's teardown may wait for the other ranks of the process (so each runs on its own thread)
+  // or on a peer that has gone (so it is bounded).
+  parallel::DetachableTasks teardown;
+  for (auto* comms : {&tp_comms_, &world_comms_})
+    for (auto& c : *comms)
+      if (c) teardown.start([c = c.release()] { delete c; });
+  if (!teardown.wait_for(kTeardownLimit))
+    log::error("NCCL communicators did not shut down within " +
+               std::to_string(kTeardownLimit.count() / 1000) + " s: leaving them to the process exit");
 }
 
 void ParallelCudaRunner::abort(const std::string& why) {
+  if (aborting_.exchange(true)) return;
+  threads_->fail(why);
+  // Each communicator on its own thread, without waiting: an abort can block in NCCL (on the other
+  // ranks of the process, or on a kernel that does not see the abort flag); the steps in flight get
+  // RankThreads' grace period either way.
   for (auto* comms : {&tp_comms_, &world_comms_})
     for (auto& c : *comms)
-      if (c) c->abort(why);
+      if (c) aborts_.start([c = c.get(), why] { c->abort(why); });
 }
 
 void ParallelCudaRunner::on_ranks(const std::function<void(int)>& fn) {

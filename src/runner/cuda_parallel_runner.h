@@ -7,12 +7,14 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <thread>
 #include <vector>
 
 #include "parallel/communicator.h"
+#include "parallel/detachable_tasks.h"
 #include "parallel/fault_injection.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/rank_threads.h"
@@ -73,6 +75,12 @@ class ParallelCudaRunner : public ModelRunner {
   void leave_ranks_to_exit();
   // Tells the worker processes to stop and ends the threads that watch them.
   void close_workers();
+  void destroy_communicators();
+  // Everything the destructor does (also when the constructor fails): bounded in time.
+  void shut_down();
+
+  // How long teardown (aborts in flight, NCCL's destroy) may take before it is left to the exit.
+  static constexpr std::chrono::milliseconds kTeardownLimit{10000};
 
   std::unique_ptr<parallel::RankThreads> threads_;
   std::vector<std::unique_ptr<parallel::Communicator>> tp_comms_;     // [num_local]
@@ -83,6 +91,8 @@ class ParallelCudaRunner : public ModelRunner {
   std::vector<std::unique_ptr<parallel::Channel>> workers_;
   std::vector<std::thread> watchers_;  // one per worker channel: abort when its process goes
   std::atomic<bool> closing_{false};
+  std::atomic<bool> aborting_{false};
+  parallel::DetachableTasks aborts_;  // the communicators' aborts, once abort() has run
   const std::optional<parallel::InjectedFault> fault_ = parallel::injected_fault_from_env();
   int64_t step_ = 0;  // execute calls so far (the fault hook counts them)
   // Last member: stops (and can no longer abort) before anything it would abort is destroyed.

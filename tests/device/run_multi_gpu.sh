@@ -36,8 +36,24 @@ finish() {
 trap finish EXIT
 P=$B/pagellm
 say "$PART: $(nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tr '\n' ';') $(date -u +%FT%TZ)"
-same_tokens() {  # same_tokens A.jsonl B.jsonl -> "k of n"
-  python3 -c "import json,sys; a=[json.loads(l)['token_ids'] for l in open(sys.argv[1])]; b=[json.loads(l)['token_ids'] for l in open(sys.argv[2])]; print(sum(x==y for x,y in zip(a,b)), 'of', len(a), '(lines', len(a), len(b), ')')" "$1" "$2" 2>&1 | tail -1
+# same_tokens REF.jsonl GOT.jsonl -> identical sequences, and at each first difference the gap
+# between REF's top two logprobs there (the closeness rule: < 0.05 nats is a near-tie).
+same_tokens() {
+  python3 - "$1" "$2" <<'PY' 2>&1 | tail -1
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+same, gaps = 0, []
+for x, y in zip(a, b):
+    if x["token_ids"] == y["token_ids"]:
+        same += 1
+        continue
+    t = next(i for i, (p, q) in enumerate(zip(x["token_ids"], y["token_ids"])) if p != q)
+    top = sorted((lp for _, lp in x["logprobs"][t]["top"]), reverse=True) if "logprobs" in x else []
+    gaps.append(f"{top[0] - top[1]:.3f}" if len(top) > 1 else "?")
+ok = len(a) == len(b) == 8 and all(g != "?" and float(g) < 0.05 for g in gaps) and len(gaps) <= 2
+print(f"{same} of {len(a)} identical; near-tie gaps at the first differences: {gaps or '-'} -> {'PASS' if ok else 'FAIL'}")
+PY
 }
 ceilings() {
   for g in 0 1; do
@@ -51,7 +67,7 @@ ceilings() {
 pycode() {
   local name=$1; shift
   timeout 120 "$P" generate --device cuda --model "$B/models/pycode-25M" --prompts-file "$B/py_prompts.jsonl" \
-    --temperature 0 --max-tokens 64 --ignore-eos --max-num-seqs 16 "$@" \
+    --temperature 0 --max-tokens 64 --ignore-eos --max-num-seqs 16 --logprobs 2 "$@" \
     --output "$LOGS/pycode_$name.jsonl" > "$LOGS/pycode_$name.out" 2> "$LOGS/pycode_$name.err"
 }
 # A run that must fail within a bounded time: expect_failure NAME SECONDS ENV... -- FLAGS...
@@ -107,7 +123,7 @@ JSONL
   if [ -n "$MPIRUN" ]; then
     timeout 150 "$MPIRUN" --allow-run-as-root --oversubscribe -np 2 -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE=0 \
       "$P" generate --device cuda --model "$B/models/pycode-25M" --prompts-file "$B/py_prompts.jsonl" \
-      --temperature 0 --max-tokens 64 --ignore-eos --max-num-seqs 16 --tensor-parallel-size 2 \
+      --temperature 0 --max-tokens 64 --ignore-eos --max-num-seqs 16 --logprobs 2 --tensor-parallel-size 2 \
       --output "$LOGS/pycode_mpirun.jsonl" > "$LOGS/pycode_mpirun.out" 2> "$LOGS/pycode_mpirun.err"
     say "pycode-25M TP=2 under mpirun -np 2 (exit $?): identical to tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_mpirun.jsonl")"
   fi

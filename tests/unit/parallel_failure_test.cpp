@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "pagellm/llm.h"
+#include "parallel/detachable_tasks.h"
 #include "parallel/fault_injection.h"
 #include "parallel/rank_threads.h"
 #include "parallel/thread_group.h"
@@ -77,6 +78,52 @@ TEST(RankThreads, ARankThatNeverReturnsIsAbandonedAfterTheGracePeriod) {
   EXPECT_NE(error_of([&] { threads->run(job, hook); }).find("rank zero broke"), std::string::npos);
   threads.reset();
   release = true;  // the detached thread returns and finds the group gone
+  std::this_thread::sleep_for(50ms);
+}
+
+TEST(RankThreads, FailFromOutsideEndsTheStepInFlightAndEveryLaterOne) {
+  auto group = parallel::ThreadGroup::create(2, 60s);
+  parallel::RankThreads threads(2);
+  std::thread outside([&] {
+    std::this_thread::sleep_for(100ms);
+    threads.fail("a worker process has gone");
+    group->abort("a worker process has gone");
+  });
+  const auto body = [&](int r) {
+    float x = 1;
+    group->communicator(r)->all_reduce_sum(&x, 1, DType::kF32, nullptr);
+    if (r == 0) group->communicator(r)->all_reduce_sum(&x, 1, DType::kF32, nullptr);  // rank 1 never joins
+  };
+  const std::string e = error_of([&] { threads.run(body, [](const std::string&) {}); });
+  outside.join();
+  EXPECT_NE(e.find("a worker process has gone"), std::string::npos) << e;
+  EXPECT_FALSE(threads.abandoned());
+  std::atomic<int> ran{0};
+  EXPECT_NE(error_of([&] { threads.run([&](int) { ++ran; }, [](const std::string&) {}); })
+                .find("a worker process has gone"),
+            std::string::npos);
+  EXPECT_EQ(ran.load(), 0);
+}
+
+TEST(DetachableTasks, FinishedTasksAreJoinedAndStuckOnesLeftToTheExit) {
+  {
+    parallel::DetachableTasks tasks;
+    std::atomic<int> done{0};
+    for (int i = 0; i < 3; ++i) tasks.start([&] { ++done; });
+    EXPECT_TRUE(tasks.wait_for(5s));
+    EXPECT_EQ(done.load(), 3);
+  }
+  static std::atomic<bool> release{false};
+  {
+    parallel::DetachableTasks tasks;
+    tasks.start([] {
+      while (!release) std::this_thread::sleep_for(5ms);
+    });
+    tasks.start([] { throw std::runtime_error("ignored"); });
+    EXPECT_FALSE(tasks.wait_for(50ms));
+  }  // detached, not joined
+  EXPECT_TRUE(parallel::any_ranks_abandoned());
+  release = true;
   std::this_thread::sleep_for(50ms);
 }
 
