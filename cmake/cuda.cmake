@@ -81,4 +81,4 @@ target_link_libraries(cuda_kernel_tests PRIVATE pagellm_cuda_kernels Threads::Th
 
 # NCCL bus bandwidth on the GPUs of one host (the ceilings of tensor-parallel figures).
 add_executable(nccl_bench ${CMAKE_SOURCE_DIR}/tests/device/nccl_bench.cpp)
-target_link_libraries(nccl_bench PRIVATE CUDA::cudart ${PAGELLM_NCCL_LIB})
+target_link_libraries(nccl_bench PRIVATE pagellm_cuda_kernels CUDA::cudart ${PAGELLM_NCCL_LIB})

@@ -51,6 +51,9 @@ struct EngineArgs {
   bool enable_chunked_prefill = true;
   std::string scheduling_policy = "fcfs";  // or "priority"
   bool enforce_eager = false;
+  // Tensor-parallel all-reduces at decode sizes use NCCL instead of the one-shot NVLink kernel
+  // (vLLM's --disable-custom-all-reduce).
+  bool disable_custom_all_reduce = false;
   bool log_stats = false;
   int num_threads = 0;            // CPU threads; 0 = all cores
   std::string chat_template;      // file overriding tokenizer_config.json's template

@@ -81,6 +81,9 @@ void add_engine_flags(CLI::App& app, EngineArgs& args) {
                "split long prompts over steps (default on)");
   app.add_option("--scheduling-policy", args.scheduling_policy, "fcfs | priority")->capture_default_str();
   app.add_flag("--enforce-eager", args.enforce_eager, "disable CUDA graphs");
+  app.add_flag("--disable-custom-all-reduce", args.disable_custom_all_reduce,
+               "tensor parallelism in one process: NCCL for every all-reduce instead of the one-shot "
+               "NVLink kernel at decode sizes");
   app.add_flag("--log-stats", args.log_stats, "log throughput and queue stats every 5 seconds");
   app.add_option("--num-threads", args.num_threads, "CPU threads (0 = all cores)")->capture_default_str();
   app.add_option("--chat-template", args.chat_template, "chat template file overriding the tokenizer's");

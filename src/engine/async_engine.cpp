@@ -199,7 +199,9 @@ void AsyncEngine::shutdown(double timeout_s) {
   state_->thread.join();
 }
 
-bool AsyncEngine::healthy() const { return state_->healthy.load(); }
+bool AsyncEngine::healthy() const {
+  return state_->healthy.load() && state_->core->runner_healthy();
+}
 
 EngineStats AsyncEngine::take_stats() {
   std::lock_guard<std::mutex> lock(state_->stats_mu);

@@ -59,6 +59,7 @@ class EngineCore {
   const EngineArgs& args() const { return args_; }
   const io::GenerationConfig& generation_config() const { return generation_config_; }
   engine::Scheduler& scheduler() { return *scheduler_; }
+  bool runner_healthy() const { return runner_->healthy(); }
   kv::KVCacheManager& kv_cache() { return *kv_; }
 
  private:

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 
+#include "backends/cuda/peer_all_reduce.h"
 #include "common/error.h"
 
 namespace pagellm::parallel {
@@ -42,7 +43,8 @@ void disable_nvls() { ::setenv("NCCL_NVLS_ENABLE", "0", 1); }
 
 class NcclCommunicator : public Communicator {
  public:
-  NcclCommunicator(ncclComm_t comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  NcclCommunicator(ncclComm_t comm, int rank, int size, std::shared_ptr<cuda::PeerAllReduce> peer)
+      : comm_(comm), rank_(rank), size_(size), peer_(std::move(peer)) {}
   ~NcclCommunicator() override {
     if (!aborted_) ncclCommDestroy(comm_);
   }
@@ -51,6 +53,12 @@ class NcclCommunicator : public Communicator {
 
   void all_reduce_sum(void* data, size_t count, DType dtype, void* stream) override {
     check_live();
+    if (peer_ && peer_->fits(data, count, dtype)) {
+      const cudaError_t e = peer_->run(rank_, data, count, dtype, cuda_stream(stream));
+      if (e != cudaSuccess)
+        throw_error(ErrorKind::kInternal, std::string("peer all-reduce: ") + cudaGetErrorString(e));
+      return;
+    }
     check(ncclAllReduce(data, data, count, nccl_type(dtype), ncclSum, comm_, cuda_stream(stream)),
           "all-reduce");
   }
@@ -101,6 +109,7 @@ class NcclCommunicator : public Communicator {
   }
   ncclComm_t comm_;
   int rank_, size_;
+  std::shared_ptr<cuda::PeerAllReduce> peer_;
   std::atomic<bool> aborted_{false};
   std::mutex why_mutex_;
   std::string why_;
@@ -118,7 +127,8 @@ NcclId make_nccl_id() {
   return out;
 }
 
-std::unique_ptr<Communicator> make_nccl_communicator(const NcclId& id, int size, int rank) {
+std::unique_ptr<Communicator> make_nccl_communicator(const NcclId& id, int size, int rank,
+                                                     std::shared_ptr<cuda::PeerAllReduce> peer) {
   disable_nvls();
   ncclUniqueId nid;
   std::memcpy(&nid, id.bytes, sizeof nid);
@@ -126,7 +136,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(const NcclId& id, int size,
   check(ncclCommInitRank(&comm, size, nid, rank), "joining a communicator of " +
                                                       std::to_string(size) + " ranks as rank " +
                                                       std::to_string(rank));
-  return std::make_unique<NcclCommunicator>(comm, rank, size);
+  return std::make_unique<NcclCommunicator>(comm, rank, size, std::move(peer));
 }
 
 }  // namespace pagellm::parallel

@@ -9,6 +9,10 @@
 
 #include "parallel/communicator.h"
 
+namespace pagellm::cuda {
+class PeerAllReduce;
+}
+
 namespace pagellm::parallel {
 
 // NCCL's opaque id that every rank of one communicator must share (made by rank 0, handed to the
@@ -20,6 +24,9 @@ NcclId make_nccl_id();
 
 // Joins the communicator of `size` ranks identified by `id` as `rank` on the current CUDA device.
 // Blocks until every rank has joined; throws pagellm::Error (kInternal) naming NCCL's error.
-std::unique_ptr<Communicator> make_nccl_communicator(const NcclId& id, int size, int rank);
+// `peer`: the group's one-shot NVLink all-reduce (its rank r = this communicator's rank r), taken
+// for the all-reduces it fits (decode sizes); null = NCCL for everything.
+std::unique_ptr<Communicator> make_nccl_communicator(
+    const NcclId& id, int size, int rank, std::shared_ptr<cuda::PeerAllReduce> peer = nullptr);
 
 }  // namespace pagellm::parallel

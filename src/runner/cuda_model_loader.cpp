@@ -52,6 +52,7 @@ CudaRunnerOptions cuda_options(const EngineArgs& args, const LoadedModel& m) {
   o.max_num_batched_tokens = args.max_num_batched_tokens;
   o.max_model_len = args.max_model_len;
   o.enforce_eager = args.enforce_eager;
+  o.disable_custom_all_reduce = args.disable_custom_all_reduce;
   o.seed = args.seed;
   o.model_name = m.name;
   // The pinned host pool must fit in host memory next to everything else; the runner sizes it in

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "backends/cuda/peer_all_reduce.h"
 #include "common/error.h"
 #include "common/logging.h"
 
@@ -67,6 +68,8 @@ void ParallelCudaRunner::load_ranks(const io::ModelConfig& config, const io::Wei
                                     const CudaRunnerOptions& base, int tp, int pp, int first_device,
                                     const std::vector<parallel::NcclId>& ids) {
   const int n = tp * pp;
+  const std::vector<std::shared_ptr<cuda::PeerAllReduce>> peer =
+      peer_all_reduces(base, tp, pp, first_device, int(ranks_.size()) == n);
   on_ranks([&](int l) {
     const int w = first_rank_ + l;
     const parallel::ShardSpec shard{w % tp, tp, w / tp, pp};
@@ -75,7 +78,8 @@ void ParallelCudaRunner::load_ranks(const io::ModelConfig& config, const io::Wei
       throw_error(ErrorKind::kInternal, "cannot select GPU " + std::to_string(device));
     if (tp > 1)
       tp_comms_[size_t(l)] =
-          parallel::make_nccl_communicator(ids[size_t(shard.pp_rank)], tp, shard.tp_rank);
+          parallel::make_nccl_communicator(ids[size_t(shard.pp_rank)], tp, shard.tp_rank,
+                                           peer.empty() ? nullptr : peer[size_t(shard.pp_rank)]);
     if (pp > 1) world_comms_[size_t(l)] = parallel::make_nccl_communicator(ids.back(), n, w);
     CudaRunnerOptions o = base;
     o.shard = shard;
@@ -102,6 +106,26 @@ void ParallelCudaRunner::close_workers() {
   }
   for (std::thread& t : watchers_) t.join();
   watchers_.clear();
+}
+
+std::vector<std::shared_ptr<cuda::PeerAllReduce>> ParallelCudaRunner::peer_all_reduces(
+    const CudaRunnerOptions& base, int tp, int pp, int first_device, bool all_ranks_here) {
+  std::vector<std::shared_ptr<cuda::PeerAllReduce>> out;
+  // Worker processes would need the buffers shared across processes (CUDA IPC): NCCL there.
+  if (tp < 2 || !all_ranks_here || base.disable_custom_all_reduce) return out;
+  for (int p = 0; p < pp; ++p) {
+    std::vector<int> devices;
+    for (int t = 0; t < tp; ++t) devices.push_back(first_device + p * tp + t);
+    std::string why_not;
+    out.push_back(cuda::PeerAllReduce::create(devices, kPeerAllReduceBytes, &why_not));
+    if (!out.back()) {
+      log::info("tensor-parallel all-reduces go through NCCL only: " + why_not);
+      return {};
+    }
+  }
+  log::info("tensor-parallel all-reduces up to " + std::to_string(kPeerAllReduceBytes / 1024) +
+            " KB use the one-shot NVLink kernel (--disable-custom-all-reduce: NCCL only)");
+  return out;
 }
 
 void ParallelCudaRunner::leave_ranks_to_exit() {

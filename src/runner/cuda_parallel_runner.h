@@ -56,6 +56,7 @@ class ParallelCudaRunner : public ModelRunner {
   int block_size() const override { return ranks_[0]->block_size(); }
   const io::ModelConfig& config() const override { return ranks_[0]->config(); }
   engine::ModelRunnerOutput execute(const engine::SchedulerOutput& batch) override;
+  bool healthy() const override { return !aborting_.load(); }
   std::vector<std::vector<float>> execute_logits(const engine::SchedulerOutput& batch);
   // The first local rank's startup costs (weights are per rank: its slice).
   const CudaStartupStats& startup_stats() const { return ranks_[0]->startup_stats(); }
@@ -76,6 +77,12 @@ class ParallelCudaRunner : public ModelRunner {
   // Tells the worker processes to stop and ends the threads that watch them.
   void close_workers();
   void destroy_communicators();
+  // One one-shot NVLink all-reduce per stage's tensor-parallel ranks, when every rank is in this
+  // process, peer access works and it is not disabled; else empty (NCCL only).
+  static std::vector<std::shared_ptr<cuda::PeerAllReduce>> peer_all_reduces(
+      const CudaRunnerOptions& base, int tp, int pp, int first_device, bool all_ranks_here);
+  // The largest all-reduce the one-shot kernel takes (a decode batch of 64 x 4096 bf16).
+  static constexpr size_t kPeerAllReduceBytes = 512 * 1024;
   // Everything the destructor does (also when the constructor fails): bounded in time.
   void shut_down();
 

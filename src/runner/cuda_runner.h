@@ -32,6 +32,7 @@ struct CudaRunnerOptions {
   int max_num_batched_tokens = 2048;
   int max_model_len = 0;  // 0 = config.max_position_embeddings
   bool enforce_eager = false;
+  bool disable_custom_all_reduce = false;  // read by ParallelCudaRunner
   uint64_t seed = 0;  // dummy weights
   // Pinned host swap pool for preemption by swapping: floor(GiB / bytes of one block of all
   // layers' K and V in dtype) blocks; 0 = no swapping.

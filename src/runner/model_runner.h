@@ -23,6 +23,10 @@ class ModelRunner {
   // Runs the forward pass for every scheduled token, writes their K/V into the cache through the
   // block tables, and samples the next token of each seq with needs_sample.
   virtual engine::ModelRunnerOutput execute(const engine::SchedulerOutput& batch) = 0;
+
+  // False once the runner can no longer run steps (a parallel group aborted between steps, e.g. a
+  // worker process that died while the engine was idle). Safe to call from any thread.
+  virtual bool healthy() const { return true; }
 };
 
 }  // namespace pagellm::runner
