@@ -21,6 +21,13 @@ class Communicator {
   // data [count] of dtype, summed over the group in place; every rank gets the same values.
   // `stream` is the CUDA stream for device buffers (null for host buffers).
   virtual void all_reduce_sum(void* data, size_t count, DType dtype, void* stream) = 0;
+  // The all-reduce of x [rows, hidden] fused with the residual add and RMSNorm after it (see
+  // cuda::PeerAllReduce::run_add_rms_norm): true when done; false (nothing done) when this
+  // communicator has no fused path for these arguments, and the caller all-reduces and normalizes.
+  virtual bool all_reduce_add_rms_norm(const void* x, void* residual, const void* weight, void* out,
+                                       int rows, int hidden, float eps, DType dtype, void* stream) {
+    return false;
+  }
   // out [size() * count]: rank r's in [count] lands at out + r * count.
   virtual void all_gather(const void* in, void* out, size_t count, DType dtype, void* stream) = 0;
   // The minimum of one host value per rank, returned on every rank (blocking; startup only).

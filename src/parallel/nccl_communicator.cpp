@@ -62,6 +62,16 @@ class NcclCommunicator : public Communicator {
     check(ncclAllReduce(data, data, count, nccl_type(dtype), ncclSum, comm_, cuda_stream(stream)),
           "all-reduce");
   }
+  bool all_reduce_add_rms_norm(const void* x, void* residual, const void* weight, void* out, int rows,
+                               int hidden, float eps, DType dtype, void* stream) override {
+    check_live();
+    if (!peer_ || !peer_->fits_norm(x, rows, hidden, dtype)) return false;
+    const cudaError_t e = peer_->run_add_rms_norm(rank_, x, residual, weight, out, rows, hidden, eps,
+                                                  dtype, cuda_stream(stream));
+    if (e != cudaSuccess)
+      throw_error(ErrorKind::kInternal, std::string("peer all-reduce + rms norm: ") + cudaGetErrorString(e));
+    return true;
+  }
   void all_gather(const void* in, void* out, size_t count, DType dtype, void* stream) override {
     check_live();
     check(ncclAllGather(in, out, count, nccl_type(dtype), comm_, cuda_stream(stream)), "all-gather");

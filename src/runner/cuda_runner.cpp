@@ -385,12 +385,24 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
     cuda::GemmParams p{dt, x, w.get(), y, n, out_features, in_features, false, b};
     check(cuda::gemm(this->gemm, p, stream), "gemm");
   };
+  // x_proj's all-reduce over the tensor-parallel ranks, then x_hidden += x_proj and x_normed =
+  // RMSNorm(x_hidden): one fused kernel where the communicator has one (the one-shot NVLink
+  // all-reduce), else the all-reduce and the fused add + norm.
+  auto all_reduce_add_norm = [&](const DevMem& w_norm) {
+    if (opt.shard.tp_size > 1 &&
+        opt.tp->all_reduce_add_rms_norm(x_proj.get(), x_hidden.get(), w_norm.get(), x_normed.get(), n,
+                                        hidden, eps, dt, stream))
+      return;
+    all_reduce_proj(n);
+    norm(x_proj.get(), x_hidden.get(), w_norm, x_normed.get());
+  };
   stage_input(n);
   for (int l = 0; l < num_layers; ++l) {
     const LayerWeights& w = layers[size_t(l)];
+    // Later layers' input norm was fused into the previous layer's last all-reduce.
     if (l == 0 && opt.shard.first_stage())
       norm(x_hidden.get(), nullptr, w.input_norm, x_normed.get());
-    else
+    else if (l == 0)
       norm(x_proj.get(), x_hidden.get(), w.input_norm, x_normed.get());
     gemm(x_normed.get(), w.qkv, w.qkv_fp8, x_qkv.get(), qkv_width, hidden, &w.qkv_bias);
     void* q = x_qkv.get();
@@ -462,17 +474,19 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
     ap.scale = 1.f / std::sqrt(float(head_dim));
     check(cuda::run_attention(ap, s.plan, attn_ws.get(), stream), "attention");
     gemm(x_attn.get(), w.o_proj, w.o_proj_fp8, x_proj.get(), hidden, num_heads * head_dim, nullptr);
-    all_reduce_proj(n);
-    norm(x_proj.get(), x_hidden.get(), w.post_norm, x_normed.get());
+    all_reduce_add_norm(w.post_norm);
     gemm(x_normed.get(), w.gate_up, w.gate_up_fp8, x_gate_up.get(), 2 * inter, hidden, nullptr);
     check(cuda::silu_and_mul({dt, x_gate_up.get(), x_act.get(), n, inter}, stream), "silu_and_mul");
     gemm(x_act.get(), w.down, w.down_fp8, x_proj.get(), hidden, inter, nullptr);
-    all_reduce_proj(n);
+    // The next norm: the next layer's input norm, or the final norm at the end of the last stage.
+    if (l + 1 < num_layers)
+      all_reduce_add_norm(layers[size_t(l) + 1].input_norm);
+    else if (opt.shard.last_stage())
+      all_reduce_add_norm(final_norm);
+    else
+      all_reduce_proj(n);  // sent on as two halves below
   }
-  if (opt.shard.last_stage()) {
-    norm(x_proj.get(), x_hidden.get(), final_norm, x_normed.get());
-    return;
-  }
+  if (opt.shard.last_stage()) return;
   // The last residual add is fused into the next stage's first norm: send both halves.
   const int next = (opt.shard.pp_rank + 1) * opt.shard.tp_size + opt.shard.tp_rank;
   opt.world->send(x_hidden.get(), size_t(n) * hidden, dt, next, stream);

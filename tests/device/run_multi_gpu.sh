@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The two-GPU runs of issue 10, from a bundle made by make_multi_gpu_bundle.sh, in three parts that
 # each fit one device call:
-#   bash BUNDLE/run_multi_gpu.sh BUNDLE basics | hf | big
+#   bash BUNDLE/run_multi_gpu.sh BUNDLE basics | hf | big | fused
 # basics: ceilings (copy bandwidth + bf16 GEMM rate per GPU, NCCL bus bandwidth); pycode-25M greedy
 #         TP=2 / PP=2 / two processes (TCP rendezvous and mpirun) against TP=1; failure paths (a rank
 #         that fails or hangs, a worker process killed under `serve`); Llama-3.1-8B shapes batch-1
@@ -12,8 +12,8 @@
 #         1000 x (1024 in, 128 out), PP=2 vs TP=2 at 256 requests.
 # $OUT gets summary.txt and logs.tar.xz only (the device tool returns at most 8 files).
 set -uo pipefail
-SRC=$(cd "${1:?usage: run_multi_gpu.sh BUNDLE basics|hf|big}" && pwd)
-PART=${2:?usage: run_multi_gpu.sh BUNDLE basics|hf|big}
+SRC=$(cd "${1:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused}" && pwd)
+PART=${2:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused}
 OUTDIR=${OUT:-./device-logs}
 LOGS=/tmp/mgpu-logs
 rm -rf "$LOGS" && mkdir -p "$LOGS" "$OUTDIR"
@@ -223,7 +223,22 @@ big() {
   say "70B TP=2 ${BIG_PROMPTS:-1000} x (1024 in, 128 out) (exit $?): $(grep -E 'Throughput' "$LOGS/tput70b_1000.log")"
 }
 
+# The all-reduce fused with the residual add + RMSNorm: its check and timing (nccl_bench), pycode-25M
+# TP=2 against TP=1, and batch-1 decode at 8B (TP=1 / TP=2) and 70B (TP=2) shapes.
+fused() {
+  ceilings 64
+  write_py_prompts
+  pycode tp1; say "pycode-25M tp1 (exit $?)"
+  pycode tp2 --tensor-parallel-size 2; say "pycode-25M tp2 (exit $?): vs tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_tp2.jsonl")"
+  decode_8b "tp1:" "tp2:--tensor-parallel-size 2"
+  timeout 120 "$P" bench throughput --model "$B/llama31-70b" --load-format dummy --device cuda --max-model-len 4096 \
+    --gpu-memory-utilization 0.95 --tensor-parallel-size 2 --num-prompts 1 --input-len 32 --output-len 256 \
+    --max-num-seqs 16 > "$LOGS/decode70b_tp2.log" 2>&1
+  say "70B TP=2 batch-1 decode (exit $?): $(grep -E 'Throughput' "$LOGS/decode70b_tp2.log")"
+}
+
 case $PART in
+  fused) fused ;;
   basics) basics ;;
   hf) hf ;;
   big) big ;;

@@ -23,11 +23,16 @@
 
 namespace pagellm::cuda {
 
+struct OneShotParams;  // the kernels' arguments (peer_all_reduce.cu)
+
 class PeerAllReduce {
  public:
   static constexpr int kMaxRanks = 8;
   static constexpr int kBlocks = 32;
   static constexpr int kThreads = 512;
+  // The fused norm keeps a row in registers: at most this many 16-byte vectors per thread (rows of
+  // up to 16384 bf16 / 8192 fp32 elements).
+  static constexpr int kMaxNormVecsPerThread = 4;
 
   // One rank per device in `devices` (rank r on devices[r]); exchange buffers of 2 x max_bytes
   // per rank. Returns null, with the reason in *why_not, when a pair of devices has no peer access
@@ -46,6 +51,14 @@ class PeerAllReduce {
   // device's stream (graph capture allowed).
   cudaError_t run(int rank, void* data, size_t count, DType dtype, cudaStream_t stream);
 
+  // The all-reduce fused with what follows it in every Llama layer: x [rows, hidden] is summed over
+  // the ranks (rounded to the model dtype, as the plain all-reduce stores it), added to the residual
+  // stream (residual = round(residual + sum)) and RMS-normalized into out = weight * round(residual
+  // * rsqrt(mean square + eps)), the rounding of transformers' RMSNorm. x itself is left as it was.
+  bool fits_norm(const void* x, int rows, int hidden, DType dtype) const;
+  cudaError_t run_add_rms_norm(int rank, const void* x, void* residual, const void* weight, void* out,
+                               int rows, int hidden, float eps, DType dtype, cudaStream_t stream);
+
  private:
   struct Rank {
     int device = 0;
@@ -54,6 +67,7 @@ class PeerAllReduce {
     uint32_t* counters = nullptr;  // [kBlocks]: calls made so far, per block
   };
   PeerAllReduce() = default;
+  OneShotParams params(int rank, void* data, size_t count, DType dtype) const;
   std::vector<Rank> ranks_;
   size_t max_bytes_ = 0;
 };
