@@ -90,6 +90,7 @@ bool fused_norm_bench(pagellm::cuda::PeerAllReduce& peer, int n, const std::vect
           CK(cudaStreamSynchronize(streams[size_t(d)]));
         }
       };
+      std::printf("  rows %d hidden %d: first call\n", rows, hidden);
       fused();
       sync_all();
       // Host reference.
@@ -213,6 +214,7 @@ bool peer_all_reduce_bench(int n, const std::vector<cudaStream_t>& streams) {
 }
 
 int main(int argc, char** argv) {
+  setvbuf(stdout, nullptr, _IOLBF, 0);  // each line survives a timeout
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   const size_t max_bytes = size_t(argc > 1 ? std::atoi(argv[1]) : 256) << 20;
   int n = 0;
