@@ -188,10 +188,18 @@ int run_cuda_worker(const EngineArgs& args, const LoadedModel& m, const parallel
                             args.tensor_parallel_size, args.pipeline_parallel_size,
                             std::move(placement));
   // If the leader goes while this process waits inside a collective, the watcher unblocks it.
-  std::atomic<bool> done{false};
+  // Outside a step the loop's own recv sees the leader go (or its shutdown message, which the
+  // leader sends just before it closes: the close must not count as a failure then).
+  std::atomic<bool> done{false}, in_step{false};
   std::thread watcher([&] {
     leader->wait_closed();
-    if (!done) runner.abort("the leader process has gone");
+    while (!done) {
+      if (in_step) {
+        runner.abort("the leader process has gone");
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   });
   int code = 0;
   try {
@@ -199,7 +207,9 @@ int run_cuda_worker(const EngineArgs& args, const LoadedModel& m, const parallel
       const std::vector<unsigned char> message = leader->recv();
       if (parallel::message_type(message) == parallel::MessageType::kShutdown) break;
       const std::unique_ptr<parallel::DecodedStep> step = parallel::decode_step(message);
+      in_step = true;
       runner.execute(step->output);
+      in_step = false;
     }
   } catch (const Error& e) {
     log::error(std::string("worker process ") + std::to_string(plan.proc_rank) + ": " + e.what());
