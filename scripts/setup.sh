@@ -22,6 +22,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nodejs npm                          # test tooling: reference tokenizers, jinja, openai client
   curl python3 openssl                # openssl: the TLS test's self-signed certificate
+  chromium                            # the CORS test: a real browser calling the API from another origin
+  openmpi-bin                         # mpirun: the multi-node launch (docs; tested on the GPU machine)
   python3-numpy                       # tools/quantize_fp8.py and its tests (numpy only, no torch)
 )
 
