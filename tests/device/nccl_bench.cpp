@@ -215,6 +215,10 @@ bool peer_all_reduce_bench(int n, const std::vector<cudaStream_t>& streams) {
 
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);  // each line survives a timeout
+  // One host thread drives every GPU here: a kernel loaded lazily behind a one-shot all-reduce that
+  // is waiting for its peers would wait for that device to go idle, and the peers' kernels are
+  // launched by this same thread afterwards (a deadlock; pagellm gives each rank its own thread).
+  setenv("CUDA_MODULE_LOADING", "EAGER", 1);
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   const size_t max_bytes = size_t(argc > 1 ? std::atoi(argv[1]) : 256) << 20;
   int n = 0;

@@ -9,6 +9,11 @@
 // parity of its call number, and a call's barrier means every peer has started that call, so has
 // finished the call before it: the half written now was last read two calls ago, by kernels that
 // have ended. The grid is the same for every call so that all blocks count calls alike.
+//
+// A rank's kernel waits for its peers' kernels, so each rank must be launched from its own host
+// thread (as ParallelCudaRunner does), or with every kernel loaded up front: a host thread that
+// launches rank 0's all-reduce and then a kernel that CUDA loads lazily blocks until device 0 is
+// idle, which it never is if that same thread has yet to launch rank 1's all-reduce.
 #pragma once
 
 #include <cuda_runtime.h>
