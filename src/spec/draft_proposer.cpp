@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "common/error.h"
@@ -34,10 +35,16 @@ void check_same_vocabulary(const std::filesystem::path& dir, const runner::Model
               " tokens but the target's has " + std::to_string(target_tok.vocab_size()));
   }
   for (int32_t id = 0; id < target_tok.vocab_size(); ++id) {
-    if (draft_tok->id_to_token(id) != target_tok.id_to_token(id)) {
-      bad_draft("'" + dir.string() + "' has a different tokenizer than the target (token id " + std::to_string(id) +
-                " is '" + draft_tok->id_to_token(id).value_or("") + "' vs '" +
-                target_tok.id_to_token(id).value_or("") + "')");
+    const std::optional<std::string> ours = draft_tok->id_to_token(id);
+    const std::optional<std::string> theirs = target_tok.id_to_token(id);
+    if (ours != theirs) {
+      // Built piece by piece: GCC 12 warns (-Wrestrict, falsely) on a long operator+ chain here.
+      std::string message = "'";
+      message += dir.string();
+      message += "' has a different tokenizer than the target (token id ";
+      message += std::to_string(id);
+      message += " is '" + ours.value_or("") + "' vs '" + theirs.value_or("") + "')";
+      bad_draft(message);
     }
   }
 }

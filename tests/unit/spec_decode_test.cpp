@@ -302,7 +302,7 @@ void expect_same_distribution(const std::string& model, const SpeculativeConfig&
 }
 
 TEST(SpecDecodeDistribution, NgramOnStoriesKeepsTheSampledLaw) {
-  expect_same_distribution(kStories, ngram(3, 1, 2), "Once upon a time, Lily saw a big tree. Lily saw a", 1.0f, 600, 6);
+  expect_same_distribution(kStories, ngram(3, 1, 2), "Lily saw a big tree. Lily saw a big dog. Lily saw a big tree. Lily saw a", 1.0f, 3000, 8);
 }
 
 TEST(SpecDecodeDistribution, DraftModelOnPycodeKeepsTheSampledLaw) {
@@ -328,17 +328,19 @@ TEST(SpecDecode, DraftWithAnotherVocabularyOrTokenizerIsRefused) {
   std::string message = load_error(sc);
   EXPECT_NE(message.find("has vocab_size 512 but the target has 32000"), std::string::npos) << message;
   EXPECT_EQ(message.find('\n'), std::string::npos);
-  // The draft's own config and a tokenizer.json with one token renamed.
+  // The draft's own config and a tokenizer.json with the ids of two tokens swapped.
   testing::TempDir dir;
   std::filesystem::copy_file(kDraft + "/config.json", dir.path() / "config.json");
   nlohmann::json tok = nlohmann::json::parse(std::ifstream(kDraft + "/tokenizer.json"));
   auto& vocab = tok["model"]["vocab"];
-  std::string victim;
-  for (auto it = vocab.begin(); it != vocab.end(); ++it)
-    if (it.value() == 1000) victim = it.key();
-  ASSERT_FALSE(victim.empty());
-  vocab.erase(victim);
-  vocab["renamed_token"] = 1000;
+  std::string first, second;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    if (it.value() == 1000) first = it.key();
+    if (it.value() == 1001) second = it.key();
+  }
+  ASSERT_FALSE(first.empty() || second.empty());
+  vocab[first] = 1001;
+  vocab[second] = 1000;
   std::ofstream(dir.path() / "tokenizer.json") << tok.dump();
   sc.model = dir.path().string();
   message = load_error(sc);

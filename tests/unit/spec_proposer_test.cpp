@@ -11,6 +11,8 @@
 
 #include "common/error.h"
 #include "engine/sampler.h"
+#include "engine/stats.h"
+#include "server/metrics.h"
 #include "spec/ngram_proposer.h"
 #include "spec/rejection_sampler.h"
 
@@ -252,6 +254,37 @@ TEST(SamplingProbs, MatchesTheSamplersTruncation) {
   logits = {1.0f, 3.0f, 2.0f, 0.0f};
   engine::sampling_probs(logits, seq, probs);
   EXPECT_EQ(probs, (std::vector<float>{0, 1, 0, 0}));
+}
+
+TEST(SpecMetrics, CountersUnderVllmNamesAndSummedOverReplicas) {
+  EngineStats a;
+  a.spec_num_drafts = 10;
+  a.spec_num_draft_tokens = 40;
+  a.spec_num_accepted_tokens = 25;
+  a.spec_accepted_per_pos = {9, 7, 5, 4};
+  EngineStats b;
+  b.spec_num_drafts = 1;
+  b.spec_num_draft_tokens = 2;
+  b.spec_num_accepted_tokens = 1;
+  b.spec_accepted_per_pos = {1};
+  const EngineStats sum = engine::sum_stats({a, b});
+  EXPECT_EQ(sum.spec_num_drafts, 11u);
+  EXPECT_EQ(sum.spec_num_accepted_tokens, 26u);
+  EXPECT_EQ(sum.spec_accepted_per_pos, (std::vector<uint64_t>{10, 7, 5, 4}));
+  server::Metrics m("x");
+  m.set_engine_stats(a);
+  const std::string text = m.render(0, 0);
+  const std::string L = "{model_name=\"x\"}";
+  for (const std::string& line :
+       {"vllm:spec_decode_num_drafts_total" + L + " 10\n", "vllm:spec_decode_num_draft_tokens_total" + L + " 40\n",
+        "vllm:spec_decode_num_accepted_tokens_total" + L + " 25\n",
+        std::string("vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"x\",position=\"0\"} 9\n"),
+        std::string("vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"x\",position=\"3\"} 4\n"),
+        std::string("# TYPE vllm:spec_decode_num_drafts_total counter\n"),
+        "pagellm:spec_decode_num_accepted_tokens_total" + L + " 25\n"})
+    EXPECT_NE(text.find(line), std::string::npos) << line;
+  const std::string logged = engine::StatsLogger::format(EngineStats{}, a, 1.0);
+  EXPECT_NE(logged.find("acceptance rate 62.5%, mean acceptance length 3.50"), std::string::npos) << logged;
 }
 
 }  // namespace
