@@ -232,6 +232,50 @@ TEST(SpecDecode, StopStringsMaxTokensMinTokensAndLogprobs) {
   }
 }
 
+TEST(SpecDecode, PreemptionBySwapKeepsOutputsIdentical) {
+  const auto prompts = code_prompts();
+  const std::vector<SamplingParams> params(prompts.size(), greedy(64));
+  const SpecRun plain = generate(base_args(kPycode), prompts, params);
+  EngineArgs a = base_args(kPycode);
+  a.speculative = draft(4);
+  a.num_kv_blocks = 14;
+  a.max_num_batched_tokens = 128;
+  a.enable_prefix_caching = false;
+  a.swap_space_gib = 0.05;  // ~400 host blocks of pycode-25M's 128 KiB
+  const SpecRun spec = generate(a, prompts, params);
+  expect_same_outputs(plain, spec);
+  EXPECT_GT(spec.stats.num_preemptions, 0u);
+}
+
+// Seeded sampling with speculation is reproducible and batch-invariant, n > 1 included: a request's
+// drafts and their verification depend only on the request.
+TEST(SpecDecode, SeededSamplesAreReproducibleAndBatchInvariant) {
+  for (const SpeculativeConfig& sc : {draft(3), ngram(3, 1, 3)}) {
+    EngineArgs a = base_args(kPycode);
+    a.speculative = sc;
+    SamplingParams p;
+    p.temperature = 0.9f;
+    p.top_p = 0.95f;
+    p.max_tokens = 40;
+    p.n = 3;
+    p.seed = 77;
+    const PromptInput prompt = PromptInput::from_text("def parse_args(argv):\n");
+    LLM llm(a);
+    const RequestOutput alone = llm.generate({prompt}, p)[0];
+    ASSERT_EQ(alone.outputs.size(), 3u);
+    EXPECT_NE(alone.outputs[0].token_ids, alone.outputs[1].token_ids);
+    std::vector<PromptInput> prompts = code_prompts();
+    std::vector<SamplingParams> params(prompts.size(), greedy(30));
+    prompts[3] = prompt;
+    params[3] = p;
+    const auto batched = llm.generate(prompts, params);
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(batched[3].outputs.at(i).token_ids, alone.outputs[i].token_ids) << sc.method << " sample " << i;
+    }
+    EXPECT_GT(llm.engine().take_stats().spec_num_accepted_tokens, 0u);
+  }
+}
+
 // ---- The sampled distribution with speculation equals the one without ----
 
 // Two-sample chi-square of token counts at one position (equal sample sizes): tokens seen fewer
