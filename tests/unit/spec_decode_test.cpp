@@ -276,6 +276,27 @@ TEST(SpecDecode, SeededSamplesAreReproducibleAndBatchInvariant) {
   }
 }
 
+// A model drafting for itself proposes exactly the target's tokens (greedy) and exactly its
+// distribution (sampled: q == p, so every draft passes u < p/q): every draft must be accepted. Any
+// slip in the draft's KV bookkeeping (positions, rollback, catch-up after a bonus token) shows up here.
+TEST(SpecDecode, SelfDraftingAcceptsEveryDraft) {
+  SpeculativeConfig sc = draft(4);
+  EngineArgs a = base_args(kDraft);
+  a.speculative = sc;
+  const auto prompts = code_prompts();
+  std::vector<SamplingParams> params;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SamplingParams p = greedy(60);
+    p.ignore_eos = true;
+    if (i % 2 == 1) p.temperature = 1.0f, p.seed = i;
+    params.push_back(p);
+  }
+  const SpecRun spec = generate(a, prompts, params);
+  expect_consistent_counters(spec.stats, 4);
+  EXPECT_EQ(spec.stats.spec_num_accepted_tokens, spec.stats.spec_num_draft_tokens);
+  for (const RequestOutput& o : spec.outputs) EXPECT_EQ(o.outputs[0].token_ids.size(), 60u);
+}
+
 // ---- The sampled distribution with speculation equals the one without ----
 
 // Two-sample chi-square of token counts at one position (equal sample sizes): tokens seen fewer
