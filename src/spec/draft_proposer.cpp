@@ -22,17 +22,20 @@ namespace {
 // The draft must read and write the same token ids as the target.
 void check_same_vocabulary(const std::filesystem::path& dir, const runner::ModelRunner& target,
                            const tok::Tokenizer& target_tok) {
-  if (!std::filesystem::exists(dir / "config.json")) bad_draft("'" + dir.string() + "' has no config.json");
+  if (!std::filesystem::exists(dir / "config.json"))
+    bad_draft("'" + dir.string() + "' has no config.json");
   const io::ModelConfig dc = io::load_model_config(dir);
   if (dc.vocab_size != target.config().vocab_size) {
-    bad_draft("'" + dir.string() + "' has vocab_size " + std::to_string(dc.vocab_size) + " but the target has " +
-              std::to_string(target.config().vocab_size));
+    bad_draft("'" + dir.string() + "' has vocab_size " + std::to_string(dc.vocab_size) +
+              " but the target has " + std::to_string(target.config().vocab_size));
   }
-  if (!std::filesystem::exists(dir / "tokenizer.json")) return;  // the target's tokenizer serves both
+  if (!std::filesystem::exists(dir / "tokenizer.json"))
+    return;  // the target's tokenizer serves both
   const auto draft_tok = tok::Tokenizer::from_dir(dir);
   if (draft_tok->vocab_size() != target_tok.vocab_size()) {
-    bad_draft("'" + dir.string() + "' has a tokenizer of " + std::to_string(draft_tok->vocab_size()) +
-              " tokens but the target's has " + std::to_string(target_tok.vocab_size()));
+    bad_draft("'" + dir.string() + "' has a tokenizer of " +
+              std::to_string(draft_tok->vocab_size()) + " tokens but the target's has " +
+              std::to_string(target_tok.vocab_size()));
   }
   for (int32_t id = 0; id < target_tok.vocab_size(); ++id) {
     const std::optional<std::string> ours = draft_tok->id_to_token(id);
@@ -51,17 +54,20 @@ void check_same_vocabulary(const std::filesystem::path& dir, const runner::Model
 
 }  // namespace
 
-DraftModelProposer::DraftModelProposer(std::unique_ptr<runner::ModelRunner> draft, int num_speculative_tokens)
+DraftModelProposer::DraftModelProposer(std::unique_ptr<runner::ModelRunner> draft,
+                                       int num_speculative_tokens)
     : owner_(std::move(draft)),
       draft_(dynamic_cast<runner::CpuRunner*>(owner_.get())),
       k_(num_speculative_tokens),
       vocab_(static_cast<int>(owner_->config().vocab_size)),
-      max_positions_(owner_->config().max_position_embeddings > 0
-                         ? static_cast<int>(std::min<int64_t>(owner_->config().max_position_embeddings,
-                                                              std::numeric_limits<int>::max()))
-                         : std::numeric_limits<int>::max()),
+      max_positions_(
+          owner_->config().max_position_embeddings > 0
+              ? static_cast<int>(std::min<int64_t>(owner_->config().max_position_embeddings,
+                                                   std::numeric_limits<int>::max()))
+              : std::numeric_limits<int>::max()),
       kv_(kv::KVCacheConfig{owner_->num_kv_blocks(), owner_->block_size(), false, 0}) {
-  if (draft_ == nullptr) unsupported("--speculative-config: the draft model runs on the CPU backend only");
+  if (draft_ == nullptr)
+    unsupported("--speculative-config: the draft model runs on the CPU backend only");
 }
 
 void DraftModelProposer::release(int64_t seq_id) {
@@ -71,10 +77,13 @@ void DraftModelProposer::release(int64_t seq_id) {
 
 bool DraftModelProposer::reserve(int64_t seq_id, std::span<const int32_t> tokens, int num_computed,
                                  int num_tokens) {
+  // A sequence longer than the whole pool would only evict everyone else, every step.
+  if (kv_.blocks_for(num_tokens) > kv_.num_blocks()) return false;
   const kv::SeqRef ref{seq_id, tokens, 0};
   kv::BlockPairs copies;  // stays empty: the draft's blocks are never shared
   for (;;) {
-    if (kv_.allocate_slots(ref, num_computed, num_tokens - num_computed, nullptr, copies)) return true;
+    if (kv_.allocate_slots(ref, num_computed, num_tokens - num_computed, nullptr, copies))
+      return true;
     int64_t victim = -1;
     uint64_t oldest = clock_;
     for (const auto& [id, st] : states_) {
@@ -156,7 +165,8 @@ void DraftModelProposer::draft_step(std::vector<Active>& active, int step) {
 int32_t DraftModelProposer::choose(std::span<float> logits, Active& a, int step) {
   engine::Sequence& seq = *a.seq;
   if (logits.size() != static_cast<size_t>(vocab_)) {
-    throw_error(ErrorKind::kInternal, "draft model: logits row of " + std::to_string(logits.size()) + " entries");
+    throw_error(ErrorKind::kInternal,
+                "draft model: logits row of " + std::to_string(logits.size()) + " entries");
   }
   engine::ScheduledSeq base;
   base.seq_id = seq.seq_id;
@@ -165,7 +175,8 @@ int32_t DraftModelProposer::choose(std::span<float> logits, Active& a, int step)
   base.prompt_token_ids = seq.prompt_ids();
   base.output_token_ids = seq.output_ids();
   base.banned_token_ids = seq.banned_token_ids;
-  const engine::ScheduledSeq ctx = position_context(base, seq.spec_token_ids, step, output_scratch_);
+  const engine::ScheduledSeq ctx =
+      position_context(base, seq.spec_token_ids, step, output_scratch_);
   // Greedy requests verify by equality: the draft's own greedy choice is the best proposal.
   if (base.params->greedy()) return engine::sample_token(logits, ctx).token_id;
   probs_.resize(logits.size());
@@ -176,7 +187,8 @@ int32_t DraftModelProposer::choose(std::span<float> logits, Active& a, int step)
   return token;
 }
 
-std::unique_ptr<Proposer> load_draft_proposer(const EngineArgs& args, const runner::ModelRunner& target,
+std::unique_ptr<Proposer> load_draft_proposer(const EngineArgs& args,
+                                              const runner::ModelRunner& target,
                                               const tok::Tokenizer& tokenizer) {
   const SpeculativeConfig& sc = args.speculative;
   check_same_vocabulary(sc.model, target, tokenizer);

@@ -1,5 +1,5 @@
-// Draft-model speculation on the CPU: a smaller model with the target's vocabulary proposes k tokens
-// autoregressively per step.
+// Draft-model speculation on the CPU: a smaller model with the target's vocabulary proposes k
+// tokens autoregressively per step.
 //
 // KV design: the draft has its own CpuRunner with its own KV pool (as many blocks as the target's,
 // so it holds as many tokens) and its own KVCacheManager without prefix caching. The draft's KV is
@@ -46,13 +46,13 @@ class DraftModelProposer : public Proposer {
   struct Active {
     engine::Sequence* seq = nullptr;
     State* state = nullptr;
-    int num_drafts = 0;   // drafts to propose
-    int begin = 0;        // first position fed in the first draft step
-    int32_t last = -1;    // the token fed by the next single-token step
+    int num_drafts = 0;  // drafts to propose
+    int begin = 0;       // first position fed in the first draft step
+    int32_t last = -1;   // the token fed by the next single-token step
   };
 
-  // Makes room in the draft pool for positions [0, num_tokens) of `seq`, evicting the least recently
-  // used sequences that are not in this round. False when it cannot.
+  // Makes room in the draft pool for positions [0, num_tokens) of `seq`, evicting the least
+  // recently used sequences that are not in this round. False when it cannot.
   bool reserve(int64_t seq_id, std::span<const int32_t> tokens, int num_computed, int num_tokens);
   // One draft forward over `active` (those with step < num_drafts); samples draft number `step`.
   void draft_step(std::vector<Active>& active, int step);
@@ -72,7 +72,8 @@ class DraftModelProposer : public Proposer {
 
 // Loads the draft named by args.speculative.model for `target` and checks it (vocabulary size,
 // tokenizer); throws pagellm::Error (kInvalidArgument, one line) when they differ.
-std::unique_ptr<Proposer> load_draft_proposer(const EngineArgs& args, const runner::ModelRunner& target,
+std::unique_ptr<Proposer> load_draft_proposer(const EngineArgs& args,
+                                              const runner::ModelRunner& target,
                                               const tok::Tokenizer& tokenizer);
 
 }  // namespace pagellm::spec

@@ -4,18 +4,21 @@
 
 namespace pagellm::spec {
 
-std::vector<int32_t> ngram_propose(std::span<const int32_t> tokens, int min_n, int max_n, int max_drafts) {
+std::vector<int32_t> ngram_propose(std::span<const int32_t> tokens, int min_n, int max_n,
+                                   int max_drafts) {
   const int len = static_cast<int>(tokens.size());
   if (max_drafts <= 0 || min_n < 1 || len < min_n + 1) return {};
   max_n = std::min(max_n, len - 1);
   // For each earlier end position e (the match ends at e, so tokens[e + 1] exists), the length of
-  // the common suffix of tokens[0, e] and the whole sequence, capped at max_n. Scanning from the end
-  // finds the latest occurrence of the longest n first; a full-length match stops the scan.
+  // the common suffix of tokens[0, e] and the whole sequence, capped at max_n. Scanning from the
+  // end finds the latest occurrence of the longest n first; a full-length match stops the scan.
   int best_len = 0;
   int best_end = -1;
   for (int e = len - 2; e >= 0 && best_len < max_n; --e) {
     int m = 0;
-    while (m < max_n && m <= e && tokens[static_cast<size_t>(e - m)] == tokens[static_cast<size_t>(len - 1 - m)]) ++m;
+    while (m < max_n && m <= e &&
+           tokens[static_cast<size_t>(e - m)] == tokens[static_cast<size_t>(len - 1 - m)])
+      ++m;
     if (m > best_len) {
       best_len = m;
       best_end = e;

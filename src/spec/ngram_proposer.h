@@ -15,7 +15,8 @@ namespace pagellm::spec {
 // `tokens`; among the occurrences of that n, the latest one (recent context repeats best). Proposes
 // up to max_drafts tokens that followed it (fewer when the match is near the end; none without a
 // match).
-std::vector<int32_t> ngram_propose(std::span<const int32_t> tokens, int min_n, int max_n, int max_drafts);
+std::vector<int32_t> ngram_propose(std::span<const int32_t> tokens, int min_n, int max_n,
+                                   int max_drafts);
 
 class NgramProposer : public Proposer {
  public:

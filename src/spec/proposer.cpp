@@ -11,7 +11,8 @@ std::unique_ptr<Proposer> make_proposer(const EngineArgs& args, const runner::Mo
   if (!sc.enabled()) return nullptr;
   sc.validate();
   if (sc.method == "ngram") {
-    return std::make_unique<NgramProposer>(sc.num_speculative_tokens, sc.prompt_lookup_min, sc.prompt_lookup_max);
+    return std::make_unique<NgramProposer>(sc.num_speculative_tokens, sc.prompt_lookup_min,
+                                           sc.prompt_lookup_max);
   }
   return load_draft_proposer(args, target, tokenizer);
 }

@@ -60,8 +60,9 @@ bool verify_sampled(std::span<float> row, const engine::ScheduledSeq& ctx, int32
 }  // namespace
 
 double stream_uniform(uint64_t seed, Stream stream, uint64_t output_index) {
-  return engine::sample_uniform(engine::splitmix64(seed ^ (static_cast<uint64_t>(stream) * 0x632be59bd9b4e019ULL)),
-                                output_index);
+  return engine::sample_uniform(
+      engine::splitmix64(seed ^ (static_cast<uint64_t>(stream) * 0x632be59bd9b4e019ULL)),
+      output_index);
 }
 
 int32_t draw_index(std::span<const float> weights, double u) {
@@ -80,7 +81,8 @@ int32_t draw_index(std::span<const float> weights, double u) {
   return last;
 }
 
-engine::ScheduledSeq position_context(const engine::ScheduledSeq& base, std::span<const int32_t> drafts, int j,
+engine::ScheduledSeq position_context(const engine::ScheduledSeq& base,
+                                      std::span<const int32_t> drafts, int j,
                                       std::vector<int32_t>& scratch) {
   engine::ScheduledSeq ctx = base;
   scratch.assign(base.output_token_ids.begin(), base.output_token_ids.end());
@@ -95,7 +97,8 @@ engine::ScheduledSeq position_context(const engine::ScheduledSeq& base, std::spa
 
 VerifyResult verify_drafts(std::span<float> logits, const engine::ScheduledSeq& seq) {
   const int k = seq.num_spec_tokens;
-  if (seq.params == nullptr) internal("seq " + std::to_string(seq.seq_id) + " has no sampling params");
+  if (seq.params == nullptr)
+    internal("seq " + std::to_string(seq.seq_id) + " has no sampling params");
   if (k < 1 || static_cast<size_t>(k) >= seq.token_ids.size() || logits.empty() ||
       logits.size() % static_cast<size_t>(k + 1) != 0)
     internal("seq " + std::to_string(seq.seq_id) + ": bad draft count " + std::to_string(k));
@@ -104,7 +107,8 @@ VerifyResult verify_drafts(std::span<float> logits, const engine::ScheduledSeq& 
     internal("seq " + std::to_string(seq.seq_id) + ": draft_probs is not [num_spec_tokens, vocab]");
   const std::span<const int32_t> drafts = seq.token_ids.last(static_cast<size_t>(k));
   for (int32_t d : drafts)
-    if (d < 0 || static_cast<size_t>(d) >= vocab) internal("draft token " + std::to_string(d) + " outside the vocabulary");
+    if (d < 0 || static_cast<size_t>(d) >= vocab)
+      internal("draft token " + std::to_string(d) + " outside the vocabulary");
   const SamplingParams& params = *seq.params;
   const int top_n = params.logprobs.value_or(0);
   Scratch& s = scratch();

@@ -26,19 +26,21 @@
 namespace pagellm::spec {
 
 struct VerifyResult {
-  std::vector<int32_t> token_ids;        // accepted drafts, then the target's token: [1, k + 1]
-  std::vector<TokenLogprobs> logprobs;   // the target's raw logprobs of each (top-N as requested)
+  std::vector<int32_t> token_ids;       // accepted drafts, then the target's token: [1, k + 1]
+  std::vector<TokenLogprobs> logprobs;  // the target's raw logprobs of each (top-N as requested)
 };
 
 // logits: [1 + seq.num_spec_tokens, vocab] the target's rows at the positions of the last verified
-// token and of each draft (modified in place). Throws pagellm::Error (kInternal) on a malformed row.
+// token and of each draft (modified in place). Throws pagellm::Error (kInternal) on a malformed
+// row.
 VerifyResult verify_drafts(std::span<float> logits, const engine::ScheduledSeq& seq);
 
 // The sampling context of output index num_output + j of `base`: its output extended by the first
 // j entries of `drafts` (penalties, RNG counter), with the min_tokens bans only while they apply.
 // `scratch` keeps the extended output alive while the result is used.
-engine::ScheduledSeq position_context(const engine::ScheduledSeq& base, std::span<const int32_t> drafts,
-                                      int j, std::vector<int32_t>& scratch);
+engine::ScheduledSeq position_context(const engine::ScheduledSeq& base,
+                                      std::span<const int32_t> drafts, int j,
+                                      std::vector<int32_t>& scratch);
 
 // Inverse-CDF draw of an index from non-negative `weights` (any total) with u in [0, 1): the first
 // index whose running sum (in double) exceeds u * total; -1 when the total is 0.

@@ -61,7 +61,8 @@ SpeculativeConfig SpeculativeConfig::from_json(const std::string& json) {
   if (!has_k) bad("num_speculative_tokens is missing");
   if (c.method == "ngram") {
     // vLLM's defaults: 5 and 5 when neither bound is given, else the given one for both.
-    if (c.prompt_lookup_min == 0 && c.prompt_lookup_max == 0) c.prompt_lookup_min = c.prompt_lookup_max = 5;
+    if (c.prompt_lookup_min == 0 && c.prompt_lookup_max == 0)
+      c.prompt_lookup_min = c.prompt_lookup_max = 5;
     if (c.prompt_lookup_min == 0) c.prompt_lookup_min = std::min(5, c.prompt_lookup_max);
     if (c.prompt_lookup_max == 0) c.prompt_lookup_max = std::max(5, c.prompt_lookup_min);
   }
@@ -72,26 +73,29 @@ SpeculativeConfig SpeculativeConfig::from_json(const std::string& json) {
 void SpeculativeConfig::validate() const {
   if (method.empty()) return;
   if (method != "ngram" && method != "draft_model") {
-    bad("unknown method '" + method + "' (supported: ngram, draft_model; eagle/eagle3 are not available yet)");
+    bad("unknown method '" + method +
+        "' (supported: ngram, draft_model; eagle/eagle3 are not available yet)");
   }
   if (num_speculative_tokens < 1 || num_speculative_tokens > kMaxSpeculativeTokens) {
-    bad("num_speculative_tokens must be in [1, " + std::to_string(kMaxSpeculativeTokens) + "], got " +
-        std::to_string(num_speculative_tokens));
+    bad("num_speculative_tokens must be in [1, " + std::to_string(kMaxSpeculativeTokens) +
+        "], got " + std::to_string(num_speculative_tokens));
   }
   if (method == "ngram") {
     if (!model.empty()) bad("method ngram takes no model (got '" + model + "')");
     if (prompt_lookup_min < 1 || prompt_lookup_max < 1) {
-      bad("prompt_lookup_min and prompt_lookup_max must be >= 1 (got " + std::to_string(prompt_lookup_min) +
-          " and " + std::to_string(prompt_lookup_max) + ")");
+      bad("prompt_lookup_min and prompt_lookup_max must be >= 1 (got " +
+          std::to_string(prompt_lookup_min) + " and " + std::to_string(prompt_lookup_max) + ")");
     }
     if (prompt_lookup_min > prompt_lookup_max) {
-      bad("prompt_lookup_min (" + std::to_string(prompt_lookup_min) + ") must be <= prompt_lookup_max (" +
-          std::to_string(prompt_lookup_max) + ")");
+      bad("prompt_lookup_min (" + std::to_string(prompt_lookup_min) +
+          ") must be <= prompt_lookup_max (" + std::to_string(prompt_lookup_max) + ")");
     }
-    if (prompt_lookup_max > 1024) bad("prompt_lookup_max must be <= 1024, got " + std::to_string(prompt_lookup_max));
+    if (prompt_lookup_max > 1024)
+      bad("prompt_lookup_max must be <= 1024, got " + std::to_string(prompt_lookup_max));
   } else {
     if (model.empty()) bad("method draft_model needs \"model\": the draft model's folder");
-    if (prompt_lookup_min != 0 || prompt_lookup_max != 0) bad("prompt_lookup_min/max apply to method ngram only");
+    if (prompt_lookup_min != 0 || prompt_lookup_max != 0)
+      bad("prompt_lookup_min/max apply to method ngram only");
   }
 }
 

@@ -76,8 +76,9 @@ std::vector<PromptInput> story_prompts(int num) {
   const char* things[] = {"a red ball", "a big tree", "a little dog", "the park"};
   std::vector<PromptInput> prompts;
   for (int i = 0; i < num; ++i)
-    prompts.push_back(PromptInput::from_text(std::string("Once upon a time, ") + names[i % 8] + " saw " +
-                                             things[(i / 8) % 4] + (i % 3 == 0 ? "." : " and")));
+    prompts.push_back(PromptInput::from_text(std::string("Once upon a time, ") + names[i % 8] +
+                                             " saw " + things[(i / 8) % 4] +
+                                             (i % 3 == 0 ? "." : " and")));
   return prompts;
 }
 
@@ -86,7 +87,8 @@ struct SpecRun {
   EngineStats stats;
 };
 
-SpecRun generate(EngineArgs args, const std::vector<PromptInput>& prompts, const std::vector<SamplingParams>& params) {
+SpecRun generate(EngineArgs args, const std::vector<PromptInput>& prompts,
+                 const std::vector<SamplingParams>& params) {
   LLM llm(args);
   SpecRun r;
   r.outputs = llm.generate(prompts, params);
@@ -106,7 +108,8 @@ void expect_same_outputs(const SpecRun& plain, const SpecRun& spec, bool same_co
     ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << "prompt " << i;
     for (size_t t = 0; t < a.logprobs.size(); ++t) {
       EXPECT_EQ(a.logprobs[t].token_id, b.logprobs[t].token_id);
-      EXPECT_NEAR(a.logprobs[t].logprob, b.logprobs[t].logprob, 1e-5) << "prompt " << i << " token " << t;
+      EXPECT_NEAR(a.logprobs[t].logprob, b.logprobs[t].logprob, 1e-5)
+          << "prompt " << i << " token " << t;
     }
   }
   if (same_counts) {
@@ -175,7 +178,8 @@ TEST(SpecDecode, PreemptionKeepsOutputsIdentical) {
     a.max_num_batched_tokens = 128;
     const SpecRun spec = generate(a, prompts, params);
     expect_same_outputs(plain, spec);
-    EXPECT_GT(spec.stats.num_preemptions, 0u) << sc.method << ": the pool was meant to be too small";
+    EXPECT_GT(spec.stats.num_preemptions, 0u)
+        << sc.method << ": the pool was meant to be too small";
     EXPECT_GT(spec.stats.spec_num_accepted_tokens, 0u) << sc.method;
   }
 }
@@ -183,9 +187,11 @@ TEST(SpecDecode, PreemptionKeepsOutputsIdentical) {
 TEST(SpecDecode, PrefixCachingAndChunkedPrefillKeepOutputsIdentical) {
   // A long shared prefix, chunked over several steps, then cached for the later prompts.
   std::string prefix;
-  for (int i = 0; i < 12; ++i) prefix += "def f" + std::to_string(i) + "(x):\n    return x + " + std::to_string(i) + "\n\n";
+  for (int i = 0; i < 12; ++i)
+    prefix += "def f" + std::to_string(i) + "(x):\n    return x + " + std::to_string(i) + "\n\n";
   std::vector<PromptInput> prompts;
-  for (const PromptInput& p : code_prompts()) prompts.push_back(PromptInput::from_text(prefix + p.text));
+  for (const PromptInput& p : code_prompts())
+    prompts.push_back(PromptInput::from_text(prefix + p.text));
   const std::vector<SamplingParams> params(prompts.size(), greedy(48));
   EngineArgs plain_args = base_args(kPycode);
   plain_args.enable_prefix_caching = false;
@@ -228,7 +234,8 @@ TEST(SpecDecode, StopStringsMaxTokensMinTokensAndLogprobs) {
     const SpecRun spec = generate(a, prompts, params);
     expect_same_outputs(plain, spec);
     for (size_t i = 0; i < prompts.size(); ++i)
-      EXPECT_LE(spec.outputs[i].outputs[0].token_ids.size(), static_cast<size_t>(params[i].max_tokens));
+      EXPECT_LE(spec.outputs[i].outputs[0].token_ids.size(),
+                static_cast<size_t>(params[i].max_tokens));
   }
 }
 
@@ -270,7 +277,8 @@ TEST(SpecDecode, SeededSamplesAreReproducibleAndBatchInvariant) {
     params[3] = p;
     const auto batched = llm.generate(prompts, params);
     for (size_t i = 0; i < 3; ++i) {
-      EXPECT_EQ(batched[3].outputs.at(i).token_ids, alone.outputs[i].token_ids) << sc.method << " sample " << i;
+      EXPECT_EQ(batched[3].outputs.at(i).token_ids, alone.outputs[i].token_ids)
+          << sc.method << " sample " << i;
     }
     EXPECT_GT(llm.engine().take_stats().spec_num_accepted_tokens, 0u);
   }
@@ -278,7 +286,8 @@ TEST(SpecDecode, SeededSamplesAreReproducibleAndBatchInvariant) {
 
 // A model drafting for itself proposes exactly the target's tokens (greedy) and exactly its
 // distribution (sampled: q == p, so every draft passes u < p/q): every draft must be accepted. Any
-// slip in the draft's KV bookkeeping (positions, rollback, catch-up after a bonus token) shows up here.
+// slip in the draft's KV bookkeeping (positions, rollback, catch-up after a bonus token) shows up
+// here.
 TEST(SpecDecode, SelfDraftingAcceptsEveryDraft) {
   SpeculativeConfig sc = draft(4);
   EngineArgs a = base_args(kDraft);
@@ -301,7 +310,8 @@ TEST(SpecDecode, SelfDraftingAcceptsEveryDraft) {
 
 // Two-sample chi-square of token counts at one position (equal sample sizes): tokens seen fewer
 // than 10 times in both runs together are pooled. Returns (statistic, degrees of freedom).
-std::pair<double, int> two_sample_chi_square(const std::map<int32_t, int>& a, const std::map<int32_t, int>& b) {
+std::pair<double, int> two_sample_chi_square(const std::map<int32_t, int>& a,
+                                             const std::map<int32_t, int>& b) {
   std::map<int32_t, std::pair<int, int>> cells;
   for (const auto& [t, n] : a) cells[t].first += n;
   for (const auto& [t, n] : b) cells[t].second += n;
@@ -331,8 +341,9 @@ double chi_square_999(int df) {
 }
 
 // The token at output positions 1..num_positions-1 over many seeds, with and without speculation.
-void expect_same_distribution(const std::string& model, const SpeculativeConfig& sc, const std::string& prompt,
-                              float temperature, int num_seeds, int num_positions) {
+void expect_same_distribution(const std::string& model, const SpeculativeConfig& sc,
+                              const std::string& prompt, float temperature, int num_seeds,
+                              int num_positions) {
   std::vector<PromptInput> prompts(static_cast<size_t>(num_seeds), PromptInput::from_text(prompt));
   std::vector<SamplingParams> params;
   for (int s = 0; s < num_seeds; ++s) {
@@ -367,7 +378,9 @@ void expect_same_distribution(const std::string& model, const SpeculativeConfig&
 }
 
 TEST(SpecDecodeDistribution, NgramOnStoriesKeepsTheSampledLaw) {
-  expect_same_distribution(kStories, ngram(3, 1, 2), "Lily saw a big tree. Lily saw a big dog. Lily saw a big tree. Lily saw a", 1.0f, 3000, 8);
+  expect_same_distribution(
+      kStories, ngram(3, 1, 2),
+      "Lily saw a big tree. Lily saw a big dog. Lily saw a big tree. Lily saw a", 1.0f, 3000, 8);
 }
 
 TEST(SpecDecodeDistribution, DraftModelOnPycodeKeepsTheSampledLaw) {
@@ -391,7 +404,8 @@ TEST(SpecDecode, DraftWithAnotherVocabularyOrTokenizerIsRefused) {
   SpeculativeConfig sc = draft(2);
   sc.model = kStories;
   std::string message = load_error(sc);
-  EXPECT_NE(message.find("has vocab_size 512 but the target has 32000"), std::string::npos) << message;
+  EXPECT_NE(message.find("has vocab_size 512 but the target has 32000"), std::string::npos)
+      << message;
   EXPECT_EQ(message.find('\n'), std::string::npos);
   // The draft's own config and a tokenizer.json with the ids of two tokens swapped.
   testing::TempDir dir;
@@ -409,7 +423,9 @@ TEST(SpecDecode, DraftWithAnotherVocabularyOrTokenizerIsRefused) {
   std::ofstream(dir.path() / "tokenizer.json") << tok.dump();
   sc.model = dir.path().string();
   message = load_error(sc);
-  EXPECT_NE(message.find("has a different tokenizer than the target (token id 1000"), std::string::npos) << message;
+  EXPECT_NE(message.find("has a different tokenizer than the target (token id 1000"),
+            std::string::npos)
+      << message;
   sc.model = (dir.path() / "missing").string();
   EXPECT_NE(load_error(sc).find("has no config.json"), std::string::npos);
 }

@@ -29,7 +29,8 @@ std::string error_of(const std::string& json) {
 }
 
 TEST(SpecConfig, ParsesVllmJson) {
-  const SpeculativeConfig ngram = SpeculativeConfig::from_json(R"({"method": "ngram", "num_speculative_tokens": 4})");
+  const SpeculativeConfig ngram =
+      SpeculativeConfig::from_json(R"({"method": "ngram", "num_speculative_tokens": 4})");
   EXPECT_EQ(ngram.method, "ngram");
   EXPECT_EQ(ngram.num_speculative_tokens, 4);
   EXPECT_EQ(ngram.prompt_lookup_min, 5);  // vLLM's defaults
@@ -38,35 +39,44 @@ TEST(SpecConfig, ParsesVllmJson) {
       R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 2, "prompt_lookup_max": 4})");
   EXPECT_EQ(bounded.prompt_lookup_min, 2);
   EXPECT_EQ(bounded.prompt_lookup_max, 4);
-  EXPECT_EQ(SpeculativeConfig::from_json(R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3})")
+  EXPECT_EQ(SpeculativeConfig::from_json(
+                R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3})")
                 .prompt_lookup_min,
             3);
-  const SpeculativeConfig draft = SpeculativeConfig::from_json(R"({"model": "/m/draft", "num_speculative_tokens": 3})");
+  const SpeculativeConfig draft =
+      SpeculativeConfig::from_json(R"({"model": "/m/draft", "num_speculative_tokens": 3})");
   EXPECT_EQ(draft.method, "draft_model");
   EXPECT_EQ(draft.model, "/m/draft");
-  EXPECT_EQ(SpeculativeConfig::from_json(R"({"model": "ngram", "num_speculative_tokens": 3})").method, "ngram");
+  EXPECT_EQ(
+      SpeculativeConfig::from_json(R"({"model": "ngram", "num_speculative_tokens": 3})").method,
+      "ngram");
   EXPECT_FALSE(SpeculativeConfig{}.enabled());
 }
 
 TEST(SpecConfig, BadConfigsGiveOneLineErrors) {
   const std::map<std::string, std::string> cases = {
-      {R"({"method": "ngram", "num_speculative_tokens": 0})", "num_speculative_tokens must be in [1, 16], got 0"},
-      {R"({"method": "ngram", "num_speculative_tokens": 17})", "num_speculative_tokens must be in [1, 16], got 17"},
+      {R"({"method": "ngram", "num_speculative_tokens": 0})",
+       "num_speculative_tokens must be in [1, 16], got 0"},
+      {R"({"method": "ngram", "num_speculative_tokens": 17})",
+       "num_speculative_tokens must be in [1, 16], got 17"},
       {R"({"method": "medusa", "num_speculative_tokens": 2})", "unknown method 'medusa'"},
       {R"({"method": "ngram"})", "num_speculative_tokens is missing"},
       {R"({"num_speculative_tokens": 2})", "'method' is missing"},
       {R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 4, "prompt_lookup_max": 2})",
        "prompt_lookup_min (4) must be <= prompt_lookup_max (2)"},
-      {R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 0})", "prompt_lookup_min must be >= 1"},
+      {R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 0})",
+       "prompt_lookup_min must be >= 1"},
       {R"({"method": "draft_model", "num_speculative_tokens": 2})", "needs \"model\""},
       {R"({"method": "ngram", "num_speculative_tokens": 2, "tree": 1})", "unknown key 'tree'"},
-      {R"({"method": "ngram", "num_speculative_tokens": "4"})", "num_speculative_tokens must be an integer"},
+      {R"({"method": "ngram", "num_speculative_tokens": "4"})",
+       "num_speculative_tokens must be an integer"},
       {R"([1, 2])", "expected a JSON object"},
       {R"({"method": )", "expected a JSON object"},
   };
   for (const auto& [json, expected] : cases) {
     const std::string message = error_of(json);
-    EXPECT_NE(message.find("--speculative-config: "), std::string::npos) << json << " -> " << message;
+    EXPECT_NE(message.find("--speculative-config: "), std::string::npos)
+        << json << " -> " << message;
     EXPECT_NE(message.find(expected), std::string::npos) << json << " -> " << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }
@@ -74,14 +84,16 @@ TEST(SpecConfig, BadConfigsGiveOneLineErrors) {
 
 TEST(SpecConfig, RefusedOnCudaAndPooling) {
   EngineArgs args;
-  args.speculative = SpeculativeConfig::from_json(R"({"method": "ngram", "num_speculative_tokens": 2})");
+  args.speculative =
+      SpeculativeConfig::from_json(R"({"method": "ngram", "num_speculative_tokens": 2})");
   args.validate();
   args.device = "cuda";
   try {
     args.validate();
     FAIL() << "cuda accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("speculative decoding runs on the CPU backend only in this build"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "speculative decoding runs on the CPU backend only in this build"),
               std::string::npos)
         << e.what();
   }
@@ -188,7 +200,8 @@ TEST(RejectionSampler, OutputsFollowTheTargetAndTheResidual) {
       const spec::VerifyResult v = spec::verify_drafts(logits, r.seq);
       ASSERT_GE(v.token_ids.size(), 1u);
       ++counts[static_cast<size_t>(v.token_ids[0])];
-      EXPECT_EQ(v.token_ids.size(), v.token_ids[0] == d ? 2u : 1u) << "a bonus token follows an acceptance only";
+      EXPECT_EQ(v.token_ids.size(), v.token_ids[0] == d ? 2u : 1u)
+          << "a bonus token follows an acceptance only";
     }
     // Expected law for this d.
     const double accept = std::min(1.0, p[size_t(d)] / q[size_t(d)]);
@@ -196,7 +209,8 @@ TEST(RejectionSampler, OutputsFollowTheTargetAndTheResidual) {
     double z = 0;
     for (size_t i = 0; i < 5; ++i) z += residual[i] = std::max(0.0, p[i] - q[i]);
     std::vector<double> law(5);
-    for (size_t i = 0; i < 5; ++i) law[i] = (1 - accept) * residual[i] / z + (int(i) == d ? accept : 0.0);
+    for (size_t i = 0; i < 5; ++i)
+      law[i] = (1 - accept) * residual[i] / z + (int(i) == d ? accept : 0.0);
     // 4 degrees of freedom at most: 18.47 is the 0.999 quantile. Deterministic seeds: no flakes.
     EXPECT_LT(chi_square(counts, law, n), 18.47) << "draft " << d;
   }
@@ -275,16 +289,19 @@ TEST(SpecMetrics, CountersUnderVllmNamesAndSummedOverReplicas) {
   m.set_engine_stats(a);
   const std::string text = m.render(0, 0);
   const std::string L = "{model_name=\"x\"}";
-  for (const std::string& line :
-       {"vllm:spec_decode_num_drafts_total" + L + " 10\n", "vllm:spec_decode_num_draft_tokens_total" + L + " 40\n",
-        "vllm:spec_decode_num_accepted_tokens_total" + L + " 25\n",
-        std::string("vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"x\",position=\"0\"} 9\n"),
-        std::string("vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"x\",position=\"3\"} 4\n"),
-        std::string("# TYPE vllm:spec_decode_num_drafts_total counter\n"),
-        "pagellm:spec_decode_num_accepted_tokens_total" + L + " 25\n"})
+  for (const std::string& line : {"vllm:spec_decode_num_drafts_total" + L + " 10\n",
+                                  "vllm:spec_decode_num_draft_tokens_total" + L + " 40\n",
+                                  "vllm:spec_decode_num_accepted_tokens_total" + L + " 25\n",
+                                  std::string("vllm:spec_decode_num_accepted_tokens_per_pos_total{"
+                                              "model_name=\"x\",position=\"0\"} 9\n"),
+                                  std::string("vllm:spec_decode_num_accepted_tokens_per_pos_total{"
+                                              "model_name=\"x\",position=\"3\"} 4\n"),
+                                  std::string("# TYPE vllm:spec_decode_num_drafts_total counter\n"),
+                                  "pagellm:spec_decode_num_accepted_tokens_total" + L + " 25\n"})
     EXPECT_NE(text.find(line), std::string::npos) << line;
   const std::string logged = engine::StatsLogger::format(EngineStats{}, a, 1.0);
-  EXPECT_NE(logged.find("acceptance rate 62.5%, mean acceptance length 3.50"), std::string::npos) << logged;
+  EXPECT_NE(logged.find("acceptance rate 62.5%, mean acceptance length 3.50"), std::string::npos)
+      << logged;
 }
 
 }  // namespace
