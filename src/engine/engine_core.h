@@ -61,6 +61,7 @@ class EngineCore {
   const io::GenerationConfig& generation_config() const { return generation_config_; }
   engine::Scheduler& scheduler() { return *scheduler_; }
   kv::KVCacheManager& kv_cache() { return *kv_; }
+  spec::Proposer* proposer() { return proposer_.get(); }  // null without speculation
 
  private:
   void init(std::unique_ptr<runner::ModelRunner> runner);

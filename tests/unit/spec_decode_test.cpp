@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "engine/engine_core.h"
 #include "model_files_util.h"
+#include "spec/draft_proposer.h"
 
 namespace pagellm {
 namespace {
@@ -216,7 +217,7 @@ TEST(SpecDecode, PrefixCachingAndChunkedPrefillKeepOutputsIdentical) {
   }
 }
 
-TEST(SpecDecode, StopStringsMaxTokensMinTokensAndLogprobs) {
+TEST(SpecDecode, StopStringsMaxTokensMinTokensPenaltiesAndLogprobs) {
   const auto prompts = code_prompts();
   std::vector<SamplingParams> params;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -225,6 +226,7 @@ TEST(SpecDecode, StopStringsMaxTokensMinTokensAndLogprobs) {
     if (i % 2 == 0) p.stop = {"\n\n", "return"};
     if (i % 3 == 0) p.stop_token_ids = {13};  // "\n" in the Llama-2 vocabulary
     if (i == 5) p.min_tokens = 20, p.stop_token_ids = {13};
+    if (i == 6) p.repetition_penalty = 1.3f, p.frequency_penalty = 0.4f, p.presence_penalty = 0.2f;
     params.push_back(p);
   }
   const SpecRun plain = generate(base_args(kPycode), prompts, params);
@@ -304,6 +306,34 @@ TEST(SpecDecode, SelfDraftingAcceptsEveryDraft) {
   expect_consistent_counters(spec.stats, 4);
   EXPECT_EQ(spec.stats.spec_num_accepted_tokens, spec.stats.spec_num_draft_tokens);
   for (const RequestOutput& o : spec.outputs) EXPECT_EQ(o.outputs[0].token_ids.size(), 60u);
+}
+
+// The draft's KV follows its sequences: held while they run (also through preemption), freed when
+// they finish or are aborted.
+TEST(SpecDecode, DraftKvIsReleasedWithItsSequences) {
+  EngineArgs a = base_args(kPycode);
+  a.speculative = draft(3);
+  a.num_kv_blocks = 16;
+  EngineCore core(a);
+  auto* proposer = dynamic_cast<spec::DraftModelProposer*>(core.proposer());
+  ASSERT_NE(proposer, nullptr);
+  const auto prompts = code_prompts();
+  for (size_t i = 0; i < prompts.size(); ++i)
+    core.add_request(std::to_string(i), prompts[i], greedy(48), {}, false);
+  int max_tracked = 0;
+  for (int step = 0; step < 10000 && core.has_unfinished(); ++step) {
+    core.step();
+    max_tracked = std::max(max_tracked, proposer->num_tracked());
+    if (step == 6) {
+      EXPECT_TRUE(core.abort_request("2"));
+    }
+  }
+  EXPECT_GT(max_tracked, 1);
+  EXPECT_EQ(proposer->num_tracked(), 0);
+  EXPECT_EQ(proposer->kv().num_seqs(), 0);
+  EXPECT_EQ(proposer->kv().num_free_blocks(), proposer->kv().num_blocks());
+  EXPECT_EQ(core.kv_cache().num_free_blocks(), core.kv_cache().num_blocks());
+  EXPECT_GT(core.counters().num_preemptions, 0u);
 }
 
 // ---- The sampled distribution with speculation equals the one without ----
