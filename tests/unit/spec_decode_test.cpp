@@ -371,14 +371,14 @@ double chi_square_999(int df) {
 }
 
 // The token at output positions 1..num_positions-1 over many seeds, with and without speculation.
+// `base` gives the sampling parameters but the seed and length.
 void expect_same_distribution(const std::string& model, const SpeculativeConfig& sc,
-                              const std::string& prompt, float temperature, int num_seeds,
+                              const std::string& prompt, const SamplingParams& base, int num_seeds,
                               int num_positions) {
   std::vector<PromptInput> prompts(static_cast<size_t>(num_seeds), PromptInput::from_text(prompt));
   std::vector<SamplingParams> params;
   for (int s = 0; s < num_seeds; ++s) {
-    SamplingParams p;
-    p.temperature = temperature;
+    SamplingParams p = base;
     p.max_tokens = num_positions;
     p.ignore_eos = true;
     p.seed = 1000 + static_cast<uint64_t>(s);
@@ -407,14 +407,36 @@ void expect_same_distribution(const std::string& model, const SpeculativeConfig&
   EXPECT_GT(num_different, num_seeds / 4);
 }
 
+SamplingParams at_temperature(float t) {
+  SamplingParams p;
+  p.temperature = t;
+  return p;
+}
+
 TEST(SpecDecodeDistribution, NgramOnStoriesKeepsTheSampledLaw) {
   expect_same_distribution(
       kStories, ngram(3, 1, 2),
-      "Lily saw a big tree. Lily saw a big dog. Lily saw a big tree. Lily saw a", 1.0f, 3000, 8);
+      "Lily saw a big tree. Lily saw a big dog. Lily saw a big tree. Lily saw a",
+      at_temperature(1.0f), 3000, 8);
 }
 
 TEST(SpecDecodeDistribution, DraftModelOnPycodeKeepsTheSampledLaw) {
-  expect_same_distribution(kPycode, draft(3), "def parse_args(argv):\n", 0.8f, 400, 6);
+  expect_same_distribution(kPycode, draft(3), "def parse_args(argv):\n", at_temperature(0.8f), 400,
+                           6);
+}
+
+// Truncation and penalties change p (and the draft's q): the law must still hold.
+TEST(SpecDecodeDistribution, TopPTopKAndPenaltiesKeepTheSampledLaw) {
+  SamplingParams p = at_temperature(1.0f);
+  p.top_p = 0.9f;
+  p.top_k = 40;
+  p.repetition_penalty = 1.2f;
+  p.presence_penalty = 0.3f;
+  expect_same_distribution(
+      kStories, ngram(3, 1, 2),
+      "Lily saw a big tree. Lily saw a big dog. Lily saw a big tree. Lily saw a", p, 3000, 8);
+  expect_same_distribution(kPycode, draft(3), "class Config:\n    def __init__(self, path):\n", p,
+                           400, 6);
 }
 
 // ---- Bad drafts ----
