@@ -146,10 +146,13 @@ int Scheduler::usable_drafts(const Sequence& seq) const {
   if (seq.spec_token_ids.empty() || seq.spec_base_len != seq.num_tokens()) return 0;
   const Request& req = *seq.request;
   if (req.needs_fork() || req.pooling != PoolingType::kNone) return 0;
+  return std::max(0, std::min(static_cast<int>(seq.spec_token_ids.size()), draft_room(seq)));
+}
+
+int Scheduler::draft_room(const Sequence& seq) const {
   // A step yields at most num_spec + 1 tokens; none may pass max_tokens or max_model_len.
-  const int room = std::min(req.params.max_tokens - seq.num_output_tokens() - 1,
-                            config_.max_model_len - seq.num_tokens() - 1);
-  return std::max(0, std::min(static_cast<int>(seq.spec_token_ids.size()), room));
+  return std::min(seq.request->params.max_tokens - seq.num_output_tokens() - 1,
+                  config_.max_model_len - seq.num_tokens() - 1);
 }
 
 void Scheduler::spec_candidates(std::vector<std::pair<Sequence*, int>>& out) const {
@@ -159,9 +162,7 @@ void Scheduler::spec_candidates(std::vector<std::pair<Sequence*, int>>& out) con
     const Request& req = *seq->request;
     if (req.needs_fork() || req.pooling != PoolingType::kNone) continue;
     if (req.params.prompt_logprobs && static_cast<int>(req.prompt_logprobs.size()) < req.num_prompt_tokens()) continue;
-    const int room = std::min(req.params.max_tokens - seq->num_output_tokens() - 1,
-                              config_.max_model_len - seq->num_tokens() - 1);
-    if (room > 0) out.emplace_back(seq, room);
+    if (const int room = draft_room(*seq); room > 0) out.emplace_back(seq, room);
   }
 }
 

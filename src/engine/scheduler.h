@@ -97,6 +97,7 @@ class Scheduler {
   void schedule_running(bool decodes);
   bool schedule_running_seq(Sequence& seq, int num_decodes_left);
   int usable_drafts(const Sequence& seq) const;
+  int draft_room(const Sequence& seq) const;
   void apply_spec_output(Sequence& seq, const ScheduledSeq& s, size_t i, const ModelRunnerOutput& output,
                          std::vector<NewToken>& new_tokens);
   void schedule_swapped();
