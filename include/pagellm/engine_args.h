@@ -12,6 +12,28 @@ namespace pagellm {
 // its tokens.
 enum class PoolingType { kNone, kLast, kMean };
 
+// Speculative decoding (vLLM's --speculative-config JSON). Off while `method` is empty.
+//   ngram:       prompt lookup in the request's own tokens; prompt_lookup_min/max bound the n-gram
+//                length (vLLM's defaults: both 5 when neither is given, else the one given).
+//   draft_model: `model` is a smaller model folder with the target's vocabulary and tokenizer.
+// Speculation runs on the CPU backend only in this build.
+struct SpeculativeConfig {
+  static constexpr int kMaxSpeculativeTokens = 16;
+  std::string method;              // "" (off) | "ngram" | "draft_model"
+  int num_speculative_tokens = 0;  // k: draft tokens per step, 1..kMaxSpeculativeTokens
+  int prompt_lookup_min = 0;       // ngram: shortest n-gram matched (0 = default)
+  int prompt_lookup_max = 0;       // ngram: longest n-gram matched (0 = default)
+  std::string model;               // draft_model: the draft's folder
+
+  bool enabled() const { return !method.empty(); }
+  // Parses vLLM's JSON ('{"method": "ngram", "num_speculative_tokens": 4, ...}'; a "model" without
+  // "method" means draft_model, "model": "ngram" means ngram), fills the ngram defaults and
+  // validates. Throws pagellm::Error (kInvalidArgument) with a one-line message naming the field.
+  static SpeculativeConfig from_json(const std::string& json);
+  // Throws pagellm::Error (kInvalidArgument) naming the bad field; fills nothing.
+  void validate() const;
+};
+
 struct EngineArgs {
   std::string model;              // Hugging Face folder; empty = built-in demo model
   std::string tokenizer;          // defaults to model
@@ -70,6 +92,7 @@ struct EngineArgs {
   int node_rank = 0;
   std::string master_addr;  // default: $MASTER_ADDR, else 127.0.0.1
   int master_port = 0;      // default: $MASTER_PORT, else 29500
+  SpeculativeConfig speculative;  // --speculative-config
 
   void validate() const;
   // Replaces Hub ids in `model` / `tokenizer` (ORG/NAME that is no local path) by their snapshot

@@ -54,6 +54,12 @@ struct EngineStats {
   uint64_t requests_finished_abort = 0;
   uint64_t requests_finished_error = 0;
   uint64_t num_steps = 0;
+  // Speculative decoding (vLLM's vllm:spec_decode_* counters): verified rows that carried drafts,
+  // draft tokens verified, drafts accepted, and acceptances per draft position.
+  uint64_t spec_num_drafts = 0;
+  uint64_t spec_num_draft_tokens = 0;
+  uint64_t spec_num_accepted_tokens = 0;
+  std::vector<uint64_t> spec_accepted_per_pos;
   // Latency samples (seconds) collected since the last take_latency_samples(); the server folds them
   // into histograms.
   std::vector<double> ttft_samples;

@@ -41,6 +41,12 @@ void add_engine_flags(CLI::App& app, EngineArgs& args) {
       "--pooler-config,--override-pooler-config",
       [&args](const std::string& text) { parse_pooler_config(text, args); },
       "pooling: '{\"pooling_type\": \"LAST\" | \"MEAN\", \"normalize\": true}'");
+  app.add_option_function<std::string>(
+      "--speculative-config",
+      [&args](const std::string& text) { args.speculative = SpeculativeConfig::from_json(text); },
+      "speculative decoding (CPU): '{\"method\": \"ngram\" | \"draft_model\", "
+      "\"num_speculative_tokens\": K, \"prompt_lookup_min\": N, \"prompt_lookup_max\": N, "
+      "\"model\": DRAFT_DIR}'");
   app.add_option("--revision", args.revision, "Hub id: branch, tag or commit (default: main)");
   app.add_option("--tokenizer-revision", args.tokenizer_revision, "Hub id of --tokenizer: revision");
   app.add_option("--download-dir", args.download_dir,

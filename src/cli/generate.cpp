@@ -84,6 +84,21 @@ nlohmann::json result_json(size_t index, const RequestOutput& out) {
   return j;
 }
 
+// With --speculative-config: how many drafts the target accepted, overall and per position.
+void log_spec_stats(const EngineStats& s) {
+  if (s.spec_num_drafts == 0) return;
+  std::string line = "speculative decoding: " + std::to_string(s.spec_num_drafts) + " drafts, " +
+                     std::to_string(s.spec_num_draft_tokens) + " draft tokens, " +
+                     std::to_string(s.spec_num_accepted_tokens) + " accepted";
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), " (%.1f%%), mean acceptance length %.2f; accepted per position:",
+                s.spec_num_draft_tokens > 0 ? 100.0 * double(s.spec_num_accepted_tokens) / double(s.spec_num_draft_tokens) : 0.0,
+                1.0 + double(s.spec_num_accepted_tokens) / double(s.spec_num_drafts));
+  line += buf;
+  for (uint64_t n : s.spec_accepted_per_pos) line += " " + std::to_string(n);
+  log::info(line);
+}
+
 int run_prompts_file(const EngineArgs& args, const std::string& path, const std::string& output_path,
                      const SamplingParams& defaults) {
   const std::vector<PromptLine> lines = read_prompts_file(path, defaults);
@@ -95,6 +110,7 @@ int run_prompts_file(const EngineArgs& args, const std::string& path, const std:
   }
   LLM llm(args);
   const std::vector<RequestOutput> outputs = llm.generate(prompts, params, /*show_progress=*/true);
+  log_spec_stats(llm.engine().take_stats());
   std::ofstream file;
   if (!output_path.empty()) {
     file.open(output_path);
@@ -141,6 +157,7 @@ int run_single(const EngineArgs& args, const std::string& prompt, const Sampling
   std::snprintf(line, sizeof(line), "generated %zu tokens in %.3f s (%.1f tokens/s)", num_tokens, secs,
                 secs > 0 ? static_cast<double>(num_tokens) / secs : 0.0);
   log::info(line);
+  log_spec_stats(engine.take_stats());
   return 0;
 }
 

@@ -28,7 +28,6 @@ constexpr Refused kRefused[] = {
     {"--ray-workers-use-nsight", "pagellm does not use Ray"},
     {"--kv-transfer-config", "disaggregated prefill (KV transfer) is not supported"},
     {"--enable-lora", "LoRA adapters are not supported yet"},
-    {"--speculative-config", "speculative decoding is not supported yet"},
 };
 
 }  // namespace

@@ -65,6 +65,12 @@ void EngineCore::init(std::unique_ptr<runner::ModelRunner> runner) {
   sc.policy = args_.scheduling_policy == "priority" ? engine::SchedulingPolicy::kPriority
                                                      : engine::SchedulingPolicy::kFcfs;
   scheduler_ = std::make_unique<engine::Scheduler>(sc, *kv_);
+  proposer_ = spec::make_proposer(args_, *runner_, *tokenizer_);
+  if (proposer_) {
+    const SpeculativeConfig& spec = args_.speculative;
+    log::info("speculative decoding: " + spec.method + (spec.model.empty() ? "" : " " + spec.model) + ", " +
+              std::to_string(spec.num_speculative_tokens) + " draft tokens per step");
+  }
 
   std::vector<int32_t> eos;
   for (int64_t id : generation_config_.eos_token_ids) eos.push_back(static_cast<int32_t>(id));
@@ -146,6 +152,7 @@ std::vector<RequestOutput> EngineCore::step() {
   pending_outputs_.clear();
   if (!scheduler_->has_unfinished()) return outputs;
   ++step_index_;
+  if (proposer_) propose_drafts();
   const engine::SchedulerOutput& batch = scheduler_->schedule();
   if (batch.seqs.empty() && batch.blocks_to_swap_out.empty() && batch.blocks_to_swap_in.empty()) {
     return outputs;
@@ -165,6 +172,13 @@ std::vector<RequestOutput> EngineCore::step() {
   ++stats_.num_steps;
   if (args_.log_stats) stats_logger_.maybe_log(counters(), Clock::now());
   return outputs;
+}
+
+void EngineCore::propose_drafts() {
+  scheduler_->spec_candidates(spec_seqs_);
+  spec_candidates_.clear();
+  for (const auto& [seq, room] : spec_seqs_) spec_candidates_.push_back({seq, room});
+  if (!spec_candidates_.empty()) proposer_->propose(spec_candidates_);
 }
 
 void EngineCore::count_scheduled_tokens(const engine::SchedulerOutput& batch) {
@@ -188,7 +202,9 @@ void EngineCore::process_new_tokens(const std::vector<engine::NewToken>& new_tok
       scheduler_->finish_seq(seq, FinishReason::kStop);
       continue;
     }
-    const FinishReason reason = output_processor_->process_token(seq, nt.token_id, nt.logprobs);
+    // A stop earlier in this step's accepted drafts ends the sequence: the tokens after it are dropped.
+    if (seq.finished()) continue;
+    const FinishReason reason = output_processor_->process_token(seq, nt.token_id, nt.logprobs, nt.num_tokens);
     ++stats_.generation_tokens;
     if (req.touched_step != step_index_) {
       req.touched_step = step_index_;
@@ -199,7 +215,10 @@ void EngineCore::process_new_tokens(const std::vector<engine::NewToken>& new_tok
       if (!req.first_token_time) req.first_token_time = now;
       req.last_token_time = now;
     }
-    if (reason != FinishReason::kNone) scheduler_->finish_seq(seq, reason);
+    if (reason != FinishReason::kNone) {
+      if (nt.num_tokens > 0 && seq.num_tokens() > nt.num_tokens) seq.token_ids.resize(static_cast<size_t>(nt.num_tokens));
+      scheduler_->finish_seq(seq, reason);
+    }
   }
 }
 
@@ -216,6 +235,9 @@ void EngineCore::finish_pooling(Request& req) {
 }
 
 void EngineCore::finish_request(Request& req) {
+  if (proposer_) {
+    for (const auto& seq : req.seqs) proposer_->release(seq->seq_id);
+  }
   switch (req.seqs.front()->finish_reason) {
     case FinishReason::kStop: ++stats_.requests_finished_stop; break;
     case FinishReason::kLength: ++stats_.requests_finished_length; break;
@@ -263,6 +285,11 @@ EngineStats EngineCore::counters() const {
   s.requests_finished_abort = stats_.requests_finished_abort;
   s.requests_finished_error = stats_.requests_finished_error;
   s.num_steps = stats_.num_steps;
+  const engine::SpecDecodeCounters& spec = scheduler_->spec_counters();
+  s.spec_num_drafts = spec.num_drafts;
+  s.spec_num_draft_tokens = spec.num_draft_tokens;
+  s.spec_num_accepted_tokens = spec.num_accepted_tokens;
+  s.spec_accepted_per_pos = spec.accepted_per_pos;
   return s;
 }
 

@@ -16,6 +16,7 @@
 #include "kv/kv_cache_manager.h"
 #include "pagellm/llm.h"
 #include "runner/model_runner.h"
+#include "spec/proposer.h"
 
 namespace pagellm {
 
@@ -61,12 +62,15 @@ class EngineCore {
   engine::Scheduler& scheduler() { return *scheduler_; }
   bool runner_healthy() const { return runner_->healthy(); }
   kv::KVCacheManager& kv_cache() { return *kv_; }
+  spec::Proposer* proposer() { return proposer_.get(); }  // null without speculation
 
  private:
   void init(std::unique_ptr<runner::ModelRunner> runner);
   std::vector<int32_t> tokenize(const PromptInput& prompt) const;
   void process_new_tokens(const std::vector<engine::NewToken>& new_tokens, std::vector<engine::Request*>& touched);
   void count_scheduled_tokens(const engine::SchedulerOutput& batch);
+  // Speculative decoding: drafts for every running sequence in decode, before schedule().
+  void propose_drafts();
   void finish_request(engine::Request& req);
   // A pooling request's prompt is computed: its embedding from the pooled sum (mean, L2 norm).
   static void finish_pooling(engine::Request& req);
@@ -78,6 +82,9 @@ class EngineCore {
   std::unique_ptr<runner::ModelRunner> runner_;
   std::unique_ptr<kv::KVCacheManager> kv_;
   std::unique_ptr<engine::Scheduler> scheduler_;
+  std::unique_ptr<spec::Proposer> proposer_;  // null without --speculative-config
+  std::vector<std::pair<engine::Sequence*, int>> spec_seqs_;  // reused every step
+  std::vector<spec::SpecCandidate> spec_candidates_;
   std::unique_ptr<engine::OutputProcessor> output_processor_;
   std::unordered_map<std::string, std::unique_ptr<engine::Request>> requests_;
   std::vector<RequestOutput> pending_outputs_;  // abort outputs waiting for the next step

@@ -48,9 +48,10 @@ bool OutputProcessor::is_eos(const SamplingParams& params, int32_t token) const 
 }
 
 FinishReason OutputProcessor::process_token(Sequence& seq, int32_t token,
-                                            const std::optional<TokenLogprobs>& logprobs) {
+                                            const std::optional<TokenLogprobs>& logprobs, int num_tokens) {
   const SamplingParams& p = seq.request->params;
-  const int num_output = seq.num_output_tokens();
+  if (num_tokens < 0) num_tokens = seq.num_tokens();
+  const int num_output = num_tokens - seq.num_prompt_tokens();
   if (logprobs) {
     seq.out.cumulative_logprob += logprobs->logprob;
     if (p.logprobs) {
@@ -86,7 +87,7 @@ FinishReason OutputProcessor::process_token(Sequence& seq, int32_t token,
       if (auto reason = check_stop_string(seq, old_len)) return *reason;
     }
   }
-  if (num_output >= p.max_tokens || seq.num_tokens() >= max_model_len_) return FinishReason::kLength;
+  if (num_output >= p.max_tokens || num_tokens >= max_model_len_) return FinishReason::kLength;
   return FinishReason::kNone;
 }
 

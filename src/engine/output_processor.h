@@ -21,8 +21,10 @@ class OutputProcessor {
   // Sets up a new request's first sequence (min_tokens bans). Samples forked later inherit it.
   void prepare(Request& req) const;
   // Handles one token already appended to seq.token_ids. Returns why the sequence must finish, or
-  // kNone.
-  FinishReason process_token(Sequence& seq, int32_t token, const std::optional<TokenLogprobs>& logprobs);
+  // kNone. num_tokens: the sequence's length with this token (-1 = seq.num_tokens()); a speculating
+  // step appends several tokens before they are processed one by one.
+  FinishReason process_token(Sequence& seq, int32_t token, const std::optional<TokenLogprobs>& logprobs,
+                             int num_tokens = -1);
   // The request's output: everything so far, or (req.stream_deltas) only what is new since the last
   // call. With best_of > n, samples appear only once all have finished, the n best by cumulative
   // logprob.

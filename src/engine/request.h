@@ -47,6 +47,13 @@ struct Sequence {
   FinishReason finish_reason = FinishReason::kNone;
   std::vector<int32_t> banned_token_ids;  // EOS/stop ids while min_tokens is not reached
   SeqOutputState out;
+  // Speculative decoding. The proposer fills the drafts right before schedule(); they are used only
+  // while the sequence still has spec_base_len tokens, and never enter token_ids (nor the prefix
+  // cache's hashes) until the target has verified them.
+  std::vector<int32_t> spec_token_ids;   // [num_drafts]
+  std::vector<float> spec_draft_probs;   // [num_drafts, vocab] the draft's q; empty = point masses
+  int spec_base_len = -1;
+  std::vector<int32_t> step_token_ids;   // a speculating step's tokens: the last token, then drafts
 
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
   int num_prompt_tokens() const;

@@ -449,6 +449,37 @@ TokenLogprobs compute_logprobs(std::span<const float> logits, int32_t token, int
   return out;
 }
 
+void sampling_probs(std::span<float> logits, const ScheduledSeq& seq, std::span<float> probs) {
+  if (seq.params == nullptr || logits.empty() || probs.size() != logits.size()) {
+    throw_error(ErrorKind::kInternal, "sampling_probs: missing sampling params or mismatched rows");
+  }
+  const SamplingParams& p = *seq.params;
+  clean_row(logits);
+  Scratch& s = scratch();
+  s.reserve(logits.size());
+  s.touched.clear();
+  s.touched_raw.clear();
+  apply_bans_and_penalties(logits, seq, s);
+  std::fill(probs.begin(), probs.end(), 0.0f);
+  int32_t token = -1;
+  if (p.greedy()) {
+    token = argmax(logits);
+  } else if (const float max_x = max_of(logits); max_x > kNegInf) {
+    double total = fill_weights(logits, max_x, p.temperature, s);
+    const bool truncate = (p.top_k > 0 && static_cast<size_t>(p.top_k) < logits.size()) || p.top_p < 1.0f;
+    Cut cut;
+    if (truncate) cut = truncation_cut(logits, max_x, p, total, s);
+    if (cut.active || p.min_p > 0.0f) total = apply_cut(logits, cut, p.min_p, s);
+    if (total > 0.0) {
+      for (size_t i = 0; i < logits.size(); ++i)
+        probs[i] = static_cast<float>(static_cast<double>(s.weights[i]) / total);
+      return;
+    }
+  }
+  if (token < 0) token = fallback_token(logits.size(), seq.banned_token_ids);
+  probs[static_cast<size_t>(token)] = 1.0f;
+}
+
 SampleResult sample_token(std::span<float> logits, const ScheduledSeq& seq) {
   if (seq.params == nullptr || logits.empty()) {
     throw_error(ErrorKind::kInternal, "sample_token: missing sampling params or empty logits row");

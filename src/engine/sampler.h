@@ -23,6 +23,12 @@ struct SampleResult {
 // it was passed in (vLLM's default "raw" logprobs).
 SampleResult sample_token(std::span<float> logits, const ScheduledSeq& seq);
 
+// The distribution sample_token draws from for this row, as probabilities `probs` [vocab] summing to
+// 1: after bans, penalties, temperature, top-k, top-p and min-p; one-hot at sample_token's choice
+// when greedy or when no token has weight. `logits` is modified as by sample_token. Speculative
+// decoding's rejection sampler compares the target's and the draft's distributions through it.
+void sampling_probs(std::span<float> logits, const ScheduledSeq& seq, std::span<float> probs);
+
 // log_softmax(logits)[token] plus the top-n entries (best first).
 TokenLogprobs compute_logprobs(std::span<const float> logits, int32_t token, int top_n);
 

@@ -106,26 +106,64 @@ const SchedulerOutput& Scheduler::schedule() {
 }
 
 void Scheduler::schedule_running(bool decodes) {
+  // Drafts take only the budget that the decodes still to come leave: each of them needs one token.
+  int num_decodes_left = 0;
+  if (decodes) {
+    for (const Sequence* s : running_)
+      num_decodes_left += s->status == SeqStatus::kRunning && s->num_scheduled_tokens == 0 &&
+                          s->num_tokens() - s->num_computed_tokens == 1;
+  }
   // Indexing (not iterators): preemption changes statuses but never the vector during this loop.
   for (size_t i = 0; i < running_.size() && budget_ > 0; ++i) {
     Sequence& seq = *running_[i];
     if (seq.status != SeqStatus::kRunning || seq.num_scheduled_tokens > 0) continue;
     const bool is_decode = seq.num_tokens() - seq.num_computed_tokens == 1;
     if (is_decode != decodes) continue;
-    schedule_running_seq(seq);
+    schedule_running_seq(seq, decodes ? num_decodes_left-- : 0);
   }
 }
 
-bool Scheduler::schedule_running_seq(Sequence& seq) {
+bool Scheduler::schedule_running_seq(Sequence& seq, int num_decodes_left) {
   const int n = tokens_to_schedule(seq, budget_);
   if (n == 0) return false;
-  while (!kv_.allocate_slots(seq_ref(seq), seq.num_computed_tokens, n, nullptr, out_.blocks_to_copy)) {
+  int num_spec = n == 1 && num_decodes_left > 0 ? std::min(usable_drafts(seq), budget_ - num_decodes_left) : 0;
+  num_spec = std::max(num_spec, 0);
+  while (!kv_.allocate_slots(seq_ref(seq), seq.num_computed_tokens, n + num_spec, nullptr, out_.blocks_to_copy)) {
+    // Short of blocks: drop the drafts before preempting anyone.
+    if (num_spec > 0) {
+      num_spec = 0;
+      continue;
+    }
     Sequence* victim = pick_victim();
     preempt(*victim);
     if (victim == &seq) return false;
   }
-  add_scheduled(seq, n);
+  add_scheduled(seq, n + num_spec, num_spec);
   return true;
+}
+
+int Scheduler::usable_drafts(const Sequence& seq) const {
+  if (seq.spec_token_ids.empty() || seq.spec_base_len != seq.num_tokens()) return 0;
+  const Request& req = *seq.request;
+  if (req.needs_fork() || req.pooling != PoolingType::kNone) return 0;
+  return std::max(0, std::min(static_cast<int>(seq.spec_token_ids.size()), draft_room(seq)));
+}
+
+int Scheduler::draft_room(const Sequence& seq) const {
+  // A step yields at most num_spec + 1 tokens; none may pass max_tokens or max_model_len.
+  return std::min(seq.request->params.max_tokens - seq.num_output_tokens() - 1,
+                  config_.max_model_len - seq.num_tokens() - 1);
+}
+
+void Scheduler::spec_candidates(std::vector<std::pair<Sequence*, int>>& out) const {
+  out.clear();
+  for (Sequence* seq : running_) {
+    if (seq->status != SeqStatus::kRunning || seq->num_tokens() - seq->num_computed_tokens != 1) continue;
+    const Request& req = *seq->request;
+    if (req.needs_fork() || req.pooling != PoolingType::kNone) continue;
+    if (req.params.prompt_logprobs && static_cast<int>(req.prompt_logprobs.size()) < req.num_prompt_tokens()) continue;
+    if (const int room = draft_room(*seq); room > 0) out.emplace_back(seq, room);
+  }
 }
 
 void Scheduler::schedule_swapped() {
@@ -196,15 +234,29 @@ bool Scheduler::admit_waiting_seq(Sequence& seq) {
   return true;
 }
 
-void Scheduler::add_scheduled(Sequence& seq, int num_new_tokens) {
+void Scheduler::add_scheduled(Sequence& seq, int num_new_tokens, int num_spec) {
   const Request& req = *seq.request;
   ScheduledSeq s;
   s.seq_id = seq.seq_id;
-  s.token_ids = std::span<const int32_t>(seq.token_ids)
-                    .subspan(static_cast<size_t>(seq.num_computed_tokens), static_cast<size_t>(num_new_tokens));
   s.num_computed_tokens = seq.num_computed_tokens;
   s.block_table = kv_.block_table(seq.seq_id);
-  s.needs_sample = seq.num_computed_tokens + num_new_tokens == seq.num_tokens();
+  if (num_spec > 0) {
+    // The drafts are not the sequence's tokens yet: the row is the last token plus the drafts.
+    seq.step_token_ids.assign(1, seq.token_ids.back());
+    seq.step_token_ids.insert(seq.step_token_ids.end(), seq.spec_token_ids.begin(),
+                              seq.spec_token_ids.begin() + num_spec);
+    s.token_ids = seq.step_token_ids;
+    s.num_spec_tokens = num_spec;
+    if (!seq.spec_draft_probs.empty()) {
+      const size_t per_draft = seq.spec_draft_probs.size() / seq.spec_token_ids.size();
+      s.draft_probs = std::span<const float>(seq.spec_draft_probs).first(static_cast<size_t>(num_spec) * per_draft);
+    }
+    s.needs_sample = true;
+  } else {
+    s.token_ids = std::span<const int32_t>(seq.token_ids)
+                      .subspan(static_cast<size_t>(seq.num_computed_tokens), static_cast<size_t>(num_new_tokens));
+    s.needs_sample = seq.num_computed_tokens + num_new_tokens == seq.num_tokens();
+  }
   s.params = &req.params;
   s.seed = seq.seed;
   s.prompt_token_ids = seq.prompt_ids();
@@ -314,10 +366,45 @@ void Scheduler::collect_pooled(Request& req, const std::vector<float>& piece) {
   for (size_t d = 0; d < piece.size(); ++d) req.pooled_sum[d] += piece[d];
 }
 
+void Scheduler::apply_spec_output(Sequence& seq, const ScheduledSeq& s, size_t i, const ModelRunnerOutput& output,
+                                  std::vector<NewToken>& new_tokens) {
+  const size_t k = static_cast<size_t>(s.num_spec_tokens);
+  const std::vector<int32_t>* tokens = i < output.spec_token_ids.size() ? &output.spec_token_ids[i] : nullptr;
+  if (tokens == nullptr || tokens->empty() || tokens->size() > k + 1) {
+    throw_error(ErrorKind::kInternal, "scheduler: the runner verified no tokens for speculating seq " +
+                                          std::to_string(seq.seq_id));
+  }
+  const size_t num_accepted = tokens->size() - 1;
+  // Computed now: the last verified token and the accepted drafts. The rejected drafts' KV slots
+  // stay allocated and are simply overwritten by later steps.
+  seq.num_computed_tokens += 1 + static_cast<int>(num_accepted);
+  seq.num_scheduled_tokens = 0;
+  const std::vector<TokenLogprobs>* lps = i < output.spec_logprobs.size() ? &output.spec_logprobs[i] : nullptr;
+  for (size_t j = 0; j < tokens->size(); ++j) {
+    seq.token_ids.push_back((*tokens)[j]);
+    NewToken nt{&seq, (*tokens)[j], std::nullopt, false, seq.num_tokens()};
+    if (lps != nullptr && j < lps->size()) nt.logprobs = (*lps)[j];
+    new_tokens.push_back(std::move(nt));
+  }
+  // Only verified tokens reach the prefix cache: every computed position now holds one.
+  kv_.cache_computed_blocks(seq_ref(seq), seq.num_computed_tokens);
+  ++spec_.num_drafts;
+  spec_.num_draft_tokens += k;
+  spec_.num_accepted_tokens += num_accepted;
+  if (spec_.accepted_per_pos.size() < k) spec_.accepted_per_pos.resize(k, 0);
+  for (size_t j = 0; j < num_accepted; ++j) ++spec_.accepted_per_pos[j];
+}
+
 void Scheduler::update_from_output(const ModelRunnerOutput& output, std::vector<NewToken>& new_tokens) {
   for (size_t i = 0; i < scheduled_.size(); ++i) {
     Sequence& seq = *scheduled_[i];
     const ScheduledSeq& s = out_.seqs[i];
+    seq.spec_token_ids.clear();
+    seq.spec_draft_probs.clear();
+    if (s.num_spec_tokens > 0) {
+      apply_spec_output(seq, s, i, output, new_tokens);
+      continue;
+    }
     const int first_pos = seq.num_computed_tokens;
     seq.num_computed_tokens += seq.num_scheduled_tokens;
     seq.num_scheduled_tokens = 0;
@@ -327,13 +414,13 @@ void Scheduler::update_from_output(const ModelRunnerOutput& output, std::vector<
     }
     if (s.pooling != PoolingType::kNone) {
       collect_pooled(*seq.request, i < output.pooled.size() ? output.pooled[i] : std::vector<float>{});
-      if (s.needs_sample) new_tokens.push_back(NewToken{&seq, -1, std::nullopt, true});
+      if (s.needs_sample) new_tokens.push_back(NewToken{&seq, -1, std::nullopt, true, seq.num_tokens()});
       continue;
     }
     const int32_t token = i < output.sampled_token_ids.size() ? output.sampled_token_ids[i] : -1;
     if (s.needs_sample && token >= 0) {
       seq.token_ids.push_back(token);
-      NewToken nt{&seq, token, std::nullopt};
+      NewToken nt{&seq, token, std::nullopt, false, seq.num_tokens()};
       if (i < output.sampled_logprobs.size()) nt.logprobs = output.sampled_logprobs[i];
       new_tokens.push_back(std::move(nt));
     }

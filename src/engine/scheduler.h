@@ -34,6 +34,17 @@ struct NewToken {
   int32_t token_id = -1;
   std::optional<TokenLogprobs> logprobs;
   bool pooled = false;  // a pooling request's prompt is done: no token, its embedding is ready
+  // The sequence's length with this token: a speculating step appends several tokens at once, and
+  // a stop on one of them drops those after it.
+  int num_tokens = 0;
+};
+
+// Speculative decoding counters (vLLM's spec_decode metrics).
+struct SpecDecodeCounters {
+  uint64_t num_drafts = 0;           // rows verified with at least one draft token
+  uint64_t num_draft_tokens = 0;     // draft tokens verified
+  uint64_t num_accepted_tokens = 0;  // draft tokens accepted
+  std::vector<uint64_t> accepted_per_pos;  // [k] acceptances of draft position i
 };
 
 class Scheduler {
@@ -59,6 +70,12 @@ class Scheduler {
   // Ends every sequence of the request with kAbort, wherever it is.
   void abort_request(Request& req);
 
+  // Running sequences in decode that may speculate this step (no fork pending, no pooling, no
+  // prompt logprobs outstanding), each with the drafts it could still use under max_tokens and
+  // max_model_len. The proposer fills their drafts before schedule().
+  void spec_candidates(std::vector<std::pair<Sequence*, int>>& out) const;
+  const SpecDecodeCounters& spec_counters() const { return spec_; }
+
   int num_running() const { return num_running_; }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   int num_swapped() const { return static_cast<int>(swapped_.size()); }
@@ -78,11 +95,15 @@ class Scheduler {
   kv::SeqRef seq_ref(const Sequence& seq) const;
   int tokens_to_schedule(const Sequence& seq, int budget) const;
   void schedule_running(bool decodes);
-  bool schedule_running_seq(Sequence& seq);
+  bool schedule_running_seq(Sequence& seq, int num_decodes_left);
+  int usable_drafts(const Sequence& seq) const;
+  int draft_room(const Sequence& seq) const;
+  void apply_spec_output(Sequence& seq, const ScheduledSeq& s, size_t i, const ModelRunnerOutput& output,
+                         std::vector<NewToken>& new_tokens);
   void schedule_swapped();
   void schedule_waiting();
   bool admit_waiting_seq(Sequence& seq);
-  void add_scheduled(Sequence& seq, int num_new_tokens);
+  void add_scheduled(Sequence& seq, int num_new_tokens, int num_spec = 0);
   void unschedule(Sequence& seq);
   Sequence* pick_victim() const;
   void preempt(Sequence& victim);
@@ -107,6 +128,7 @@ class Scheduler {
   int budget_ = 0;
   bool preempted_this_step_ = false;
   uint64_t num_preemptions_ = 0;
+  SpecDecodeCounters spec_;
 };
 
 // The effective seed of sample `index` of a request whose base seed is `base_seed` (the request's

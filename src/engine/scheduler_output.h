@@ -31,6 +31,11 @@ struct ScheduledSeq {
   int prompt_logprobs = 0;  // >0: return logprobs for the prompt positions computed this step
   // A pooling request: no sampling; the runner returns ModelRunnerOutput::pooled for it instead.
   PoolingType pooling = PoolingType::kNone;
+  // Speculative decoding: the last num_spec_tokens of token_ids are draft tokens (needs_sample is
+  // set). The runner computes logits at all 1 + num_spec_tokens positions and verifies the drafts
+  // (spec::verify_drafts), answering in ModelRunnerOutput::spec_token_ids.
+  int32_t num_spec_tokens = 0;
+  std::span<const float> draft_probs;  // [num_spec_tokens, vocab] the draft's q; empty = point masses
 };
 
 // A runner applies the block operations in this order, each list in order, before computing any
@@ -57,6 +62,12 @@ struct ModelRunnerOutput {
   // final-normed hidden state of its last token; kMean, every step, the sum of the final-normed
   // hidden states of the tokens computed this step. [hidden_size] floats.
   std::vector<std::vector<float>> pooled;
+  // Per scheduled seq with num_spec_tokens > 0 (empty for the others; sampled_token_ids holds -1
+  // there): the tokens the step yields, in order — the accepted drafts, then the target's own token
+  // (the correction after a rejection, or the bonus token when all were accepted) — so 1 to
+  // num_spec_tokens + 1 tokens, with the target's logprobs of each.
+  std::vector<std::vector<int32_t>> spec_token_ids;
+  std::vector<std::vector<TokenLogprobs>> spec_logprobs;
 };
 
 }  // namespace pagellm::engine

@@ -30,6 +30,12 @@ EngineStats sum_stats(const std::vector<EngineStats>& replicas) {
     s.requests_finished_abort += r.requests_finished_abort;
     s.requests_finished_error += r.requests_finished_error;
     s.num_steps += r.num_steps;
+    s.spec_num_drafts += r.spec_num_drafts;
+    s.spec_num_draft_tokens += r.spec_num_draft_tokens;
+    s.spec_num_accepted_tokens += r.spec_num_accepted_tokens;
+    if (s.spec_accepted_per_pos.size() < r.spec_accepted_per_pos.size())
+      s.spec_accepted_per_pos.resize(r.spec_accepted_per_pos.size(), 0);
+    for (size_t i = 0; i < r.spec_accepted_per_pos.size(); ++i) s.spec_accepted_per_pos[i] += r.spec_accepted_per_pos[i];
     for (double x : r.ttft_samples) add_latency_sample(s.ttft_samples, x);
     for (double x : r.itl_samples) add_latency_sample(s.itl_samples, x);
     for (double x : r.e2e_samples) add_latency_sample(s.e2e_samples, x);
@@ -57,7 +63,19 @@ std::string StatsLogger::format(const EngineStats& prev, const EngineStats& s, d
                 "Prefix cache hit rate: %.1f%%, Preemptions: %llu",
                 prompt_tps, gen_tps, s.num_running, s.num_swapped, s.num_waiting, 100.0 * s.kv_usage,
                 hit_rate, static_cast<unsigned long long>(s.num_preemptions));
-  return line;
+  std::string out = line;
+  const uint64_t drafts = s.spec_num_drafts - prev.spec_num_drafts;
+  if (drafts > 0) {
+    // vLLM's SpecDecoding line: acceptance rate over draft tokens, mean tokens per verified row.
+    const uint64_t draft_tokens = s.spec_num_draft_tokens - prev.spec_num_draft_tokens;
+    const uint64_t accepted = s.spec_num_accepted_tokens - prev.spec_num_accepted_tokens;
+    std::snprintf(line, sizeof(line),
+                  ", Spec decode: acceptance rate %.1f%%, mean acceptance length %.2f, drafts %llu",
+                  draft_tokens > 0 ? 100.0 * double(accepted) / double(draft_tokens) : 0.0,
+                  1.0 + double(accepted) / double(drafts), static_cast<unsigned long long>(drafts));
+    out += line;
+  }
+  return out;
 }
 
 bool StatsLogger::maybe_log(const EngineStats& s, std::chrono::steady_clock::time_point now) {

@@ -11,6 +11,7 @@
 #include "common/thread_pool.h"
 #include "engine/sampler.h"
 #include "runner/block_ops.h"
+#include "spec/rejection_sampler.h"
 
 namespace pagellm::runner {
 
@@ -188,9 +189,12 @@ std::span<float> CpuRunner::forward(const engine::SchedulerOutput& batch, bool w
       for (int64_t i = 0; i < n && seq.num_computed_tokens + i + 1 < prompt_len; ++i)
         rows.push_back({begin + i, s, static_cast<int32_t>(seq.num_computed_tokens + i), false});
     }
+    // The sampling row, or with drafts the last 1 + num_spec_tokens rows (verified together).
+    if (seq.num_spec_tokens < 0 || seq.num_spec_tokens >= n || (seq.num_spec_tokens > 0 && !seq.needs_sample))
+      internal("seq " + std::to_string(seq.seq_id) + " has a bad draft count");
     if (seq.needs_sample)
-      rows.push_back(
-          {begin + n - 1, s, static_cast<int32_t>(seq.num_computed_tokens + n - 1), true});
+      for (int64_t i = n - 1 - seq.num_spec_tokens; i < n; ++i)
+        rows.push_back({begin + i, s, static_cast<int32_t>(seq.num_computed_tokens + i), true});
   }
   const models::ForwardBatch fb{token_ids_, positions_, slot_mapping_, seqs_};
   logits_rows_.clear();
@@ -236,23 +240,44 @@ engine::ModelRunnerOutput CpuRunner::execute(const engine::SchedulerOutput& batc
   out.sampled_logprobs.resize(batch.seqs.size());
   out.prompt_logprobs.resize(batch.seqs.size());
   collect_pooled(batch, out);
-  for (const LogitsRow& row : rows)
-    if (batch.seqs[row.seq].params == nullptr)
-      internal("seq " + std::to_string(batch.seqs[row.seq].seq_id) + " has no sampling params");
-  // Sampling rows belong to distinct seqs and sample_token is a pure function of its row (its
-  // scratch is thread-local), so the rows are sampled in parallel. A row's token never depends on
-  // the split. Exceptions are carried back to this thread.
+  // Each seq's sampling rows are contiguous: one group per sampling seq, [first row, end row).
+  std::vector<std::pair<size_t, size_t>> groups;
+  bool any_spec = false;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (batch.seqs[rows[r].seq].params == nullptr)
+      internal("seq " + std::to_string(batch.seqs[rows[r].seq].seq_id) + " has no sampling params");
+    if (!rows[r].sample) continue;
+    if (!groups.empty() && rows[groups.back().first].seq == rows[r].seq) {
+      groups.back().second = r + 1;
+    } else {
+      groups.emplace_back(r, r + 1);
+    }
+    any_spec = any_spec || batch.seqs[rows[r].seq].num_spec_tokens > 0;
+  }
+  if (any_spec) {
+    out.spec_token_ids.resize(batch.seqs.size());
+    out.spec_logprobs.resize(batch.seqs.size());
+  }
+  // Groups belong to distinct seqs and sample_token / verify_drafts are pure functions of their
+  // rows (their scratch is thread-local), so the groups are sampled in parallel. A row's token
+  // never depends on the split. Exceptions are carried back to this thread.
   std::exception_ptr error;
   std::mutex error_mutex;
   ThreadPool::global().parallel_for(
-      rows.size(),
+      groups.size(),
       [&](size_t begin, size_t end) {
         try {
-          for (size_t r = begin; r < end; ++r) {
-            if (!rows[r].sample) continue;
-            const size_t s = rows[r].seq;
-            engine::SampleResult result =
-                engine::sample_token(logits.subspan(r * vocab, vocab), batch.seqs[s]);
+          for (size_t g = begin; g < end; ++g) {
+            const auto [first, last] = groups[g];
+            const size_t s = rows[first].seq;
+            const std::span<float> group_logits = logits.subspan(first * vocab, (last - first) * vocab);
+            if (batch.seqs[s].num_spec_tokens > 0) {
+              spec::VerifyResult result = spec::verify_drafts(group_logits, batch.seqs[s]);
+              out.spec_token_ids[s] = std::move(result.token_ids);
+              out.spec_logprobs[s] = std::move(result.logprobs);
+              continue;
+            }
+            engine::SampleResult result = engine::sample_token(group_logits, batch.seqs[s]);
             out.sampled_token_ids[s] = result.token_id;
             out.sampled_logprobs[s] = std::move(result.logprobs);
           }

@@ -285,9 +285,14 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
 }
 
 engine::ModelRunnerOutput CudaRunner::execute(const engine::SchedulerOutput& batch) {
-  for (const engine::ScheduledSeq& seq : batch.seqs)
+  for (const engine::ScheduledSeq& seq : batch.seqs) {
     if ((seq.needs_sample || seq.prompt_logprobs > 0) && seq.params == nullptr)
       internal("seq " + std::to_string(seq.seq_id) + " has no sampling params");
+    // EngineArgs::validate refuses --speculative-config with --device cuda; a draft row reaching
+    // this runner anyway must not be sampled as a plain row.
+    if (seq.num_spec_tokens > 0)
+      internal("speculative decoding runs on the CPU backend only in this build");
+  }
   std::vector<LogitsRow> rows;
   StepResult step = run_step(*impl_, batch, true, true, rows);
   engine::ModelRunnerOutput out;

@@ -63,6 +63,11 @@ const std::pair<const char*, const char*> kVllmNames[] = {
     {"pagellm:e2e_request_latency_seconds", "vllm:e2e_request_latency_seconds"},
     {"pagellm:request_prompt_tokens", "vllm:request_prompt_tokens"},
     {"pagellm:request_generation_tokens", "vllm:request_generation_tokens"},
+    {"pagellm:spec_decode_num_drafts_total", "vllm:spec_decode_num_drafts_total"},
+    {"pagellm:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_draft_tokens_total"},
+    {"pagellm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_total"},
+    {"pagellm:spec_decode_num_accepted_tokens_per_pos_total",
+     "vllm:spec_decode_num_accepted_tokens_per_pos_total"},
 };
 
 // The metric a text-format line is about: the name after "# HELP " / "# TYPE ", or before '{'.
@@ -226,6 +231,22 @@ void Metrics::render_engine(std::string& out) const {
          [](const EngineStats& e) { return double(e.prompt_tokens); });
   series("pagellm:generation_tokens_total", "counter", "Tokens generated.",
          [](const EngineStats& e) { return double(e.generation_tokens); });
+  series("pagellm:spec_decode_num_drafts_total", "counter", "Speculative decoding: rows verified with drafts.",
+         [](const EngineStats& e) { return double(e.spec_num_drafts); });
+  series("pagellm:spec_decode_num_draft_tokens_total", "counter", "Speculative decoding: draft tokens verified.",
+         [](const EngineStats& e) { return double(e.spec_num_draft_tokens); });
+  series("pagellm:spec_decode_num_accepted_tokens_total", "counter",
+         "Speculative decoding: draft tokens accepted.",
+         [](const EngineStats& e) { return double(e.spec_num_accepted_tokens); });
+  header(out, "pagellm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+         "Speculative decoding: draft tokens accepted, by draft position.");
+  auto per_pos = [&](const EngineStats& e, const std::string& labels) {
+    for (size_t i = 0; i < e.spec_accepted_per_pos.size(); ++i)
+      sample(out, "pagellm:spec_decode_num_accepted_tokens_per_pos_total",
+             labels + ",position=\"" + std::to_string(i) + "\"", double(e.spec_accepted_per_pos[i]));
+  };
+  per_pos(engine_, labels_);
+  for (size_t i = 0; i < replicas_.size(); ++i) per_pos(replicas_[i], labels_ + ",engine=\"" + std::to_string(i) + "\"");
   header(out, "pagellm:request_success_total", "counter", "Finished requests by finish reason.");
   auto reasons = [&](const EngineStats& e, const std::string& labels) {
     const std::pair<const char*, uint64_t> by_reason[] = {{"stop", e.requests_finished_stop},

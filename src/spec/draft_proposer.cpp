@@ -1,0 +1,217 @@
+#include "spec/draft_proposer.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "common/error.h"
+#include "engine/sampler.h"
+#include "runner/model_loader.h"
+#include "spec/rejection_sampler.h"
+
+namespace pagellm::spec {
+
+namespace {
+
+[[noreturn]] void bad_draft(const std::string& message) {
+  invalid_argument("--speculative-config: draft model " + message);
+}
+
+// The draft must read and write the same token ids as the target.
+void check_same_vocabulary(const std::filesystem::path& dir, const runner::ModelRunner& target,
+                           const tok::Tokenizer& target_tok) {
+  if (!std::filesystem::exists(dir / "config.json"))
+    bad_draft("'" + dir.string() + "' has no config.json");
+  const io::ModelConfig dc = io::load_model_config(dir);
+  if (dc.vocab_size != target.config().vocab_size) {
+    bad_draft("'" + dir.string() + "' has vocab_size " + std::to_string(dc.vocab_size) +
+              " but the target has " + std::to_string(target.config().vocab_size));
+  }
+  if (!std::filesystem::exists(dir / "tokenizer.json"))
+    return;  // the target's tokenizer serves both
+  const auto draft_tok = tok::Tokenizer::from_dir(dir);
+  if (draft_tok->vocab_size() != target_tok.vocab_size()) {
+    bad_draft("'" + dir.string() + "' has a tokenizer of " +
+              std::to_string(draft_tok->vocab_size()) + " tokens but the target's has " +
+              std::to_string(target_tok.vocab_size()));
+  }
+  for (int32_t id = 0; id < target_tok.vocab_size(); ++id) {
+    const std::optional<std::string> ours = draft_tok->id_to_token(id);
+    const std::optional<std::string> theirs = target_tok.id_to_token(id);
+    if (ours != theirs) {
+      // Built piece by piece: GCC 12 warns (-Wrestrict, falsely) on a long operator+ chain here.
+      std::string message = "'";
+      message += dir.string();
+      message += "' has a different tokenizer than the target (token id ";
+      message += std::to_string(id);
+      message += " is '" + ours.value_or("") + "' vs '" + theirs.value_or("") + "')";
+      bad_draft(message);
+    }
+  }
+}
+
+}  // namespace
+
+DraftModelProposer::DraftModelProposer(std::unique_ptr<runner::ModelRunner> draft,
+                                       int num_speculative_tokens)
+    : owner_(std::move(draft)),
+      draft_(dynamic_cast<runner::CpuRunner*>(owner_.get())),
+      k_(num_speculative_tokens),
+      vocab_(static_cast<int>(owner_->config().vocab_size)),
+      max_positions_(
+          owner_->config().max_position_embeddings > 0
+              ? static_cast<int>(std::min<int64_t>(owner_->config().max_position_embeddings,
+                                                   std::numeric_limits<int>::max()))
+              : std::numeric_limits<int>::max()),
+      kv_(kv::KVCacheConfig{owner_->num_kv_blocks(), owner_->block_size(), false, 0}) {
+  if (draft_ == nullptr)
+    unsupported("--speculative-config: the draft model runs on the CPU backend only");
+}
+
+void DraftModelProposer::release(int64_t seq_id) {
+  states_.erase(seq_id);
+  kv_.free(seq_id);
+}
+
+bool DraftModelProposer::reserve(int64_t seq_id, std::span<const int32_t> tokens, int num_computed,
+                                 int num_tokens) {
+  // A sequence longer than the whole pool would only evict everyone else, every step.
+  if (kv_.blocks_for(num_tokens) > kv_.num_blocks()) return false;
+  const kv::SeqRef ref{seq_id, tokens, 0};
+  kv::BlockPairs copies;  // stays empty: the draft's blocks are never shared
+  for (;;) {
+    if (kv_.allocate_slots(ref, num_computed, num_tokens - num_computed, nullptr, copies))
+      return true;
+    int64_t victim = -1;
+    uint64_t oldest = clock_;
+    for (const auto& [id, st] : states_) {
+      if (st.last_used < oldest) oldest = st.last_used, victim = id;
+    }
+    if (victim < 0) return false;
+    release(victim);
+  }
+}
+
+void DraftModelProposer::propose(std::span<const SpecCandidate> candidates) {
+  ++clock_;
+  std::vector<Active> active;
+  for (const SpecCandidate& c : candidates) {
+    engine::Sequence& seq = *c.seq;
+    seq.spec_token_ids.clear();
+    seq.spec_draft_probs.clear();
+    seq.spec_base_len = seq.num_tokens();
+    const int len = seq.num_tokens();
+    // The last draft step feeds position len + n - 2.
+    const int n = std::min({k_, c.max_drafts, max_positions_ - len + 1});
+    if (n <= 0 || len < 1) continue;
+    State& st = states_[seq.seq_id];
+    st.last_used = clock_;
+    // Draft KV stays valid for the leading tokens that are still the sequence's; the last token is
+    // always fed again because its logits give the first draft.
+    size_t keep = 0;
+    const size_t max_keep = static_cast<size_t>(len - 1);
+    while (keep < st.fed.size() && keep < max_keep && st.fed[keep] == seq.token_ids[keep]) ++keep;
+    if (!reserve(seq.seq_id, seq.token_ids, static_cast<int>(keep), len + n - 1)) {
+      release(seq.seq_id);
+      continue;
+    }
+    st.fed.resize(keep);
+    active.push_back({&seq, &st, n, static_cast<int>(keep), -1});
+  }
+  for (int step = 0; step < k_; ++step) draft_step(active, step);
+}
+
+void DraftModelProposer::draft_step(std::vector<Active>& active, int step) {
+  engine::SchedulerOutput batch;
+  std::vector<size_t> index;  // [batch.seqs.size()] into active
+  for (size_t i = 0; i < active.size(); ++i) {
+    Active& a = active[i];
+    if (step >= a.num_drafts) continue;
+    const engine::Sequence& seq = *a.seq;
+    const int len = seq.num_tokens();
+    engine::ScheduledSeq s;
+    s.seq_id = seq.seq_id;
+    if (step == 0) {
+      s.token_ids = std::span<const int32_t>(seq.token_ids).subspan(static_cast<size_t>(a.begin));
+      s.num_computed_tokens = a.begin;
+    } else {
+      s.token_ids = std::span<const int32_t>(&a.last, 1);
+      s.num_computed_tokens = len - 1 + step;
+    }
+    s.block_table = kv_.block_table(seq.seq_id);
+    s.needs_sample = true;
+    s.params = &seq.request->params;
+    batch.num_scheduled_tokens += static_cast<int32_t>(s.token_ids.size());
+    batch.seqs.push_back(s);
+    index.push_back(i);
+  }
+  if (batch.seqs.empty()) return;
+  std::vector<std::vector<float>> logits = draft_->execute_logits(batch);
+  for (size_t j = 0; j < index.size(); ++j) {
+    Active& a = active[index[j]];
+    const int32_t token = choose(logits[j], a, step);
+    if (step == 0) {
+      a.state->fed.assign(a.seq->token_ids.begin(), a.seq->token_ids.end());
+    } else {
+      a.state->fed.push_back(a.last);
+    }
+    a.seq->spec_token_ids.push_back(token);
+    a.last = token;
+  }
+}
+
+int32_t DraftModelProposer::choose(std::span<float> logits, Active& a, int step) {
+  engine::Sequence& seq = *a.seq;
+  if (logits.size() != static_cast<size_t>(vocab_)) {
+    throw_error(ErrorKind::kInternal,
+                "draft model: logits row of " + std::to_string(logits.size()) + " entries");
+  }
+  engine::ScheduledSeq base;
+  base.seq_id = seq.seq_id;
+  base.params = &seq.request->params;
+  base.seed = seq.seed;
+  base.prompt_token_ids = seq.prompt_ids();
+  base.output_token_ids = seq.output_ids();
+  base.banned_token_ids = seq.banned_token_ids;
+  const engine::ScheduledSeq ctx =
+      position_context(base, seq.spec_token_ids, step, output_scratch_);
+  // Greedy requests verify by equality: the draft's own greedy choice is the best proposal.
+  if (base.params->greedy()) return engine::sample_token(logits, ctx).token_id;
+  probs_.resize(logits.size());
+  engine::sampling_probs(logits, ctx, probs_);
+  const int32_t token =
+      draw_index(probs_, stream_uniform(seq.seed, Stream::kDraft, ctx.output_token_ids.size()));
+  seq.spec_draft_probs.insert(seq.spec_draft_probs.end(), probs_.begin(), probs_.end());
+  return token;
+}
+
+std::unique_ptr<Proposer> load_draft_proposer(const EngineArgs& args,
+                                              const runner::ModelRunner& target,
+                                              const tok::Tokenizer& tokenizer) {
+  const SpeculativeConfig& sc = args.speculative;
+  check_same_vocabulary(sc.model, target, tokenizer);
+  EngineArgs da = args;
+  da.model = sc.model;
+  da.tokenizer.clear();
+  da.model_id.clear();
+  da.revision.clear();
+  da.load_format = "auto";
+  da.quantization.clear();
+  da.kv_cache_dtype = "auto";
+  da.calculate_kv_scales = false;
+  da.device = "cpu";
+  da.tensor_parallel_size = da.pipeline_parallel_size = da.data_parallel_size = 1;
+  da.data_parallel_rank = 0;
+  da.nnodes = 1;
+  da.node_rank = 0;
+  da.swap_space_gib = 0.0;
+  da.num_kv_blocks = target.num_kv_blocks();  // as many tokens as the target's pool
+  da.block_size = target.block_size();
+  da.speculative = SpeculativeConfig{};
+  runner::LoadedModel m = runner::load_model(da);
+  return std::make_unique<DraftModelProposer>(std::move(m.runner), sc.num_speculative_tokens);
+}
+
+}  // namespace pagellm::spec

@@ -1,0 +1,79 @@
+// Draft-model speculation on the CPU: a smaller model with the target's vocabulary proposes k
+// tokens autoregressively per step.
+//
+// KV design: the draft has its own CpuRunner with its own KV pool (as many blocks as the target's,
+// so it holds as many tokens) and its own KVCacheManager without prefix caching. The draft's KV is
+// independent of the target's blocks, so the target's scheduler, preemption, swapping and prefix
+// cache never need to know about it. Per sequence the proposer remembers which tokens the draft has
+// KV for (`fed`); a round feeds the draft what it lacks — the whole prompt on a sequence's first
+// round (the draft's "prefill"), afterwards the target's correction or bonus token (and the last
+// accepted draft) — then k - 1 single-token steps. Rejected drafts roll back for free: `fed` is cut
+// to its common prefix with the verified tokens and their slots are overwritten next round. When
+// the draft's pool runs out, the least recently used sequences' draft KV is dropped (they redo
+// their draft prefill later); a sequence that still does not fit gets no drafts that step.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/kv_cache_manager.h"
+#include "runner/cpu_runner.h"
+#include "spec/proposer.h"
+
+namespace pagellm::spec {
+
+class DraftModelProposer : public Proposer {
+ public:
+  // Takes a CPU runner of the draft (its pool's blocks are managed here).
+  DraftModelProposer(std::unique_ptr<runner::ModelRunner> draft, int num_speculative_tokens);
+
+  void propose(std::span<const SpecCandidate> candidates) override;
+  void release(int64_t seq_id) override;
+  int num_speculative_tokens() const override { return k_; }
+
+  // For tests: sequences whose draft KV is held, and the draft pool.
+  int num_tracked() const { return static_cast<int>(states_.size()); }
+  const kv::KVCacheManager& kv() const { return kv_; }
+
+ private:
+  struct State {
+    std::vector<int32_t> fed;  // tokens whose draft KV sits at positions [0, fed.size())
+    uint64_t last_used = 0;
+  };
+  // One sequence of this round.
+  struct Active {
+    engine::Sequence* seq = nullptr;
+    State* state = nullptr;
+    int num_drafts = 0;  // drafts to propose
+    int begin = 0;       // first position fed in the first draft step
+    int32_t last = -1;   // the token fed by the next single-token step
+  };
+
+  // Makes room in the draft pool for positions [0, num_tokens) of `seq`, evicting the least
+  // recently used sequences that are not in this round. False when it cannot.
+  bool reserve(int64_t seq_id, std::span<const int32_t> tokens, int num_computed, int num_tokens);
+  // One draft forward over `active` (those with step < num_drafts); samples draft number `step`.
+  void draft_step(std::vector<Active>& active, int step);
+  int32_t choose(std::span<float> logits, Active& a, int step);
+
+  std::unique_ptr<runner::ModelRunner> owner_;
+  runner::CpuRunner* draft_ = nullptr;
+  int k_;
+  int vocab_;
+  int max_positions_;
+  kv::KVCacheManager kv_;
+  std::unordered_map<int64_t, State> states_;
+  uint64_t clock_ = 0;
+  std::vector<int32_t> output_scratch_;
+  std::vector<float> probs_;  // [vocab]
+};
+
+// Loads the draft named by args.speculative.model for `target` and checks it (vocabulary size,
+// tokenizer); throws pagellm::Error (kInvalidArgument, one line) when they differ.
+std::unique_ptr<Proposer> load_draft_proposer(const EngineArgs& args,
+                                              const runner::ModelRunner& target,
+                                              const tok::Tokenizer& tokenizer);
+
+}  // namespace pagellm::spec

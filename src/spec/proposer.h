@@ -1,0 +1,40 @@
+// Draft-token proposers for speculative decoding. The engine asks its proposer for drafts right
+// before each schedule(), for every running sequence in decode; the scheduler then schedules such a
+// sequence's last token plus its drafts as one row of 1 + k tokens, and the runner verifies them
+// (spec/rejection_sampler.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "engine/request.h"
+#include "pagellm/engine_args.h"
+#include "runner/model_runner.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagellm::spec {
+
+struct SpecCandidate {
+  engine::Sequence* seq = nullptr;
+  int max_drafts = 0;  // drafts the sequence can still use (max_tokens, max_model_len)
+};
+
+class Proposer {
+ public:
+  virtual ~Proposer() = default;
+  // Sets every candidate's spec_token_ids (0 to min(k, max_drafts) tokens), spec_draft_probs
+  // ([num drafts, vocab], or empty for point masses) and spec_base_len (its current length).
+  virtual void propose(std::span<const SpecCandidate> candidates) = 0;
+  // The sequence has finished or was aborted: forget what is kept for it.
+  virtual void release(int64_t seq_id) { (void)seq_id; }
+  virtual int num_speculative_tokens() const = 0;
+};
+
+// The proposer args.speculative asks for (null when speculation is off). For draft_model it loads
+// the draft on the CPU and checks it against the target: same vocabulary size and tokenizer
+// (one-line kInvalidArgument errors naming the draft folder).
+std::unique_ptr<Proposer> make_proposer(const EngineArgs& args, const runner::ModelRunner& target,
+                                        const tok::Tokenizer& tokenizer);
+
+}  // namespace pagellm::spec

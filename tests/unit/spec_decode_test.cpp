@@ -1,0 +1,486 @@
+// Speculative decoding end to end on the CPU backend: greedy output identical with and without
+// speculation (draft model and n-gram, batched, under preemption, with prefix caching, with stop
+// strings and logprobs), the sampled distribution unchanged (two-sample chi-square over many seeds
+// at fixed positions; fixed seeds, so the outcome is deterministic), counters, and bad drafts.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "engine/engine_core.h"
+#include "model_files_util.h"
+#include "spec/draft_proposer.h"
+
+namespace pagellm {
+namespace {
+
+const std::string kModels = std::string(PAGELLM_SHARED_DIR) + "/models/";
+const std::string kPycode = kModels + "pycode-25M";
+const std::string kDraft = kModels + "pycode-draft-10M";
+const std::string kStories = kModels + "stories260K";
+
+EngineArgs base_args(const std::string& model) {
+  EngineArgs a;
+  a.model = model;
+  a.num_threads = 2;
+  return a;
+}
+
+SpeculativeConfig ngram(int k, int min_n, int max_n) {
+  SpeculativeConfig c;
+  c.method = "ngram";
+  c.num_speculative_tokens = k;
+  c.prompt_lookup_min = min_n;
+  c.prompt_lookup_max = max_n;
+  return c;
+}
+
+SpeculativeConfig draft(int k) {
+  SpeculativeConfig c;
+  c.method = "draft_model";
+  c.num_speculative_tokens = k;
+  c.model = kDraft;
+  return c;
+}
+
+SamplingParams greedy(int max_tokens) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = max_tokens;
+  return p;
+}
+
+std::vector<PromptInput> code_prompts() {
+  const char* texts[] = {
+      "def parse_args(argv):\n",
+      "class Config:\n    def __init__(self, path):\n",
+      "import os\nimport sys\n\n\ndef main():\n",
+      "def read_file(path):\n    with open(path) as f:\n",
+      "for i in range(10):\n    if i % 2 == 0:\n",
+      "class Node:\n    def __init__(self, value, children=None):\n        self.value = value\n",
+      "def test_add():\n    assert add(1, 2) == 3\n\n\ndef test_sub():\n",
+      "    def __repr__(self):\n        return",
+  };
+  std::vector<PromptInput> out;
+  for (const char* t : texts) out.push_back(PromptInput::from_text(t));
+  return out;
+}
+
+std::vector<PromptInput> story_prompts(int num) {
+  const char* names[] = {"Lily", "Tom", "Sue", "Max", "Ben", "Anna", "Sam", "Mia"};
+  const char* things[] = {"a red ball", "a big tree", "a little dog", "the park"};
+  std::vector<PromptInput> prompts;
+  for (int i = 0; i < num; ++i)
+    prompts.push_back(PromptInput::from_text(std::string("Once upon a time, ") + names[i % 8] +
+                                             " saw " + things[(i / 8) % 4] +
+                                             (i % 3 == 0 ? "." : " and")));
+  return prompts;
+}
+
+struct SpecRun {
+  std::vector<RequestOutput> outputs;
+  EngineStats stats;
+};
+
+SpecRun generate(EngineArgs args, const std::vector<PromptInput>& prompts,
+                 const std::vector<SamplingParams>& params) {
+  LLM llm(args);
+  SpecRun r;
+  r.outputs = llm.generate(prompts, params);
+  r.stats = llm.engine().take_stats();
+  return r;
+}
+
+void expect_same_outputs(const SpecRun& plain, const SpecRun& spec, bool same_counts = true) {
+  ASSERT_EQ(plain.outputs.size(), spec.outputs.size());
+  for (size_t i = 0; i < plain.outputs.size(); ++i) {
+    const CompletionOutput& a = plain.outputs[i].outputs.at(0);
+    const CompletionOutput& b = spec.outputs[i].outputs.at(0);
+    EXPECT_EQ(a.token_ids, b.token_ids) << "prompt " << i;
+    EXPECT_EQ(a.text, b.text) << "prompt " << i;
+    EXPECT_EQ(a.finish_reason, b.finish_reason) << "prompt " << i;
+    EXPECT_EQ(a.stop_reason, b.stop_reason) << "prompt " << i;
+    ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << "prompt " << i;
+    for (size_t t = 0; t < a.logprobs.size(); ++t) {
+      EXPECT_EQ(a.logprobs[t].token_id, b.logprobs[t].token_id);
+      EXPECT_NEAR(a.logprobs[t].logprob, b.logprobs[t].logprob, 1e-5)
+          << "prompt " << i << " token " << t;
+    }
+  }
+  if (same_counts) {
+    EXPECT_EQ(plain.stats.generation_tokens, spec.stats.generation_tokens);
+  }
+}
+
+// Counters are consistent: acceptances per position never rise with the position and add up.
+void expect_consistent_counters(const EngineStats& s, int k) {
+  EXPECT_GT(s.spec_num_drafts, 0u);
+  EXPECT_GT(s.spec_num_accepted_tokens, 0u) << "nothing accepted: speculation did not work";
+  EXPECT_LE(s.spec_num_accepted_tokens, s.spec_num_draft_tokens);
+  EXPECT_LE(s.spec_num_draft_tokens, s.spec_num_drafts * static_cast<uint64_t>(k));
+  EXPECT_LE(s.spec_accepted_per_pos.size(), static_cast<size_t>(k));
+  uint64_t sum = 0;
+  for (size_t i = 0; i < s.spec_accepted_per_pos.size(); ++i) {
+    sum += s.spec_accepted_per_pos[i];
+    if (i > 0) {
+      EXPECT_LE(s.spec_accepted_per_pos[i], s.spec_accepted_per_pos[i - 1]);
+    }
+  }
+  EXPECT_EQ(sum, s.spec_num_accepted_tokens);
+}
+
+TEST(SpecDecode, DraftModelGreedyEqualsPlainBatched) {
+  const auto prompts = code_prompts();
+  const std::vector<SamplingParams> params(prompts.size(), greedy(64));
+  const SpecRun plain = generate(base_args(kPycode), prompts, params);
+  EngineArgs a = base_args(kPycode);
+  a.speculative = draft(4);
+  const SpecRun spec = generate(a, prompts, params);
+  expect_same_outputs(plain, spec);
+  expect_consistent_counters(spec.stats, 4);
+  EXPECT_EQ(plain.stats.spec_num_drafts, 0u);
+}
+
+TEST(SpecDecode, NgramGreedyEqualsPlainOnPycodeAndStories) {
+  {
+    const auto prompts = code_prompts();
+    const std::vector<SamplingParams> params(prompts.size(), greedy(80));
+    const SpecRun plain = generate(base_args(kPycode), prompts, params);
+    EngineArgs a = base_args(kPycode);
+    a.speculative = ngram(4, 2, 4);
+    const SpecRun spec = generate(a, prompts, params);
+    expect_same_outputs(plain, spec);
+    expect_consistent_counters(spec.stats, 4);
+  }
+  const auto prompts = story_prompts(24);
+  const std::vector<SamplingParams> params(prompts.size(), greedy(64));
+  const SpecRun plain = generate(base_args(kStories), prompts, params);
+  EngineArgs a = base_args(kStories);
+  a.speculative = ngram(3, 1, 3);
+  const SpecRun spec = generate(a, prompts, params);
+  expect_same_outputs(plain, spec);
+  expect_consistent_counters(spec.stats, 3);
+}
+
+TEST(SpecDecode, PreemptionKeepsOutputsIdentical) {
+  const auto prompts = code_prompts();
+  const std::vector<SamplingParams> params(prompts.size(), greedy(64));
+  const SpecRun plain = generate(base_args(kPycode), prompts, params);
+  for (const SpeculativeConfig& sc : {draft(3), ngram(4, 1, 3)}) {
+    EngineArgs a = base_args(kPycode);
+    a.speculative = sc;
+    a.num_kv_blocks = 14;  // 224 token slots for 8 sequences of ~80 tokens
+    a.max_num_batched_tokens = 128;
+    const SpecRun spec = generate(a, prompts, params);
+    expect_same_outputs(plain, spec);
+    EXPECT_GT(spec.stats.num_preemptions, 0u)
+        << sc.method << ": the pool was meant to be too small";
+    EXPECT_GT(spec.stats.spec_num_accepted_tokens, 0u) << sc.method;
+  }
+}
+
+TEST(SpecDecode, PrefixCachingAndChunkedPrefillKeepOutputsIdentical) {
+  // A long shared prefix, chunked over several steps, then cached for the later prompts.
+  std::string prefix;
+  for (int i = 0; i < 12; ++i)
+    prefix += "def f" + std::to_string(i) + "(x):\n    return x + " + std::to_string(i) + "\n\n";
+  std::vector<PromptInput> prompts;
+  for (const PromptInput& p : code_prompts())
+    prompts.push_back(PromptInput::from_text(prefix + p.text));
+  const std::vector<SamplingParams> params(prompts.size(), greedy(48));
+  EngineArgs plain_args = base_args(kPycode);
+  plain_args.enable_prefix_caching = false;
+  const SpecRun plain = generate(plain_args, prompts, params);
+  for (const SpeculativeConfig& sc : {draft(4), ngram(4, 2, 5)}) {
+    EngineArgs a = base_args(kPycode);
+    a.speculative = sc;
+    a.max_num_batched_tokens = 96;  // the prompts prefill in chunks
+    LLM llm(a);
+    const std::vector<SamplingParams> one(1, params[0]);
+    llm.generate({prompts[0]}, one);  // fills the cache with the prefix
+    SpecRun spec;
+    spec.outputs = llm.generate(prompts, params);
+    spec.stats = llm.engine().take_stats();
+    SpecRun again;
+    again.outputs = llm.generate(prompts, params);  // whole prompts and outputs hit the cache now
+    again.stats = llm.engine().take_stats();
+    expect_same_outputs(plain, spec, false);
+    expect_same_outputs(plain, again, false);
+    EXPECT_GT(again.stats.prefix_cache_hits, 0u);
+    for (const RequestOutput& o : spec.outputs) EXPECT_GT(o.num_cached_tokens, 0) << sc.method;
+  }
+}
+
+TEST(SpecDecode, StopStringsMaxTokensMinTokensPenaltiesAndLogprobs) {
+  const auto prompts = code_prompts();
+  std::vector<SamplingParams> params;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SamplingParams p = greedy(static_cast<int>(5 + 9 * i));  // max_tokens from 5 to 68
+    p.logprobs = 2;
+    if (i % 2 == 0) p.stop = {"\n\n", "return"};
+    if (i % 3 == 0) p.stop_token_ids = {13};  // "\n" in the Llama-2 vocabulary
+    if (i == 5) p.min_tokens = 20, p.stop_token_ids = {13};
+    if (i == 6) p.repetition_penalty = 1.3f, p.frequency_penalty = 0.4f, p.presence_penalty = 0.2f;
+    params.push_back(p);
+  }
+  const SpecRun plain = generate(base_args(kPycode), prompts, params);
+  for (const SpeculativeConfig& sc : {draft(5), ngram(3, 1, 4)}) {
+    EngineArgs a = base_args(kPycode);
+    a.speculative = sc;
+    const SpecRun spec = generate(a, prompts, params);
+    expect_same_outputs(plain, spec);
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_LE(spec.outputs[i].outputs[0].token_ids.size(),
+                static_cast<size_t>(params[i].max_tokens));
+  }
+}
+
+TEST(SpecDecode, PreemptionBySwapKeepsOutputsIdentical) {
+  const auto prompts = code_prompts();
+  const std::vector<SamplingParams> params(prompts.size(), greedy(64));
+  const SpecRun plain = generate(base_args(kPycode), prompts, params);
+  EngineArgs a = base_args(kPycode);
+  a.speculative = draft(4);
+  a.num_kv_blocks = 14;
+  a.max_num_batched_tokens = 128;
+  a.enable_prefix_caching = false;
+  a.swap_space_gib = 0.05;  // ~400 host blocks of pycode-25M's 128 KiB
+  const SpecRun spec = generate(a, prompts, params);
+  expect_same_outputs(plain, spec);
+  EXPECT_GT(spec.stats.num_preemptions, 0u);
+}
+
+// Seeded sampling with speculation is reproducible and batch-invariant, n > 1 included: a request's
+// drafts and their verification depend only on the request.
+TEST(SpecDecode, SeededSamplesAreReproducibleAndBatchInvariant) {
+  for (const SpeculativeConfig& sc : {draft(3), ngram(3, 1, 3)}) {
+    EngineArgs a = base_args(kPycode);
+    a.speculative = sc;
+    SamplingParams p;
+    p.temperature = 0.9f;
+    p.top_p = 0.95f;
+    p.max_tokens = 40;
+    p.n = 3;
+    p.seed = 77;
+    const PromptInput prompt = PromptInput::from_text("def parse_args(argv):\n");
+    LLM llm(a);
+    const RequestOutput alone = llm.generate({prompt}, p)[0];
+    ASSERT_EQ(alone.outputs.size(), 3u);
+    EXPECT_NE(alone.outputs[0].token_ids, alone.outputs[1].token_ids);
+    std::vector<PromptInput> prompts = code_prompts();
+    std::vector<SamplingParams> params(prompts.size(), greedy(30));
+    prompts[3] = prompt;
+    params[3] = p;
+    const auto batched = llm.generate(prompts, params);
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(batched[3].outputs.at(i).token_ids, alone.outputs[i].token_ids)
+          << sc.method << " sample " << i;
+    }
+    EXPECT_GT(llm.engine().take_stats().spec_num_accepted_tokens, 0u);
+  }
+}
+
+// A model drafting for itself proposes exactly the target's tokens (greedy) and exactly its
+// distribution (sampled: q == p, so every draft passes u < p/q): every draft must be accepted. Any
+// slip in the draft's KV bookkeeping (positions, rollback, catch-up after a bonus token) shows up
+// here.
+TEST(SpecDecode, SelfDraftingAcceptsEveryDraft) {
+  SpeculativeConfig sc = draft(4);
+  EngineArgs a = base_args(kDraft);
+  a.speculative = sc;
+  const auto prompts = code_prompts();
+  std::vector<SamplingParams> params;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SamplingParams p = greedy(60);
+    p.ignore_eos = true;
+    if (i % 2 == 1) p.temperature = 1.0f, p.seed = i;
+    params.push_back(p);
+  }
+  const SpecRun spec = generate(a, prompts, params);
+  expect_consistent_counters(spec.stats, 4);
+  EXPECT_EQ(spec.stats.spec_num_accepted_tokens, spec.stats.spec_num_draft_tokens);
+  for (const RequestOutput& o : spec.outputs) EXPECT_EQ(o.outputs[0].token_ids.size(), 60u);
+}
+
+// The draft's KV follows its sequences: held while they run (also through preemption), freed when
+// they finish or are aborted.
+TEST(SpecDecode, DraftKvIsReleasedWithItsSequences) {
+  EngineArgs a = base_args(kPycode);
+  a.speculative = draft(3);
+  a.num_kv_blocks = 16;
+  EngineCore core(a);
+  auto* proposer = dynamic_cast<spec::DraftModelProposer*>(core.proposer());
+  ASSERT_NE(proposer, nullptr);
+  const auto prompts = code_prompts();
+  for (size_t i = 0; i < prompts.size(); ++i)
+    core.add_request(std::to_string(i), prompts[i], greedy(48), {}, false);
+  int max_tracked = 0;
+  for (int step = 0; step < 10000 && core.has_unfinished(); ++step) {
+    core.step();
+    max_tracked = std::max(max_tracked, proposer->num_tracked());
+    if (step == 6) {
+      EXPECT_TRUE(core.abort_request("2"));
+    }
+  }
+  EXPECT_GT(max_tracked, 1);
+  EXPECT_EQ(proposer->num_tracked(), 0);
+  EXPECT_EQ(proposer->kv().num_seqs(), 0);
+  EXPECT_EQ(proposer->kv().num_free_blocks(), proposer->kv().num_blocks());
+  EXPECT_EQ(core.kv_cache().num_free_blocks(), core.kv_cache().num_blocks());
+  EXPECT_GT(core.counters().num_preemptions, 0u);
+}
+
+// ---- The sampled distribution with speculation equals the one without ----
+
+// Two-sample chi-square of token counts at one position (equal sample sizes): tokens seen fewer
+// than 10 times in both runs together are pooled. Returns (statistic, degrees of freedom).
+std::pair<double, int> two_sample_chi_square(const std::map<int32_t, int>& a,
+                                             const std::map<int32_t, int>& b) {
+  std::map<int32_t, std::pair<int, int>> cells;
+  for (const auto& [t, n] : a) cells[t].first += n;
+  for (const auto& [t, n] : b) cells[t].second += n;
+  double stat = 0;
+  int df = -1;
+  std::pair<int, int> rare{0, 0};
+  auto add = [&](int x, int y) {
+    stat += double(x - y) * double(x - y) / double(x + y);
+    ++df;
+  };
+  for (const auto& [t, c] : cells) {
+    if (c.first + c.second >= 10) {
+      add(c.first, c.second);
+    } else {
+      rare.first += c.first;
+      rare.second += c.second;
+    }
+  }
+  if (rare.first + rare.second > 0) add(rare.first, rare.second);
+  return {stat, df};
+}
+
+// Upper 0.999 quantile of chi-square(df) (Wilson-Hilferty).
+double chi_square_999(int df) {
+  const double d = df, z = 3.0902;
+  return d * std::pow(1 - 2 / (9 * d) + z * std::sqrt(2 / (9 * d)), 3);
+}
+
+// The token at output positions 1..num_positions-1 over many seeds, with and without speculation.
+// `base` gives the sampling parameters but the seed and length.
+void expect_same_distribution(const std::string& model, const SpeculativeConfig& sc,
+                              const std::string& prompt, const SamplingParams& base, int num_seeds,
+                              int num_positions) {
+  std::vector<PromptInput> prompts(static_cast<size_t>(num_seeds), PromptInput::from_text(prompt));
+  std::vector<SamplingParams> params;
+  for (int s = 0; s < num_seeds; ++s) {
+    SamplingParams p = base;
+    p.max_tokens = num_positions;
+    p.ignore_eos = true;
+    p.seed = 1000 + static_cast<uint64_t>(s);
+    params.push_back(p);
+  }
+  const SpecRun plain = generate(base_args(model), prompts, params);
+  EngineArgs a = base_args(model);
+  a.speculative = sc;
+  const SpecRun spec = generate(a, prompts, params);
+  EXPECT_GT(spec.stats.spec_num_accepted_tokens, 0u);
+  int num_different = 0;
+  for (int pos = 1; pos < num_positions; ++pos) {
+    std::map<int32_t, int> x, y;
+    for (int s = 0; s < num_seeds; ++s) {
+      ++x[plain.outputs[size_t(s)].outputs[0].token_ids.at(size_t(pos))];
+      ++y[spec.outputs[size_t(s)].outputs[0].token_ids.at(size_t(pos))];
+      num_different += plain.outputs[size_t(s)].outputs[0].token_ids[size_t(pos)] !=
+                       spec.outputs[size_t(s)].outputs[0].token_ids[size_t(pos)];
+    }
+    const auto [stat, df] = two_sample_chi_square(x, y);
+    if (df > 0) {
+      EXPECT_LT(stat, chi_square_999(df)) << sc.method << " position " << pos << " df " << df;
+    }
+  }
+  // The runs draw differently (a test of two identical runs would prove nothing).
+  EXPECT_GT(num_different, num_seeds / 4);
+}
+
+SamplingParams at_temperature(float t) {
+  SamplingParams p;
+  p.temperature = t;
+  return p;
+}
+
+TEST(SpecDecodeDistribution, NgramOnStoriesKeepsTheSampledLaw) {
+  expect_same_distribution(
+      kStories, ngram(3, 1, 2),
+      "Lily saw a big tree. Lily saw a big dog. Lily saw a big tree. Lily saw a",
+      at_temperature(1.0f), 3000, 8);
+}
+
+TEST(SpecDecodeDistribution, DraftModelOnPycodeKeepsTheSampledLaw) {
+  expect_same_distribution(kPycode, draft(3), "def parse_args(argv):\n", at_temperature(0.8f), 400,
+                           6);
+}
+
+// Truncation and penalties change p (and the draft's q): the law must still hold.
+TEST(SpecDecodeDistribution, TopPTopKAndPenaltiesKeepTheSampledLaw) {
+  SamplingParams p = at_temperature(1.0f);
+  p.top_p = 0.9f;
+  p.top_k = 40;
+  p.repetition_penalty = 1.2f;
+  p.presence_penalty = 0.3f;
+  expect_same_distribution(
+      kStories, ngram(3, 1, 2),
+      "Lily saw a big tree. Lily saw a big dog. Lily saw a big tree. Lily saw a", p, 3000, 8);
+  expect_same_distribution(kPycode, draft(3), "class Config:\n    def __init__(self, path):\n", p,
+                           400, 6);
+}
+
+// ---- Bad drafts ----
+
+std::string load_error(const SpeculativeConfig& sc) {
+  EngineArgs a = base_args(kPycode);
+  a.speculative = sc;
+  try {
+    LLM llm(a);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(SpecDecode, DraftWithAnotherVocabularyOrTokenizerIsRefused) {
+  SpeculativeConfig sc = draft(2);
+  sc.model = kStories;
+  std::string message = load_error(sc);
+  EXPECT_NE(message.find("has vocab_size 512 but the target has 32000"), std::string::npos)
+      << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos);
+  // The draft's own config and a tokenizer.json with the ids of two tokens swapped.
+  testing::TempDir dir;
+  std::filesystem::copy_file(kDraft + "/config.json", dir.path() / "config.json");
+  nlohmann::json tok = nlohmann::json::parse(std::ifstream(kDraft + "/tokenizer.json"));
+  auto& vocab = tok["model"]["vocab"];
+  std::string first, second;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    if (it.value() == 1000) first = it.key();
+    if (it.value() == 1001) second = it.key();
+  }
+  ASSERT_FALSE(first.empty() || second.empty());
+  vocab[first] = 1001;
+  vocab[second] = 1000;
+  std::ofstream(dir.path() / "tokenizer.json") << tok.dump();
+  sc.model = dir.path().string();
+  message = load_error(sc);
+  EXPECT_NE(message.find("has a different tokenizer than the target (token id 1000"),
+            std::string::npos)
+      << message;
+  sc.model = (dir.path() / "missing").string();
+  EXPECT_NE(load_error(sc).find("has no config.json"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pagellm
