@@ -16,6 +16,7 @@
 #include "kv/kv_cache_manager.h"
 #include "pagellm/llm.h"
 #include "runner/model_runner.h"
+#include "structured/compiler.h"
 
 namespace pagellm {
 
@@ -66,6 +67,8 @@ class EngineCore {
   std::vector<int32_t> tokenize(const PromptInput& prompt) const;
   void process_new_tokens(const std::vector<engine::NewToken>& new_tokens, std::vector<engine::Request*>& touched);
   void count_scheduled_tokens(const engine::SchedulerOutput& batch);
+  // Structured output: the allowed-token mask of every scheduled seq that samples this step.
+  void fill_token_masks(const engine::SchedulerOutput& batch);
   void finish_request(engine::Request& req);
   // A pooling request's prompt is computed: its embedding from the pooled sum (mean, L2 norm).
   static void finish_pooling(engine::Request& req);
@@ -78,6 +81,7 @@ class EngineCore {
   std::unique_ptr<kv::KVCacheManager> kv_;
   std::unique_ptr<engine::Scheduler> scheduler_;
   std::unique_ptr<engine::OutputProcessor> output_processor_;
+  std::unique_ptr<structured::GrammarCompiler> grammar_compiler_;  // null without a tokenizer
   std::unordered_map<std::string, std::unique_ptr<engine::Request>> requests_;
   std::vector<RequestOutput> pending_outputs_;  // abort outputs waiting for the next step
   uint64_t next_arrival_ = 0;

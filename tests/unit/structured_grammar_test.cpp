@@ -1,0 +1,247 @@
+// The structured-output compilers (JSON schema, regex, choice, GBNF) and the byte automaton, with no
+// tokenizer: which strings each compiled grammar accepts, and which inputs are rejected with which
+// message.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "common/error.h"
+#include "structured/automaton.h"
+#include "structured/compiler.h"
+
+namespace pagellm::structured {
+namespace {
+
+StructuredOutputs json_spec(const std::string& schema) {
+  StructuredOutputs s;
+  s.json = schema;
+  return s;
+}
+StructuredOutputs regex_spec(const std::string& re) {
+  StructuredOutputs s;
+  s.regex = re;
+  return s;
+}
+StructuredOutputs grammar_spec(const std::string& g) {
+  StructuredOutputs s;
+  s.grammar = g;
+  return s;
+}
+
+class Accepts {
+ public:
+  explicit Accepts(const StructuredOutputs& spec)
+      : automaton_(std::make_shared<const Grammar>(build_grammar(spec, Limits{}))) {}
+  bool operator()(const std::string& text) {
+    int32_t state = automaton_.initial();
+    for (char c : text) {
+      state = automaton_.step(state, uint8_t(c));
+      if (state == Automaton::kDead) return false;
+    }
+    return automaton_.accepting(state);
+  }
+  Automaton& automaton() { return automaton_; }
+
+ private:
+  Automaton automaton_;
+};
+
+// The message of the kInvalidArgument error `spec` must fail with.
+std::string error_of(const StructuredOutputs& spec, Limits limits = {}) {
+  try {
+    build_grammar(spec, limits);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    return e.what();
+  }
+  ADD_FAILURE() << "compiled without error";
+  return "";
+}
+
+TEST(StructuredRegex, MatchesWholeOutput) {
+  Accepts a(regex_spec(R"(\d{3}-[a-c]+(x|yz)?)"));
+  EXPECT_TRUE(a("123-abc"));
+  EXPECT_TRUE(a("123-ayz"));
+  EXPECT_TRUE(a("000-cx"));
+  EXPECT_FALSE(a("12-abc"));
+  EXPECT_FALSE(a("123-"));
+  EXPECT_FALSE(a("123-abd"));
+  EXPECT_FALSE(a("123-ax "));
+}
+
+TEST(StructuredRegex, ClassesEscapesAndUnicode) {
+  Accepts a(regex_spec(R"([^\d\s]\w*\.é{2}[α-ω]?)"));
+  EXPECT_TRUE(a("a_1.éé"));
+  EXPECT_TRUE(a("Zz.ééλ"));
+  EXPECT_FALSE(a("1a.éé"));
+  EXPECT_FALSE(a("a.é"));
+  Accepts dot(regex_spec("a.c"));
+  EXPECT_TRUE(dot("a€c"));
+  EXPECT_FALSE(dot("a\nc"));
+  EXPECT_FALSE(dot("a\xE2\x82""c"));  // a truncated UTF-8 character is not a character
+}
+
+TEST(StructuredRegex, NestedNullableRepetitionsAreFine) {
+  Accepts a(regex_spec("(a*)*b|(a?)+c"));
+  EXPECT_TRUE(a("aaab"));
+  EXPECT_TRUE(a("b"));
+  EXPECT_TRUE(a("aac"));
+  EXPECT_FALSE(a("aa"));
+}
+
+TEST(StructuredRegex, CatastrophicBacktrackingPatternIsLinear) {
+  Accepts a(regex_spec("(a+)+$"));
+  Accepts b(regex_spec("(x+x+)+y"));
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(a(std::string(5000, 'a')));
+  EXPECT_FALSE(b(std::string(5000, 'x') + "z"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_LT(b.automaton().num_states(), 20u);
+}
+
+TEST(StructuredRegex, RejectsWhatIsNotLinearOrMalformed) {
+  EXPECT_NE(error_of(regex_spec(R"((a)\1)")).find("backreferences"), std::string::npos);
+  EXPECT_NE(error_of(regex_spec("(?=a)a")).find("lookaround"), std::string::npos);
+  EXPECT_NE(error_of(regex_spec("(ab")).find("missing ')'"), std::string::npos);
+  EXPECT_NE(error_of(regex_spec("[a-")).find("regex"), std::string::npos);
+  EXPECT_NE(error_of(regex_spec("a{5,2}")).find("n < m"), std::string::npos);
+  EXPECT_NE(error_of(regex_spec("*a")).find("nothing to repeat"), std::string::npos);
+  EXPECT_NE(error_of(regex_spec("a{100000}")).find("limit"), std::string::npos);
+  EXPECT_NE(error_of(regex_spec(std::string(100, '(') + "a" + std::string(100, ')'))).find("nested deeper"),
+            std::string::npos);
+  // Bounded repetitions that multiply stay within the element limit or fail naming it.
+  EXPECT_NE(error_of(regex_spec("((a{1000}){1000}){1000}|b{9000}c{9000}d{9000}e{9000}f{9000}"), Limits{.max_elements = 20000})
+                .find("elements (limit)"),
+            std::string::npos);
+}
+
+TEST(StructuredChoice, AcceptsExactlyTheChoices) {
+  StructuredOutputs s;
+  s.choice = std::vector<std::string>{"yes", "no", "maybe so"};
+  Accepts a(s);
+  EXPECT_TRUE(a("yes"));
+  EXPECT_TRUE(a("maybe so"));
+  EXPECT_FALSE(a("ye"));
+  EXPECT_FALSE(a("yess"));
+  s.choice = std::vector<std::string>{};
+  EXPECT_NE(error_of(s).find("at least one"), std::string::npos);
+}
+
+TEST(StructuredGbnf, ParsesAndMatches) {
+  Accepts a(grammar_spec(R"(# arithmetic
+root ::= expr
+expr ::= term (("+" | "-") term)*
+term ::= num | "(" expr ")"
+num  ::= [0-9]+ ("." [0-9]{1,3})?
+)"));
+  EXPECT_TRUE(a("1+2"));
+  EXPECT_TRUE(a("(1.5-2)+30"));
+  EXPECT_FALSE(a("1+"));
+  EXPECT_FALSE(a("(1"));
+  EXPECT_FALSE(a("1.2345"));
+  Accepts multi(grammar_spec("root ::= \"a\"\n  | \"b\" x\nx ::= \"\\x41\" | \"\\u00e9\""));
+  EXPECT_TRUE(multi("a"));
+  EXPECT_TRUE(multi("bA"));
+  EXPECT_TRUE(multi("bé"));
+  EXPECT_FALSE(multi("b"));
+}
+
+TEST(StructuredGbnf, RejectsBadGrammars) {
+  EXPECT_NE(error_of(grammar_spec("root ::= a \"x\"\na ::= root \"y\" | \"z\"")).find("left recursion"), std::string::npos);
+  EXPECT_NE(error_of(grammar_spec("root ::= root \"x\" | \"y\"")).find("left recursion"), std::string::npos);
+  EXPECT_NE(error_of(grammar_spec("root ::= undefined")).find("'undefined' is used but not defined"), std::string::npos);
+  EXPECT_NE(error_of(grammar_spec("a ::= \"x\"")).find("no 'root'"), std::string::npos);
+  EXPECT_NE(error_of(grammar_spec("root ::= \"x\" root")).find("matches no finite string"), std::string::npos);
+  EXPECT_NE(error_of(grammar_spec("root ::= \"abc")).find("unterminated"), std::string::npos);
+  EXPECT_NE(error_of(grammar_spec("root ::= ::=")).find("grammar"), std::string::npos);
+  EXPECT_NE(error_of(grammar_spec("")).find("empty grammar"), std::string::npos);
+}
+
+TEST(StructuredJsonSchema, ObjectWithRequiredAndOptionalProperties) {
+  Accepts a(json_spec(R"({"type":"object","properties":{
+      "name":{"type":"string","maxLength":5},
+      "age":{"type":"integer","minimum":0,"maximum":150},
+      "tags":{"type":"array","items":{"enum":["a","b",null,3]},"minItems":1,"maxItems":2},
+      "ok":{"type":"boolean"}},
+    "required":["name","ok"]})"));
+  EXPECT_TRUE(a(R"({"name":"bob","ok":true})"));
+  EXPECT_TRUE(a(R"({ "name": "bob", "age": 42, "ok": false })"));
+  EXPECT_TRUE(a(R"({"name":"","tags":["a",null],"ok":true})"));
+  EXPECT_TRUE(a(R"({"name":"é\"\u00e9","age":0,"tags":[3],"ok":true})"));
+  EXPECT_FALSE(a(R"({"ok":true})"));                          // name is required
+  EXPECT_FALSE(a(R"({"name":"bob"})"));                       // ok is required
+  EXPECT_FALSE(a(R"({"name":"bobbie","ok":true})"));          // maxLength
+  EXPECT_FALSE(a(R"({"name":"b","age":151,"ok":true})"));     // maximum
+  EXPECT_FALSE(a(R"({"name":"b","tags":[],"ok":true})"));     // minItems
+  EXPECT_FALSE(a(R"({"name":"b","tags":["a","b","a"],"ok":true})"));
+  EXPECT_FALSE(a(R"({"name":"b","ok":true,"extra":1})"));     // no additionalProperties
+  EXPECT_FALSE(a(R"({"name":"b","ok":true,})"));
+}
+
+TEST(StructuredJsonSchema, RefsAnyOfConstAndAdditionalProperties) {
+  Accepts tree(json_spec(R"({"$defs":{"node":{"type":"object","properties":{
+      "v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#/$defs/node"},"maxItems":3}},
+      "required":["v"]}},"$ref":"#/$defs/node"})"));
+  EXPECT_TRUE(tree(R"({"v":1,"kids":[{"v":-2},{"v":3,"kids":[{"v":0}]}]})"));
+  EXPECT_FALSE(tree(R"({"v":1,"kids":[{"w":2}]})"));
+  Accepts any(json_spec(R"({"anyOf":[{"const":{"k":[1,"x"]}},{"type":["number","null"]}]})"));
+  EXPECT_TRUE(any(R"({"k":[1,"x"]})"));
+  EXPECT_TRUE(any("-1.5e+3"));
+  EXPECT_TRUE(any("null"));
+  EXPECT_FALSE(any("\"x\""));
+  Accepts map(json_spec(R"({"type":"object","additionalProperties":{"type":"integer"}})"));
+  EXPECT_TRUE(map(R"({})"));
+  EXPECT_TRUE(map(R"({"a":1,"b":2})"));
+  EXPECT_FALSE(map(R"({"a":"x"})"));
+  Accepts fmt(json_spec(R"({"type":"string","format":"date"})"));
+  EXPECT_TRUE(fmt(R"("2024-02-29")"));
+  EXPECT_FALSE(fmt(R"("2024-13-01")"));
+  Accepts pat(json_spec(R"({"type":"string","pattern":"^[A-Z]{2}\\d+$"})"));
+  EXPECT_TRUE(pat(R"("AB12")"));
+  EXPECT_FALSE(pat(R"("A12")"));
+}
+
+TEST(StructuredJsonSchema, AnyJsonObject) {
+  StructuredOutputs s;
+  s.json_object = true;
+  Accepts a(s);
+  EXPECT_TRUE(a(R"({})"));
+  EXPECT_TRUE(a(R"({"a": [1, {"b": null}, "x", -0.5e3, true]})"));
+  EXPECT_FALSE(a(R"([1])"));
+  EXPECT_FALSE(a(R"({"a" 1})"));
+  EXPECT_FALSE(a(R"({"a":01})"));
+}
+
+TEST(StructuredJsonSchema, HostileSchemasFailNamingTheLimit) {
+  EXPECT_NE(error_of(json_spec(R"({"$ref":"#"})")).find("left recursion"), std::string::npos);
+  EXPECT_NE(error_of(json_spec(R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})"))
+                .find("left recursion"),
+            std::string::npos);
+  std::string deep = "true";
+  for (int i = 0; i < 200; ++i) deep = R"({"type":"array","items":)" + deep + "}";
+  EXPECT_NE(error_of(json_spec(deep)).find("nested deeper than 64 levels (limit)"), std::string::npos);
+  std::string big_enum = R"({"enum":[)";
+  for (int i = 0; i < 5000; ++i) big_enum += (i ? "," : "") + std::to_string(i);
+  EXPECT_NE(error_of(json_spec(big_enum + "]}")).find("more than 4096 values (limit)"), std::string::npos);
+  std::string huge = R"({"type":"object","description":")" + std::string(1 << 20, 'x') + "\"}";
+  EXPECT_NE(error_of(json_spec(huge)).find("bytes (limit)"), std::string::npos);
+  EXPECT_NE(error_of(json_spec("{not json")).find("not valid JSON"), std::string::npos);
+  EXPECT_NE(error_of(json_spec(R"({"type":"strin"})")).find("unknown type 'strin'"), std::string::npos);
+  EXPECT_NE(error_of(json_spec(R"({"not":{}})")).find("unsupported keyword 'not'"), std::string::npos);
+  EXPECT_NE(error_of(json_spec(R"({"$ref":"http://x/y"})")).find("only local $ref"), std::string::npos);
+  EXPECT_NE(error_of(json_spec(R"({"$ref":"#/nowhere"})")).find("points nowhere"), std::string::npos);
+  EXPECT_NE(error_of(json_spec(R"({"type":"string","maxLength":1000000})")).find("(limit)"), std::string::npos);
+  // Many wide properties: bounded by the element limit, not by memory or time.
+  std::string wide = R"({"type":"object","properties":{)";
+  for (int i = 0; i < 3000; ++i) {
+    wide += (i ? "," : "") + std::string("\"p") + std::to_string(i) + R"(":{"type":"string","maxLength":100})";
+  }
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_NE(error_of(json_spec(wide + "}}")).find("(limit)"), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+}
+
+}  // namespace
+}  // namespace pagellm::structured
