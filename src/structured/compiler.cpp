@@ -16,12 +16,18 @@ void check_size(size_t size, const char* what, const Limits& limits) {
 }
 
 std::string cache_key(const StructuredOutputs& spec) {
-  if (spec.json) return "json\n" + *spec.json;
-  if (spec.json_object) return "json_object";
-  if (spec.regex) return "regex\n" + *spec.regex;
-  if (spec.grammar) return "grammar\n" + *spec.grammar;
-  std::string key = "choice";
-  for (const std::string& c : *spec.choice) key += "\n" + std::to_string(c.size()) + ":" + c;
+  // Appends only (GCC 12 warns falsely on "literal" + std::string&&).
+  std::string key;
+  auto with = [&key](const char* kind, const std::string& text) {
+    key.append(kind).append(1, '\n').append(text);
+    return key;
+  };
+  if (spec.json) return with("json", *spec.json);
+  if (spec.json_object) return with("json_object", "");
+  if (spec.regex) return with("regex", *spec.regex);
+  if (spec.grammar) return with("grammar", *spec.grammar);
+  key = "choice";
+  for (const std::string& c : *spec.choice) key.append(1, '\n').append(std::to_string(c.size())).append(1, ':').append(c);
   return key;
 }
 
@@ -36,10 +42,10 @@ Grammar build_grammar(const StructuredOutputs& spec, const Limits& limits) {
   int32_t root = -1;
   if (spec.json) {
     check_size(spec.json->size(), "JSON schema", limits);
-    nlohmann::json schema;
+    nlohmann::ordered_json schema;  // ordered: properties are emitted in declared order
     try {
-      schema = nlohmann::json::parse(*spec.json);
-    } catch (const nlohmann::json::exception& e) {
+      schema = nlohmann::ordered_json::parse(*spec.json);
+    } catch (const nlohmann::ordered_json::exception& e) {
       invalid_argument(std::string("json schema: not valid JSON: ") + e.what());
     }
     root = compile_json_schema(schema, b);

@@ -13,7 +13,7 @@
 namespace pagellm::structured {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // Integer ranges up to this many values become an exact enumeration.
 constexpr int64_t kMaxExactIntRange = 1000;
@@ -328,9 +328,15 @@ ExprPtr SchemaCompiler::schema_ref(const std::string& pointer, const std::string
     if (pointer[pos] != '/') fail(where, "bad $ref '" + pointer + "'");
     size_t end = pointer.find('/', pos + 1);
     if (end == std::string::npos) end = pointer.size();
-    std::string token = pointer.substr(pos + 1, end - pos - 1);
-    for (size_t k; (k = token.find("~1")) != std::string::npos;) token.replace(k, 2, "/");
-    for (size_t k; (k = token.find("~0")) != std::string::npos;) token.replace(k, 2, "~");
+    // JSON pointer unescaping: ~1 is '/', ~0 is '~'.
+    std::string token;
+    for (size_t k = pos + 1; k < end; ++k) {
+      if (pointer[k] == '~' && k + 1 < end && (pointer[k + 1] == '0' || pointer[k + 1] == '1')) {
+        token.push_back(pointer[++k] == '1' ? '/' : '~');
+      } else {
+        token.push_back(pointer[k]);
+      }
+    }
     if (target->is_object() && target->contains(token)) {
       target = &(*target)[token];
     } else if (target->is_array() && !token.empty() && token.find_first_not_of("0123456789") == std::string::npos &&

@@ -15,7 +15,7 @@ namespace pagellm::structured {
 
 // Defines the rules for `schema` in `builder`; returns the root rule. Throws kInvalidArgument with
 // the JSON pointer of the offending subschema.
-int32_t compile_json_schema(const nlohmann::json& schema, GrammarBuilder& builder);
+int32_t compile_json_schema(const nlohmann::ordered_json& schema, GrammarBuilder& builder);
 // Any JSON object (response_format json_object).
 int32_t compile_any_json_object(GrammarBuilder& builder);
 
