@@ -9,6 +9,7 @@
 #include "cli/sampling_flags.h"
 #include "common/error.h"
 #include "server/openai_protocol.h"
+#include "structured/compiler.h"
 
 namespace pagellm::cli {
 
@@ -20,8 +21,14 @@ PromptLine parse_prompt_line(const std::string& line, const SamplingParams& defa
   p.params = defaults;
   apply_sampling_json(obj, p.params, where);
   try {  // the server's structured-output fields: response_format, structured_outputs, guided_*
-    if (auto so = server::parse_structured_outputs(obj)) p.params.structured_outputs = std::move(so);
+    if (auto so = server::parse_structured_outputs(obj)) {
+      // Compiled once here too, so that a bad spec is reported with its line before anything runs.
+      structured::build_grammar(*so, structured::Limits{});
+      p.params.structured_outputs = std::move(so);
+    }
   } catch (const server::ApiError& e) {
+    invalid_argument(where + ": " + e.what());
+  } catch (const Error& e) {
     invalid_argument(where + ": " + e.what());
   }
   if (auto it = obj.find("output_len"); it != obj.end()) {  // vLLM benchmark datasets
