@@ -34,7 +34,8 @@ class EngineCore {
   // what is new since the previous output of this request.
   void add_request(const std::string& request_id, const PromptInput& prompt, const SamplingParams& params,
                    const RequestOptions& options, bool stream_deltas);
-  // The two halves of add_request. make_request only reads immutable state, so any thread may call
+  // The two halves of add_request. make_request only reads immutable state (and the thread-safe
+  // structured-output grammar cache, compiling the request's grammar there), so any thread may call
   // it (AsyncEngine validates on the caller's thread); submit belongs to the stepping thread and
   // rejects duplicate ids.
   std::unique_ptr<engine::Request> make_request(const std::string& request_id, const PromptInput& prompt,
