@@ -22,9 +22,10 @@ PromptLine parse_prompt_line(const std::string& line, const SamplingParams& defa
   apply_sampling_json(obj, p.params, where);
   try {  // the server's structured-output fields: response_format, structured_outputs, guided_*
     if (auto so = server::parse_structured_outputs(obj)) {
-      // Compiled once here too, so that a bad spec is reported with its line before anything runs.
-      structured::build_grammar(*so, structured::Limits{});
       p.params.structured_outputs = std::move(so);
+      server::restore_schema_order(p.params, line);
+      // Compiled once here too, so that a bad spec is reported with its line before anything runs.
+      structured::build_grammar(*p.params.structured_outputs, structured::Limits{});
     }
   } catch (const server::ApiError& e) {
     invalid_argument(where + ": " + e.what());

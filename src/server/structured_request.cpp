@@ -11,26 +11,30 @@
 namespace pagellm::server {
 namespace {
 
-using nlohmann::json;
+// Everything below is a template over the JSON type: requests are parsed into nlohmann::json
+// (sorted keys), and restore_schema_order parses a schema-carrying body again as ordered_json.
 
 // A schema given as an object / boolean, or as JSON text.
-std::string schema_text(const json& v, const std::string& param) {
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() || v.is_boolean()) return dump_json(v);
+template <typename Json>
+std::string schema_text(const Json& v, const std::string& param) {
+  if (v.is_string()) return v.template get<std::string>();
+  if (v.is_object() || v.is_boolean()) return v.dump(-1, ' ', false, Json::error_handler_t::replace);
   throw_bad_request("'" + param + "' must be a JSON schema (an object)", param);
 }
 
-std::string string_field(const json& v, const std::string& param) {
+template <typename Json>
+std::string string_field(const Json& v, const std::string& param) {
   if (!v.is_string()) throw_bad_request("'" + param + "' must be a string", param);
-  return v.get<std::string>();
+  return v.template get<std::string>();
 }
 
-std::vector<std::string> choices(const json& v, const std::string& param) {
+template <typename Json>
+std::vector<std::string> choices(const Json& v, const std::string& param) {
   if (!v.is_array() || v.empty()) throw_bad_request("'" + param + "' must be a non-empty list of strings", param);
   std::vector<std::string> out;
-  for (const json& c : v) {
+  for (const Json& c : v) {
     if (!c.is_string()) throw_bad_request("'" + param + "' must be a non-empty list of strings", param);
-    out.push_back(c.get<std::string>());
+    out.push_back(c.template get<std::string>());
   }
   return out;
 }
@@ -52,18 +56,20 @@ struct Collected {
   }
 };
 
-const json* present(const json& obj, const char* name) {
+template <typename Json>
+const Json* present(const Json& obj, const char* name) {
   auto it = obj.find(name);
   return it == obj.end() || it->is_null() ? nullptr : &*it;
 }
 
-void parse_response_format(const json& rf, Collected& out) {
+template <typename Json>
+void parse_response_format(const Json& rf, Collected& out) {
   if (!rf.is_object()) throw_bad_request("'response_format' must be an object", "response_format");
-  const json* type = present(rf, "type");
+  const Json* type = present(rf, "type");
   if (!type || !type->is_string()) {
     throw_bad_request("'response_format.type' must be one of text, json_object, json_schema", "response_format");
   }
-  const std::string t = type->get<std::string>();
+  const std::string t = type->template get<std::string>();
   if (t == "text") return;
   if (t == "json_object") {
     out.set("response_format", [](StructuredOutputs& s) { s.json_object = true; });
@@ -73,64 +79,75 @@ void parse_response_format(const json& rf, Collected& out) {
     throw_bad_request("'response_format.type' must be one of text, json_object, json_schema, got '" + t + "'",
                       "response_format");
   }
-  const json* js = present(rf, "json_schema");
+  const Json* js = present(rf, "json_schema");
   if (!js || !js->is_object()) {
     throw_bad_request("'response_format.json_schema' must be an object with a 'schema'", "response_format");
   }
-  const json* schema = present(*js, "schema");
+  const Json* schema = present(*js, "schema");
   if (!schema) throw_bad_request("'response_format.json_schema.schema' is required", "response_format");
   const std::string text = schema_text(*schema, "response_format.json_schema.schema");
   out.set("response_format", [&](StructuredOutputs& s) { s.json = text; });
 }
 
-void parse_structured_object(const json& so, Collected& out) {
+template <typename Json>
+void parse_structured_object(const Json& so, Collected& out) {
   if (!so.is_object()) throw_bad_request("'structured_outputs' must be an object", "structured_outputs");
-  if (const json* v = present(so, "json")) {
+  if (const Json* v = present(so, "json")) {
     const std::string text = schema_text(*v, "structured_outputs.json");
     out.set("structured_outputs.json", [&](StructuredOutputs& s) { s.json = text; });
   }
-  if (const json* v = present(so, "json_object")) {
+  if (const Json* v = present(so, "json_object")) {
     if (!v->is_boolean()) throw_bad_request("'structured_outputs.json_object' must be a boolean", "structured_outputs");
-    if (v->get<bool>()) out.set("structured_outputs.json_object", [](StructuredOutputs& s) { s.json_object = true; });
+    if (v->template get<bool>()) out.set("structured_outputs.json_object", [](StructuredOutputs& s) { s.json_object = true; });
   }
-  if (const json* v = present(so, "regex")) {
+  if (const Json* v = present(so, "regex")) {
     const std::string re = string_field(*v, "structured_outputs.regex");
     out.set("structured_outputs.regex", [&](StructuredOutputs& s) { s.regex = re; });
   }
-  if (const json* v = present(so, "choice")) {
+  if (const Json* v = present(so, "choice")) {
     auto list = choices(*v, "structured_outputs.choice");
     out.set("structured_outputs.choice", [&](StructuredOutputs& s) { s.choice = list; });
   }
-  if (const json* v = present(so, "grammar")) {
+  if (const Json* v = present(so, "grammar")) {
     const std::string g = string_field(*v, "structured_outputs.grammar");
     out.set("structured_outputs.grammar", [&](StructuredOutputs& s) { s.grammar = g; });
   }
 }
 
-}  // namespace
-
-std::optional<StructuredOutputs> parse_structured_outputs(const json& body) {
+template <typename Json>
+std::optional<StructuredOutputs> parse_any(const Json& body) {
   Collected out;
-  if (const json* v = present(body, "response_format")) parse_response_format(*v, out);
-  if (const json* v = present(body, "structured_outputs")) parse_structured_object(*v, out);
-  if (const json* v = present(body, "guided_json")) {
+  if (const Json* v = present(body, "response_format")) parse_response_format(*v, out);
+  if (const Json* v = present(body, "structured_outputs")) parse_structured_object(*v, out);
+  if (const Json* v = present(body, "guided_json")) {
     const std::string text = schema_text(*v, "guided_json");
     out.set("guided_json", [&](StructuredOutputs& s) { s.json = text; });
   }
-  if (const json* v = present(body, "guided_regex")) {
+  if (const Json* v = present(body, "guided_regex")) {
     const std::string re = string_field(*v, "guided_regex");
     out.set("guided_regex", [&](StructuredOutputs& s) { s.regex = re; });
   }
-  if (const json* v = present(body, "guided_choice")) {
+  if (const Json* v = present(body, "guided_choice")) {
     auto list = choices(*v, "guided_choice");
     out.set("guided_choice", [&](StructuredOutputs& s) { s.choice = list; });
   }
-  if (const json* v = present(body, "guided_grammar")) {
+  if (const Json* v = present(body, "guided_grammar")) {
     const std::string g = string_field(*v, "guided_grammar");
     out.set("guided_grammar", [&](StructuredOutputs& s) { s.grammar = g; });
   }
   if (out.first_param.empty()) return std::nullopt;
   return out.spec;
+}
+
+}  // namespace
+
+std::optional<StructuredOutputs> parse_structured_outputs(const nlohmann::json& body) { return parse_any(body); }
+
+void restore_schema_order(SamplingParams& params, std::string_view raw_body) {
+  if (!params.structured_outputs || !params.structured_outputs->json) return;
+  const auto body = nlohmann::ordered_json::parse(raw_body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded() || !body.is_object()) return;
+  if (auto spec = parse_any(body); spec && spec->json) params.structured_outputs->json = std::move(spec->json);
 }
 
 }  // namespace pagellm::server

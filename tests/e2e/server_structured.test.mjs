@@ -76,6 +76,10 @@ const person = {
 function checkPerson(text) {
   const value = JSON.parse(text);
   validate(person, value);
+  // Properties come in the order the schema declares them.
+  const order = Object.keys(person.properties);
+  const keys = Object.keys(value);
+  assert.deepEqual(keys, order.filter((k) => keys.includes(k)), `property order: ${text}`);
 }
 
 test('response_format json_schema on chat completions, n = 3, sampled', async () => {
