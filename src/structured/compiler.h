@@ -25,7 +25,9 @@ Grammar build_grammar(const StructuredOutputs& spec, const Limits& limits);
 
 class GrammarCompiler {
  public:
-  static constexpr size_t kDefaultCapacity = 64;
+  static constexpr size_t kDefaultCapacity = 32;
+  // A cached grammar whose automaton has more states than this is recompiled for new requests.
+  static constexpr size_t kMaxCachedStates = 100000;
 
   // eos_ids: the engine's EOS ids; vocab_size: the model's (mask width).
   GrammarCompiler(std::shared_ptr<const tok::Tokenizer> tokenizer, std::vector<int32_t> eos_ids, size_t vocab_size,

@@ -35,6 +35,7 @@ ExprPtr seq(std::vector<ExprPtr> items) {
 }
 
 ExprPtr alt(std::vector<ExprPtr> items) {
+  if (items.empty()) return bytes_expr(ByteSet{});  // no alternative: matches nothing
   if (items.size() == 1) return items.front();
   auto e = std::make_shared<Expr>();
   e->kind = Expr::Kind::kAlt;

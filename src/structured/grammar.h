@@ -64,7 +64,7 @@ ExprPtr bytes_expr(const ByteSet& set);
 ExprPtr byte_range(uint8_t lo, uint8_t hi);
 ExprPtr literal(std::string_view text);
 ExprPtr seq(std::vector<ExprPtr> items);
-ExprPtr alt(std::vector<ExprPtr> items);
+ExprPtr alt(std::vector<ExprPtr> items);  // no items: matches nothing
 ExprPtr ref(int32_t rule);
 ExprPtr repeat(ExprPtr item, int32_t min, int32_t max);
 inline ExprPtr optional(ExprPtr item) { return repeat(std::move(item), 0, 1); }

@@ -21,7 +21,7 @@ namespace pagellm::structured {
 class CompiledGrammar {
  public:
   // Bytes of cached masks per grammar; past it masks are still computed, just not kept.
-  static constexpr size_t kMaskCacheBytes = 16u << 20;
+  static constexpr size_t kMaskCacheBytes = 8u << 20;
 
   CompiledGrammar(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const Vocab> vocab);
 

@@ -167,16 +167,23 @@ class RegexParser {
     ++i_;
   }
 
-  // One UTF-8 code point of the pattern (invalid bytes stand for themselves).
+  // One UTF-8 encoded code point of the pattern.
   uint32_t next_code_point() {
     const auto b0 = uint8_t(p_[i_]);
-    const int len = b0 < 0x80 ? 1 : b0 >= 0xF0 ? 4 : b0 >= 0xE0 ? 3 : b0 >= 0xC0 ? 2 : 1;
-    if (len == 1 || i_ + size_t(len) > p_.size()) {
+    if (b0 < 0x80) {
       ++i_;
       return b0;
     }
+    const int len = b0 >= 0xF8 ? 0 : b0 >= 0xF0 ? 4 : b0 >= 0xE0 ? 3 : b0 >= 0xC2 ? 2 : 0;
+    if (len == 0 || i_ + size_t(len) > p_.size()) fail("invalid UTF-8");
     uint32_t cp = b0 & (0x3F >> (len - 1));
-    for (int k = 1; k < len; ++k) cp = (cp << 6) | (uint8_t(p_[i_ + size_t(k)]) & 0x3F);
+    for (int k = 1; k < len; ++k) {
+      const auto b = uint8_t(p_[i_ + size_t(k)]);
+      if ((b & 0xC0) != 0x80) fail("invalid UTF-8");
+      cp = (cp << 6) | (b & 0x3F);
+    }
+    static constexpr uint32_t kMinOfLen[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMinOfLen[len] || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF)) fail("invalid UTF-8");
     i_ += size_t(len);
     return cp;
   }
