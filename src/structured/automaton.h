@@ -22,7 +22,7 @@ class Automaton {
   static constexpr int32_t kDead = -1;
   // Stacks per state and positions per stack beyond which stacks are dropped (ambiguous or
   // deeply nested input; a dropped stack only narrows what may follow).
-  static constexpr size_t kMaxStacks = 1024;
+  static constexpr size_t kMaxStacks = 4096;
   static constexpr size_t kMaxDepth = 512;
 
   explicit Automaton(std::shared_ptr<const Grammar> grammar);

@@ -1,5 +1,6 @@
 #include "structured/grammar.h"
 
+#include <algorithm>
 #include <functional>
 
 #include "common/error.h"
@@ -24,6 +25,37 @@ ExprPtr literal(std::string_view text) {
   items.reserve(text.size());
   for (char c : text) items.push_back(byte_range(uint8_t(c), uint8_t(c)));
   return seq(std::move(items));
+}
+
+namespace {
+
+// texts[begin, end): sorted, unique, all sharing their first `depth` bytes.
+ExprPtr trie_expr(const std::vector<std::string>& texts, size_t begin, size_t end, size_t depth) {
+  size_t stop = depth;  // extend the shared prefix as far as every text agrees
+  for (bool agree = true; agree; stop += agree) {
+    for (size_t k = begin; k < end && agree; ++k) {
+      agree = texts[k].size() > stop && texts[k][stop] == texts[begin][stop];
+    }
+  }
+  std::vector<ExprPtr> alts;
+  size_t i = begin;
+  if (texts[i].size() == stop) alts.push_back(seq({})), ++i;  // the text that ends here sorts first
+  while (i < end) {
+    size_t j = i + 1;
+    while (j < end && texts[j][stop] == texts[i][stop]) ++j;
+    alts.push_back(trie_expr(texts, i, j, stop));
+    i = j;
+  }
+  return seq({literal(std::string_view(texts[begin]).substr(depth, stop - depth)), alt(std::move(alts))});
+}
+
+}  // namespace
+
+ExprPtr literal_set(std::vector<std::string> texts) {
+  std::sort(texts.begin(), texts.end());
+  texts.erase(std::unique(texts.begin(), texts.end()), texts.end());
+  if (texts.empty()) return alt({});
+  return trie_expr(texts, 0, texts.size(), 0);
 }
 
 ExprPtr seq(std::vector<ExprPtr> items) {

@@ -67,6 +67,9 @@ ExprPtr seq(std::vector<ExprPtr> items);
 ExprPtr alt(std::vector<ExprPtr> items);  // no items: matches nothing
 ExprPtr ref(int32_t rule);
 ExprPtr repeat(ExprPtr item, int32_t min, int32_t max);
+// Any one of `texts`, as a trie (shared prefixes merged), so that a long list of choices keeps
+// few parse stacks alive at once.
+ExprPtr literal_set(std::vector<std::string> texts);
 inline ExprPtr optional(ExprPtr item) { return repeat(std::move(item), 0, 1); }
 inline ExprPtr empty_expr() { return seq({}); }
 // One UTF-8 encoded code point in [lo, hi] (surrogates excluded), as byte-range sequences.

@@ -138,13 +138,9 @@ ExprPtr SchemaCompiler::values(const json& list, const std::string& where) {
   if (list.size() > b_.limits().max_enum) {
     fail(where, "enum has more than " + std::to_string(b_.limits().max_enum) + " values (limit)");
   }
-  std::vector<ExprPtr> alts;
-  std::set<std::string> seen;
-  for (const json& v : list) {
-    std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
-    if (seen.insert(text).second) alts.push_back(literal(text));
-  }
-  return alt(std::move(alts));
+  std::vector<std::string> texts;
+  for (const json& v : list) texts.push_back(v.dump(-1, ' ', false, json::error_handler_t::replace));
+  return literal_set(std::move(texts));
 }
 
 ExprPtr SchemaCompiler::node(const json& s, const std::string& where, int depth) {
@@ -309,10 +305,10 @@ ExprPtr SchemaCompiler::numeric(const json& s, bool is_integer, const std::strin
   if (auto x = num("exclusiveMaximum")) hi = is_integer ? std::ceil(*x) - 1 : *x;
   if (lo && hi && *hi < *lo) fail(where, "maximum < minimum");
   if (is_integer && lo && hi && *hi - *lo < double(kMaxExactIntRange)) {
-    std::vector<ExprPtr> alts;
-    for (int64_t v = int64_t(std::ceil(*lo)); v <= int64_t(std::floor(*hi)); ++v) alts.push_back(literal(std::to_string(v)));
-    if (alts.empty()) fail(where, "no integer lies between minimum and maximum");
-    return alt(std::move(alts));
+    std::vector<std::string> texts;
+    for (int64_t v = int64_t(std::ceil(*lo)); v <= int64_t(std::floor(*hi)); ++v) texts.push_back(std::to_string(v));
+    if (texts.empty()) fail(where, "no integer lies between minimum and maximum");
+    return literal_set(std::move(texts));
   }
   const bool non_negative = lo && *lo >= 0;
   return is_integer ? integer(non_negative) : number(non_negative);

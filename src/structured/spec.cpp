@@ -49,14 +49,10 @@ Grammar build_grammar(const StructuredOutputs& spec, const Limits& limits) {
       invalid_argument("structured output: more than " + std::to_string(limits.max_enum) + " choices (limit)");
     }
     size_t total = 0;
-    std::vector<ExprPtr> alts;
-    for (const std::string& c : choices) {
-      total += c.size();
-      alts.push_back(literal(c));
-    }
+    for (const std::string& c : choices) total += c.size();
     check_size(total, "choice list", limits);
     root = b.rule("root");
-    b.define(root, alt(std::move(alts)));
+    b.define(root, literal_set(choices));
   }
   return b.build(root);
 }

@@ -109,12 +109,20 @@ TEST(StructuredRegex, RejectsWhatIsNotLinearOrMalformed) {
   EXPECT_NE(error_of(regex_spec("a{5,2}")).find("n < m"), std::string::npos);
   EXPECT_NE(error_of(regex_spec("*a")).find("nothing to repeat"), std::string::npos);
   EXPECT_NE(error_of(regex_spec("a{100000}")).find("limit"), std::string::npos);
+  EXPECT_NE(error_of(regex_spec("a\xff\xff\xff\xff")).find("invalid UTF-8"), std::string::npos);
+  EXPECT_NE(error_of(regex_spec("\xc0\x80")).find("invalid UTF-8"), std::string::npos);  // overlong
   EXPECT_NE(error_of(regex_spec(std::string(100, '(') + "a" + std::string(100, ')'))).find("nested deeper"),
             std::string::npos);
   // Bounded repetitions that multiply stay within the element limit or fail naming it.
   EXPECT_NE(error_of(regex_spec("((a{1000}){1000}){1000}|b{9000}c{9000}d{9000}e{9000}f{9000}"), Limits{.max_elements = 20000})
                 .find("elements (limit)"),
             std::string::npos);
+}
+
+TEST(StructuredRegex, EmptyClassOfSurrogatesMatchesNothing) {
+  Accepts a(regex_spec("x|\\uD800"));  // a lone surrogate is no character: only "x" matches
+  EXPECT_TRUE(a("x"));
+  EXPECT_FALSE(a("\xED\xA0\x80"));
 }
 
 TEST(StructuredChoice, AcceptsExactlyTheChoices) {
@@ -127,6 +135,25 @@ TEST(StructuredChoice, AcceptsExactlyTheChoices) {
   EXPECT_FALSE(a("yess"));
   s.choice = std::vector<std::string>{};
   EXPECT_NE(error_of(s).find("at least one"), std::string::npos);
+}
+
+TEST(StructuredChoice, LongListsWithSharedPrefixesStayExact) {
+  StructuredOutputs s;
+  std::vector<std::string> choices;
+  for (int i = 0; i < 4000; ++i) choices.push_back(std::string("item-").append(std::to_string(i * 7)));
+  choices.push_back("item-");
+  choices.push_back("");
+  s.choice = choices;
+  Accepts a(s);
+  EXPECT_TRUE(a("item-0"));
+  EXPECT_TRUE(a("item-27993"));  // the last one
+  EXPECT_TRUE(a("item-7"));
+  EXPECT_TRUE(a("item-"));
+  EXPECT_TRUE(a(""));
+  EXPECT_FALSE(a("item-1"));
+  EXPECT_FALSE(a("item-28666"));
+  EXPECT_FALSE(a("item"));
+  EXPECT_LT(a.automaton().num_states(), 40u);
 }
 
 TEST(StructuredGbnf, ParsesAndMatches) {

@@ -151,13 +151,20 @@ TEST(StructuredMatcher, RandomWalksMatchRegexAndChoice) {
 
 TEST(StructuredMatcher, CompiledGrammarsAreCached) {
   GrammarCompiler compiler(pycode_vocab());
+  compiler.compile(json_spec(R"({"type":"integer"})"));  // the vocabulary is built on first use
+  const auto t0 = std::chrono::steady_clock::now();
   auto a = compiler.compile(json_spec(R"({"type":"string"})"));
+  const auto t1 = std::chrono::steady_clock::now();
   auto b = compiler.compile(json_spec(R"({"type":"string"})"));
+  const auto t2 = std::chrono::steady_clock::now();
   EXPECT_EQ(a.get(), b.get());
+  std::printf("compile {\"type\":\"string\"} at vocab 32000 (with its first mask): cold %.0f us, cached %.1f us\n",
+              std::chrono::duration<double, std::micro>(t1 - t0).count(),
+              std::chrono::duration<double, std::micro>(t2 - t1).count());
   StructuredOutputs obj;
   obj.json_object = true;
   EXPECT_NE(compiler.compile(obj).get(), a.get());
-  EXPECT_EQ(compiler.num_cached(), 2u);
+  EXPECT_EQ(compiler.num_cached(), 3u);
 }
 
 // Mask cost at the 32k vocabulary: the first walk meets mostly new automaton states (a trie walk
