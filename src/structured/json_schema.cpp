@@ -8,6 +8,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "structured/int_range.h"
 #include "structured/regex.h"
 
 namespace pagellm::structured {
@@ -15,8 +16,6 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-// Integer ranges up to this many values become an exact enumeration.
-constexpr int64_t kMaxExactIntRange = 1000;
 constexpr int kMaxDigits = 16;  // unbounded numbers: at most this many digits per part
 
 class SchemaCompiler {
@@ -304,11 +303,14 @@ ExprPtr SchemaCompiler::numeric(const json& s, bool is_integer, const std::strin
   if (auto x = num("exclusiveMinimum")) lo = is_integer ? std::floor(*x) + 1 : *x;
   if (auto x = num("exclusiveMaximum")) hi = is_integer ? std::ceil(*x) - 1 : *x;
   if (lo && hi && *hi < *lo) fail(where, "maximum < minimum");
-  if (is_integer && lo && hi && *hi - *lo < double(kMaxExactIntRange)) {
-    std::vector<std::string> texts;
-    for (int64_t v = int64_t(std::ceil(*lo)); v <= int64_t(std::floor(*hi)); ++v) texts.push_back(std::to_string(v));
-    if (texts.empty()) fail(where, "no integer lies between minimum and maximum");
-    return literal_set(std::move(texts));
+  if (is_integer && (lo || hi)) {
+    // Bounds beyond ±1e18 leave that side open (as wide as unbounded integers).
+    constexpr double kMaxBound = 1e18;
+    std::optional<int64_t> ilo, ihi;
+    if (lo && *lo > -kMaxBound) ilo = int64_t(std::ceil(std::min(*lo, kMaxBound)));
+    if (hi && *hi < kMaxBound) ihi = int64_t(std::floor(std::max(*hi, -kMaxBound)));
+    if (ilo && ihi && *ihi < *ilo) fail(where, "no integer lies between minimum and maximum");
+    return integer_range(ilo, ihi, kMaxDigits);
   }
   const bool non_negative = lo && *lo >= 0;
   return is_integer ? integer(non_negative) : number(non_negative);

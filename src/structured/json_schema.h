@@ -1,9 +1,9 @@
 // JSON Schema → grammar. Supported: type (one or a list), object (properties in declared order,
 // required, additionalProperties true/false/schema; unspecified means none, as in OpenAI strict
 // mode), array (items, minItems, maxItems), string (minLength, maxLength, pattern, a few formats),
-// number / integer (sign from minimum; small bounded integer ranges exactly), boolean, null, enum,
-// const, anyOf / oneOf (as alternatives), single-entry allOf, local $ref ("#", "#/$defs/..",
-// "#/definitions/..", recursion allowed). Output is compact JSON with at most one space between
+// number / integer (integers: exact minimum / maximum / exclusive bounds; numbers: the sign only),
+// boolean, null, enum, const, anyOf / oneOf (as alternatives), single-entry allOf, local $ref ("#",
+// "#/$defs/..", "#/definitions/..", recursion allowed). Output is compact JSON with at most one space between
 // tokens, so a generation can never run on in whitespace.
 #pragma once
 

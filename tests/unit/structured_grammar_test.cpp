@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <random>
 #include <memory>
 #include <string>
 
@@ -228,6 +229,36 @@ TEST(StructuredJsonSchema, RefsAnyOfConstAndAdditionalProperties) {
   Accepts pat(json_spec(R"({"type":"string","pattern":"^[A-Z]{2}\\d+$"})"));
   EXPECT_TRUE(pat(R"("AB12")"));
   EXPECT_FALSE(pat(R"("A12")"));
+}
+
+std::string int_schema(const std::string& bounds) { return R"({"type":"integer")" + bounds + "}"; }
+
+TEST(StructuredJsonSchema, IntegerBoundsAreExact) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 40; ++trial) {
+    int lo = std::uniform_int_distribution<int>(-1200, 1200)(rng);
+    int hi = std::uniform_int_distribution<int>(-1200, 1200)(rng);
+    if (lo > hi) std::swap(lo, hi);
+    Accepts a(json_spec(int_schema(",\"minimum\":" + std::to_string(lo) + ",\"maximum\":" + std::to_string(hi))));
+    for (int v = -1500; v <= 1500; ++v) ASSERT_EQ(a(std::to_string(v)), v >= lo && v <= hi) << v << " in [" << lo << ", " << hi << "]";
+    EXPECT_FALSE(a("-0"));
+    EXPECT_FALSE(a("007"));
+  }
+  Accepts min_only(json_spec(int_schema(R"(,"minimum":5)")));
+  EXPECT_FALSE(min_only("4"));
+  EXPECT_FALSE(min_only("-7"));
+  EXPECT_TRUE(min_only("5"));
+  EXPECT_TRUE(min_only("123456789"));
+  Accepts max_only(json_spec(int_schema(R"(,"exclusiveMaximum":-2)")));
+  EXPECT_FALSE(max_only("-2"));
+  EXPECT_FALSE(max_only("0"));
+  EXPECT_TRUE(max_only("-3"));
+  EXPECT_TRUE(max_only("-99999999"));
+  Accepts wide(json_spec(int_schema(R"(,"minimum":-9223372036854775808,"maximum":9007199254740993)")));
+  EXPECT_TRUE(wide("9007199254740992"));
+  EXPECT_FALSE(wide("9007199254740994"));
+  EXPECT_TRUE(wide("-123"));
+  EXPECT_NE(error_of(json_spec(int_schema(R"(,"minimum":3.5,"maximum":3.9)"))).find("no integer"), std::string::npos);
 }
 
 TEST(StructuredJsonSchema, AnyJsonObject) {
