@@ -8,7 +8,10 @@
 namespace pagellm::structured {
 
 Vocab::Vocab(std::vector<std::string> token_bytes, std::vector<int32_t> eos_ids, size_t vocab_size)
-    : bytes_(std::move(token_bytes)), eos_ids_(std::move(eos_ids)), vocab_size_(std::max(vocab_size, bytes_.size())) {
+    : bytes_(std::move(token_bytes)), eos_ids_(std::move(eos_ids)) {
+  // Tokenizer ids past the model's vocabulary can never be sampled: they are left out.
+  if (vocab_size > 0 && bytes_.size() > vocab_size) bytes_.resize(vocab_size);
+  vocab_size_ = std::max(vocab_size, bytes_.size());
   std::vector<int32_t> order;
   for (size_t id = 0; id < bytes_.size(); ++id) {
     if (!bytes_[id].empty() && !is_eos(int32_t(id))) order.push_back(int32_t(id));

@@ -25,7 +25,8 @@ class Vocab {
   };
 
   // token_bytes[id]: the token's bytes; empty for ids never allowed (special, unused). The mask
-  // covers vocab_size ids (>= token_bytes.size(): a model may pad its vocabulary).
+  // covers vocab_size ids (a model may pad its vocabulary; tokenizer ids past it are dropped; 0:
+  // token_bytes.size()).
   Vocab(std::vector<std::string> token_bytes, std::vector<int32_t> eos_ids, size_t vocab_size);
   // From a tokenizer: special tokens are excluded (except through eos_ids).
   static std::shared_ptr<const Vocab> from_tokenizer(const tok::Tokenizer& tokenizer,

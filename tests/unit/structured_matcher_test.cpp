@@ -52,6 +52,17 @@ TEST(StructuredVocab, DecodesSentencePieceAndByteFallbackTokens) {
   EXPECT_EQ(v.num_words(), (size_t(tok->vocab_size()) + 31) / 32);
 }
 
+TEST(StructuredVocab, ModelVocabularyBoundsTheMask) {
+  // A model smaller than its tokenizer: ids past the model never appear in a mask.
+  const Vocab small({"a", "b", "ab", "c"}, {1}, 2);
+  EXPECT_EQ(small.size(), 2u);
+  EXPECT_EQ(small.num_words(), 1u);
+  EXPECT_TRUE(small.bytes(2).empty());
+  // A padded model: the extra ids exist in the mask, never allowed.
+  const Vocab padded({"a", "b"}, {}, 70);
+  EXPECT_EQ(padded.num_words(), 3u);
+}
+
 // Every token's mask bit equals "advancing by this token succeeds", in several grammar states.
 TEST(StructuredMatcher, MaskAgreesWithAdvancingOnEveryToken) {
   GrammarCompiler compiler(pycode_vocab());
