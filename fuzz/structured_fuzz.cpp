@@ -18,14 +18,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
   StructuredOutputs spec;
   switch (data[0] % 4) {
-    case 0: spec.json = text; break;
-    case 1: spec.regex = text; break;
-    case 2: spec.grammar = text; break;
+    case 0:
+      spec.json = text;
+      break;
+    case 1:
+      spec.regex = text;
+      break;
+    case 2:
+      spec.grammar = text;
+      break;
     default: {
       std::vector<std::string> choices;
       size_t start = 0;
       for (size_t i = 0; i <= text.size(); ++i) {
-        if (i == text.size() || text[i] == '\n') choices.push_back(text.substr(start, i - start)), start = i + 1;
+        if (i == text.size() || text[i] == '\n')
+          choices.push_back(text.substr(start, i - start)), start = i + 1;
       }
       spec.choice = choices;
     }

@@ -18,7 +18,8 @@ namespace {
 template <typename Json>
 std::string schema_text(const Json& v, const std::string& param) {
   if (v.is_string()) return v.template get<std::string>();
-  if (v.is_object() || v.is_boolean()) return v.dump(-1, ' ', false, Json::error_handler_t::replace);
+  if (v.is_object() || v.is_boolean())
+    return v.dump(-1, ' ', false, Json::error_handler_t::replace);
   throw_bad_request("'" + param + "' must be a JSON schema (an object)", param);
 }
 
@@ -30,10 +31,12 @@ std::string string_field(const Json& v, const std::string& param) {
 
 template <typename Json>
 std::vector<std::string> choices(const Json& v, const std::string& param) {
-  if (!v.is_array() || v.empty()) throw_bad_request("'" + param + "' must be a non-empty list of strings", param);
+  if (!v.is_array() || v.empty())
+    throw_bad_request("'" + param + "' must be a non-empty list of strings", param);
   std::vector<std::string> out;
   for (const Json& c : v) {
-    if (!c.is_string()) throw_bad_request("'" + param + "' must be a non-empty list of strings", param);
+    if (!c.is_string())
+      throw_bad_request("'" + param + "' must be a non-empty list of strings", param);
     out.push_back(c.template get<std::string>());
   }
   return out;
@@ -67,7 +70,8 @@ void parse_response_format(const Json& rf, Collected& out) {
   if (!rf.is_object()) throw_bad_request("'response_format' must be an object", "response_format");
   const Json* type = present(rf, "type");
   if (!type || !type->is_string()) {
-    throw_bad_request("'response_format.type' must be one of text, json_object, json_schema", "response_format");
+    throw_bad_request("'response_format.type' must be one of text, json_object, json_schema",
+                      "response_format");
   }
   const std::string t = type->template get<std::string>();
   if (t == "text") return;
@@ -76,29 +80,35 @@ void parse_response_format(const Json& rf, Collected& out) {
     return;
   }
   if (t != "json_schema") {
-    throw_bad_request("'response_format.type' must be one of text, json_object, json_schema, got '" + t + "'",
-                      "response_format");
+    throw_bad_request(
+        "'response_format.type' must be one of text, json_object, json_schema, got '" + t + "'",
+        "response_format");
   }
   const Json* js = present(rf, "json_schema");
   if (!js || !js->is_object()) {
-    throw_bad_request("'response_format.json_schema' must be an object with a 'schema'", "response_format");
+    throw_bad_request("'response_format.json_schema' must be an object with a 'schema'",
+                      "response_format");
   }
   const Json* schema = present(*js, "schema");
-  if (!schema) throw_bad_request("'response_format.json_schema.schema' is required", "response_format");
+  if (!schema)
+    throw_bad_request("'response_format.json_schema.schema' is required", "response_format");
   const std::string text = schema_text(*schema, "response_format.json_schema.schema");
   out.set("response_format", [&](StructuredOutputs& s) { s.json = text; });
 }
 
 template <typename Json>
 void parse_structured_object(const Json& so, Collected& out) {
-  if (!so.is_object()) throw_bad_request("'structured_outputs' must be an object", "structured_outputs");
+  if (!so.is_object())
+    throw_bad_request("'structured_outputs' must be an object", "structured_outputs");
   if (const Json* v = present(so, "json")) {
     const std::string text = schema_text(*v, "structured_outputs.json");
     out.set("structured_outputs.json", [&](StructuredOutputs& s) { s.json = text; });
   }
   if (const Json* v = present(so, "json_object")) {
-    if (!v->is_boolean()) throw_bad_request("'structured_outputs.json_object' must be a boolean", "structured_outputs");
-    if (v->template get<bool>()) out.set("structured_outputs.json_object", [](StructuredOutputs& s) { s.json_object = true; });
+    if (!v->is_boolean())
+      throw_bad_request("'structured_outputs.json_object' must be a boolean", "structured_outputs");
+    if (v->template get<bool>())
+      out.set("structured_outputs.json_object", [](StructuredOutputs& s) { s.json_object = true; });
   }
   if (const Json* v = present(so, "regex")) {
     const std::string re = string_field(*v, "structured_outputs.regex");
@@ -141,13 +151,16 @@ std::optional<StructuredOutputs> parse_any(const Json& body) {
 
 }  // namespace
 
-std::optional<StructuredOutputs> parse_structured_outputs(const nlohmann::json& body) { return parse_any(body); }
+std::optional<StructuredOutputs> parse_structured_outputs(const nlohmann::json& body) {
+  return parse_any(body);
+}
 
 void restore_schema_order(SamplingParams& params, std::string_view raw_body) {
   if (!params.structured_outputs || !params.structured_outputs->json) return;
   const auto body = nlohmann::ordered_json::parse(raw_body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded() || !body.is_object()) return;
-  if (auto spec = parse_any(body); spec && spec->json) params.structured_outputs->json = std::move(spec->json);
+  if (auto spec = parse_any(body); spec && spec->json)
+    params.structured_outputs->json = std::move(spec->json);
 }
 
 }  // namespace pagellm::server

@@ -15,16 +15,21 @@ std::string cache_key(const StructuredOutputs& spec) {
   if (spec.regex) return with("regex", *spec.regex);
   if (spec.grammar) return with("grammar", *spec.grammar);
   key = "choice";
-  for (const std::string& c : *spec.choice) key.append(1, '\n').append(std::to_string(c.size())).append(1, ':').append(c);
+  for (const std::string& c : *spec.choice)
+    key.append(1, '\n').append(std::to_string(c.size())).append(1, ':').append(c);
   return key;
 }
 
 }  // namespace
 
-GrammarCompiler::GrammarCompiler(std::shared_ptr<const tok::Tokenizer> tokenizer, std::vector<int32_t> eos_ids,
-                                 size_t vocab_size, Limits limits, size_t capacity)
-    : tokenizer_(std::move(tokenizer)), eos_ids_(std::move(eos_ids)), vocab_size_(vocab_size),
-      limits_(limits), capacity_(capacity) {}
+GrammarCompiler::GrammarCompiler(std::shared_ptr<const tok::Tokenizer> tokenizer,
+                                 std::vector<int32_t> eos_ids, size_t vocab_size, Limits limits,
+                                 size_t capacity)
+    : tokenizer_(std::move(tokenizer)),
+      eos_ids_(std::move(eos_ids)),
+      vocab_size_(vocab_size),
+      limits_(limits),
+      capacity_(capacity) {}
 
 GrammarCompiler::GrammarCompiler(std::shared_ptr<const Vocab> vocab, Limits limits, size_t capacity)
     : limits_(limits), capacity_(capacity), vocab_(std::move(vocab)) {}

@@ -30,10 +30,11 @@ class GrammarCompiler {
   static constexpr size_t kMaxCachedStates = 100000;
 
   // eos_ids: the engine's EOS ids; vocab_size: the model's (mask width).
-  GrammarCompiler(std::shared_ptr<const tok::Tokenizer> tokenizer, std::vector<int32_t> eos_ids, size_t vocab_size,
-                  Limits limits = {}, size_t capacity = kDefaultCapacity);
+  GrammarCompiler(std::shared_ptr<const tok::Tokenizer> tokenizer, std::vector<int32_t> eos_ids,
+                  size_t vocab_size, Limits limits = {}, size_t capacity = kDefaultCapacity);
   // A vocabulary given directly (tests).
-  GrammarCompiler(std::shared_ptr<const Vocab> vocab, Limits limits = {}, size_t capacity = kDefaultCapacity);
+  GrammarCompiler(std::shared_ptr<const Vocab> vocab, Limits limits = {},
+                  size_t capacity = kDefaultCapacity);
 
   std::shared_ptr<CompiledGrammar> compile(const StructuredOutputs& spec);
   std::shared_ptr<const Vocab> vocab();
@@ -48,7 +49,9 @@ class GrammarCompiler {
   mutable std::mutex mutex_;
   std::shared_ptr<const Vocab> vocab_;  // built on first use
   std::list<std::string> lru_;          // most recent first
-  std::unordered_map<std::string, std::pair<std::shared_ptr<CompiledGrammar>, std::list<std::string>::iterator>> cache_;
+  std::unordered_map<std::string,
+                     std::pair<std::shared_ptr<CompiledGrammar>, std::list<std::string>::iterator>>
+      cache_;
 };
 
 }  // namespace pagellm::structured

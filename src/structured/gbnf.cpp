@@ -18,7 +18,8 @@ class GbnfParser {
 
   int32_t parse() {
     if (t_.size() > b_.limits().max_spec_bytes) {
-      invalid_argument("grammar: longer than " + std::to_string(b_.limits().max_spec_bytes) + " bytes (limit)");
+      invalid_argument("grammar: longer than " + std::to_string(b_.limits().max_spec_bytes) +
+                       " bytes (limit)");
     }
     skip_space(true);
     if (at_end()) fail("empty grammar");
@@ -83,7 +84,9 @@ class GbnfParser {
   }
 
   ExprPtr parse_alt(int depth) {
-    if (depth > b_.limits().max_nesting) fail("parentheses nested deeper than " + std::to_string(b_.limits().max_nesting) + " (limit)");
+    if (depth > b_.limits().max_nesting)
+      fail("parentheses nested deeper than " + std::to_string(b_.limits().max_nesting) +
+           " (limit)");
     std::vector<ExprPtr> alts{parse_seq(depth)};
     while (!at_end() && t_[i_] == '|') {
       ++i_;
@@ -154,10 +157,18 @@ class GbnfParser {
       const char e = t_[i_ + 1];
       i_ += 2;
       switch (e) {
-        case 'n': bytes += '\n'; break;
-        case 't': bytes += '\t'; break;
-        case 'r': bytes += '\r'; break;
-        case 'x': case 'u': case 'U': {
+        case 'n':
+          bytes += '\n';
+          break;
+        case 't':
+          bytes += '\t';
+          break;
+        case 'r':
+          bytes += '\r';
+          break;
+        case 'x':
+        case 'u':
+        case 'U': {
           const size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
           if (i_ + n > t_.size()) fail("bad escape");
           uint32_t cp = 0;
@@ -170,7 +181,8 @@ class GbnfParser {
           append_utf8(bytes, cp);
           break;
         }
-        default: bytes += e;
+        default:
+          bytes += e;
       }
     }
     if (at_end()) {
@@ -188,7 +200,8 @@ class GbnfParser {
     } else if (cp < 0x800) {
       out += char(0xC0 | (cp >> 6)), out += char(0x80 | (cp & 0x3F));
     } else if (cp < 0x10000) {
-      out += char(0xE0 | (cp >> 12)), out += char(0x80 | ((cp >> 6) & 0x3F)), out += char(0x80 | (cp & 0x3F));
+      out += char(0xE0 | (cp >> 12)), out += char(0x80 | ((cp >> 6) & 0x3F)),
+          out += char(0x80 | (cp & 0x3F));
     } else {
       out += char(0xF0 | (cp >> 18)), out += char(0x80 | ((cp >> 12) & 0x3F));
       out += char(0x80 | ((cp >> 6) & 0x3F)), out += char(0x80 | (cp & 0x3F));
@@ -200,7 +213,8 @@ class GbnfParser {
     long v = 0;
     while (!at_end() && std::isdigit(uint8_t(t_[i_]))) {
       v = v * 10 + (t_[i_++] - '0');
-      if (v > b_.limits().max_repeat) fail("repetition bound larger than " + std::to_string(b_.limits().max_repeat) + " (limit)");
+      if (v > b_.limits().max_repeat)
+        fail("repetition bound larger than " + std::to_string(b_.limits().max_repeat) + " (limit)");
     }
     return int(v);
   }
@@ -244,6 +258,8 @@ class GbnfParser {
 
 }  // namespace
 
-int32_t compile_gbnf(std::string_view text, GrammarBuilder& builder) { return GbnfParser(text, builder).parse(); }
+int32_t compile_gbnf(std::string_view text, GrammarBuilder& builder) {
+  return GbnfParser(text, builder).parse();
+}
 
 }  // namespace pagellm::structured

@@ -46,7 +46,8 @@ ExprPtr trie_expr(const std::vector<std::string>& texts, size_t begin, size_t en
     alts.push_back(trie_expr(texts, i, j, stop));
     i = j;
   }
-  return seq({literal(std::string_view(texts[begin]).substr(depth, stop - depth)), alt(std::move(alts))});
+  return seq(
+      {literal(std::string_view(texts[begin]).substr(depth, stop - depth)), alt(std::move(alts))});
 }
 
 }  // namespace
@@ -188,13 +189,15 @@ int32_t GrammarBuilder::new_rule(const std::string& hint) {
   return static_cast<int32_t>(names_.size() - 1);
 }
 
-void GrammarBuilder::define(int32_t rule, ExprPtr body) { bodies_[static_cast<size_t>(rule)] = std::move(body); }
+void GrammarBuilder::define(int32_t rule, ExprPtr body) {
+  bodies_[static_cast<size_t>(rule)] = std::move(body);
+}
 
 void GrammarBuilder::count(size_t num_elements) {
   num_elements_ += num_elements;
   if (num_elements_ > limits_.max_elements) {
-    invalid_argument("structured output: grammar larger than " + std::to_string(limits_.max_elements) +
-                     " elements (limit)");
+    invalid_argument("structured output: grammar larger than " +
+                     std::to_string(limits_.max_elements) + " elements (limit)");
   }
   deadline_.check();
 }
@@ -211,7 +214,8 @@ uint32_t intern_set(Grammar& g, const ByteSet& s) {
 
 }  // namespace
 
-int32_t GrammarBuilder::aux_rule(Grammar& g, const ExprPtr& body, std::vector<std::vector<Element>>& pending) {
+int32_t GrammarBuilder::aux_rule(Grammar& g, const ExprPtr& body,
+                                 std::vector<std::vector<Element>>& pending) {
   const int32_t id = new_rule("aux");
   bodies_[static_cast<size_t>(id)] = body;
   pending.resize(names_.size());
@@ -228,7 +232,8 @@ int32_t GrammarBuilder::aux_rule(Grammar& g, const ExprPtr& body, std::vector<st
 }
 
 // Rule repeating e.item between e.min and e.max times, as right recursion.
-int32_t GrammarBuilder::repeat_rule(Grammar& g, const Expr& e, std::vector<std::vector<Element>>& pending) {
+int32_t GrammarBuilder::repeat_rule(Grammar& g, const Expr& e,
+                                    std::vector<std::vector<Element>>& pending) {
   const Element x = Element{Element::kRef, lower_item(g, e.items.front(), pending)};
   auto make = [&](std::vector<Element> body) {
     const int32_t id = new_rule("repeat");
@@ -240,7 +245,8 @@ int32_t GrammarBuilder::repeat_rule(Grammar& g, const Expr& e, std::vector<std::
   std::vector<Element> head(static_cast<size_t>(e.min), x);
   if (e.max < 0) {  // R ::= x R | ε ; head R
     const int32_t r = static_cast<int32_t>(names_.size());
-    make({x, Element{Element::kRef, uint32_t(r)}, Element{Element::kAlt, 0}, Element{Element::kEnd, 0}});
+    make({x, Element{Element::kRef, uint32_t(r)}, Element{Element::kAlt, 0},
+          Element{Element::kEnd, 0}});
     head.push_back(Element{Element::kRef, uint32_t(r)});
   } else if (e.max > e.min) {  // R1 ::= x | ε ; Rk ::= x R(k-1) | ε
     int32_t prev = make({x, Element{Element::kAlt, 0}, Element{Element::kEnd, 0}});
@@ -255,11 +261,13 @@ int32_t GrammarBuilder::repeat_rule(Grammar& g, const Expr& e, std::vector<std::
 }
 
 // The rule id standing for `e` (a named rule for a reference, else an aux rule).
-uint32_t GrammarBuilder::lower_item(Grammar& g, const ExprPtr& e, std::vector<std::vector<Element>>& pending) {
+uint32_t GrammarBuilder::lower_item(Grammar& g, const ExprPtr& e,
+                                    std::vector<std::vector<Element>>& pending) {
   if (e->kind == Expr::Kind::kRef) return static_cast<uint32_t>(e->rule);
   auto it = aux_of_.find(e.get());
   if (it != aux_of_.end()) return static_cast<uint32_t>(it->second);
-  const int32_t id = e->kind == Expr::Kind::kRepeat ? repeat_rule(g, *e, pending) : aux_rule(g, e, pending);
+  const int32_t id =
+      e->kind == Expr::Kind::kRepeat ? repeat_rule(g, *e, pending) : aux_rule(g, e, pending);
   aux_of_[e.get()] = id;
   return static_cast<uint32_t>(id);
 }
@@ -267,13 +275,19 @@ uint32_t GrammarBuilder::lower_item(Grammar& g, const ExprPtr& e, std::vector<st
 void GrammarBuilder::lower_seq(Grammar& g, const ExprPtr& e, std::vector<Element>& out,
                                std::vector<std::vector<Element>>& pending) {
   switch (e->kind) {
-    case Expr::Kind::kBytes: out.push_back(Element{Element::kBytes, intern_set(g, e->bytes)}); break;
-    case Expr::Kind::kRef: out.push_back(Element{Element::kRef, static_cast<uint32_t>(e->rule)}); break;
+    case Expr::Kind::kBytes:
+      out.push_back(Element{Element::kBytes, intern_set(g, e->bytes)});
+      break;
+    case Expr::Kind::kRef:
+      out.push_back(Element{Element::kRef, static_cast<uint32_t>(e->rule)});
+      break;
     case Expr::Kind::kSeq:
       for (const ExprPtr& item : e->items) lower_seq(g, item, out, pending);
       break;
     case Expr::Kind::kAlt:
-    case Expr::Kind::kRepeat: out.push_back(Element{Element::kRef, lower_item(g, e, pending)}); break;
+    case Expr::Kind::kRepeat:
+      out.push_back(Element{Element::kRef, lower_item(g, e, pending)});
+      break;
   }
   count(1);
 }
@@ -319,9 +333,15 @@ std::vector<bool> nullable_rules(const Grammar& g) {
         bool all = true;
         for (; !g.is_end(pos); ++pos) {
           const Element& el = g.elements[pos];
-          if (el.type == Element::kBytes || !nullable[el.value]) { all = false; break; }
+          if (el.type == Element::kBytes || !nullable[el.value]) {
+            all = false;
+            break;
+          }
         }
-        if (all) { nullable[r] = changed = true; break; }
+        if (all) {
+          nullable[r] = changed = true;
+          break;
+        }
       }
     }
   }
@@ -340,9 +360,15 @@ std::vector<bool> productive_rules(const Grammar& g) {
         bool all = true;
         for (; !g.is_end(pos); ++pos) {
           const Element& el = g.elements[pos];
-          if (el.type == Element::kRef && !productive[el.value]) { all = false; break; }
+          if (el.type == Element::kRef && !productive[el.value]) {
+            all = false;
+            break;
+          }
         }
-        if (all) { productive[r] = changed = true; break; }
+        if (all) {
+          productive[r] = changed = true;
+          break;
+        }
       }
     }
   }
@@ -354,10 +380,12 @@ std::vector<bool> productive_rules(const Grammar& g) {
 void check_grammar(const Grammar& g) {
   const size_t n = g.rule_start.size();
   for (const Element& el : g.elements) {
-    if (el.type == Element::kRef && el.value >= n) invalid_argument("grammar: reference to an unknown rule");
+    if (el.type == Element::kRef && el.value >= n)
+      invalid_argument("grammar: reference to an unknown rule");
   }
   if (!productive_rules(g)[static_cast<size_t>(g.root)]) {
-    invalid_argument("grammar: rule '" + g.rule_names[size_t(g.root)] + "' matches no finite string");
+    invalid_argument("grammar: rule '" + g.rule_names[size_t(g.root)] +
+                     "' matches no finite string");
   }
   // Left recursion: a cycle in "rule A may begin with rule B" (through nullable prefixes). The
   // pushdown simulation would expand such a rule forever.

@@ -2,8 +2,8 @@
 // grammar over bytes. Front ends (JSON schema, regex, choice, GBNF) build expression trees (Expr);
 // GrammarBuilder lowers them into flat rules (llama.cpp's layout: each rule is its alternatives'
 // element sequences, separated by kAlt and closed by kEnd) and checks the grammar (undefined rules,
-// left recursion, an empty language) and the size limits. Repetition becomes right recursion, so the
-// pushdown simulation in automaton.h stays bounded for regular languages.
+// left recursion, an empty language) and the size limits. Repetition becomes right recursion, so
+// the pushdown simulation in automaton.h stays bounded for regular languages.
 #pragma once
 
 #include <array>
@@ -23,8 +23,8 @@ struct Limits {
   int max_nesting = 64;                // schema depth, regex groups, grammar parentheses
   size_t max_elements = 200000;        // flat grammar elements after lowering repetitions
   size_t max_rules = 50000;
-  int max_repeat = 10000;              // bounds of {m,n}, minLength/maxLength, minItems/maxItems
-  size_t max_enum = 4096;              // values of one enum, or choices
+  int max_repeat = 10000;  // bounds of {m,n}, minLength/maxLength, minItems/maxItems
+  size_t max_enum = 4096;  // values of one enum, or choices
   int max_compile_ms = 2000;
 };
 
@@ -102,7 +102,8 @@ struct Grammar {
 class Deadline {
  public:
   explicit Deadline(int max_ms)
-      : max_ms_(max_ms), end_(std::chrono::steady_clock::now() + std::chrono::milliseconds(max_ms)) {}
+      : max_ms_(max_ms),
+        end_(std::chrono::steady_clock::now() + std::chrono::milliseconds(max_ms)) {}
   void check();  // throws kInvalidArgument naming the limit once it has passed
 
  private:

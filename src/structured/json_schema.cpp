@@ -61,7 +61,12 @@ class SchemaCompiler {
     return ref(shared("char", [] {
       ByteSet plain;
       plain.set_range(0x20, 0x7F);
-      plain.subtract([] { ByteSet q; q.set('"'); q.set('\\'); return q; }());
+      plain.subtract([] {
+        ByteSet q;
+        q.set('"');
+        q.set('\\');
+        return q;
+      }());
       ByteSet esc;
       for (char c : std::string("\"\\/bfnrt")) esc.set(uint8_t(c));
       ByteSet hex;
@@ -72,10 +77,14 @@ class SchemaCompiler {
     }));
   }
   ExprPtr any_string() {
-    return ref(shared("string", [this] { return seq({literal("\""), repeat(string_char(), 0, -1), literal("\"")}); }));
+    return ref(shared("string", [this] {
+      return seq({literal("\""), repeat(string_char(), 0, -1), literal("\"")});
+    }));
   }
   ExprPtr digits(int min, int max) { return repeat(byte_range('0', '9'), min, max); }
-  ExprPtr unsigned_int() { return alt({literal("0"), seq({byte_range('1', '9'), digits(0, kMaxDigits - 1)})}); }
+  ExprPtr unsigned_int() {
+    return alt({literal("0"), seq({byte_range('1', '9'), digits(0, kMaxDigits - 1)})});
+  }
   ExprPtr integer(bool non_negative) {
     return non_negative ? unsigned_int() : seq({optional(literal("-")), unsigned_int()});
   }
@@ -90,29 +99,33 @@ class SchemaCompiler {
   }
   ExprPtr any_value() {
     return ref(shared("value", [this] {
-      return alt({ref(any_object_rule()), ref(any_array_rule()), any_string(), number(false), literal("true"),
-                  literal("false"), literal("null")});
+      return alt({ref(any_object_rule()), ref(any_array_rule()), any_string(), number(false),
+                  literal("true"), literal("false"), literal("null")});
     }));
   }
   int32_t any_object_rule() {
     return shared("object", [this] {
       const ExprPtr pair = seq({any_string(), sep(':'), any_value()});
-      return seq({literal("{"), ws(), optional(seq({pair, repeat(seq({sep(','), pair}), 0, -1)})), ws(), literal("}")});
+      return seq({literal("{"), ws(), optional(seq({pair, repeat(seq({sep(','), pair}), 0, -1)})),
+                  ws(), literal("}")});
     });
   }
   int32_t any_array_rule() {
     return shared("array", [this] {
       const ExprPtr v = any_value();
-      return seq({literal("["), ws(), optional(seq({v, repeat(seq({sep(','), v}), 0, -1)})), ws(), literal("]")});
+      return seq({literal("["), ws(), optional(seq({v, repeat(seq({sep(','), v}), 0, -1)})), ws(),
+                  literal("]")});
     });
   }
 
   int32_t bound(const json& s, const char* key, int32_t fallback, const std::string& where) {
     if (!s.contains(key)) return fallback;
     const json& v = s[key];
-    if (!v.is_number_integer() || v.get<int64_t>() < 0) fail(where, std::string(key) + " must be a non-negative integer");
+    if (!v.is_number_integer() || v.get<int64_t>() < 0)
+      fail(where, std::string(key) + " must be a non-negative integer");
     if (v.get<int64_t>() > b_.limits().max_repeat) {
-      fail(where, std::string(key) + " larger than " + std::to_string(b_.limits().max_repeat) + " (limit)");
+      fail(where, std::string(key) + " larger than " + std::to_string(b_.limits().max_repeat) +
+                      " (limit)");
     }
     return int32_t(v.get<int64_t>());
   }
@@ -138,14 +151,16 @@ ExprPtr SchemaCompiler::values(const json& list, const std::string& where) {
     fail(where, "enum has more than " + std::to_string(b_.limits().max_enum) + " values (limit)");
   }
   std::vector<std::string> texts;
-  for (const json& v : list) texts.push_back(v.dump(-1, ' ', false, json::error_handler_t::replace));
+  for (const json& v : list)
+    texts.push_back(v.dump(-1, ' ', false, json::error_handler_t::replace));
   return literal_set(std::move(texts));
 }
 
 ExprPtr SchemaCompiler::node(const json& s, const std::string& where, int depth) {
   b_.deadline().check();
   if (depth > b_.limits().max_nesting) {
-    fail(where, "schema nested deeper than " + std::to_string(b_.limits().max_nesting) + " levels (limit)");
+    fail(where, "schema nested deeper than " + std::to_string(b_.limits().max_nesting) +
+                    " levels (limit)");
   }
   if (s.is_boolean()) {
     if (!s.get<bool>()) fail(where, "schema 'false' matches nothing");
@@ -156,33 +171,41 @@ ExprPtr SchemaCompiler::node(const json& s, const std::string& where, int depth)
     if (!s["$ref"].is_string()) fail(where, "$ref must be a string");
     return schema_ref(s["$ref"].get<std::string>(), where, depth);
   }
-  for (const char* key : {"not", "if", "then", "else", "patternProperties", "dependentSchemas", "prefixItems"}) {
+  for (const char* key :
+       {"not", "if", "then", "else", "patternProperties", "dependentSchemas", "prefixItems"}) {
     if (s.contains(key)) unsupported_keyword(where, key);
   }
-  if (s.contains("const")) return literal(s["const"].dump(-1, ' ', false, json::error_handler_t::replace));
+  if (s.contains("const"))
+    return literal(s["const"].dump(-1, ' ', false, json::error_handler_t::replace));
   if (s.contains("enum")) return values(s["enum"], where + "/enum");
   for (const char* key : {"anyOf", "oneOf"}) {
     if (!s.contains(key)) continue;
     const json& list = s[key];
-    if (!list.is_array() || list.empty()) fail(where, std::string(key) + " must be a non-empty array");
+    if (!list.is_array() || list.empty())
+      fail(where, std::string(key) + " must be a non-empty array");
     std::vector<ExprPtr> alts;
-    for (size_t i = 0; i < list.size(); ++i) alts.push_back(node(list[i], where + "/" + key + "/" + std::to_string(i), depth + 1));
+    for (size_t i = 0; i < list.size(); ++i)
+      alts.push_back(node(list[i], where + "/" + key + "/" + std::to_string(i), depth + 1));
     return alt(std::move(alts));
   }
   if (s.contains("allOf")) {
     const json& list = s["allOf"];
-    if (!list.is_array() || list.size() != 1) unsupported_keyword(where, "allOf with more than one schema");
+    if (!list.is_array() || list.size() != 1)
+      unsupported_keyword(where, "allOf with more than one schema");
     return node(list[0], where + "/allOf/0", depth + 1);
   }
   if (!s.contains("type")) {
-    if (s.contains("properties") || s.contains("additionalProperties") || s.contains("required")) return object(s, where, depth);
+    if (s.contains("properties") || s.contains("additionalProperties") || s.contains("required"))
+      return object(s, where, depth);
     if (s.contains("items")) return array(s, where, depth);
-    if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength")) return string(s, where);
+    if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength"))
+      return string(s, where);
     return any_value();
   }
   const json& type = s["type"];
   if (type.is_string()) return typed(s, type.get<std::string>(), where, depth);
-  if (!type.is_array() || type.empty()) fail(where, "type must be a string or a non-empty array of strings");
+  if (!type.is_array() || type.empty())
+    fail(where, "type must be a string or a non-empty array of strings");
   std::vector<ExprPtr> alts;
   for (const json& t : type) {
     if (!t.is_string()) fail(where, "type must be a string or a non-empty array of strings");
@@ -191,7 +214,8 @@ ExprPtr SchemaCompiler::node(const json& s, const std::string& where, int depth)
   return alt(std::move(alts));
 }
 
-ExprPtr SchemaCompiler::typed(const json& s, const std::string& type, const std::string& where, int depth) {
+ExprPtr SchemaCompiler::typed(const json& s, const std::string& type, const std::string& where,
+                              int depth) {
   if (type == "object") return object(s, where, depth);
   if (type == "array") return array(s, where, depth);
   if (type == "string") return string(s, where);
@@ -227,7 +251,8 @@ ExprPtr SchemaCompiler::object(const json& s, const std::string& where, int dept
   const bool unconstrained = props.empty() && required.empty();
   if (s.contains("additionalProperties")) {
     const json& a = s["additionalProperties"];
-    if (!(a.is_boolean() && !a.get<bool>())) extra = node(a, where + "/additionalProperties", depth + 1);
+    if (!(a.is_boolean() && !a.get<bool>()))
+      extra = node(a, where + "/additionalProperties", depth + 1);
   } else if (unconstrained) {
     extra = any_value();
   }
@@ -245,22 +270,28 @@ ExprPtr SchemaCompiler::object(const json& s, const std::string& where, int dept
     b_.define(rest[n][size_t(f)], f ? optional(seq({pair, more})) : more);
   }
   for (size_t i = n; i-- > 0;) {
-    const std::string key = json(fields[i].first).dump(-1, ' ', false, json::error_handler_t::replace);
+    const std::string key =
+        json(fields[i].first).dump(-1, ' ', false, json::error_handler_t::replace);
     for (int f = 0; f < 2; ++f) {
-      const ExprPtr member = seq({f ? empty_expr() : sep(','), literal(key), sep(':'), fields[i].second, ref(rest[i + 1][0])});
-      b_.define(rest[i][size_t(f)], required.count(fields[i].first) ? member : alt({member, ref(rest[i + 1][size_t(f)])}));
+      const ExprPtr member = seq({f ? empty_expr() : sep(','), literal(key), sep(':'),
+                                  fields[i].second, ref(rest[i + 1][0])});
+      b_.define(rest[i][size_t(f)], required.count(fields[i].first)
+                                        ? member
+                                        : alt({member, ref(rest[i + 1][size_t(f)])}));
     }
   }
   return seq({literal("{"), ws(), ref(rest[0][1]), ws(), literal("}")});
 }
 
 ExprPtr SchemaCompiler::array(const json& s, const std::string& where, int depth) {
-  const ExprPtr item = s.contains("items") ? node(s["items"], where + "/items", depth + 1) : any_value();
+  const ExprPtr item =
+      s.contains("items") ? node(s["items"], where + "/items", depth + 1) : any_value();
   const int32_t min = bound(s, "minItems", 0, where);
   const int32_t max = bound(s, "maxItems", -1, where);
   if (max >= 0 && max < min) fail(where, "maxItems < minItems");
   if (max == 0) return seq({literal("["), ws(), literal("]")});
-  const ExprPtr items = seq({item, repeat(seq({sep(','), item}), std::max(0, min - 1), max < 0 ? -1 : max - 1)});
+  const ExprPtr items =
+      seq({item, repeat(seq({sep(','), item}), std::max(0, min - 1), max < 0 ? -1 : max - 1)});
   return seq({literal("["), ws(), min == 0 ? optional(items) : items, ws(), literal("]")});
 }
 
@@ -268,7 +299,8 @@ ExprPtr SchemaCompiler::string(const json& s, const std::string& where) {
   static const std::map<std::string, std::string> kFormats = {
       {"date", R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))"},
       {"time", R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"},
-      {"date-time", R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"},
+      {"date-time",
+       R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"},
       {"uuid", R"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"},
       {"email", R"([a-zA-Z0-9._%+-]{1,64}@[a-zA-Z0-9-]{1,63}(\.[a-zA-Z0-9-]{1,63}){1,8})"},
       {"ipv4", R"(((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))"},
@@ -316,10 +348,12 @@ ExprPtr SchemaCompiler::numeric(const json& s, bool is_integer, const std::strin
   return is_integer ? integer(non_negative) : number(non_negative);
 }
 
-ExprPtr SchemaCompiler::schema_ref(const std::string& pointer, const std::string& where, int depth) {
+ExprPtr SchemaCompiler::schema_ref(const std::string& pointer, const std::string& where,
+                                   int depth) {
   auto it = refs_.find(pointer);
   if (it != refs_.end()) return ref(it->second);
-  if (pointer.empty() || pointer[0] != '#') fail(where, "only local $ref ('#...') is supported, got '" + pointer + "'");
+  if (pointer.empty() || pointer[0] != '#')
+    fail(where, "only local $ref ('#...') is supported, got '" + pointer + "'");
   const json* target = &root_;
   size_t pos = 1;
   while (pos < pointer.size()) {
@@ -337,8 +371,9 @@ ExprPtr SchemaCompiler::schema_ref(const std::string& pointer, const std::string
     }
     if (target->is_object() && target->contains(token)) {
       target = &(*target)[token];
-    } else if (target->is_array() && !token.empty() && token.find_first_not_of("0123456789") == std::string::npos &&
-               token.size() < 10 && std::stoul(token) < target->size()) {
+    } else if (target->is_array() && !token.empty() &&
+               token.find_first_not_of("0123456789") == std::string::npos && token.size() < 10 &&
+               std::stoul(token) < target->size()) {
       target = &(*target)[std::stoul(token)];
     } else {
       fail(where, "$ref '" + pointer + "' points nowhere");

@@ -3,8 +3,8 @@
 // mode), array (items, minItems, maxItems), string (minLength, maxLength, pattern, a few formats),
 // number / integer (integers: exact minimum / maximum / exclusive bounds; numbers: the sign only),
 // boolean, null, enum, const, anyOf / oneOf (as alternatives), single-entry allOf, local $ref ("#",
-// "#/$defs/..", "#/definitions/..", recursion allowed). Output is compact JSON with at most one space between
-// tokens, so a generation can never run on in whitespace.
+// "#/$defs/..", "#/definitions/..", recursion allowed). Output is compact JSON with at most one
+// space between tokens, so a generation can never run on in whitespace.
 #pragma once
 
 #include <nlohmann/json.hpp>

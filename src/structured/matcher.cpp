@@ -4,7 +4,8 @@
 
 namespace pagellm::structured {
 
-CompiledGrammar::CompiledGrammar(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const Vocab> vocab)
+CompiledGrammar::CompiledGrammar(std::shared_ptr<const Grammar> grammar,
+                                 std::shared_ptr<const Vocab> vocab)
     : vocab_(std::move(vocab)), automaton_(std::move(grammar)) {
   path_.resize(vocab_->max_depth() + 1);
 }
@@ -18,7 +19,8 @@ void CompiledGrammar::compute_mask(int32_t state, std::span<uint32_t> words) {
   for (size_t i = 1; i < nodes.size();) {
     const Vocab::Node& n = nodes[i];
     const int32_t from = path_[n.depth - 1];
-    const int32_t to = automaton_.next_bytes(from).test(n.byte) ? automaton_.step(from, n.byte) : Automaton::kDead;
+    const int32_t to =
+        automaton_.next_bytes(from).test(n.byte) ? automaton_.step(from, n.byte) : Automaton::kDead;
     if (to == Automaton::kDead) {
       i = n.subtree_end;
       continue;

@@ -40,11 +40,13 @@ Ranges negated(const Ranges& r) {
 
 class RegexParser {
  public:
-  RegexParser(std::string_view p, GrammarBuilder& b, const RegexOptions& o) : p_(p), b_(b), opt_(o) {}
+  RegexParser(std::string_view p, GrammarBuilder& b, const RegexOptions& o)
+      : p_(p), b_(b), opt_(o) {}
 
   ExprPtr parse() {
     if (p_.size() > b_.limits().max_spec_bytes) {
-      invalid_argument("regex: longer than " + std::to_string(b_.limits().max_spec_bytes) + " bytes (limit)");
+      invalid_argument("regex: longer than " + std::to_string(b_.limits().max_spec_bytes) +
+                       " bytes (limit)");
     }
     if (peek('^')) ++i_;
     ExprPtr e = parse_alt(0);
@@ -155,7 +157,10 @@ class RegexParser {
     }
     if (c == '\\') return parse_escape_atom();
     if (c == '*' || c == '+' || c == '?') fail("nothing to repeat");
-    if (c == '{' ) { ++i_; return ranges_expr({{'{', '{'}}); }
+    if (c == '{') {
+      ++i_;
+      return ranges_expr({{'{', '{'}});
+    }
     const uint32_t cp = next_code_point();
     return ranges_expr({{cp, cp}});
   }
@@ -183,7 +188,8 @@ class RegexParser {
       cp = (cp << 6) | (b & 0x3F);
     }
     static constexpr uint32_t kMinOfLen[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMinOfLen[len] || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF)) fail("invalid UTF-8");
+    if (cp < kMinOfLen[len] || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF))
+      fail("invalid UTF-8");
     i_ += size_t(len);
     return cp;
   }
@@ -203,21 +209,44 @@ class RegexParser {
     if (at_end()) fail("trailing backslash");
     const char c = p_[i_++];
     switch (c) {
-      case 'd': return {{'0', '9'}};
-      case 'D': return negated({{'0', '9'}});
-      case 'w': return {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
-      case 'W': return negated({{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}});
-      case 's': return {{'\t', '\r'}, {' ', ' '}};
-      case 'S': return negated({{'\t', '\r'}, {' ', ' '}});
-      case 'n': return {{'\n', '\n'}};
-      case 't': return {{'\t', '\t'}};
-      case 'r': return {{'\r', '\r'}};
-      case 'f': return {{'\f', '\f'}};
-      case 'v': return {{'\v', '\v'}};
-      case '0': return {{0, 0}};
-      case 'x': { const uint32_t v = parse_hex(2); return {{v, v}}; }
-      case 'u': { const uint32_t v = parse_hex(4); return {{v, v}}; }
-      case 'b': case 'B': case 'A': case 'z': case 'Z': fail("unsupported anchor '\\" + std::string(1, c) + "'");
+      case 'd':
+        return {{'0', '9'}};
+      case 'D':
+        return negated({{'0', '9'}});
+      case 'w':
+        return {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
+      case 'W':
+        return negated({{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}});
+      case 's':
+        return {{'\t', '\r'}, {' ', ' '}};
+      case 'S':
+        return negated({{'\t', '\r'}, {' ', ' '}});
+      case 'n':
+        return {{'\n', '\n'}};
+      case 't':
+        return {{'\t', '\t'}};
+      case 'r':
+        return {{'\r', '\r'}};
+      case 'f':
+        return {{'\f', '\f'}};
+      case 'v':
+        return {{'\v', '\v'}};
+      case '0':
+        return {{0, 0}};
+      case 'x': {
+        const uint32_t v = parse_hex(2);
+        return {{v, v}};
+      }
+      case 'u': {
+        const uint32_t v = parse_hex(4);
+        return {{v, v}};
+      }
+      case 'b':
+      case 'B':
+      case 'A':
+      case 'z':
+      case 'Z':
+        fail("unsupported anchor '\\" + std::string(1, c) + "'");
       default:
         if (c >= '1' && c <= '9') fail("backreferences are not supported");
         if (std::isalnum(uint8_t(c))) fail("unknown escape '\\" + std::string(1, c) + "'");
@@ -297,7 +326,8 @@ class RegexParser {
 
 }  // namespace
 
-ExprPtr compile_regex(std::string_view pattern, GrammarBuilder& builder, const RegexOptions& options) {
+ExprPtr compile_regex(std::string_view pattern, GrammarBuilder& builder,
+                      const RegexOptions& options) {
   return RegexParser(pattern, builder, options).parse();
 }
 

@@ -16,6 +16,7 @@ struct RegexOptions {
 };
 
 // Throws kInvalidArgument naming the position and problem ("regex: ... at offset N").
-ExprPtr compile_regex(std::string_view pattern, GrammarBuilder& builder, const RegexOptions& options = {});
+ExprPtr compile_regex(std::string_view pattern, GrammarBuilder& builder,
+                      const RegexOptions& options = {});
 
 }  // namespace pagellm::structured

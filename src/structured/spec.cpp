@@ -19,7 +19,8 @@ void check_size(size_t size, const char* what, const Limits& limits) {
 
 Grammar build_grammar(const StructuredOutputs& spec, const Limits& limits) {
   if (spec.num_set() != 1) {
-    invalid_argument("structured output: exactly one of json, json_object, regex, choice, grammar must be set");
+    invalid_argument(
+        "structured output: exactly one of json, json_object, regex, choice, grammar must be set");
   }
   Deadline deadline(limits.max_compile_ms);
   GrammarBuilder b(limits, deadline);
@@ -44,9 +45,11 @@ Grammar build_grammar(const StructuredOutputs& spec, const Limits& limits) {
     root = compile_gbnf(*spec.grammar, b);
   } else {
     const std::vector<std::string>& choices = *spec.choice;
-    if (choices.empty()) invalid_argument("structured output: choice must list at least one string");
+    if (choices.empty())
+      invalid_argument("structured output: choice must list at least one string");
     if (choices.size() > limits.max_enum) {
-      invalid_argument("structured output: more than " + std::to_string(limits.max_enum) + " choices (limit)");
+      invalid_argument("structured output: more than " + std::to_string(limits.max_enum) +
+                       " choices (limit)");
     }
     size_t total = 0;
     for (const std::string& c : choices) total += c.size();

@@ -60,14 +60,19 @@ const std::string& Vocab::bytes(int32_t id) const {
   return id >= 0 && size_t(id) < bytes_.size() ? bytes_[size_t(id)] : kNone;
 }
 
-bool Vocab::is_eos(int32_t id) const { return std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end(); }
+bool Vocab::is_eos(int32_t id) const {
+  return std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
+}
 
 namespace {
 
 // "<0xHH>" (a byte-fallback token) -> HH, else -1.
 int byte_token(const std::string& t) {
   auto hex = [](char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                  : -1;
   };
   if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
   const int hi = hex(t[3]), lo = hex(t[4]);
@@ -76,14 +81,16 @@ int byte_token(const std::string& t) {
 
 }  // namespace
 
-std::shared_ptr<const Vocab> Vocab::from_tokenizer(const tok::Tokenizer& tokenizer, std::vector<int32_t> eos_ids,
+std::shared_ptr<const Vocab> Vocab::from_tokenizer(const tok::Tokenizer& tokenizer,
+                                                   std::vector<int32_t> eos_ids,
                                                    size_t vocab_size) {
   const int32_t n = tokenizer.vocab_size();
   // Decoders may treat a sequence's first token specially (SentencePiece strips its leading
   // space): decode each token after an anchor token and keep what it added.
   const std::vector<int32_t> anchor_ids = tokenizer.encode("a", false);
   const int32_t anchor = anchor_ids.empty() ? -1 : anchor_ids.front();
-  const std::string anchor_text = anchor >= 0 ? tokenizer.decode_bytes(std::span(&anchor, 1)) : std::string();
+  const std::string anchor_text =
+      anchor >= 0 ? tokenizer.decode_bytes(std::span(&anchor, 1)) : std::string();
   std::vector<std::string> bytes(size_t(std::max(n, 0)));
   for (int32_t id = 0; id < n; ++id) {
     if (tokenizer.is_special(id)) continue;
@@ -98,7 +105,8 @@ std::shared_ptr<const Vocab> Vocab::from_tokenizer(const tok::Tokenizer& tokeniz
     if (anchor >= 0) {
       const int32_t pair[2] = {anchor, id};
       const std::string both = tokenizer.decode_bytes(pair);
-      if (both.size() >= anchor_text.size() && both.compare(0, anchor_text.size(), anchor_text) == 0) {
+      if (both.size() >= anchor_text.size() &&
+          both.compare(0, anchor_text.size(), anchor_text) == 0) {
         bytes[size_t(id)] = both.substr(anchor_text.size());
         continue;
       }

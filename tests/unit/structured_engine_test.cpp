@@ -44,7 +44,9 @@ void expect_person(const std::string& text) {
   const nlohmann::json j = nlohmann::json::parse(text);  // throws (fails the test) if invalid
   ASSERT_TRUE(j.is_object()) << text;
   EXPECT_TRUE(j["name"].is_string() && !j["name"].get<std::string>().empty()) << text;
-  EXPECT_TRUE(j["age"].is_number_integer() && j["age"].get<int>() >= 0 && j["age"].get<int>() <= 120) << text;
+  EXPECT_TRUE(j["age"].is_number_integer() && j["age"].get<int>() >= 0 &&
+              j["age"].get<int>() <= 120)
+      << text;
   EXPECT_TRUE(j["happy"].is_boolean()) << text;
   for (const auto& [key, value] : j.items()) {
     EXPECT_TRUE(key == "name" || key == "age" || key == "pets" || key == "happy") << text;
@@ -56,7 +58,8 @@ void expect_person(const std::string& text) {
 
 std::vector<PromptInput> prompts(int num) {
   std::vector<PromptInput> out;
-  for (int i = 0; i < num; ++i) out.push_back(PromptInput::from_text("Once upon a time " + std::to_string(i)));
+  for (int i = 0; i < num; ++i)
+    out.push_back(PromptInput::from_text("Once upon a time " + std::to_string(i)));
   return out;
 }
 
@@ -90,7 +93,8 @@ TEST(StructuredEngine, RegexChoiceAndGrammar) {
   const std::regex gbnf_check("((red|blue) [a-z]{1,6})(, (red|blue) [a-z]{1,6}){0,3}");
   for (float temperature : {0.0f, 0.8f}) {
     for (const RequestOutput& r : llm.generate(prompts(4), params(temperature, 2, 64, re))) {
-      for (const CompletionOutput& o : r.outputs) EXPECT_TRUE(std::regex_match(o.text, re_check)) << o.text;
+      for (const CompletionOutput& o : r.outputs)
+        EXPECT_TRUE(std::regex_match(o.text, re_check)) << o.text;
     }
     for (const RequestOutput& r : llm.generate(prompts(4), params(temperature, 3, 16, choice))) {
       for (const CompletionOutput& o : r.outputs) {
@@ -99,7 +103,8 @@ TEST(StructuredEngine, RegexChoiceAndGrammar) {
       }
     }
     for (const RequestOutput& r : llm.generate(prompts(4), params(temperature, 1, 96, gbnf))) {
-      for (const CompletionOutput& o : r.outputs) EXPECT_TRUE(std::regex_match(o.text, gbnf_check)) << o.text;
+      for (const CompletionOutput& o : r.outputs)
+        EXPECT_TRUE(std::regex_match(o.text, gbnf_check)) << o.text;
     }
   }
 }

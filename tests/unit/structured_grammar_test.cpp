@@ -1,11 +1,11 @@
-// The structured-output compilers (JSON schema, regex, choice, GBNF) and the byte automaton, with no
-// tokenizer: which strings each compiled grammar accepts, and which inputs are rejected with which
-// message.
+// The structured-output compilers (JSON schema, regex, choice, GBNF) and the byte automaton, with
+// no tokenizer: which strings each compiled grammar accepts, and which inputs are rejected with
+// which message.
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <random>
 #include <memory>
+#include <random>
 #include <string>
 
 #include "common/error.h"
@@ -81,7 +81,9 @@ TEST(StructuredRegex, ClassesEscapesAndUnicode) {
   Accepts dot(regex_spec("a.c"));
   EXPECT_TRUE(dot("a€c"));
   EXPECT_FALSE(dot("a\nc"));
-  EXPECT_FALSE(dot("a\xE2\x82""c"));  // a truncated UTF-8 character is not a character
+  EXPECT_FALSE(
+      dot("a\xE2\x82"
+          "c"));  // a truncated UTF-8 character is not a character
 }
 
 TEST(StructuredRegex, NestedNullableRepetitionsAreFine) {
@@ -112,10 +114,12 @@ TEST(StructuredRegex, RejectsWhatIsNotLinearOrMalformed) {
   EXPECT_NE(error_of(regex_spec("a{100000}")).find("limit"), std::string::npos);
   EXPECT_NE(error_of(regex_spec("a\xff\xff\xff\xff")).find("invalid UTF-8"), std::string::npos);
   EXPECT_NE(error_of(regex_spec("\xc0\x80")).find("invalid UTF-8"), std::string::npos);  // overlong
-  EXPECT_NE(error_of(regex_spec(std::string(100, '(') + "a" + std::string(100, ')'))).find("nested deeper"),
+  EXPECT_NE(error_of(regex_spec(std::string(100, '(') + "a" + std::string(100, ')')))
+                .find("nested deeper"),
             std::string::npos);
   // Bounded repetitions that multiply stay within the element limit or fail naming it.
-  EXPECT_NE(error_of(regex_spec("((a{1000}){1000}){1000}|b{9000}c{9000}d{9000}e{9000}f{9000}"), Limits{.max_elements = 20000})
+  EXPECT_NE(error_of(regex_spec("((a{1000}){1000}){1000}|b{9000}c{9000}d{9000}e{9000}f{9000}"),
+                     Limits{.max_elements = 20000})
                 .find("elements (limit)"),
             std::string::npos);
 }
@@ -141,7 +145,8 @@ TEST(StructuredChoice, AcceptsExactlyTheChoices) {
 TEST(StructuredChoice, LongListsWithSharedPrefixesStayExact) {
   StructuredOutputs s;
   std::vector<std::string> choices;
-  for (int i = 0; i < 4000; ++i) choices.push_back(std::string("item-").append(std::to_string(i * 7)));
+  for (int i = 0; i < 4000; ++i)
+    choices.push_back(std::string("item-").append(std::to_string(i * 7)));
   choices.push_back("item-");
   choices.push_back("");
   s.choice = choices;
@@ -177,11 +182,17 @@ num  ::= [0-9]+ ("." [0-9]{1,3})?
 }
 
 TEST(StructuredGbnf, RejectsBadGrammars) {
-  EXPECT_NE(error_of(grammar_spec("root ::= a \"x\"\na ::= root \"y\" | \"z\"")).find("left recursion"), std::string::npos);
-  EXPECT_NE(error_of(grammar_spec("root ::= root \"x\" | \"y\"")).find("left recursion"), std::string::npos);
-  EXPECT_NE(error_of(grammar_spec("root ::= undefined")).find("'undefined' is used but not defined"), std::string::npos);
+  EXPECT_NE(
+      error_of(grammar_spec("root ::= a \"x\"\na ::= root \"y\" | \"z\"")).find("left recursion"),
+      std::string::npos);
+  EXPECT_NE(error_of(grammar_spec("root ::= root \"x\" | \"y\"")).find("left recursion"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of(grammar_spec("root ::= undefined")).find("'undefined' is used but not defined"),
+      std::string::npos);
   EXPECT_NE(error_of(grammar_spec("a ::= \"x\"")).find("no 'root'"), std::string::npos);
-  EXPECT_NE(error_of(grammar_spec("root ::= \"x\" root")).find("matches no finite string"), std::string::npos);
+  EXPECT_NE(error_of(grammar_spec("root ::= \"x\" root")).find("matches no finite string"),
+            std::string::npos);
   EXPECT_NE(error_of(grammar_spec("root ::= \"abc")).find("unterminated"), std::string::npos);
   EXPECT_NE(error_of(grammar_spec("root ::= ::=")).find("grammar"), std::string::npos);
   EXPECT_NE(error_of(grammar_spec("")).find("empty grammar"), std::string::npos);
@@ -198,13 +209,13 @@ TEST(StructuredJsonSchema, ObjectWithRequiredAndOptionalProperties) {
   EXPECT_TRUE(a(R"({ "name": "bob", "age": 42, "ok": false })"));
   EXPECT_TRUE(a(R"({"name":"","tags":["a",null],"ok":true})"));
   EXPECT_TRUE(a(R"({"name":"é\"\u00e9","age":0,"tags":[3],"ok":true})"));
-  EXPECT_FALSE(a(R"({"ok":true})"));                          // name is required
-  EXPECT_FALSE(a(R"({"name":"bob"})"));                       // ok is required
-  EXPECT_FALSE(a(R"({"name":"bobbie","ok":true})"));          // maxLength
-  EXPECT_FALSE(a(R"({"name":"b","age":151,"ok":true})"));     // maximum
-  EXPECT_FALSE(a(R"({"name":"b","tags":[],"ok":true})"));     // minItems
+  EXPECT_FALSE(a(R"({"ok":true})"));                       // name is required
+  EXPECT_FALSE(a(R"({"name":"bob"})"));                    // ok is required
+  EXPECT_FALSE(a(R"({"name":"bobbie","ok":true})"));       // maxLength
+  EXPECT_FALSE(a(R"({"name":"b","age":151,"ok":true})"));  // maximum
+  EXPECT_FALSE(a(R"({"name":"b","tags":[],"ok":true})"));  // minItems
   EXPECT_FALSE(a(R"({"name":"b","tags":["a","b","a"],"ok":true})"));
-  EXPECT_FALSE(a(R"({"name":"b","ok":true,"extra":1})"));     // no additionalProperties
+  EXPECT_FALSE(a(R"({"name":"b","ok":true,"extra":1})"));  // no additionalProperties
   EXPECT_FALSE(a(R"({"name":"b","ok":true,})"));
 }
 
@@ -239,8 +250,11 @@ TEST(StructuredJsonSchema, IntegerBoundsAreExact) {
     int lo = std::uniform_int_distribution<int>(-1200, 1200)(rng);
     int hi = std::uniform_int_distribution<int>(-1200, 1200)(rng);
     if (lo > hi) std::swap(lo, hi);
-    Accepts a(json_spec(int_schema(",\"minimum\":" + std::to_string(lo) + ",\"maximum\":" + std::to_string(hi))));
-    for (int v = -1500; v <= 1500; ++v) ASSERT_EQ(a(std::to_string(v)), v >= lo && v <= hi) << v << " in [" << lo << ", " << hi << "]";
+    Accepts a(json_spec(
+        int_schema(",\"minimum\":" + std::to_string(lo) + ",\"maximum\":" + std::to_string(hi))));
+    for (int v = -1500; v <= 1500; ++v)
+      ASSERT_EQ(a(std::to_string(v)), v >= lo && v <= hi)
+          << v << " in [" << lo << ", " << hi << "]";
     EXPECT_FALSE(a("-0"));
     EXPECT_FALSE(a("007"));
   }
@@ -254,11 +268,13 @@ TEST(StructuredJsonSchema, IntegerBoundsAreExact) {
   EXPECT_FALSE(max_only("0"));
   EXPECT_TRUE(max_only("-3"));
   EXPECT_TRUE(max_only("-99999999"));
-  Accepts wide(json_spec(int_schema(R"(,"minimum":-9223372036854775808,"maximum":9007199254740993)")));
+  Accepts wide(
+      json_spec(int_schema(R"(,"minimum":-9223372036854775808,"maximum":9007199254740993)")));
   EXPECT_TRUE(wide("9007199254740992"));
   EXPECT_FALSE(wide("9007199254740994"));
   EXPECT_TRUE(wide("-123"));
-  EXPECT_NE(error_of(json_spec(int_schema(R"(,"minimum":3.5,"maximum":3.9)"))).find("no integer"), std::string::npos);
+  EXPECT_NE(error_of(json_spec(int_schema(R"(,"minimum":3.5,"maximum":3.9)"))).find("no integer"),
+            std::string::npos);
 }
 
 TEST(StructuredJsonSchema, AnyJsonObject) {
@@ -274,28 +290,41 @@ TEST(StructuredJsonSchema, AnyJsonObject) {
 
 TEST(StructuredJsonSchema, HostileSchemasFailNamingTheLimit) {
   // A schema that only refers to itself describes no value.
-  EXPECT_NE(error_of(json_spec(R"({"$ref":"#"})")).find("matches no finite string"), std::string::npos);
-  EXPECT_NE(error_of(json_spec(R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})"))
-                .find("matches no finite string"),
+  EXPECT_NE(error_of(json_spec(R"({"$ref":"#"})")).find("matches no finite string"),
             std::string::npos);
+  EXPECT_NE(
+      error_of(
+          json_spec(
+              R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})"))
+          .find("matches no finite string"),
+      std::string::npos);
   std::string deep = "true";
   for (int i = 0; i < 200; ++i) deep = R"({"type":"array","items":)" + deep + "}";
-  EXPECT_NE(error_of(json_spec(deep)).find("nested deeper than 64 levels (limit)"), std::string::npos);
+  EXPECT_NE(error_of(json_spec(deep)).find("nested deeper than 64 levels (limit)"),
+            std::string::npos);
   std::string big_enum = R"({"enum":[)";
   for (int i = 0; i < 5000; ++i) big_enum.append(i ? "," : "").append(std::to_string(i));
-  EXPECT_NE(error_of(json_spec(big_enum + "]}")).find("more than 4096 values (limit)"), std::string::npos);
+  EXPECT_NE(error_of(json_spec(big_enum + "]}")).find("more than 4096 values (limit)"),
+            std::string::npos);
   std::string huge = R"({"type":"object","description":")" + std::string(1 << 20, 'x') + "\"}";
   EXPECT_NE(error_of(json_spec(huge)).find("bytes (limit)"), std::string::npos);
   EXPECT_NE(error_of(json_spec("{not json")).find("not valid JSON"), std::string::npos);
-  EXPECT_NE(error_of(json_spec(R"({"type":"strin"})")).find("unknown type 'strin'"), std::string::npos);
-  EXPECT_NE(error_of(json_spec(R"({"not":{}})")).find("unsupported keyword 'not'"), std::string::npos);
-  EXPECT_NE(error_of(json_spec(R"({"$ref":"http://x/y"})")).find("only local $ref"), std::string::npos);
-  EXPECT_NE(error_of(json_spec(R"({"$ref":"#/nowhere"})")).find("points nowhere"), std::string::npos);
-  EXPECT_NE(error_of(json_spec(R"({"type":"string","maxLength":1000000})")).find("(limit)"), std::string::npos);
+  EXPECT_NE(error_of(json_spec(R"({"type":"strin"})")).find("unknown type 'strin'"),
+            std::string::npos);
+  EXPECT_NE(error_of(json_spec(R"({"not":{}})")).find("unsupported keyword 'not'"),
+            std::string::npos);
+  EXPECT_NE(error_of(json_spec(R"({"$ref":"http://x/y"})")).find("only local $ref"),
+            std::string::npos);
+  EXPECT_NE(error_of(json_spec(R"({"$ref":"#/nowhere"})")).find("points nowhere"),
+            std::string::npos);
+  EXPECT_NE(error_of(json_spec(R"({"type":"string","maxLength":1000000})")).find("(limit)"),
+            std::string::npos);
   // Many wide properties: bounded by the element limit, not by memory or time.
   std::string wide = R"({"type":"object","properties":{)";
   for (int i = 0; i < 3000; ++i) {
-    wide.append(i ? ",\"p" : "\"p").append(std::to_string(i)).append(R"(":{"type":"string","maxLength":100})");
+    wide.append(i ? ",\"p" : "\"p")
+        .append(std::to_string(i))
+        .append(R"(":{"type":"string","maxLength":100})");
   }
   const auto start = std::chrono::steady_clock::now();
   EXPECT_NE(error_of(json_spec(wide + "}}")).find("(limit)"), std::string::npos);

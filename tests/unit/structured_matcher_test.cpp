@@ -28,7 +28,9 @@ const std::shared_ptr<const Vocab>& pycode_vocab() {
   return v;
 }
 
-bool bit(const std::vector<uint32_t>& mask, int32_t t) { return (mask[size_t(t) / 32] >> (t % 32)) & 1; }
+bool bit(const std::vector<uint32_t>& mask, int32_t t) {
+  return (mask[size_t(t) / 32] >> (t % 32)) & 1;
+}
 
 StructuredOutputs json_spec(const std::string& schema) {
   StructuredOutputs s;
@@ -78,7 +80,8 @@ TEST(StructuredMatcher, MaskAgreesWithAdvancingOnEveryToken) {
     for (int32_t t = 0; t < int32_t(v.size()); ++t) {
       Matcher probe = m;
       const bool ok = probe.advance(t);
-      ASSERT_EQ(bit(mask, t), t == eos ? m.accepting() : ok) << "token " << t << " before '" << piece << "'";
+      ASSERT_EQ(bit(mask, t), t == eos ? m.accepting() : ok)
+          << "token " << t << " before '" << piece << "'";
     }
     for (char c : std::string(piece)) {
       const auto ids = tok->encode(std::string(1, c), false);
@@ -102,8 +105,8 @@ TEST(StructuredMatcher, MaskAgreesWithAdvancingOnEveryToken) {
 }
 
 // Random walks through the masks always produce output the grammar accepts and that parses.
-void random_walks(const std::shared_ptr<const Vocab>& vocab, const StructuredOutputs& spec, int num_walks,
-                  const std::function<void(const std::string&)>& check) {
+void random_walks(const std::shared_ptr<const Vocab>& vocab, const StructuredOutputs& spec,
+                  int num_walks, const std::function<void(const std::string&)>& check) {
   GrammarCompiler compiler(vocab);
   auto grammar = compiler.compile(spec);
   std::mt19937 rng(1234);
@@ -137,7 +140,9 @@ TEST(StructuredMatcher, RandomWalksProduceValidJson) {
     random_walks(vocab, json_spec(schema), 20, [](const std::string& text) {
       const nlohmann::json j = nlohmann::json::parse(text);
       EXPECT_TRUE(j.is_object()) << text;
-      EXPECT_TRUE(j["id"].is_number_integer() && j["id"].get<int>() >= 0 && j["id"].get<int>() <= 99) << text;
+      EXPECT_TRUE(j["id"].is_number_integer() && j["id"].get<int>() >= 0 &&
+                  j["id"].get<int>() <= 99)
+          << text;
       const std::string kind = j["kind"].get<std::string>();
       EXPECT_TRUE(kind == "a" || kind == "b c" || kind == "ü") << text;
       if (j.contains("tags")) {
@@ -169,9 +174,11 @@ TEST(StructuredMatcher, CompiledGrammarsAreCached) {
   auto b = compiler.compile(json_spec(R"({"type":"string"})"));
   const auto t2 = std::chrono::steady_clock::now();
   EXPECT_EQ(a.get(), b.get());
-  std::printf("compile {\"type\":\"string\"} at vocab 32000 (with its first mask): cold %.0f us, cached %.1f us\n",
-              std::chrono::duration<double, std::micro>(t1 - t0).count(),
-              std::chrono::duration<double, std::micro>(t2 - t1).count());
+  std::printf(
+      "compile {\"type\":\"string\"} at vocab 32000 (with its first mask): cold %.0f us, cached "
+      "%.1f us\n",
+      std::chrono::duration<double, std::micro>(t1 - t0).count(),
+      std::chrono::duration<double, std::micro>(t2 - t1).count());
   StructuredOutputs obj;
   obj.json_object = true;
   EXPECT_NE(compiler.compile(obj).get(), a.get());
@@ -195,7 +202,8 @@ TEST(StructuredMatcher, MaskCostAt32kVocab) {
     for (int step = 0; step < 100 && !m.finished(); ++step) {
       const auto t0 = std::chrono::steady_clock::now();
       m.fill_mask(mask);
-      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      const double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
       (walk == 0 ? cold_us : warm_us) += us;
       ++(walk == 0 ? num_cold : num_warm);
       std::vector<int32_t> allowed;
@@ -203,18 +211,23 @@ TEST(StructuredMatcher, MaskCostAt32kVocab) {
         if (bit(mask, t)) allowed.push_back(t);
       }
       ASSERT_FALSE(allowed.empty());
-      ASSERT_TRUE(m.advance(allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)]));
+      ASSERT_TRUE(
+          m.advance(allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)]));
     }
   }
-  std::printf("json_object masks at vocab %zu: first walk %.1f us/token (%d), later walks %.1f us/token (%d)\n",
-              v.size(), cold_us / std::max(num_cold, 1), num_cold, warm_us / std::max(num_warm, 1), num_warm);
+  std::printf(
+      "json_object masks at vocab %zu: first walk %.1f us/token (%d), later walks %.1f us/token "
+      "(%d)\n",
+      v.size(), cold_us / std::max(num_cold, 1), num_cold, warm_us / std::max(num_warm, 1),
+      num_warm);
 }
 
 // The most expensive mask: inside a JSON string almost every token is allowed, so the first mask
 // of that state walks nearly the whole vocabulary trie; the second is a cache copy.
 TEST(StructuredMatcher, StringStateMaskCost) {
   GrammarCompiler compiler(pycode_vocab());
-  auto grammar = compiler.compile(json_spec(R"({"type":"object","properties":{"s":{"type":"string"}},"required":["s"]})"));
+  auto grammar = compiler.compile(
+      json_spec(R"({"type":"object","properties":{"s":{"type":"string"}},"required":["s"]})"));
   Matcher m(grammar);
   const Vocab& v = *pycode_vocab();
   for (char c : std::string("{\"s\":\"")) {
@@ -236,8 +249,9 @@ TEST(StructuredMatcher, StringStateMaskCost) {
   size_t allowed = 0;
   for (int32_t t = 0; t < int32_t(v.size()); ++t) allowed += bit(mask, t);
   EXPECT_GT(allowed, v.size() / 2);
-  std::printf("string-content mask at vocab %zu (%zu tokens allowed): first %.0f us, cached %.1f us\n", v.size(),
-              allowed, cold, warm);
+  std::printf(
+      "string-content mask at vocab %zu (%zu tokens allowed): first %.0f us, cached %.1f us\n",
+      v.size(), allowed, cold, warm);
 }
 
 }  // namespace
