@@ -24,7 +24,8 @@ struct StackHash {
 
 }  // namespace
 
-Automaton::Automaton(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {
+Automaton::Automaton(std::shared_ptr<const Grammar> grammar, size_t max_states)
+    : grammar_(std::move(grammar)), max_states_(std::max<size_t>(max_states, 1)) {
   for (size_t r = 0; r < grammar_->rule_start.size(); ++r) {
     alternatives_.push_back(grammar_->alternatives(int32_t(r)));
   }
@@ -77,6 +78,7 @@ int32_t Automaton::intern(std::vector<Stack> stacks) {
   for (auto it = lo; it != hi; ++it) {
     if (states_[size_t(it->second)].stacks == stacks) return it->second;
   }
+  if (states_.size() >= max_states_) return kDead;
   State st;
   for (const Stack& s : stacks) {
     if (s.empty()) {

@@ -24,8 +24,12 @@ class Automaton {
   // deeply nested input; a dropped stack only narrows what may follow).
   static constexpr size_t kMaxStacks = 4096;
   static constexpr size_t kMaxDepth = 512;
+  // States per automaton. A regex like (a|b)*a(a|b){20} has millions of DFA states; past the cap a
+  // transition that needs a new state is dead, so memory stays bounded and the output ends early
+  // (the matcher offers EOS when nothing else is allowed) instead of growing without limit.
+  static constexpr size_t kDefaultMaxStates = 500000;
 
-  explicit Automaton(std::shared_ptr<const Grammar> grammar);
+  explicit Automaton(std::shared_ptr<const Grammar> grammar, size_t max_states = kDefaultMaxStates);
 
   int32_t initial() const { return 0; }
   // The state after reading `byte` in `state`, or kDead.
@@ -45,9 +49,11 @@ class Automaton {
   };
   // Expands `stack` until every resulting stack's top is a byte-set element (or it is empty).
   void expand(Stack stack, std::vector<Stack>& out);
+  // The id of `stacks`, a new one if it is new; kDead when new and the automaton is full.
   int32_t intern(std::vector<Stack> stacks);
 
   std::shared_ptr<const Grammar> grammar_;
+  size_t max_states_;
   std::vector<std::vector<uint32_t>> alternatives_;  // [num_rules] start positions
   std::vector<State> states_;
   std::unordered_multimap<uint64_t, int32_t> by_hash_;

@@ -104,6 +104,32 @@ TEST(StructuredRegex, CatastrophicBacktrackingPatternIsLinear) {
   EXPECT_LT(b.automaton().num_states(), 20u);
 }
 
+TEST(StructuredRegex, StateExplosionIsCapped) {
+  // (a|b)*a(a|b){12} needs 2^13 DFA states; with a cap of 100 the automaton stops growing and
+  // inputs that would need more states are rejected instead.
+  auto grammar =
+      std::make_shared<const Grammar>(build_grammar(regex_spec("(a|b)*a(a|b){12}"), Limits{}));
+  Automaton capped(grammar, 100);
+  std::mt19937 rng(3);
+  int32_t state = capped.initial();
+  int num_dead = 0;
+  for (int i = 0; i < 2000; ++i) {
+    const int32_t next = capped.step(state, std::bernoulli_distribution(0.5)(rng) ? 'a' : 'b');
+    if (next == Automaton::kDead) {
+      ++num_dead;
+      continue;
+    }
+    state = next;
+  }
+  EXPECT_LE(capped.num_states(), 100u);
+  EXPECT_GT(num_dead, 0);
+  Automaton uncapped(grammar);
+  state = uncapped.initial();
+  for (char c : std::string(40, 'b') + "a" + std::string(12, 'b'))
+    state = uncapped.step(state, uint8_t(c));
+  EXPECT_TRUE(uncapped.accepting(state));
+}
+
 TEST(StructuredRegex, RejectsWhatIsNotLinearOrMalformed) {
   EXPECT_NE(error_of(regex_spec(R"((a)\1)")).find("backreferences"), std::string::npos);
   EXPECT_NE(error_of(regex_spec("(?=a)a")).find("lookaround"), std::string::npos);
