@@ -212,6 +212,12 @@ test('hostile and malformed specs get a quick 400 naming the problem; the server
   const ok = await client.completions.create({ model, prompt: 'a', max_tokens: 12, temperature: 1, guided_regex: '(a+)+b' });
   assert.match(ok.choices[0].text, /^a*b?$/);
   assert.ok(Date.now() - t0 < 5000);
+  // An exponential DFA is built lazily (and capped): served quickly too.
+  const t1 = Date.now();
+  const dfa = await client.completions.create({ model, prompt: 'a', max_tokens: 48, temperature: 1, seed: 5,
+    guided_regex: '(a|b)*a(a|b){20}' });
+  assert.match(dfa.choices[0].text, /^[ab]*$/);
+  assert.ok(Date.now() - t1 < 5000);
   const after = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 8, temperature: 0 });
   assert.ok(after.choices[0].text.length > 0);
 });
