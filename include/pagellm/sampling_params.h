@@ -9,6 +9,22 @@
 
 namespace pagellm {
 
+// Constrained decoding (vLLM's StructuredOutputsParams): exactly one of the fields is set. The
+// output then matches the JSON schema / any JSON object / the regex (whole output) / one of the
+// choices / the GBNF grammar, and EOS is allowed only where the match is complete.
+struct StructuredOutputs {
+  std::optional<std::string> json;          // a JSON schema, as JSON text
+  bool json_object = false;                 // any JSON object
+  std::optional<std::string> regex;
+  std::optional<std::vector<std::string>> choice;
+  std::optional<std::string> grammar;       // GBNF, start rule `root`
+
+  int num_set() const {
+    return int(json.has_value()) + int(json_object) + int(regex.has_value()) + int(choice.has_value()) +
+           int(grammar.has_value());
+  }
+};
+
 struct SamplingParams {
   int n = 1;                            // samples returned per prompt
   std::optional<int> best_of;           // samples generated (>= n); the n with best cumulative logprob are returned
@@ -30,6 +46,7 @@ struct SamplingParams {
   std::optional<int> prompt_logprobs;   // top-N logprobs per prompt token, N <= 20
   bool skip_special_tokens = true;
   bool detokenize = true;
+  std::optional<StructuredOutputs> structured_outputs;
 
   static constexpr int kMaxLogprobs = 20;
 

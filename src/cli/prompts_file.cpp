@@ -8,6 +8,8 @@
 
 #include "cli/sampling_flags.h"
 #include "common/error.h"
+#include "server/openai_protocol.h"
+#include "structured/compiler.h"
 
 namespace pagellm::cli {
 
@@ -18,6 +20,18 @@ PromptLine parse_prompt_line(const std::string& line, const SamplingParams& defa
   PromptLine p;
   p.params = defaults;
   apply_sampling_json(obj, p.params, where);
+  try {  // the server's structured-output fields: response_format, structured_outputs, guided_*
+    if (auto so = server::parse_structured_outputs(obj)) {
+      p.params.structured_outputs = std::move(so);
+      server::restore_schema_order(p.params, line);
+      // Compiled once here too, so that a bad spec is reported with its line before anything runs.
+      structured::build_grammar(*p.params.structured_outputs, structured::Limits{});
+    }
+  } catch (const server::ApiError& e) {
+    invalid_argument(where + ": " + e.what());
+  } catch (const Error& e) {
+    invalid_argument(where + ": " + e.what());
+  }
   if (auto it = obj.find("output_len"); it != obj.end()) {  // vLLM benchmark datasets
     if (!it->is_number_integer() || *it < 1 || *it > std::numeric_limits<int32_t>::max())
       invalid_argument(where + ": field 'output_len' must be a positive integer");

@@ -78,6 +78,10 @@ void EngineCore::init(std::unique_ptr<runner::ModelRunner> runner) {
     for (int64_t id : config.eos_token_ids) eos.push_back(static_cast<int32_t>(id));
   }
   output_processor_ = std::make_unique<engine::OutputProcessor>(tokenizer_, std::move(eos), max_model_len);
+  if (tokenizer_) {
+    grammar_compiler_ = std::make_unique<structured::GrammarCompiler>(
+        tokenizer_, output_processor_->eos_token_ids(), static_cast<size_t>(std::max(info_.vocab_size, 0)));
+  }
   log::info("KV cache: " + std::to_string(kv_->num_blocks()) + " blocks of " + std::to_string(kv_->block_size()) +
             " tokens (" + std::to_string(static_cast<int64_t>(kv_->num_blocks()) * kv_->block_size()) +
             " tokens), max_model_len " + std::to_string(max_model_len) +
@@ -113,6 +117,13 @@ std::unique_ptr<Request> EngineCore::make_request(const std::string& request_id,
   req->cache_salt = options.cache_salt;
   req->cache_salt_hash = kv::KVCacheManager::hash_salt(options.cache_salt);
   req->params = params;
+  if (params.structured_outputs) {
+    if (options.pooling != PoolingType::kNone)
+      invalid_argument("structured_outputs: not available for embedding requests");
+    if (!grammar_compiler_) invalid_argument("structured_outputs: this engine has no tokenizer");
+    // Compiled here, on the caller's thread, so that the step loop never waits for a compile.
+    req->grammar = grammar_compiler_->compile(*params.structured_outputs);
+  }
   if (options.pooling != PoolingType::kNone) {
     // Nothing is generated: one sample, no logprobs; the prompt is all that runs.
     req->params = SamplingParams{};
@@ -136,6 +147,11 @@ void EngineCore::submit(std::unique_ptr<Request> req) {
   req->base_seed = req->params.seed ? *req->params.seed
                                     : engine::splitmix64(args_.seed ^ engine::splitmix64(req->arrival_index));
   scheduler_->add_request(*req);
+  if (req->grammar) {
+    engine::Sequence& seq = *req->seqs.front();
+    seq.matcher = std::make_unique<structured::Matcher>(req->grammar);
+    seq.token_mask.resize((static_cast<size_t>(info_.vocab_size) + 31) / 32);
+  }
   output_processor_->prepare(*req);
   const std::string id = req->request_id;
   requests_.emplace(id, std::move(req));
@@ -158,6 +174,7 @@ std::vector<RequestOutput> EngineCore::step() {
     return outputs;
   }
   count_scheduled_tokens(batch);
+  fill_token_masks(batch);
   const engine::ModelRunnerOutput result = runner_->execute(batch);
   new_tokens_.clear();
   scheduler_->update_from_output(result, new_tokens_);
@@ -177,7 +194,10 @@ std::vector<RequestOutput> EngineCore::step() {
 void EngineCore::propose_drafts() {
   scheduler_->spec_candidates(spec_seqs_);
   spec_candidates_.clear();
-  for (const auto& [seq, room] : spec_seqs_) spec_candidates_.push_back({seq, room});
+  for (const auto& [seq, room] : spec_seqs_)
+    // A structured-output sequence gets no drafts: verifying them would need its grammar's mask at
+    // every draft position, and the runner applies one mask per row.
+    if (!seq->matcher) spec_candidates_.push_back({seq, room});
   if (!spec_candidates_.empty()) proposer_->propose(spec_candidates_);
 }
 
@@ -187,6 +207,13 @@ void EngineCore::count_scheduled_tokens(const engine::SchedulerOutput& batch) {
     const int begin = s.num_computed_tokens;
     const int end = begin + static_cast<int>(s.token_ids.size());
     if (begin < num_prompt) stats_.prompt_tokens += static_cast<uint64_t>(std::min(end, num_prompt) - begin);
+  }
+}
+
+void EngineCore::fill_token_masks(const engine::SchedulerOutput& batch) {
+  const std::span<engine::Sequence* const> seqs = scheduler_->scheduled_seqs();
+  for (size_t i = 0; i < batch.seqs.size() && i < seqs.size(); ++i) {
+    if (batch.seqs[i].needs_sample && seqs[i]->matcher) seqs[i]->matcher->fill_mask(seqs[i]->token_mask);
   }
 }
 
@@ -204,7 +231,17 @@ void EngineCore::process_new_tokens(const std::vector<engine::NewToken>& new_tok
     }
     // A stop earlier in this step's accepted drafts ends the sequence: the tokens after it are dropped.
     if (seq.finished()) continue;
-    const FinishReason reason = output_processor_->process_token(seq, nt.token_id, nt.logprobs, nt.num_tokens);
+    // A token outside the mask means the runner did not apply it: end the sample as an error
+    // rather than return text that breaks its grammar.
+    const bool grammar_ok = !seq.matcher || seq.matcher->advance(nt.token_id);
+    FinishReason reason = output_processor_->process_token(seq, nt.token_id, nt.logprobs, nt.num_tokens);
+    if (!grammar_ok) {
+      log::warning("request " + req.request_id + ": sampled token " + std::to_string(nt.token_id) +
+                " is outside its structured-output mask");
+      reason = FinishReason::kError;
+    } else if (reason == FinishReason::kNone && seq.matcher && seq.matcher->finished()) {
+      reason = FinishReason::kStop;  // the grammar is complete and nothing may follow
+    }
     ++stats_.generation_tokens;
     if (req.touched_step != step_index_) {
       req.touched_step = step_index_;

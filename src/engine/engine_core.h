@@ -17,6 +17,7 @@
 #include "pagellm/llm.h"
 #include "runner/model_runner.h"
 #include "spec/proposer.h"
+#include "structured/compiler.h"
 
 namespace pagellm {
 
@@ -34,7 +35,8 @@ class EngineCore {
   // what is new since the previous output of this request.
   void add_request(const std::string& request_id, const PromptInput& prompt, const SamplingParams& params,
                    const RequestOptions& options, bool stream_deltas);
-  // The two halves of add_request. make_request only reads immutable state, so any thread may call
+  // The two halves of add_request. make_request only reads immutable state (and the thread-safe
+  // structured-output grammar cache, compiling the request's grammar there), so any thread may call
   // it (AsyncEngine validates on the caller's thread); submit belongs to the stepping thread and
   // rejects duplicate ids.
   std::unique_ptr<engine::Request> make_request(const std::string& request_id, const PromptInput& prompt,
@@ -71,6 +73,8 @@ class EngineCore {
   void count_scheduled_tokens(const engine::SchedulerOutput& batch);
   // Speculative decoding: drafts for every running sequence in decode, before schedule().
   void propose_drafts();
+  // Structured output: the allowed-token mask of every scheduled seq that samples this step.
+  void fill_token_masks(const engine::SchedulerOutput& batch);
   void finish_request(engine::Request& req);
   // A pooling request's prompt is computed: its embedding from the pooled sum (mean, L2 norm).
   static void finish_pooling(engine::Request& req);
@@ -86,6 +90,7 @@ class EngineCore {
   std::vector<std::pair<engine::Sequence*, int>> spec_seqs_;  // reused every step
   std::vector<spec::SpecCandidate> spec_candidates_;
   std::unique_ptr<engine::OutputProcessor> output_processor_;
+  std::unique_ptr<structured::GrammarCompiler> grammar_compiler_;  // null without a tokenizer
   std::unordered_map<std::string, std::unique_ptr<engine::Request>> requests_;
   std::vector<RequestOutput> pending_outputs_;  // abort outputs waiting for the next step
   uint64_t next_arrival_ = 0;

@@ -12,6 +12,7 @@
 #include "pagellm/llm.h"
 #include "pagellm/outputs.h"
 #include "pagellm/sampling_params.h"
+#include "structured/matcher.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagellm::engine {
@@ -46,6 +47,10 @@ struct Sequence {
   uint64_t seed = 0;               // effective sampling seed of this sample
   FinishReason finish_reason = FinishReason::kNone;
   std::vector<int32_t> banned_token_ids;  // EOS/stop ids while min_tokens is not reached
+  // Structured output: where this sample stands in the request's grammar, and the allowed-token
+  // mask of its next sample ([ceil(vocab / 32)] words, filled each step it samples).
+  std::unique_ptr<structured::Matcher> matcher;
+  std::vector<uint32_t> token_mask;
   SeqOutputState out;
   // Speculative decoding. The proposer fills the drafts right before schedule(); they are used only
   // while the sequence still has spec_base_len tokens, and never enter token_ids (nor the prefix
@@ -71,6 +76,7 @@ struct Request {
   std::string cache_salt;
   uint64_t cache_salt_hash = 0;
   SamplingParams params;
+  std::shared_ptr<structured::CompiledGrammar> grammar;  // params.structured_outputs, compiled
   std::string prompt_text;
   std::vector<int32_t> prompt_token_ids;
   uint64_t base_seed = 0;      // params.seed, or derived from the engine seed and arrival_index

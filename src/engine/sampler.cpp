@@ -1,4 +1,5 @@
 // CPU token sampler. The pipeline for one row, in order (vLLM V1 / HF semantics):
+//   0. structured output: tokens outside seq.allowed_token_mask -> -inf;
 //   1. sanitize: NaN -> -inf, +inf -> FLT_MAX (broken model output must not become UB in sorts);
 //   2. raw logprobs: log_softmax of the row as passed in (chosen token + top-N), kept aside;
 //   3. banned ids -> -inf; repetition penalty over prompt ∪ output (logit > 0 ? /p : *p);
@@ -408,13 +409,34 @@ int32_t sample_row(std::span<const float> x, float max_x, const SamplingParams& 
 
 // Every logit is -inf (e.g. the model emitted NaNs, or everything was banned): return the lowest id
 // that was not banned so that the sequence can still make progress and hit its length limit.
-int32_t fallback_token(size_t vocab, std::span<const int32_t> banned) {
+inline bool mask_allows(std::span<const uint32_t> mask, size_t id) {
+  return mask.empty() || (id / 32 < mask.size() && ((mask[id / 32] >> (id % 32)) & 1));
+}
+
+// Every logit is -inf: the lowest id the structured-output mask allows and nothing bans.
+int32_t fallback_token(size_t vocab, std::span<const int32_t> banned, std::span<const uint32_t> mask) {
   for (size_t i = 0; i < vocab; ++i) {
-    if (std::find(banned.begin(), banned.end(), static_cast<int32_t>(i)) == banned.end()) {
+    if (mask_allows(mask, i) && std::find(banned.begin(), banned.end(), static_cast<int32_t>(i)) == banned.end()) {
       return static_cast<int32_t>(i);
     }
   }
+  for (size_t i = 0; i < vocab; ++i) {
+    if (mask_allows(mask, i)) return static_cast<int32_t>(i);
+  }
   return 0;
+}
+
+// Structured output: tokens outside the mask -> -inf (ids past its end included).
+void apply_token_mask(std::span<float> x, std::span<const uint32_t> mask) {
+  if (mask.empty()) return;
+  for (size_t w = 0; w * 32 < x.size(); ++w) {
+    const uint32_t bits = w < mask.size() ? mask[w] : 0u;
+    if (bits == ~0u) continue;
+    const size_t end = std::min(x.size(), w * 32 + 32);
+    for (size_t i = w * 32; i < end; ++i) {
+      if (!((bits >> (i - w * 32)) & 1)) x[i] = kNegInf;
+    }
+  }
 }
 
 float raw_value(std::span<const float> x, int32_t id, const Scratch& s) {
@@ -454,6 +476,7 @@ void sampling_probs(std::span<float> logits, const ScheduledSeq& seq, std::span<
     throw_error(ErrorKind::kInternal, "sampling_probs: missing sampling params or mismatched rows");
   }
   const SamplingParams& p = *seq.params;
+  apply_token_mask(logits, seq.allowed_token_mask);  // as sample_token: the mask comes first
   clean_row(logits);
   Scratch& s = scratch();
   s.reserve(logits.size());
@@ -476,7 +499,7 @@ void sampling_probs(std::span<float> logits, const ScheduledSeq& seq, std::span<
       return;
     }
   }
-  if (token < 0) token = fallback_token(logits.size(), seq.banned_token_ids);
+  if (token < 0) token = fallback_token(logits.size(), seq.banned_token_ids, seq.allowed_token_mask);
   probs[static_cast<size_t>(token)] = 1.0f;
 }
 
@@ -485,6 +508,7 @@ SampleResult sample_token(std::span<float> logits, const ScheduledSeq& seq) {
     throw_error(ErrorKind::kInternal, "sample_token: missing sampling params or empty logits row");
   }
   const SamplingParams& p = *seq.params;
+  apply_token_mask(logits, seq.allowed_token_mask);
   clean_row(logits);
   Scratch& s = scratch();
   s.reserve(logits.size());
@@ -506,7 +530,7 @@ SampleResult sample_token(std::span<float> logits, const ScheduledSeq& seq) {
       token = sample_row(logits, max_x, p, u, s);
     }
   }
-  if (token < 0) token = fallback_token(logits.size(), seq.banned_token_ids);
+  if (token < 0) token = fallback_token(logits.size(), seq.banned_token_ids, seq.allowed_token_mask);
   result.token_id = token;
   result.logprobs.token_id = token;
   result.logprobs.logprob = logprob_of(raw_value(logits, token, s), raw);

@@ -85,6 +85,10 @@ void SamplingParams::validate() const {
   check_stops(*this);
   check_logprobs("logprobs", logprobs);
   check_logprobs("prompt_logprobs", prompt_logprobs);
+  if (structured_outputs && structured_outputs->num_set() != 1) {
+    reject("structured_outputs", "exactly one of json, json_object, regex, choice, grammar",
+           std::to_string(structured_outputs->num_set()) + " of them");
+  }
   // Greedy with n > 1 or best_of > 1 is allowed (vLLM only warns): the samples are identical unless
   // penalties differ, which is the user's business.
 }

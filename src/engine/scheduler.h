@@ -60,6 +60,8 @@ class Scheduler {
 
   // Decides this step's work. The output stays valid until the next schedule() call.
   const SchedulerOutput& schedule();
+  // The sequences behind schedule()'s output, in its order.
+  std::span<Sequence* const> scheduled_seqs() const { return scheduled_; }
   // Applies the runner's results to the scheduled sequences (advances num_computed_tokens, appends
   // sampled tokens, forks samples whose prompt is ready) and lists the new tokens.
   void update_from_output(const ModelRunnerOutput& output, std::vector<NewToken>& new_tokens);

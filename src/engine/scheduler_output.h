@@ -28,6 +28,10 @@ struct ScheduledSeq {
   std::span<const int32_t> prompt_token_ids;   // for repetition penalty
   std::span<const int32_t> output_token_ids;   // generated so far: penalties, and the RNG counter
   std::span<const int32_t> banned_token_ids;   // masked to -inf (EOS/stop ids before min_tokens)
+  // Structured output (empty when unconstrained): [ceil(vocab / 32)] words, token t may be sampled
+  // iff bit t % 32 of word t / 32 is set. Applied before anything else; ids past the mask are
+  // disallowed.
+  std::span<const uint32_t> allowed_token_mask;
   int prompt_logprobs = 0;  // >0: return logprobs for the prompt positions computed this step
   // A pooling request: no sampling; the runner returns ModelRunnerOutput::pooled for it instead.
   PoolingType pooling = PoolingType::kNone;

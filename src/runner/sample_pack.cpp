@@ -52,6 +52,11 @@ cuda::SampleRow pack_sample_row(const engine::ScheduledSeq& seq, std::vector<int
     row.num_output = checked_size(seq.output_token_ids.size());
     append(ids, seq.output_token_ids);
   }
+  if (!seq.allowed_token_mask.empty()) {
+    row.mask_begin = checked_size(ids.size());
+    row.num_mask_words = checked_size(seq.allowed_token_mask.size());
+    for (uint32_t word : seq.allowed_token_mask) ids.push_back(static_cast<int32_t>(word));
+  }
   checked_size(ids.size());
   return row;
 }

@@ -227,6 +227,7 @@ void parse_sampling(const json& body, GenerationRequest& r, const ProtocolLimits
                                           std::numeric_limits<int64_t>::max()));
   }
   parse_stop(body, p, limits);
+  p.structured_outputs = parse_structured_outputs(body);
   if (auto v = get_bool(body, "ignore_eos")) p.ignore_eos = *v;
   if (auto v = get_bool(body, "include_stop_str_in_output")) p.include_stop_str_in_output = *v;
   if (auto v = get_bool(body, "skip_special_tokens")) p.skip_special_tokens = *v;

@@ -113,6 +113,14 @@ struct DetokenizeRequest {
 };
 DetokenizeRequest parse_detokenize_request(const nlohmann::json& body);
 
+// The structured-output constraint of a request body: response_format (json_object, json_schema),
+// structured_outputs {json, json_object, regex, choice, grammar} or guided_json / guided_regex /
+// guided_choice / guided_grammar. 400 on a malformed field or on two constraints at once.
+std::optional<StructuredOutputs> parse_structured_outputs(const nlohmann::json& body);
+// nlohmann::json keeps object keys sorted, which would reorder a schema's properties (the output
+// follows the declared order): with a JSON schema in params, takes it again from the raw body.
+void restore_schema_order(SamplingParams& params, std::string_view raw_body);
+
 // Checks token ids against the vocabulary (400 naming `param`).
 void check_token_ids(const std::vector<int32_t>& ids, int32_t vocab_size, const std::string& param);
 

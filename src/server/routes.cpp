@@ -205,6 +205,7 @@ void ApiServer::dispatch(HttpRequest& request, const std::shared_ptr<ResponseWri
     return call->start();
   }
   PreparedRequest prepared = path == "/v1/completions" ? prepare_completion(body) : prepare_chat(body);
+  restore_schema_order(prepared.params, request.body);
   request.body.clear();
   request.body.shrink_to_fit();
   auto call = std::make_shared<GenerationCall>(*this, writer, std::move(request), start, std::move(prepared));

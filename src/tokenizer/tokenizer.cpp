@@ -69,6 +69,10 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
   return impl_->decode(ids, skip_special_tokens);
 }
 
+std::string Tokenizer::decode_bytes(std::span<const int32_t> ids) const {
+  return impl_->decode(ids, false, true);
+}
+
 int32_t Tokenizer::vocab_size() const { return impl_->vocab_size(); }
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const { return impl_->token_to_id(token); }
 std::optional<std::string> Tokenizer::id_to_token(int32_t id) const { return impl_->id_to_token(id); }

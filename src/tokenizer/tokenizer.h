@@ -31,6 +31,8 @@ class Tokenizer {
   // add_special_tokens applies the post-processor (BOS etc.) as HF's encode() does by default.
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const;
+  // The bytes the ids decode to, invalid UTF-8 kept (a token may hold part of a character).
+  std::string decode_bytes(std::span<const int32_t> ids) const;
 
   int32_t vocab_size() const;  // highest id + 1, added tokens included
   std::optional<int32_t> token_to_id(std::string_view token) const;

@@ -192,7 +192,7 @@ void TokenizerImpl::encode_normalized(std::string_view text, bool at_input_start
   for (size_t i = 0; i < pieces.size(); ++i) model_->encode_word(pieces.piece(i), out);
 }
 
-std::string TokenizerImpl::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
+std::string TokenizerImpl::decode(std::span<const int32_t> ids, bool skip_special_tokens, bool raw) const {
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (const int32_t id : ids) {
@@ -214,7 +214,7 @@ std::string TokenizerImpl::decode(std::span<const int32_t> ids, bool skip_specia
       text += tokens[i];
     }
   }
-  if (!is_valid_utf8(text)) text = utf8_lossy(text);
+  if (!raw && !is_valid_utf8(text)) text = utf8_lossy(text);
   return text;
 }
 

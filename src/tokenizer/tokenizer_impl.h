@@ -28,7 +28,8 @@ class TokenizerImpl {
   TokenizerImpl(const TokenizerJson& file, const nlohmann::json& config, const std::string& source);
 
   void encode(std::string_view text, bool add_special_tokens, std::vector<int32_t>& out) const;
-  std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const;
+  // raw: keep invalid UTF-8 bytes (a lone token of a multi-byte character) instead of U+FFFD.
+  std::string decode(std::span<const int32_t> ids, bool skip_special_tokens, bool raw = false) const;
 
   int32_t vocab_size() const { return vocab_size_; }
   std::optional<int32_t> token_to_id(std::string_view token) const;

@@ -74,6 +74,29 @@ lines.forEach((r, i) => {
 ' "$TMP/lp_results.jsonl" || fail "logprobs in --prompts-file results"
 echo "ok: --logprobs"
 
+# Structured-output fields per line (as the server takes them); a bad spec names its line.
+{
+  echo '{"prompt": "Hi", "max_tokens": 16, "guided_choice": ["yes", "no"]}'
+  echo '{"prompt": "Tom", "max_tokens": 16, "temperature": 1, "seed": 2, "structured_outputs": {"regex": "[a-z]{2,5} [0-9]{2}"}}'
+  echo '{"prompt": "A", "max_tokens": 80, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}, "s": {"type": "string", "maxLength": 5}}, "required": ["n", "s"]}}}}'
+} > "$TMP/so.jsonl"
+"$BIN" generate --model "$MODEL" --prompts-file "$TMP/so.jsonl" --output "$TMP/so_results.jsonl" 2> "$TMP/err_so.txt" \
+  || { cat "$TMP/err_so.txt" >&2; fail "generate with structured outputs"; }
+node -e '
+const fs = require("fs");
+const r = fs.readFileSync(process.argv[1], "utf8").trim().split("\n").map(JSON.parse);
+if (!["yes", "no"].includes(r[0].text)) throw new Error("choice: " + r[0].text);
+if (!/^[a-z]{2,5} [0-9]{2}$/.test(r[1].text)) throw new Error("regex: " + r[1].text);
+const j = JSON.parse(r[2].text);
+if (!Number.isInteger(j.n) || j.n < 0 || j.n > 9 || typeof j.s !== "string" || j.s.length > 5) throw new Error("schema: " + r[2].text);
+' "$TMP/so_results.jsonl" || fail "structured outputs in --prompts-file results"
+echo '{"prompt": "x", "guided_regex": "(a"}' > "$TMP/so_bad.jsonl"
+if "$BIN" generate --model "$MODEL" --prompts-file "$TMP/so_bad.jsonl" 2> "$TMP/err_so_bad.txt" >/dev/null; then
+  fail "a bad regex was accepted"
+fi
+grep -q "so_bad.jsonl:1: regex: missing ')'" "$TMP/err_so_bad.txt" || { cat "$TMP/err_so_bad.txt" >&2; fail "bad regex error"; }
+echo "ok: structured outputs per --prompts-file line"
+
 # Errors are one line on stderr with a non-zero exit.
 if "$BIN" generate --model "$MODEL" --prompt "x" --temperature -1 2> "$TMP/err3.txt" >/dev/null; then
   fail "negative temperature accepted"

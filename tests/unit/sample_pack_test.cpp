@@ -52,6 +52,23 @@ TEST(SamplePack, PlainRowPacksOnlyBannedIdsAndTheUniform) {
   EXPECT_EQ(ids, (std::vector<int32_t>{42, 2, 100000}));
 }
 
+TEST(SamplePack, StructuredOutputMaskWordsFollowTheIdLists) {
+  Seq seq;
+  const std::vector<uint32_t> mask{0xFFFFFFFFu, 0x80000001u};
+  engine::ScheduledSeq view = seq.view();
+  view.allowed_token_mask = mask;
+  std::vector<int32_t> ids{42};
+  const cuda::SampleRow row = pack_sample_row(view, ids);
+  EXPECT_EQ(row.num_banned, 2);
+  EXPECT_EQ(row.mask_begin, 3);
+  EXPECT_EQ(row.num_mask_words, 2);
+  ASSERT_EQ(ids.size(), 5u);
+  EXPECT_EQ(static_cast<uint32_t>(ids[3]), 0xFFFFFFFFu);
+  EXPECT_EQ(static_cast<uint32_t>(ids[4]), 0x80000001u);
+  std::vector<int32_t> none;
+  EXPECT_EQ(pack_sample_row(seq.view(), none).num_mask_words, 0);
+}
+
 TEST(SamplePack, RepetitionPenaltyPacksPromptThenOutputAsGiven) {
   Seq seq;
   seq.params.repetition_penalty = 1.2f;

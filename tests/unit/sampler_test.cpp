@@ -24,6 +24,7 @@ struct Seq {
   std::vector<int32_t> prompt;
   std::vector<int32_t> output;
   std::vector<int32_t> banned;
+  std::vector<uint32_t> mask;  // structured-output mask (empty: none)
   uint64_t seed = 1234;
 
   ScheduledSeq view() const {
@@ -34,6 +35,7 @@ struct Seq {
     s.prompt_token_ids = prompt;
     s.output_token_ids = output;
     s.banned_token_ids = banned;
+    s.allowed_token_mask = mask;
     return s;
   }
   // Draws with RNG counter `counter` (the number of generated tokens) and no penalty history.
@@ -198,6 +200,31 @@ TEST(Sampler, AllBannedOrNonFiniteRowStillReturnsAToken) {
     EXPECT_EQ(seq.draw({nan, 1.0f, inf, nan}, c), 2);
     EXPECT_EQ(seq.draw({nan, 1.0f, nan, 1.0f}, c) % 2, 1);
   }
+}
+
+TEST(Sampler, StructuredOutputMaskComesFirst) {
+  Seq seq;
+  seq.params.temperature = 1.0f;
+  std::vector<float> row(40, 0.0f);
+  row[3] = 10.0f;  // the best token, but not allowed
+  seq.mask = {(1u << 5) | (1u << 9), 1u << (33 - 32)};  // 5, 9 and 33; ids past the mask (none here) too
+  std::vector<int> counts(row.size(), 0);
+  for (size_t c = 0; c < 600; ++c) ++counts[seq.draw(row, c)];
+  EXPECT_EQ(counts[5] + counts[9] + counts[33], 600);
+  EXPECT_GT(counts[5], 0);
+  EXPECT_GT(counts[33], 0);
+  seq.params.temperature = 0.0f;
+  seq.params.logprobs = 2;
+  const SampleResult greedy = sample(row, seq);
+  EXPECT_EQ(greedy.token_id, 5);  // lowest allowed id among equal logits
+  EXPECT_NEAR(greedy.logprobs.logprob, std::log(1.0f / 3.0f), 1e-5);  // logprobs of the masked row
+  // A mask shorter than the row disallows the ids past it; an all-disallowed row falls back to an
+  // allowed id.
+  seq.mask = {0u};
+  seq.params.temperature = 1.0f;
+  EXPECT_EQ(sample(row, seq).token_id, 0);
+  seq.mask = {0u, 1u << 7};
+  EXPECT_EQ(sample({kNegInf, kNegInf, kNegInf}, seq).token_id, 0);  // nothing allowed in range: id 0
 }
 
 // ---- determinism --------------------------------------------------------------------------

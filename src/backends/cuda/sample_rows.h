@@ -12,7 +12,9 @@ constexpr int kMaxTopLogprobs = 20;  // SamplingParams::kMaxLogprobs
 // buffer, starting at ids_begin: num_banned banned ids, then num_prompt prompt ids, then num_output
 // output ids. The prompt ids are packed only with a repetition penalty, the output ids only with a
 // repetition, frequency or presence penalty. Ids outside the vocabulary are ignored (as on the
-// CPU).
+// CPU). A structured-output row also packs its allowed-token mask there: num_mask_words uint32
+// words (stored as int32) from mask_begin; token t may be sampled iff bit t % 32 of word t / 32 is
+// set (ids past the mask are disallowed). The kernel applies it to the row before anything else.
 struct SampleRow {
   double u = 0.0;            // engine::sample_uniform(seed, num_output_tokens), in [0, 1)
   float temperature = 1.0f;  // 0 = greedy
@@ -29,6 +31,8 @@ struct SampleRow {
   int32_t num_banned = 0;
   int32_t num_prompt = 0;
   int32_t num_output = 0;
+  int32_t mask_begin = 0;
+  int32_t num_mask_words = 0;  // 0: unconstrained
 };
 
 // What comes back per row: the token (sampled or scored), its raw-model logprob and the top-N.

@@ -656,12 +656,17 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
   float* w = p.weights + int64_t(blockIdx.x) * vocab;                               // [vocab]
   SampleOutput& out = p.out[blockIdx.x];
 
+  // Step 0: the structured-output mask (as the CPU sampler: disallowed ids are -inf from the start).
+  const uint32_t* mask = p.ids && r.num_mask_words > 0
+                             ? reinterpret_cast<const uint32_t*>(p.ids + r.mask_begin)
+                             : nullptr;
   // Steps 1-2: the clean raw row, its log-sum-exp and the raw top-N.
   float m = -INFINITY;
   int m_id = INT_MAX;
 #pragma unroll 4
   for (int i = threadIdx.x; i < vocab; i += kThreads) {
-    const float v = clean(to_float(logits[i]));
+    float v = clean(to_float(logits[i]));
+    if (mask && ((i >> 5) >= r.num_mask_words || !((mask[i >> 5] >> (i & 31)) & 1u))) v = -INFINITY;
     x[i] = v;
     if (better(v, i, m, m_id)) m = v, m_id = i;
   }

@@ -1,0 +1,119 @@
+#include "structured/automaton.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace pagellm::structured {
+namespace {
+
+uint64_t hash_stack(const std::vector<uint32_t>& s) {
+  uint64_t h = 0xcbf29ce484222325ULL ^ s.size();
+  for (uint32_t x : s) h = (h ^ x) * 0x100000001b3ULL;
+  return h;
+}
+
+uint64_t hash_stacks(const std::vector<std::vector<uint32_t>>& stacks) {
+  uint64_t h = 0x9e3779b97f4a7c15ULL;
+  for (const auto& s : stacks) h = (h ^ hash_stack(s)) * 0xbf58476d1ce4e5b9ULL;
+  return h;
+}
+
+struct StackHash {
+  size_t operator()(const std::vector<uint32_t>& s) const { return size_t(hash_stack(s)); }
+};
+
+}  // namespace
+
+Automaton::Automaton(std::shared_ptr<const Grammar> grammar, size_t max_states)
+    : grammar_(std::move(grammar)), max_states_(std::max<size_t>(max_states, 1)) {
+  for (size_t r = 0; r < grammar_->rule_start.size(); ++r) {
+    alternatives_.push_back(grammar_->alternatives(int32_t(r)));
+  }
+  std::vector<Stack> start;
+  for (uint32_t pos : alternatives_[size_t(grammar_->root)]) expand(Stack{pos}, start);
+  std::sort(start.begin(), start.end());
+  start.erase(std::unique(start.begin(), start.end()), start.end());
+  intern(std::move(start));
+}
+
+void Automaton::expand(Stack stack, std::vector<Stack>& out) {
+  const Grammar& g = *grammar_;
+  // Worklist instead of recursion: rule chains may be long. `seen` stops epsilon cycles (a
+  // nullable repetition, a tail-recursive rule) from expanding the same stack forever.
+  std::vector<Stack> work{std::move(stack)};
+  std::unordered_set<Stack, StackHash> seen;
+  while (!work.empty()) {
+    Stack s = std::move(work.back());
+    work.pop_back();
+    if (s.size() > kMaxDepth || out.size() >= kMaxStacks) continue;
+    if (!seen.insert(s).second) continue;
+    if (s.empty()) {
+      out.push_back(std::move(s));
+      continue;
+    }
+    const uint32_t pos = s.back();
+    const Element& el = g.elements[pos];
+    if (el.type == Element::kBytes) {
+      out.push_back(std::move(s));
+      continue;
+    }
+    s.pop_back();
+    if (g.is_end(pos)) {  // end of an alternative: return to the caller
+      work.push_back(std::move(s));
+      continue;
+    }
+    // A reference: the caller resumes after it (dropped when that is the end: tail call).
+    if (!g.is_end(pos + 1)) s.push_back(pos + 1);
+    for (uint32_t start : alternatives_[el.value]) {
+      Stack next = s;
+      if (!g.is_end(start)) next.push_back(start);
+      work.push_back(std::move(next));
+    }
+  }
+}
+
+int32_t Automaton::intern(std::vector<Stack> stacks) {
+  const uint64_t h = hash_stacks(stacks);
+  auto [lo, hi] = by_hash_.equal_range(h);
+  for (auto it = lo; it != hi; ++it) {
+    if (states_[size_t(it->second)].stacks == stacks) return it->second;
+  }
+  if (states_.size() >= max_states_) return kDead;
+  State st;
+  for (const Stack& s : stacks) {
+    if (s.empty()) {
+      st.accepting = true;
+    } else {
+      st.next.merge(grammar_->byte_sets[grammar_->elements[s.back()].value]);
+    }
+  }
+  st.stacks = std::move(stacks);
+  states_.push_back(std::move(st));
+  const int32_t id = int32_t(states_.size() - 1);
+  by_hash_.emplace(h, id);
+  return id;
+}
+
+int32_t Automaton::step(int32_t state, uint8_t byte) {
+  if (!states_[size_t(state)].next.test(byte)) return kDead;
+  const uint64_t key = (uint64_t(uint32_t(state)) << 8) | byte;
+  auto it = transitions_.find(key);
+  if (it != transitions_.end()) return it->second;
+  const Grammar& g = *grammar_;
+  std::vector<Stack> out;
+  for (const Stack& s : states_[size_t(state)].stacks) {
+    if (s.empty()) continue;
+    const uint32_t pos = s.back();
+    if (!g.byte_sets[g.elements[pos].value].test(byte)) continue;
+    Stack next = s;
+    next.back() = pos + 1;
+    expand(std::move(next), out);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  const int32_t id = out.empty() ? kDead : intern(std::move(out));
+  transitions_.emplace(key, id);
+  return id;
+}
+
+}  // namespace pagellm::structured

@@ -1,0 +1,100 @@
+#include "structured/matcher.h"
+
+#include <algorithm>
+
+namespace pagellm::structured {
+
+CompiledGrammar::CompiledGrammar(std::shared_ptr<const Grammar> grammar,
+                                 std::shared_ptr<const Vocab> vocab)
+    : vocab_(std::move(vocab)), automaton_(std::move(grammar)) {
+  path_.resize(vocab_->max_depth() + 1);
+}
+
+void CompiledGrammar::compute_mask(int32_t state, std::span<uint32_t> words) {
+  std::fill(words.begin(), words.end(), 0u);
+  const std::vector<Vocab::Node>& nodes = vocab_->nodes();
+  const std::vector<int32_t>& ids = vocab_->token_ids();
+  path_[0] = state;
+  // Preorder walk of the vocabulary trie; a rejected byte skips the node's whole subtree.
+  for (size_t i = 1; i < nodes.size();) {
+    const Vocab::Node& n = nodes[i];
+    const int32_t from = path_[n.depth - 1];
+    const int32_t to =
+        automaton_.next_bytes(from).test(n.byte) ? automaton_.step(from, n.byte) : Automaton::kDead;
+    if (to == Automaton::kDead) {
+      i = n.subtree_end;
+      continue;
+    }
+    path_[n.depth] = to;
+    for (uint32_t k = n.tokens_begin; k < n.tokens_end; ++k) {
+      const uint32_t t = uint32_t(ids[k]);
+      words[t >> 5] |= 1u << (t & 31);
+    }
+    ++i;
+  }
+}
+
+void CompiledGrammar::fill_mask(int32_t state, std::span<uint32_t> words) {
+  std::lock_guard lock(mutex_);
+  auto it = masks_.find(state);
+  if (it != masks_.end()) {
+    std::copy(it->second.begin(), it->second.end(), words.begin());
+    return;
+  }
+  compute_mask(state, words);
+  if (mask_bytes_ + words.size_bytes() <= kMaskCacheBytes) {
+    masks_.emplace(state, std::vector<uint32_t>(words.begin(), words.end()));
+    mask_bytes_ += words.size_bytes();
+  }
+}
+
+int32_t CompiledGrammar::advance(int32_t state, const std::string& bytes) {
+  std::lock_guard lock(mutex_);
+  for (char c : bytes) {
+    if (state == Automaton::kDead) break;
+    state = automaton_.step(state, uint8_t(c));
+  }
+  return state;
+}
+
+bool CompiledGrammar::accepting(int32_t state) {
+  std::lock_guard lock(mutex_);
+  return automaton_.accepting(state);
+}
+
+bool CompiledGrammar::terminal(int32_t state) {
+  std::lock_guard lock(mutex_);
+  return automaton_.next_bytes(state).empty();
+}
+
+size_t CompiledGrammar::num_states() {
+  std::lock_guard lock(mutex_);
+  return automaton_.num_states();
+}
+
+void Matcher::fill_mask(std::span<uint32_t> words) const {
+  std::fill(words.begin(), words.end(), 0u);
+  if (ended_ || state_ < 0) return;
+  grammar_->fill_mask(state_, words.first(std::min(words.size(), grammar_->vocab().num_words())));
+  bool any = false;
+  for (uint32_t w : words) any = any || w != 0;
+  if (any && !grammar_->accepting(state_)) return;
+  for (int32_t id : grammar_->vocab().eos_ids()) {
+    if (id >= 0 && size_t(id) / 32 < words.size()) words[size_t(id) >> 5] |= 1u << (id & 31);
+  }
+}
+
+bool Matcher::advance(int32_t token) {
+  if (ended_ || state_ < 0) return false;
+  if (grammar_->vocab().is_eos(token)) {
+    ended_ = true;
+    return true;  // the mask only offers EOS where it may end the output
+  }
+  const std::string& bytes = grammar_->vocab().bytes(token);
+  state_ = bytes.empty() ? Automaton::kDead : grammar_->advance(state_, bytes);
+  return state_ >= 0;
+}
+
+bool Matcher::finished() const { return ended_ || (state_ >= 0 && grammar_->terminal(state_)); }
+
+}  // namespace pagellm::structured
