@@ -163,3 +163,31 @@ TEST(StructuredEngine, BadSpecsAreRejectedAtAddTime) {
 
 }  // namespace
 }  // namespace pagellm
+
+namespace pagellm {
+namespace {
+
+// With speculative decoding on, constrained sequences take no drafts (their mask would be needed at
+// every draft position) and keep their constraint; unconstrained ones in the same batch still
+// speculate and give the text they give without speculation.
+TEST(StructuredEngine, SpeculativeDecodingLeavesConstrainedSequencesUndrafted) {
+  EngineArgs spec = args_for(kStories);
+  spec.speculative = SpeculativeConfig::from_json(R"({"method": "ngram", "num_speculative_tokens": 3})");
+  LLM with_spec(spec), plain(args_for(kStories));
+  StructuredOutputs re;
+  re.regex = R"([A-Z][a-z]{2,8} (saw|had) \d{1,3} (cats|dogs)\.)";
+  const std::regex re_check(*re.regex);
+  SamplingParams free_params;
+  free_params.temperature = 0.0f;
+  free_params.max_tokens = 48;
+  free_params.ignore_eos = true;
+  for (float temperature : {0.0f, 0.8f})
+    for (const RequestOutput& r : with_spec.generate(prompts(3), params(temperature, 2, 64, re)))
+      for (const CompletionOutput& o : r.outputs) EXPECT_TRUE(std::regex_match(o.text, re_check)) << o.text;
+  const auto a = with_spec.generate(prompts(3), free_params);
+  const auto b = plain.generate(prompts(3), free_params);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].outputs.at(0).token_ids, b[i].outputs.at(0).token_ids);
+}
+
+}  // namespace
+}  // namespace pagellm
