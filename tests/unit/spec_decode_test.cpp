@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "engine/engine_core.h"
 #include "model_files_util.h"
+#include "sanitized.h"
 #include "spec/draft_proposer.h"
 
 namespace pagellm {
@@ -420,7 +421,11 @@ TEST(SpecDecodeDistribution, NgramOnStoriesKeepsTheSampledLaw) {
       at_temperature(1.0f), 3000, 8);
 }
 
+// The draft-model laws run pycode-25M twice per seed: minutes at the sanitizer build's -O0, so that
+// build checks the draft path's memory through the greedy tests above and the n-gram laws here, and
+// the Release run checks these laws in full.
 TEST(SpecDecodeDistribution, DraftModelOnPycodeKeepsTheSampledLaw) {
+  if (testing::kSanitized) GTEST_SKIP() << "statistical law checked by the Release run (see above)";
   expect_same_distribution(kPycode, draft(3), "def parse_args(argv):\n", at_temperature(0.8f), 400,
                            6);
 }
@@ -435,6 +440,7 @@ TEST(SpecDecodeDistribution, TopPTopKAndPenaltiesKeepTheSampledLaw) {
   expect_same_distribution(
       kStories, ngram(3, 1, 2),
       "Lily saw a big tree. Lily saw a big dog. Lily saw a big tree. Lily saw a", p, 3000, 8);
+  if (testing::kSanitized) return;  // as DraftModelOnPycodeKeepsTheSampledLaw
   expect_same_distribution(kPycode, draft(3), "class Config:\n    def __init__(self, path):\n", p,
                            400, 6);
 }
