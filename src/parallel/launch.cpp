@@ -42,6 +42,11 @@ std::string shared_flags_summary(const EngineArgs& a) {
          " num_kv_blocks=" + std::to_string(a.num_kv_blocks);
 }
 
+int rank_block_of_process(int proc_rank, int sampling_block) {
+  if (proc_rank == 0) return sampling_block;
+  return proc_rank <= sampling_block ? proc_rank - 1 : proc_rank;
+}
+
 LaunchPlan plan_launch(const EngineArgs& args, const std::map<std::string, std::string>& env) {
   LaunchPlan p;
   const int world = args.tensor_parallel_size * args.pipeline_parallel_size;
@@ -75,7 +80,8 @@ LaunchPlan plan_launch(const EngineArgs& args, const std::map<std::string, std::
                        "evenly over the nodes");
     p.num_local_ranks = world / args.nnodes;
   }
-  p.first_rank = p.proc_rank * p.num_local_ranks;
+  p.first_rank = rank_block_of_process(p.proc_rank, (world - args.tensor_parallel_size) / p.num_local_ranks) *
+                 p.num_local_ranks;
   RendezvousOptions& r = p.rendezvous;
   r.num_procs = p.num_procs;
   r.proc_rank = p.proc_rank;

@@ -16,7 +16,7 @@ namespace pagellm::parallel {
 struct LaunchPlan {
   int num_procs = 1;
   int proc_rank = 0;
-  int first_rank = 0;       // world rank of this process's first rank
+  int first_rank = 0;       // world rank of this process's first rank (rank_block_of_process)
   int num_local_ranks = 1;  // ranks (GPUs) this process hosts
   int first_device = 0;     // local GPU of its first rank
   std::string launcher;     // "single", "nodes" or "mpirun", for messages
@@ -24,6 +24,13 @@ struct LaunchPlan {
   bool multi_process() const { return num_procs > 1; }
   bool leader() const { return proc_rank == 0; }
 };
+
+// Which block of num_local_ranks consecutive world ranks a process hosts. Process 0 runs the engine,
+// which reads the sampled tokens from the rank that samples (the last stage's first tensor-parallel
+// rank, world rank world - tp, in block sampling_block), so it hosts that block; the other processes
+// take the remaining blocks in order. With one stage the sampling rank is rank 0 and process p hosts
+// block p.
+int rank_block_of_process(int proc_rank, int sampling_block);
 
 // env: the variables to read (the process environment in production, a map in tests). Throws
 // pagellm::Error (kInvalidArgument) for a layout that cannot work: ranks not divisible among the

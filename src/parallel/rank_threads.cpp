@@ -82,14 +82,11 @@ void RankThreads::run(const std::function<void(int)>& fn,
   for (auto& e : s.errors) e = nullptr;
   ++s.generation;
   s.start_cv.notify_all();
-  for (;;) {
-    s.done_cv.wait(lock, [&] { return s.pending == 0 || s.failed; });
-    if (s.pending == 0) break;
-    // A rank failed: the others get the grace period to notice the abort and return.
-    if (s.done_cv.wait_for(lock, s.grace, [&] { return s.pending == 0; })) break;
+  s.done_cv.wait(lock, [&] { return s.pending == 0 || s.failed; });
+  // A rank failed: the others get the grace period to notice the abort and return.
+  if (s.pending != 0 && !s.done_cv.wait_for(lock, s.grace, [&] { return s.pending == 0; })) {
     s.abandoned = true;
-    g_abandoned = true;
-    break;
+    mark_process_abandoned();
   }
   if (!s.abandoned) {
     s.job = nullptr;

@@ -134,6 +134,7 @@ LoadedModel load_cuda_model(const EngineArgs& args, LoadedModel m, const paralle
       runner = std::make_unique<CudaRunner>(m.config, checkpoint, o);
     } else {
       RankPlacement placement;
+      placement.first_rank = plan.first_rank;
       placement.num_local = plan.num_local_ranks;
       placement.first_device = first_device;
       if (plan.multi_process()) {

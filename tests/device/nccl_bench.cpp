@@ -28,17 +28,12 @@
 // pagellm's one-shot NVLink all-reduce (the kernel tensor parallelism uses at decode sizes) at the
 // same sizes, after checking its sums: every rank's buffer holds small integers, so the bf16 sum
 // is exact and must be equal on every rank.
-float bf16_to_float(uint16_t h) {
-  const uint32_t u = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-uint16_t float_to_bf16(float f) {  // round to nearest even (finite values)
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+// Waits for every GPU's stream (stream d on device d).
+void sync_all(const std::vector<cudaStream_t>& streams) {
+  for (size_t d = 0; d < streams.size(); ++d) {
+    CK(cudaSetDevice(int(d)));
+    CK(cudaStreamSynchronize(streams[d]));
+  }
 }
 
 // The all-reduce fused with the residual add and RMSNorm (decode rows of 4096 and 8192): checked
@@ -54,10 +49,10 @@ bool fused_norm_bench(pagellm::cuda::PeerAllReduce& peer, int n, const std::vect
       std::vector<std::vector<uint16_t>> x(static_cast<size_t>(n), std::vector<uint16_t>(count));
       std::vector<uint16_t> res0(count), w(static_cast<size_t>(hidden));
       for (size_t i = 0; i < count; ++i) {
-        res0[i] = float_to_bf16(float(int(i % 13) - 6) * 0.125f);
-        for (int d = 0; d < n; ++d) x[size_t(d)][i] = float_to_bf16(float(int((i * 7 + d) % 11) - 5) * 0.25f);
+        res0[i] = pagellm::f32_to_bf16(float(int(i % 13) - 6) * 0.125f);
+        for (int d = 0; d < n; ++d) x[size_t(d)][i] = pagellm::f32_to_bf16(float(int((i * 7 + d) % 11) - 5) * 0.25f);
       }
-      for (int h = 0; h < hidden; ++h) w[size_t(h)] = float_to_bf16(0.5f + float(h % 5) * 0.25f);
+      for (int h = 0; h < hidden; ++h) w[size_t(h)] = pagellm::f32_to_bf16(0.5f + float(h % 5) * 0.25f);
       const size_t nr = static_cast<size_t>(n);
       std::vector<void*> dx(nr), dres(nr), dw(nr), dout(nr);
       for (int d = 0; d < n; ++d) {
@@ -84,15 +79,9 @@ bool fused_norm_bench(pagellm::cuda::PeerAllReduce& peer, int n, const std::vect
           CK(pagellm::cuda::rms_norm(p, streams[size_t(d)]));
         }
       };
-      auto sync_all = [&] {
-        for (int d = 0; d < n; ++d) {
-          CK(cudaSetDevice(d));
-          CK(cudaStreamSynchronize(streams[size_t(d)]));
-        }
-      };
       std::printf("  rows %d hidden %d: first call\n", rows, hidden);
       fused();
-      sync_all();
+      sync_all(streams);
       // Host reference.
       int bad = 0;
       std::vector<uint16_t> want_res(count), want_out(count);
@@ -101,16 +90,16 @@ bool fused_norm_bench(pagellm::cuda::PeerAllReduce& peer, int n, const std::vect
         for (int h = 0; h < hidden; ++h) {
           const size_t i = size_t(r) * hidden + size_t(h);
           float s = 0;
-          for (int d = 0; d < n; ++d) s += bf16_to_float(x[size_t(d)][i]);
-          const float v = bf16_to_float(float_to_bf16(bf16_to_float(float_to_bf16(s)) + bf16_to_float(res0[i])));
-          want_res[i] = float_to_bf16(v);
+          for (int d = 0; d < n; ++d) s += pagellm::bf16_to_f32(x[size_t(d)][i]);
+          const float v = pagellm::bf16_to_f32(pagellm::f32_to_bf16(pagellm::bf16_to_f32(pagellm::f32_to_bf16(s)) + pagellm::bf16_to_f32(res0[i])));
+          want_res[i] = pagellm::f32_to_bf16(v);
           sumsq += double(v) * v;
         }
         const float inv = float(1.0 / std::sqrt(sumsq / hidden + 1e-5));
         for (int h = 0; h < hidden; ++h) {
           const size_t i = size_t(r) * hidden + size_t(h);
-          want_out[i] = float_to_bf16(bf16_to_float(w[size_t(h)]) *
-                                      bf16_to_float(float_to_bf16(bf16_to_float(want_res[i]) * inv)));
+          want_out[i] = pagellm::f32_to_bf16(pagellm::bf16_to_f32(w[size_t(h)]) *
+                                      pagellm::bf16_to_f32(pagellm::f32_to_bf16(pagellm::bf16_to_f32(want_res[i]) * inv)));
         }
       }
       std::vector<uint16_t> out0;
@@ -121,7 +110,7 @@ bool fused_norm_bench(pagellm::cuda::PeerAllReduce& peer, int n, const std::vect
         CK(cudaMemcpy(got_out.data(), dout[size_t(d)], bytes, cudaMemcpyDeviceToHost));
         for (size_t i = 0; i < count; ++i) {
           bad += got_res[i] != want_res[i];
-          const float a = bf16_to_float(got_out[i]), b = bf16_to_float(want_out[i]);
+          const float a = pagellm::bf16_to_f32(got_out[i]), b = pagellm::bf16_to_f32(want_out[i]);
           bad += std::fabs(a - b) > std::fabs(b) * (1.f / 64) + 1e-6f;
         }
         if (d == 0) out0 = got_out;
@@ -133,7 +122,7 @@ bool fused_norm_bench(pagellm::cuda::PeerAllReduce& peer, int n, const std::vect
       for (int k = 0; k < 2; ++k) {
         const auto t0 = std::chrono::steady_clock::now();
         for (int i = 0; i < iters; ++i) k == 0 ? fused() : unfused();
-        sync_all();
+        sync_all(streams);
         us[k] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
       }
       std::printf("%6d %6d %16.1f %22.1f %s\n", rows, hidden, us[0], us[1], bad == 0 ? "ok" : "WRONG");
@@ -182,14 +171,8 @@ bool peer_all_reduce_bench(int n, const std::vector<cudaStream_t>& streams) {
         CK(peer->run(d, data[size_t(d)], count, pagellm::DType::kBF16, streams[size_t(d)]));
       }
     };
-    auto sync_all = [&] {
-      for (int d = 0; d < n; ++d) {
-        CK(cudaSetDevice(d));
-        CK(cudaStreamSynchronize(streams[size_t(d)]));
-      }
-    };
     run();
-    sync_all();
+    sync_all(streams);
     int bad = 0;
     for (int d = 0; d < n; ++d) {
       std::vector<uint16_t> h(count);
@@ -202,7 +185,7 @@ bool peer_all_reduce_bench(int n, const std::vector<cudaStream_t>& streams) {
     const int iters = 500;
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i) run();
-    sync_all();
+    sync_all(streams);
     const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
     std::printf("%10zu %14.1f %s\n", bytes, us, bad == 0 ? "ok" : "WRONG SUMS");
   }
@@ -239,12 +222,6 @@ int main(int argc, char** argv) {
               "AG busbw GB/s");
   for (size_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
     const size_t count = bytes / 2;
-    auto sync_all = [&] {
-      for (int d = 0; d < n; ++d) {
-        CK(cudaSetDevice(d));
-        CK(cudaStreamSynchronize(streams[size_t(d)]));
-      }
-    };
     double us[2];
     for (int op = 0; op < 2; ++op) {
       auto run = [&] {
@@ -260,11 +237,11 @@ int main(int argc, char** argv) {
         CK(ncclGroupEnd());
       };
       for (int i = 0; i < 5; ++i) run();
-      sync_all();
+      sync_all(streams);
       const int iters = bytes < (1 << 20) ? 200 : 20;
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < iters; ++i) run();
-      sync_all();
+      sync_all(streams);
       us[op] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
     }
     const double ar = double(bytes) / us[0] / 1e3 * 2.0 * (n - 1) / n;

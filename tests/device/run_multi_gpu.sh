@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The two-GPU runs of issue 10, from a bundle made by make_multi_gpu_bundle.sh, in three parts that
-# each fit one device call:
-#   bash BUNDLE/run_multi_gpu.sh BUNDLE basics | hf | big | fused
+# The multi-GPU runs of issues 10 (two GPUs) and 17 (four), from a bundle made by
+# make_multi_gpu_bundle.sh, in parts that each fit one device call:
+#   bash BUNDLE/run_multi_gpu.sh BUNDLE basics | hf | big | fused | four | four70 | four70tput | fourproc
 # basics: ceilings (copy bandwidth + bf16 GEMM rate per GPU, NCCL bus bandwidth); pycode-25M greedy
 #         TP=2 / PP=2 / two processes (TCP rendezvous and mpirun) against TP=1; failure paths (a rank
 #         that fails or hangs, a worker process killed under `serve`); Llama-3.1-8B shapes batch-1
@@ -10,10 +10,11 @@
 #         TP=1 / TP=2 / PP=2.
 # big:    Llama-3.1-70B shapes (dummy bf16): TP=2 batch-1 decode, bench throughput
 #         1000 x (1024 in, 128 out), PP=2 vs TP=2 at 256 requests.
+# four, four70, four70tput: the four-GPU runs (see each function); fourproc: four_processes alone.
 # $OUT gets summary.txt and logs.tar.xz only (the device tool returns at most 8 files).
 set -uo pipefail
-SRC=$(cd "${1:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused}" && pwd)
-PART=${2:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused}
+SRC=$(cd "${1:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|fourproc}" && pwd)
+PART=${2:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|fourproc}
 OUTDIR=${OUT:-./device-logs}
 LOGS=/tmp/mgpu-logs
 rm -rf "$LOGS" && mkdir -p "$LOGS" "$OUTDIR"
@@ -28,7 +29,7 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${NCCL_DIR:-/opt/torch/.venv/lib/py
 export NCCL_NVLS_ENABLE=0
 SUMMARY=$OUTDIR/summary.txt
 : > "$SUMMARY"
-say() { echo "$*" | tee -a "$SUMMARY"; }
+say() { echo "[${SECONDS}s] $*" | tee -a "$SUMMARY"; }
 finish() {
   tar -C "$LOGS" -cJf "$OUTDIR/logs.tar.xz" . 2>/dev/null
   echo; echo "===== summary ====="; cat "$SUMMARY"
@@ -63,9 +64,14 @@ for x, y in zip(a, b):
 print(f"{same} of {len(a)} identical; {notes or ''} -> {'PASS' if ok else 'FAIL'}")
 PY
 }
+NGPU=$(nvidia-smi -L | wc -l)
 ceilings() {
-  for g in 0 1; do
-    CUDA_VISIBLE_DEVICES=$g timeout 120 "$B/cuda_probe" > "$LOGS/probe$g.log" 2>&1
+  # Every GPU's probe at once (one GPU each), then NCCL over all of them.
+  for g in $(seq 0 $((NGPU - 1))); do
+    CUDA_VISIBLE_DEVICES=$g timeout 120 "$B/cuda_probe" > "$LOGS/probe$g.log" 2>&1 &
+  done
+  wait
+  for g in $(seq 0 $((NGPU - 1))); do
     say "probe GPU$g: $(grep -iE 'copy|gemm|tflop|GB/s' "$LOGS/probe$g.log" | tr '\n' ' ' | cut -c1-200)"
   done
   timeout 120 "$B/nccl_bench" ${1:-256} > "$LOGS/nccl_bench.log" 2>&1
@@ -197,30 +203,15 @@ hf() {
   grep -h "all-reduces" "$LOGS"/pycode_tp2*.err | head -2 | tee -a "$SUMMARY"
   kill_worker_under_serve
   decode_8b "tp1:" "tp2:--tensor-parallel-size 2" "tp2nccl:--tensor-parallel-size 2 --disable-custom-all-reduce"
-  mkdir -p /tmp/tpa && cp -r "$B/tokenizers" /tmp/tpa/
-  timeout 330 python3 "$B/tp_agreement.py" --pagellm "$P" --tokenizers /tmp/tpa/tokenizers --work /tmp/tpa \
-    --logs "$LOGS" --arch llama3-8b "tp1=" "tp2=--tensor-parallel-size 2" "pp2=--pipeline-parallel-size 2" \
-    > "$LOGS/tp_agreement.log" 2>&1
-  say "HF fp32 agreement (exit $?):"; grep -E "^\||ERROR" "$LOGS/tp_agreement.log" | tee -a "$SUMMARY"
+  agreement llama3-8b 330 "tp1=" "tp2=--tensor-parallel-size 2" "pp2=--pipeline-parallel-size 2"
 }
 
 big() {
   ceilings 256
-  local M=$B/llama31-70b common="--load-format dummy --device cuda --max-model-len 4096 --gpu-memory-utilization 0.95"
-  timeout 200 "$P" bench throughput --model "$M" $common --tensor-parallel-size 2 --num-prompts 1 \
-    --input-len 32 --output-len 256 --max-num-seqs 16 > "$LOGS/decode70b_tp2.log" 2>&1
-  say "70B TP=2 batch-1 decode (exit $?): $(grep -E 'Throughput' "$LOGS/decode70b_tp2.log")"
-  grep -E "loaded|KV cache:" "$LOGS/decode70b_tp2.log" | head -2 | tee -a "$SUMMARY"
-  for cfg in "tp2:--tensor-parallel-size 2" "pp2:--pipeline-parallel-size 2"; do
-    local name=${cfg%%:*}
-    timeout 150 "$P" bench throughput --model "$M" $common --num-prompts 256 --input-len 128 --output-len 128 \
-      --max-num-seqs 256 ${cfg#*:} > "$LOGS/tput70b_$name.log" 2>&1
-    say "70B $name 256 x (128 in, 128 out) (exit $?): $(grep -E 'Throughput' "$LOGS/tput70b_$name.log")"
-  done
-  timeout ${BIG_TPUT_LIMIT:-330} "$P" bench throughput --model "$M" $common --tensor-parallel-size 2 \
-    --num-prompts ${BIG_PROMPTS:-1000} --input-len 1024 --output-len 128 --max-num-seqs 256 \
-    > "$LOGS/tput70b_1000.log" 2>&1
-  say "70B TP=2 ${BIG_PROMPTS:-1000} x (1024 in, 128 out) (exit $?): $(grep -E 'Throughput' "$LOGS/tput70b_1000.log")"
+  decode_70b "tp2:--tensor-parallel-size 2"
+  tput_70b tp2 256 128 128 150 --tensor-parallel-size 2
+  tput_70b pp2 256 128 128 150 --pipeline-parallel-size 2
+  tput_70b tp2_1000 ${BIG_PROMPTS:-1000} 1024 128 ${BIG_TPUT_LIMIT:-330} --tensor-parallel-size 2
 }
 
 # The all-reduce fused with the residual add + RMSNorm: its check and timing (nccl_bench), pycode-25M
@@ -231,13 +222,107 @@ fused() {
   pycode tp1; say "pycode-25M tp1 (exit $?)"
   pycode tp2 --tensor-parallel-size 2; say "pycode-25M tp2 (exit $?): vs tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_tp2.jsonl")"
   decode_8b "tp1:" "tp2:--tensor-parallel-size 2"
-  timeout 120 "$P" bench throughput --model "$B/llama31-70b" --load-format dummy --device cuda --max-model-len 4096 \
-    --gpu-memory-utilization 0.95 --tensor-parallel-size 2 --num-prompts 1 --input-len 32 --output-len 256 \
-    --max-num-seqs 16 > "$LOGS/decode70b_tp2.log" 2>&1
-  say "70B TP=2 batch-1 decode (exit $?): $(grep -E 'Throughput' "$LOGS/decode70b_tp2.log")"
+  decode_70b "tp2:--tensor-parallel-size 2"
+}
+
+# Four GPUs (issue 17), part 1: ceilings; pycode-25M PP=4 / TP=2 x PP=2 (in one process, as four
+# processes over TCP, under mpirun -np 4) against TP=1; failures in a group of four; 8B batch-1
+# decode TP=1 / 2 / 4; HF fp32 agreement at 8B shapes for TP=1 / 2 / 4, PP=4, TP=2 x PP=2.
+four() {
+  timeout 120 python3 "$B/make_embedding_reference.py" "$B/models/pycode-25M" "$OUTDIR/pycode_embeddings_ref.json" \
+    > "$LOGS/embedding_reference.log" 2>&1
+  say "pycode-25M HF fp32 embedding reference (exit $?): $(tail -1 "$LOGS/embedding_reference.log")"
+  ceilings 256
+  write_py_prompts
+  pycode tp1; say "pycode-25M tp1 (exit $?)"
+  pycode pp4 --pipeline-parallel-size 4; say "pycode-25M pp4 (exit $?): vs tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_pp4.jsonl")"
+  pycode tp2pp2 --tensor-parallel-size 2 --pipeline-parallel-size 2; say "pycode-25M tp2 x pp2 (exit $?): vs tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_tp2pp2.jsonl")"
+  four_processes
+  expect_failure tp2pp2_rank3_fails 60 PAGELLM_INJECT_FAULT=3:5 -- --tensor-parallel-size 2 --pipeline-parallel-size 2
+  expect_failure pp4_rank2_hangs 60 PAGELLM_INJECT_FAULT=2:5:hang PAGELLM_STEP_TIMEOUT_S=5 -- --pipeline-parallel-size 4
+  decode_8b "tp1:" "tp2:--tensor-parallel-size 2" "tp4:--tensor-parallel-size 4"
+  agreement llama3-8b 330 "${FOUR_GPU_CONFIGS[@]}"
+}
+
+# pycode-25M over four processes of one GPU each, against TP=1 (pycode tp1 first): PP=4 at the TCP
+# rendezvous (--nnodes 4), TP=2 x PP=2 under mpirun -np 4.
+four_processes() {
+  for r in 3 2 1 0; do
+    CUDA_VISIBLE_DEVICES=$r pycode 4proc_$r --pipeline-parallel-size 4 --nnodes 4 --node-rank $r --master-port 29621 &
+  done
+  wait
+  say "pycode-25M PP=4 as four processes (--nnodes 4, TCP): vs tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_4proc_0.jsonl")"
+  if command -v mpirun >/dev/null; then
+    timeout 90 mpirun --allow-run-as-root --oversubscribe -np 4 -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE=0 \
+      "$P" generate --device cuda --model "$B/models/pycode-25M" --prompts-file "$B/py_prompts.jsonl" \
+      --temperature 0 --max-tokens 64 --ignore-eos --max-num-seqs 16 --logprobs 2 --tensor-parallel-size 2 \
+      --pipeline-parallel-size 2 --output "$LOGS/pycode_mpirun.jsonl" > "$LOGS/pycode_mpirun.out" 2> "$LOGS/pycode_mpirun.err"
+    say "pycode-25M TP=2 x PP=2 under mpirun -np 4 (exit $?): vs tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_mpirun.jsonl")"
+  fi
+}
+
+# agreement ARCH SECONDS NAME=FLAGS...: teacher-forced agreement with HF fp32 (tp_agreement.py).
+agreement() {
+  local arch=$1 limit=$2; shift 2
+  mkdir -p /tmp/tpa && cp -r "$B/tokenizers" /tmp/tpa/
+  timeout "$limit" python3 "$B/tp_agreement.py" --pagellm "$P" --tokenizers /tmp/tpa/tokenizers --work /tmp/tpa \
+    --logs "$LOGS" --arch "$arch" "$@" > "$LOGS/tp_agreement_$arch.log" 2>&1
+  say "HF fp32 agreement, $arch (exit $?):"; grep -E "^\||ERROR" "$LOGS/tp_agreement_$arch.log" | tee -a "$SUMMARY"
+}
+FOUR_GPU_CONFIGS=("tp1=" "tp2=--tensor-parallel-size 2" "tp4=--tensor-parallel-size 4"
+  "pp4=--pipeline-parallel-size 4" "tp2pp2=--tensor-parallel-size 2 --pipeline-parallel-size 2")
+
+# decode_70b NAME:FLAGS...: Llama-3.1-70B shapes (dummy bf16), batch-1 decode of 256 tokens.
+decode_70b() {
+  for cfg in "$@"; do
+    local name=${cfg%%:*}
+    timeout 200 "$P" bench throughput --model "$B/llama31-70b" --load-format dummy --device cuda \
+      --max-model-len 4096 --gpu-memory-utilization 0.95 --num-prompts 1 --input-len 32 --output-len 256 \
+      --max-num-seqs 16 ${cfg#*:} > "$LOGS/decode70b_$name.log" 2>&1
+    say "70B batch-1 decode $name (exit $?): $(grep -E 'Throughput' "$LOGS/decode70b_$name.log")"
+  done
+}
+
+# tput_70b NAME PROMPTS IN OUT SECONDS FLAGS...: bench throughput at 70B shapes, 256 sequences at most.
+tput_70b() {
+  local name=$1 n=$2 in=$3 out=$4 limit=$5; shift 5
+  # Never past $BUDGET_S seconds into the part (the device call's own limit).
+  local left=$(( ${BUDGET_S:-100000} - SECONDS ))
+  [ "$left" -lt "$limit" ] && limit=$left
+  [ "$limit" -lt 30 ] && { say "70B $name: skipped, the call's time is spent"; return; }
+  timeout "$limit" "$P" bench throughput --model "$B/llama31-70b" --load-format dummy --device cuda \
+    --max-model-len 4096 --gpu-memory-utilization 0.95 --num-prompts "$n" --input-len "$in" \
+    --output-len "$out" --max-num-seqs 256 "$@" > "$LOGS/tput70b_$name.log" 2>&1
+  say "70B $name $n x ($in in, $out out) (exit $?): $(grep -E 'Throughput' "$LOGS/tput70b_$name.log")"
+}
+
+# Part 2: HF fp32 agreement at 70B layer shapes (8 layers, so that HF fp32 fits one GPU); 70B batch-1
+# decode TP=4 / TP=2 / PP=4 / TP=2 x PP=2; bench throughput 1000 x (1024, 128) at TP=4.
+four70() {
+  agreement llama3-70b-8l 300 "${FOUR_GPU_CONFIGS[@]}"
+  decode_70b "tp4:--tensor-parallel-size 4" "tp2:--tensor-parallel-size 2" \
+    "tp4nccl:--tensor-parallel-size 4 --disable-custom-all-reduce" "pp4:--pipeline-parallel-size 4"
+  tput_70b tp4_1000 1000 1024 128 240 --tensor-parallel-size 4
+}
+
+# Part 3: pycode-25M over four processes; the same 1000 x (1024, 128) at TP=2 (the scaling
+# baseline, same machine), then 256 x (128, 128) at TP=4, PP=4 and TP=2 x PP=2.
+four70tput() {
+  ceilings 64
+  write_py_prompts
+  pycode tp1; say "pycode-25M tp1 (exit $?)"
+  four_processes
+  tput_70b tp2_1000 1000 1024 128 330 --tensor-parallel-size 2
+  tput_70b tp4_256 256 128 128 90 --tensor-parallel-size 4
+  tput_70b pp4_256 256 128 128 120 --pipeline-parallel-size 4
+  tput_70b tp2pp2_256 256 128 128 120 --tensor-parallel-size 2 --pipeline-parallel-size 2
 }
 
 case $PART in
+  fourproc) ceilings 64; write_py_prompts; pycode tp1; four_processes ;;
+  four) four ;;
+  four70) four70 ;;
+  four70tput) four70tput ;;
   fused) fused ;;
   basics) basics ;;
   hf) hf ;;

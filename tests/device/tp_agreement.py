@@ -2,7 +2,8 @@
 # configuration (issue 10): build a random-weight HF model of a real architecture, let pagellm
 # (--device cuda, bf16) generate greedily under each configuration, then run HF in fp32 over prompt +
 # pagellm's tokens and count how often pagellm's token is HF-fp32's argmax. A configuration passes
-# when its agreement is within 2 points of the first configuration's (TP=1).
+# when its agreement is at most 2 points below the first configuration's (TP=1): as close to HF
+# fp32 as TP=1, or closer.
 # usage: python3 tp_agreement.py --pagellm BIN --tokenizers DIR --work DIR --logs DIR \
 #          --arch llama3-8b NAME=FLAGS [NAME=FLAGS ...]     e.g. tp1= tp2="--tensor-parallel-size 2"
 import argparse, json, os, shlex, shutil, subprocess, sys
@@ -82,7 +83,7 @@ def main():
         first = next(iter(outs.values()))
         same = sum(int(x == y) for x, y in zip(outs[name], first))
         base = frac if base is None else base
-        passed = abs(frac - base) <= 0.02
+        passed = frac >= base - 0.02  # as close to HF fp32 as the first, or closer
         ok &= passed
         print(f"| {name} | {100 * frac:.1f}% | {100 * (frac - base):+.1f} pts {'PASS' if passed else 'FAIL'} "
               f"| {same}/{len(prompts)} seqs |", flush=True)

@@ -2,11 +2,14 @@
 // on stories260K answers a batch of strings and of token ids with unit-norm vectors of the model's
 // hidden size, the same vector for the same input however it is batched or encoded (base64 of
 // little-endian float32), `dimensions` keeps the first N values renormalized; mean pooling differs
-// from last-token pooling; a generating server refuses embeddings (and a pooling one generation).
+// from last-token pooling; a generating server refuses embeddings (and a pooling one generation);
+// pycode-25M's vectors equal HF transformers' fp32 ones (a reference made on the GPU machine).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { startServer, openaiModule, pagellmBin, modelDir } from './server_helpers.mjs';
+import fs from 'node:fs';
+import path from 'node:path';
+import { startServer, openaiModule, pagellmBin, modelDir, repoRoot } from './server_helpers.mjs';
 
 const { default: OpenAI } = await import(openaiModule);
 
@@ -107,4 +110,27 @@ test('pagellm embed (offline) gives the server\'s vectors', { timeout: 60000 }, 
   const bad = spawnSync(pagellmBin(), ['embed', '--model', modelDir], { encoding: 'utf8' });
   assert.notEqual(bad.status, 0);
   assert.match(bad.stderr, /--input/);
+});
+
+// pycode-25M's embeddings against HF transformers fp32 (last_hidden_state pooled by the last token and
+// by the mean, L2-normalized), made on the GPU machine by tests/device/make_embedding_reference.py.
+test('pycode-25M embeddings equal HF transformers fp32', { timeout: 90000 }, async () => {
+  const ref = JSON.parse(fs.readFileSync(path.join(repoRoot, 'tests', 'data', 'hf_reference',
+    'pycode_embeddings_ref.json'), 'utf8'));
+  const pycode = path.resolve(modelDir, '..', 'pycode-25M');
+  for (const [pooling, vectors] of [['LAST', ref.last], ['MEAN', ref.mean]]) {
+    const srv = await startServer(['--runner', 'pooling', '--pooler-config', JSON.stringify({ pooling_type: pooling })],
+      pycode);
+    try {
+      const c = new OpenAI({ baseURL: `${srv.base}/v1`, apiKey: 'u', maxRetries: 0 });
+      const got = await c.embeddings.create({ model: 'pycode-25M', input: ref.token_ids, encoding_format: 'float' });
+      assert.equal(got.data.length, vectors.length);
+      for (let i = 0; i < vectors.length; i++) {
+        const worst = Math.max(...vectors[i].map((x, j) => Math.abs(x - got.data[i].embedding[j])));
+        assert.ok(worst < 2e-4, `${pooling} input ${i}: largest difference ${worst}`);
+      }
+    } finally {
+      await srv.stop();
+    }
+  }
 });

@@ -93,7 +93,11 @@ TEST(ParallelLaunch, LayoutsFromNodesAndMpirun) {
   a.master_addr = "10.0.0.1";
   const auto nodes = parallel::plan_launch(a, {});
   EXPECT_EQ(nodes.num_procs, 2);
-  EXPECT_EQ(nodes.first_rank, 4);
+  // Node 0 hosts the last stage (ranks 4..7, whose rank 4 samples); node 1 the first.
+  EXPECT_EQ(nodes.first_rank, 0);
+  a.node_rank = 0;
+  EXPECT_EQ(parallel::plan_launch(a, {}).first_rank, 4);
+  a.node_rank = 1;
   EXPECT_EQ(nodes.num_local_ranks, 4);
   EXPECT_EQ(nodes.first_device, 0);
   EXPECT_EQ(nodes.rendezvous.master_addr, "10.0.0.1");
@@ -111,6 +115,18 @@ TEST(ParallelLaunch, LayoutsFromNodesAndMpirun) {
   EXPECT_EQ(mpi.first_device, 1);
   EXPECT_EQ(mpi.rendezvous.master_addr, "node0");
   EXPECT_EQ(mpi.rendezvous.master_port, 4000);
+
+  // TP=2 x PP=2 under mpirun -np 4: process 0 hosts rank 2 (the last stage's sampling rank), and
+  // the four processes host the four ranks.
+  EngineArgs tp2pp2;
+  tp2pp2.tensor_parallel_size = 2;
+  tp2pp2.pipeline_parallel_size = 2;
+  std::vector<int> hosted;
+  for (int r = 0; r < 4; ++r)
+    hosted.push_back(parallel::plan_launch(tp2pp2, {{"OMPI_COMM_WORLD_SIZE", "4"},
+                                                    {"OMPI_COMM_WORLD_RANK", std::to_string(r)}})
+                         .first_rank);
+  EXPECT_EQ(hosted, (std::vector<int>{2, 0, 1, 3}));
 
   EXPECT_NE(error_of([&] { parallel::plan_launch(m, {{"OMPI_COMM_WORLD_SIZE", "3"}}); })
                 .find("do not split evenly"),

@@ -6,7 +6,10 @@
 #include <filesystem>
 #include <cstdlib>
 #include <mutex>
+#include <random>
 #include <thread>
+
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -17,6 +20,7 @@
 #include "parallel/shard.h"
 #include "parallel/step_watchdog.h"
 #include "parallel/thread_group.h"
+#include "model_files_util.h"
 #include "sanitized.h"
 #include "runner/model_loader.h"
 
@@ -274,6 +278,66 @@ TEST(TensorParallelCpu, Stories260KTp2AndTp4MatchOneRank) {
   expect_same_greedy(ref, greedy(model.string(), 2, 1, prompts, 48), "TP=2");
   expect_same_greedy(ref, greedy(model.string(), 4, 1, prompts, 48), "TP=4");
   expect_same_greedy(ref, greedy(model.string(), 4, 3, prompts, 48), "TP=4 x PP=3");
+}
+
+// A random Llama whose every split divides by 8 (two KV heads, so TP=8 replicates each one on four
+// ranks), with stories260K's tokenizer: the eight-rank layouts of issue 17 (TP=8, TP=4 x PP=2) and
+// PP=4, on the CPU communicator. Weights are drawn at a scale that keeps the logits well apart, so
+// fp32 reduction order cannot flip an argmax except on a rare near-tie.
+std::filesystem::path write_random_eight_way_llama(const std::filesystem::path& dir) {
+  nlohmann::json config = testing::tiny_llama_config();
+  config["vocab_size"] = 512;
+  config["hidden_size"] = 64;
+  config["intermediate_size"] = 128;
+  config["num_hidden_layers"] = 4;
+  config["num_attention_heads"] = 8;
+  config["num_key_value_heads"] = 2;
+  std::filesystem::create_directories(dir);
+  testing::write_file(dir / "config.json", config.dump(2));
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    std::filesystem::copy_file(kModels / "stories260K" / f, dir / f,
+                               std::filesystem::copy_options::overwrite_existing);
+  std::mt19937 rng(17);
+  testing::SafetensorsBuilder b;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, float scale) {
+    std::normal_distribution<float> normal(0.0f, scale);
+    std::vector<float> v(size_t(shape[0] * (shape.size() > 1 ? shape[1] : 1)));
+    for (float& x : v) x = shape.size() == 1 ? 1.0f + normal(rng) : normal(rng);
+    b.add_f32_values(name, shape, v);
+  };
+  add("model.embed_tokens.weight", {512, 64}, 1.0f);
+  for (int l = 0; l < 4; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {64}, 0.1f);
+    add(p + "self_attn.q_proj.weight", {64, 64}, 0.25f);
+    add(p + "self_attn.k_proj.weight", {16, 64}, 0.25f);
+    add(p + "self_attn.v_proj.weight", {16, 64}, 0.125f);
+    add(p + "self_attn.o_proj.weight", {64, 64}, 0.125f);
+    add(p + "post_attention_layernorm.weight", {64}, 0.1f);
+    add(p + "mlp.gate_proj.weight", {128, 64}, 0.125f);
+    add(p + "mlp.up_proj.weight", {128, 64}, 0.125f);
+    add(p + "mlp.down_proj.weight", {64, 128}, 0.125f);
+  }
+  add("model.norm.weight", {64}, 0.1f);
+  add("lm_head.weight", {512, 64}, 0.5f);
+  testing::write_file(dir / "model.safetensors", b.bytes());
+  return dir;
+}
+
+TEST(TensorParallelCpu, EightRanksTp8AndTp4xPp2AndPp4MatchOneRank) {
+  if (!std::filesystem::exists(kModels / "stories260K" / "tokenizer.json")) GTEST_SKIP();
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("pagellm_eight_way_" + std::to_string(::getpid()));
+  const std::string model = write_random_eight_way_llama(dir).string();
+  std::vector<PromptInput> prompts;
+  for (const char* t : {"Once upon a time", "The little dog", "Lily and Tom went", "One day, a"})
+    prompts.push_back(PromptInput::from_text(t));
+  const int tokens = testing::kSanitized ? 12 : 32;
+  const auto ref = greedy(model, 1, 1, prompts, tokens);
+  expect_same_greedy(ref, greedy(model, 8, 1, prompts, tokens), "TP=8");
+  expect_same_greedy(ref, greedy(model, 4, 2, prompts, tokens), "TP=4 x PP=2");
+  expect_same_greedy(ref, greedy(model, 1, 4, prompts, tokens), "PP=4");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(TensorParallelCpu, BadConfigurationsGetOneLineErrors) {
