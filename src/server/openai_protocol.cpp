@@ -214,7 +214,7 @@ void parse_token_controls(const json& body, SamplingParams& p, const ProtocolLim
                               " for token " + key,
                           "logit_bias");
       }
-      // "5" and "05" name one token: the later entry wins.
+      // "5" and "05" name one token: it gets one entry.
       const auto same = std::find_if(p.logit_bias.begin(), p.logit_bias.end(),
                                      [id](const auto& e) { return e.first == static_cast<int32_t>(id); });
       if (same != p.logit_bias.end()) p.logit_bias.erase(same);

@@ -176,7 +176,7 @@ std::string tool_choice_schema(const ChatRequest& r, std::string_view raw_body) 
     if (params.is_object()) hoist_definitions(params, root, "tools[" + std::to_string(i) + "].function.parameters");
     ordered_json call = {{"type", "object"},
                          {"properties",
-                          {{"name", {{"type", "string"}, {"enum", {tools[i]["function"]["name"]}}}},
+                          {{"name", {{"type", "string"}, {"enum", ordered_json::array({tools[i]["function"]["name"]})}}},
                            {"parameters", std::move(params)}}},
                          {"required", {"name", "parameters"}}};
     any_of.push_back(std::move(call));

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "common/error.h"
@@ -123,11 +124,11 @@ TEST(TokenControlsEngine, BadWordsAndBiasChangeGreedyOutput) {
   const auto base = llm.generate({PromptInput::from_text("Once upon a time")}, p)[0].outputs[0];
   ASSERT_GE(base.token_ids.size(), 4u);
   // Banning the text of the greedy output's third token (as a word) changes it from there on.
-  const std::string word = llm.tokenizer().decode(std::vector<int32_t>{base.token_ids[2]}, true);
+  const std::string word = llm.engine().tokenizer().decode(std::vector<int32_t>{base.token_ids[2]}, true);
   SamplingParams banned = p;
   banned.bad_words = {word};
   const auto out = llm.generate({PromptInput::from_text("Once upon a time")}, banned)[0].outputs[0];
-  const auto words = engine::tokenize_bad_words({word}, llm.tokenizer(), llm.tokenizer().vocab_size());
+  const auto words = engine::tokenize_bad_words({word}, llm.engine().tokenizer(), llm.engine().tokenizer().vocab_size());
   for (const auto& w : words) {
     if (w.size() != 1) continue;
     EXPECT_EQ(std::find(out.token_ids.begin(), out.token_ids.end(), w[0]), out.token_ids.end()) << word;
