@@ -132,6 +132,7 @@ ChatOutputConfig ApiServer::chat_output_config(const ChatRequest& r, std::string
       c.named_function = r.tool_choice_name;
       break;
   }
+  if (c.reasoning && c.reasoning->implicit_start() && params.structured_outputs) c.reasoning = nullptr;
   return c;
 }
 

@@ -43,6 +43,7 @@ ReasoningView split_at_close(std::string_view t, bool at_end) {
 
 class DeepSeekR1Parser final : public ReasoningParser {
  public:
+  bool implicit_start() const override { return true; }
   ReasoningView view(std::string_view t, bool at_end) const override {
     if (!at_end && begins_tag(t, kOpen)) {
       ReasoningView v;

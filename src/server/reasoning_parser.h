@@ -23,6 +23,9 @@ class ReasoningParser {
  public:
   virtual ~ReasoningParser() = default;
   virtual ReasoningView view(std::string_view text, bool at_end) const = 0;
+  // Reasoning starts without a tag (the prompt opened it): output constrained from its first token
+  // (a structured output, a required or named tool choice) then has no reasoning to split off.
+  virtual bool implicit_start() const { return false; }
 };
 
 // "deepseek_r1", "qwen3"; anything else throws pagellm::Error(kInvalidArgument).
