@@ -107,7 +107,8 @@ ChatRequest parse_chat_request(const nlohmann::json& body, const ProtocolLimits&
 
 // Tools (tool_request.cpp). parse_tools checks 'tools', 'tool_choice' and 'parallel_tool_calls'
 // into `r` (and puts the tools into its template kwargs); normalise_tool_calls checks an assistant
-// message's tool_calls and turns their JSON-text arguments into objects, as templates read them;
+// message's tool_calls and turns their JSON-text arguments into objects, as templates read them
+// (and its null content into "");
 // tool_choice_schema is the JSON schema of the output that tool_choice "required" (an array of
 // {"name", "parameters"} calls) or a named function (its parameters) asks for, taken from the raw
 // body so that properties keep their declared order.

@@ -138,6 +138,9 @@ void normalise_tool_calls(json& msg, const std::string& prefix) {
   if (calls == msg.end() || calls->is_null()) return;
   const std::string param = prefix + ".tool_calls";
   if (!calls->is_array()) throw_bad_request("'" + param + "' must be a list", param);
+  // A tool-calling turn's null content reaches the template as "" (as vLLM passes it): templates
+  // such as Qwen3's test it with `in`, which fails on none.
+  if (!calls->empty() && msg["content"].is_null()) msg["content"] = "";
   for (size_t j = 0; j < calls->size(); ++j) {
     json& call = (*calls)[j];
     const std::string at = param + "[" + std::to_string(j) + "]";
