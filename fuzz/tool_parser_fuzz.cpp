@@ -18,7 +18,9 @@ ChatOutputConfig make_config(uint8_t selector) {
   ChatOutputConfig c;
   static const char* const kParsers[] = {"hermes", "llama3_json", "mistral"};
   switch (selector % 5) {
-    case 0: case 1: case 2:
+    case 0:
+    case 1:
+    case 2:
       c.tool_mode = ToolMode::kAuto;
       c.tool_parser = make_tool_call_parser(kParsers[selector % 5]);
       break;
@@ -30,7 +32,8 @@ ChatOutputConfig make_config(uint8_t selector) {
       c.tool_mode = ToolMode::kNamed;
       c.named_function = "f";
   }
-  if (selector & 0x10) c.reasoning = make_reasoning_parser((selector & 0x20) ? "qwen3" : "deepseek_r1");
+  if (selector & 0x10)
+    c.reasoning = make_reasoning_parser((selector & 0x20) ? "qwen3" : "deepseek_r1");
   return c;
 }
 
@@ -67,7 +70,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!whole.tool_calls.empty()) {
     if (whole.tool_calls.size() != names.size()) std::abort();
     for (size_t i = 0; i < names.size(); ++i) {
-      if (names[i] != whole.tool_calls[i].name || args[i] != whole.tool_calls[i].arguments) std::abort();
+      if (names[i] != whole.tool_calls[i].name || args[i] != whole.tool_calls[i].arguments)
+        std::abort();
     }
     if (content != whole.content.value_or("")) std::abort();
   }

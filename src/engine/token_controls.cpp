@@ -10,8 +10,8 @@ std::vector<uint32_t> allowed_token_mask(const std::vector<int32_t>& ids, int32_
   std::vector<uint32_t> words((static_cast<size_t>(std::max(vocab, 0)) + 31) / 32, 0u);
   for (int32_t id : ids) {
     if (id < 0 || id >= vocab) {
-      invalid_argument("allowed_token_ids: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                       std::to_string(vocab) + ")");
+      invalid_argument("allowed_token_ids: token id " + std::to_string(id) +
+                       " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
     }
     words[static_cast<size_t>(id) / 32] |= 1u << (static_cast<uint32_t>(id) % 32);
   }
@@ -19,7 +19,8 @@ std::vector<uint32_t> allowed_token_mask(const std::vector<int32_t>& ids, int32_
 }
 
 std::vector<std::vector<int32_t>> tokenize_bad_words(const std::vector<std::string>& words,
-                                                     const tok::Tokenizer& tokenizer, int32_t vocab) {
+                                                     const tok::Tokenizer& tokenizer,
+                                                     int32_t vocab) {
   std::vector<std::vector<int32_t>> out;
   for (const std::string& word : words) {
     const std::string bare = word.substr(std::min(word.find_first_not_of(' '), word.size()));
@@ -34,20 +35,24 @@ std::vector<std::vector<int32_t>> tokenize_bad_words(const std::vector<std::stri
       }
     }
     if (plain.empty()) continue;  // a word of spaces only
-    const bool spaced_differs = !spaced.empty() && spaced.size() == plain.size() && spaced.front() != plain.front();
+    const bool spaced_differs =
+        !spaced.empty() && spaced.size() == plain.size() && spaced.front() != plain.front();
     out.push_back(std::move(plain));
     if (spaced_differs) out.push_back(std::move(spaced));
   }
   return out;
 }
 
-void add_bad_word_bans(const std::vector<std::vector<int32_t>>& words, std::span<const int32_t> output,
-                       std::vector<int32_t>& banned) {
+void add_bad_word_bans(const std::vector<std::vector<int32_t>>& words,
+                       std::span<const int32_t> output, std::vector<int32_t>& banned) {
   for (const std::vector<int32_t>& word : words) {
     const size_t num_prefix = word.size() - 1;
     if (num_prefix > output.size()) continue;
-    if (!std::equal(word.begin(), word.end() - 1, output.end() - static_cast<std::ptrdiff_t>(num_prefix))) continue;
-    if (std::find(banned.begin(), banned.end(), word.back()) == banned.end()) banned.push_back(word.back());
+    if (!std::equal(word.begin(), word.end() - 1,
+                    output.end() - static_cast<std::ptrdiff_t>(num_prefix)))
+      continue;
+    if (std::find(banned.begin(), banned.end(), word.back()) == banned.end())
+      banned.push_back(word.back());
   }
 }
 

@@ -22,11 +22,12 @@ std::vector<uint32_t> allowed_token_mask(const std::vector<int32_t>& ids, int32_
 // many tokens (a word in mid-sentence). No special tokens are added. A word whose tokens leave the
 // vocabulary throws pagellm::Error(kInvalidArgument).
 std::vector<std::vector<int32_t>> tokenize_bad_words(const std::vector<std::string>& words,
-                                                     const tok::Tokenizer& tokenizer, int32_t vocab);
+                                                     const tok::Tokenizer& tokenizer,
+                                                     int32_t vocab);
 
 // Appends to `banned` (once each) the last token of every bad word whose other tokens are the last
 // ones of `output` (a one-token word always).
-void add_bad_word_bans(const std::vector<std::vector<int32_t>>& words, std::span<const int32_t> output,
-                       std::vector<int32_t>& banned);
+void add_bad_word_bans(const std::vector<std::vector<int32_t>>& words,
+                       std::span<const int32_t> output, std::vector<int32_t>& banned);
 
 }  // namespace pagellm::engine

@@ -14,7 +14,8 @@ ToolView tool_view(const ChatOutputConfig& config, std::string_view text, bool a
     case ToolMode::kAuto:
     case ToolMode::kRequired:
       if (config.tool_parser) {
-        return at_end ? parse_tool_calls(*config.tool_parser, text) : config.tool_parser->view(text, false);
+        return at_end ? parse_tool_calls(*config.tool_parser, text)
+                      : config.tool_parser->view(text, false);
       }
       break;
     case ToolMode::kNamed: {
@@ -39,7 +40,8 @@ ReasoningView reasoning_view(const ChatOutputConfig& config, std::string_view te
 }  // namespace
 
 std::string make_tool_call_id(bool short_id) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   thread_local std::mt19937_64 rng{std::random_device{}() ^
                                    (static_cast<uint64_t>(std::random_device{}()) << 32)};
   std::uniform_int_distribution<size_t> pick(0, sizeof(kAlphabet) - 2);
@@ -53,10 +55,12 @@ ChatMessage parse_chat_output(const ChatOutputConfig& config, std::string_view t
   const ReasoningView r = reasoning_view(config, text, true);
   ToolView t = tool_view(config, r.content, true);
   for (ToolCallView& call : t.calls) {
-    m.tool_calls.push_back({make_tool_call_id(config.short_ids), std::move(call.name), std::move(call.arguments)});
+    m.tool_calls.push_back(
+        {make_tool_call_id(config.short_ids), std::move(call.name), std::move(call.arguments)});
   }
   if (r.has_reasoning && !r.reasoning.empty()) m.reasoning = r.reasoning;
-  if (!t.content.empty() || (m.tool_calls.empty() && !m.reasoning)) m.content = std::move(t.content);
+  if (!t.content.empty() || (m.tool_calls.empty() && !m.reasoning))
+    m.content = std::move(t.content);
   return m;
 }
 

@@ -53,7 +53,7 @@ std::string make_tool_call_id(bool short_id);
 
 struct ToolCallDelta {
   size_t index = 0;
-  bool first = false;     // the call's first delta: id, type and name go with it
+  bool first = false;  // the call's first delta: id, type and name go with it
   std::string id;
   std::string name;
   std::string arguments;  // the next fragment of the arguments

@@ -98,9 +98,10 @@ Result scan_value(std::string_view t, size_t begin, bool at_end) {
       expect = Expect::kValue;
       continue;
     }
-    const bool closing = (expect == Expect::kValueOrClose && c == ']') ||
-                         (expect == Expect::kKeyOrClose && c == '}') ||
-                         (expect == Expect::kCommaOrClose && c == (stack[depth - 1] == '{' ? '}' : ']'));
+    const bool closing =
+        (expect == Expect::kValueOrClose && c == ']') ||
+        (expect == Expect::kKeyOrClose && c == '}') ||
+        (expect == Expect::kCommaOrClose && c == (stack[depth - 1] == '{' ? '}' : ']'));
     if (closing) {
       --depth;
       ++i;
@@ -125,10 +126,14 @@ Result scan_value(std::string_view t, size_t begin, bool at_end) {
       continue;
     } else {
       Result r;
-      if (c == '"') r = scan_string(t, i);
-      else if (c == '-' || is_digit(c)) r = scan_number(t, i, at_end && depth == 0);
-      else if (c == 't' || c == 'f' || c == 'n') r = scan_literal(t, i);
-      else return {Status::kMalformed, i};
+      if (c == '"')
+        r = scan_string(t, i);
+      else if (c == '-' || is_digit(c))
+        r = scan_number(t, i, at_end && depth == 0);
+      else if (c == 't' || c == 'f' || c == 'n')
+        r = scan_literal(t, i);
+      else
+        return {Status::kMalformed, i};
       if (r.status != Status::kComplete) return r;
       i = r.end;
       value_done = true;

@@ -2,7 +2,8 @@
 // <think>...</think> before answering:
 //   deepseek_r1  the chat template opens <think> in the prompt, so the output is reasoning up to
 //                </think> (a leading <think> is dropped), then the answer;
-//   qwen3        reasoning only when the output opens with <think> (enable_thinking: false makes the
+//   qwen3        reasoning only when the output opens with <think> (enable_thinking: false makes
+//   the
 //                template close an empty think block in the prompt, and the output is all answer).
 // As tool_parser.h: a view of a text that may still grow, whose successive views only grow.
 #pragma once
@@ -14,8 +15,8 @@
 namespace pagellm::server {
 
 struct ReasoningView {
-  std::string reasoning;     // the thinking so far (tags removed)
-  std::string content;       // the answer so far (leading whitespace after </think> removed)
+  std::string reasoning;       // the thinking so far (tags removed)
+  std::string content;         // the answer so far (leading whitespace after </think> removed)
   bool has_reasoning = false;  // the output is in thinking form (reasoning may still be empty)
 };
 

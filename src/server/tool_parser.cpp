@@ -8,8 +8,8 @@
 namespace pagellm::server {
 namespace {
 
-using json_scan::Status;
 using json_scan::skip_ws;
+using json_scan::Status;
 
 constexpr std::string_view kHermesOpen = "<tool_call>";
 constexpr std::string_view kHermesClose = "</tool_call>";
@@ -80,9 +80,9 @@ Scan scan_call(std::string_view t, size_t i, bool at_end, ToolCallView& call) {
   }
 }
 
-// Call objects from t[p]: optionally inside [ ], separated by ',' or ';'. Unbracketed, the list ends
-// after the last object that no separator follows (which only the text's end or another character
-// tells).
+// Call objects from t[p]: optionally inside [ ], separated by ',' or ';'. Unbracketed, the list
+// ends after the last object that no separator follows (which only the text's end or another
+// character tells).
 Scan scan_call_list(std::string_view t, size_t p, bool at_end, std::vector<ToolCallView>& calls) {
   p = skip_ws(t, p);
   if (p >= t.size()) return {Status::kIncomplete, t.size()};
@@ -219,8 +219,10 @@ class JsonArrayParser final : public ToolCallParser {
   ToolView view(std::string_view t, bool at_end) const override {
     ToolView v;
     const size_t p = skip_ws(t, 0);
-    if (p < t.size() && t[p] != '[') v.malformed = true;
-    else if (p < t.size() || at_end) scan_tail_calls(t, p, at_end, v);
+    if (p < t.size() && t[p] != '[')
+      v.malformed = true;
+    else if (p < t.size() || at_end)
+      scan_tail_calls(t, p, at_end, v);
     return v;
   }
 };

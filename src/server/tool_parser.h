@@ -28,9 +28,9 @@ struct ToolCallView {
 };
 
 struct ToolView {
-  std::string content;               // text outside the calls (surely content, so far)
+  std::string content;  // text outside the calls (surely content, so far)
   std::vector<ToolCallView> calls;
-  bool malformed = false;            // a call's JSON is broken: the whole text is content
+  bool malformed = false;  // a call's JSON is broken: the whole text is content
 };
 
 class ToolCallParser {
@@ -50,8 +50,8 @@ std::unique_ptr<ToolCallParser> make_tool_call_parser(std::string_view name);
 // The parser of tool_choice "required" outputs: one JSON array of {"name", "parameters"} objects.
 std::unique_ptr<ToolCallParser> make_json_array_tool_parser();
 
-// The final answer for `text`: the view at its end, or, when a call is malformed or nameless, all of
-// `text` as content and no calls.
+// The final answer for `text`: the view at its end, or, when a call is malformed or nameless, all
+// of `text` as content and no calls.
 ToolView parse_tool_calls(const ToolCallParser& parser, std::string_view text);
 
 }  // namespace pagellm::server

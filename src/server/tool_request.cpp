@@ -18,7 +18,8 @@ constexpr size_t kMaxTools = 128;  // OpenAI's limit
 bool valid_function_name(const std::string& name) {
   if (name.empty() || name.size() > 64) return false;
   for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-';
     if (!ok) return false;
   }
   return true;
@@ -37,7 +38,8 @@ void check_tool(const json& tool, size_t i) {
   }
   auto name = fn->find("name");
   if (name == fn->end() || !name->is_string() || !valid_function_name(name->get<std::string>())) {
-    throw_bad_request("'" + param + ".function.name' must be 1 to 64 letters, digits, '_' or '-'", param);
+    throw_bad_request("'" + param + ".function.name' must be 1 to 64 letters, digits, '_' or '-'",
+                      param);
   }
   auto desc = fn->find("description");
   if (desc != fn->end() && !desc->is_null() && !desc->is_string()) {
@@ -54,18 +56,26 @@ std::string function_name(const json& tool) { return tool["function"]["name"].ge
 void parse_tool_choice(const json& v, ChatRequest& r) {
   if (v.is_string()) {
     const std::string s = v.get<std::string>();
-    if (s == "none") r.tool_choice = ToolChoice::kNone;
-    else if (s == "auto") r.tool_choice = ToolChoice::kAuto;
-    else if (s == "required") r.tool_choice = ToolChoice::kRequired;
-    else throw_bad_request("'tool_choice' must be none, auto, required or a named function, got '" + s + "'", "tool_choice");
+    if (s == "none")
+      r.tool_choice = ToolChoice::kNone;
+    else if (s == "auto")
+      r.tool_choice = ToolChoice::kAuto;
+    else if (s == "required")
+      r.tool_choice = ToolChoice::kRequired;
+    else
+      throw_bad_request(
+          "'tool_choice' must be none, auto, required or a named function, got '" + s + "'",
+          "tool_choice");
     return;
   }
   auto fn = v.is_object() ? v.find("function") : v.end();
   auto type = v.is_object() ? v.find("type") : v.end();
-  if (!v.is_object() || type == v.end() || *type != "function" || fn == v.end() || !fn->is_object() ||
-      !fn->contains("name") || !(*fn)["name"].is_string()) {
-    throw_bad_request("'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}",
-                      "tool_choice");
+  if (!v.is_object() || type == v.end() || *type != "function" || fn == v.end() ||
+      !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string()) {
+    throw_bad_request(
+        "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": "
+        "{\"name\": ...}}",
+        "tool_choice");
   }
   r.tool_choice = ToolChoice::kNamed;
   r.tool_choice_name = (*fn)["name"].get<std::string>();
@@ -81,8 +91,8 @@ void hoist_definitions(ordered_json& schema, ordered_json& root, const std::stri
     for (auto& [name, def] : it->items()) {
       ordered_json& slot = root[key][name];
       if (!slot.is_null() && slot != def) {
-        throw_bad_request("tool_choice \"required\": two tools define '" + std::string(key) + "/" + name +
-                              "' differently; give the definitions distinct names",
+        throw_bad_request("tool_choice \"required\": two tools define '" + std::string(key) + "/" +
+                              name + "' differently; give the definitions distinct names",
                           param);
       }
       slot = def;
@@ -94,7 +104,8 @@ void hoist_definitions(ordered_json& schema, ordered_json& root, const std::stri
 ordered_json parameters_of(const ordered_json& tool) {
   const ordered_json& fn = tool["function"];
   auto it = fn.find("parameters");
-  if (it == fn.end() || it->is_null()) return ordered_json{{"type", "object"}, {"properties", ordered_json::object()}};
+  if (it == fn.end() || it->is_null())
+    return ordered_json{{"type", "object"}, {"properties", ordered_json::object()}};
   return *it;
 }
 
@@ -105,14 +116,16 @@ void parse_tools(const json& body, ChatRequest& r) {
   const bool have_tools = tools != body.end() && !tools->is_null();
   if (have_tools) {
     if (!tools->is_array()) throw_bad_request("'tools' must be a list", "tools");
-    if (tools->size() > kMaxTools) throw_bad_request("'tools' may hold at most 128 functions", "tools");
+    if (tools->size() > kMaxTools)
+      throw_bad_request("'tools' may hold at most 128 functions", "tools");
     for (size_t i = 0; i < tools->size(); ++i) check_tool((*tools)[i], i);
     r.tools = *tools;
     r.template_kwargs["tools"] = *tools;
   }
   auto choice = body.find("tool_choice");
   if (choice == body.end() || choice->is_null()) {
-    r.tool_choice = have_tools && !r.tools.empty() ? ToolChoice::kAuto : ToolChoice::kNone;  // OpenAI's default
+    r.tool_choice =
+        have_tools && !r.tools.empty() ? ToolChoice::kAuto : ToolChoice::kNone;  // OpenAI's default
   } else {
     parse_tool_choice(*choice, r);
     if (r.tool_choice != ToolChoice::kNone && r.tools.empty()) {
@@ -123,12 +136,14 @@ void parse_tools(const json& body, ChatRequest& r) {
     bool found = false;
     for (const json& tool : r.tools) found = found || function_name(tool) == r.tool_choice_name;
     if (!found) {
-      throw_bad_request("'tool_choice' names function '" + r.tool_choice_name + "', which is not among the tools",
-                        "tool_choice");
+      throw_bad_request(
+          "'tool_choice' names function '" + r.tool_choice_name + "', which is not among the tools",
+          "tool_choice");
     }
   }
   if (auto v = body.find("parallel_tool_calls"); v != body.end() && !v->is_null()) {
-    if (!v->is_boolean()) throw_bad_request("'parallel_tool_calls' must be a boolean", "parallel_tool_calls");
+    if (!v->is_boolean())
+      throw_bad_request("'parallel_tool_calls' must be a boolean", "parallel_tool_calls");
     r.parallel_tool_calls = v->get<bool>();
   }
 }
@@ -145,15 +160,20 @@ void normalise_tool_calls(json& msg, const std::string& prefix) {
     json& call = (*calls)[j];
     const std::string at = param + "[" + std::to_string(j) + "]";
     auto fn = call.is_object() ? call.find("function") : call.end();
-    if (fn == call.end() || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string()) {
-      throw_bad_request("'" + at + "' must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}", at);
+    if (fn == call.end() || !fn->is_object() || !fn->contains("name") ||
+        !(*fn)["name"].is_string()) {
+      throw_bad_request(
+          "'" + at +
+              "' must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
+          at);
     }
     // Templates read the arguments as an object (tojson, items()); OpenAI sends them as JSON text.
     auto args = fn->find("arguments");
     if (args == fn->end() || args->is_null()) continue;
     if (!args->is_string()) continue;
     json parsed = json::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
-    if (parsed.is_discarded()) throw_bad_request("'" + at + ".function.arguments' must be JSON text", at);
+    if (parsed.is_discarded())
+      throw_bad_request("'" + at + ".function.arguments' must be JSON text", at);
     *args = std::move(parsed);
   }
 }
@@ -176,12 +196,15 @@ std::string tool_choice_schema(const ChatRequest& r, std::string_view raw_body) 
   ordered_json any_of = ordered_json::array();
   for (size_t i = 0; i < tools.size(); ++i) {
     ordered_json params = parameters_of(tools[i]);
-    if (params.is_object()) hoist_definitions(params, root, "tools[" + std::to_string(i) + "].function.parameters");
-    ordered_json call = {{"type", "object"},
-                         {"properties",
-                          {{"name", {{"type", "string"}, {"enum", ordered_json::array({tools[i]["function"]["name"]})}}},
-                           {"parameters", std::move(params)}}},
-                         {"required", {"name", "parameters"}}};
+    if (params.is_object())
+      hoist_definitions(params, root, "tools[" + std::to_string(i) + "].function.parameters");
+    ordered_json call = {
+        {"type", "object"},
+        {"properties",
+         {{"name",
+           {{"type", "string"}, {"enum", ordered_json::array({tools[i]["function"]["name"]})}}},
+          {"parameters", std::move(params)}}},
+        {"required", {"name", "parameters"}}};
     any_of.push_back(std::move(call));
   }
   root["items"] = {{"anyOf", std::move(any_of)}};

@@ -83,7 +83,8 @@ TEST(TokenControls, AllowedMaskAndBadWordBans) {
 
 TEST(TokenControls, BadWordsTokenizeAtTheStartAndAfterASpace) {
   const auto tokenizer = tok::Tokenizer::byte_level_demo();
-  const auto words = engine::tokenize_bad_words({"cat", "  dog"}, *tokenizer, tokenizer->vocab_size());
+  const auto words =
+      engine::tokenize_bad_words({"cat", "  dog"}, *tokenizer, tokenizer->vocab_size());
   ASSERT_GE(words.size(), 2u);
   EXPECT_EQ(words[0], tokenizer->encode("cat", false));
   for (const auto& w : words) EXPECT_FALSE(w.empty());
@@ -110,7 +111,8 @@ TEST(TokenControlsEngine, AllowedTokenIdsRestrictEveryToken) {
     for (const RequestOutput& r : llm.generate({PromptInput::from_text("Once upon a time")}, p)) {
       for (const CompletionOutput& o : r.outputs) {
         EXPECT_EQ(o.token_ids.size(), 24u);
-        for (int32_t id : o.token_ids) EXPECT_NE(std::find(allowed.begin(), allowed.end(), id), allowed.end()) << id;
+        for (int32_t id : o.token_ids)
+          EXPECT_NE(std::find(allowed.begin(), allowed.end(), id), allowed.end()) << id;
       }
     }
   }
@@ -124,20 +126,24 @@ TEST(TokenControlsEngine, BadWordsAndBiasChangeGreedyOutput) {
   const auto base = llm.generate({PromptInput::from_text("Once upon a time")}, p)[0].outputs[0];
   ASSERT_GE(base.token_ids.size(), 4u);
   // Banning the text of the greedy output's third token (as a word) changes it from there on.
-  const std::string word = llm.engine().tokenizer().decode(std::vector<int32_t>{base.token_ids[2]}, true);
+  const std::string word =
+      llm.engine().tokenizer().decode(std::vector<int32_t>{base.token_ids[2]}, true);
   SamplingParams banned = p;
   banned.bad_words = {word};
   const auto out = llm.generate({PromptInput::from_text("Once upon a time")}, banned)[0].outputs[0];
-  const auto words = engine::tokenize_bad_words({word}, llm.engine().tokenizer(), llm.engine().tokenizer().vocab_size());
+  const auto words = engine::tokenize_bad_words({word}, llm.engine().tokenizer(),
+                                                llm.engine().tokenizer().vocab_size());
   for (const auto& w : words) {
     if (w.size() != 1) continue;
-    EXPECT_EQ(std::find(out.token_ids.begin(), out.token_ids.end(), w[0]), out.token_ids.end()) << word;
+    EXPECT_EQ(std::find(out.token_ids.begin(), out.token_ids.end(), w[0]), out.token_ids.end())
+        << word;
   }
   // A large bias on one token makes greedy decoding pick it every time.
   SamplingParams biased = p;
   biased.max_tokens = 8;
   biased.logit_bias = {{base.token_ids[0] + 1, 100.0f}};
-  for (int32_t id : llm.generate({PromptInput::from_text("Once upon a time")}, biased)[0].outputs[0].token_ids)
+  for (int32_t id :
+       llm.generate({PromptInput::from_text("Once upon a time")}, biased)[0].outputs[0].token_ids)
     EXPECT_EQ(id, base.token_ids[0] + 1);
 }
 

@@ -50,8 +50,10 @@ Assembled full(const ChatOutputConfig& config, const std::string& text) {
   return a;
 }
 
-// Streams `text` in pieces of the given sizes (cycled) and puts the deltas together as a client does.
-Assembled streamed(const ChatOutputConfig& config, const std::string& text, const std::vector<size_t>& sizes) {
+// Streams `text` in pieces of the given sizes (cycled) and puts the deltas together as a client
+// does.
+Assembled streamed(const ChatOutputConfig& config, const std::string& text,
+                   const std::vector<size_t>& sizes) {
   ChatOutputStream stream(config);
   Assembled a;
   size_t pos = 0;
@@ -98,7 +100,8 @@ void check_streaming(const ChatOutputConfig& config, const std::string& text) {
 TEST(ToolParser, HermesSingleCall) {
   const auto config = config_for("hermes");
   const std::string text =
-      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": [1, 2]}}\n</tool_call>";
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": [1, "
+      "2]}}\n</tool_call>";
   const Assembled a = full(config, text);
   ASSERT_EQ(a.calls.size(), 1u);
   EXPECT_EQ(a.calls[0].name, "get_weather");
@@ -113,7 +116,8 @@ TEST(ToolParser, HermesSingleCall) {
 TEST(ToolParser, HermesContentAndSeveralCalls) {
   const auto config = config_for("hermes");
   const std::string text =
-      "Let me check.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n"
+      "Let me check.\n<tool_call>\n{\"name\": \"a\", \"arguments\": "
+      "{}}\n</tool_call>\n<tool_call>\n"
       "{\"arguments\": {\"q\": \"x \\\"y\\\" </tool_call>\"}, \"name\": \"b\"}\n</tool_call>\n";
   const Assembled a = full(config, text);
   ASSERT_EQ(a.calls.size(), 2u);
@@ -139,8 +143,8 @@ TEST(ToolParser, HermesMalformedFallsBackToContent) {
   const auto config = config_for("hermes");
   for (const std::string text : {
            "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": }}</tool_call>",
-           "<tool_call>{\"arguments\": {}}</tool_call>",                      // no name
-           "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}",          // truncated
+           "<tool_call>{\"arguments\": {}}</tool_call>",              // no name
+           "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}",  // truncated
            "<tool_call>{\"name\": \"f\"} trailing</tool_call>",
            "ok <tool_call>{\"name\": 3}</tool_call>",
        }) {
@@ -157,7 +161,9 @@ TEST(ToolParser, Llama3Json) {
   const std::string one = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}";
   EXPECT_EQ(full(config, one).calls, (std::vector<Call>{{"get_weather", "{\"city\": \"Oslo\"}"}}));
   check_streaming(config, one);
-  const std::string two = "<|python_tag|>{\"name\": \"a\", \"parameters\": {\"x\": true}}; {\"name\": \"b\", \"parameters\": null}";
+  const std::string two =
+      "<|python_tag|>{\"name\": \"a\", \"parameters\": {\"x\": true}}; {\"name\": \"b\", "
+      "\"parameters\": null}";
   EXPECT_EQ(full(config, two).calls, (std::vector<Call>{{"a", "{\"x\": true}"}, {"b", "null"}}));
   check_streaming(config, two);
   const std::string plain = "The weather in {city} is fine.";
@@ -173,7 +179,8 @@ TEST(ToolParser, Llama3Json) {
 TEST(ToolParser, Mistral) {
   const auto config = config_for("mistral");
   const std::string text =
-      "Sure.[TOOL_CALLS][{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": -2}}, {\"name\": \"neg\", \"arguments\": {\"x\": 0}}]";
+      "Sure.[TOOL_CALLS][{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": -2}}, {\"name\": "
+      "\"neg\", \"arguments\": {\"x\": 0}}]";
   const Assembled a = full(config, text);
   EXPECT_EQ(a.content, "Sure.");
   EXPECT_EQ(a.calls, (std::vector<Call>{{"add", "{\"a\": 1, \"b\": -2}"}, {"neg", "{\"x\": 0}"}}));
@@ -191,8 +198,11 @@ TEST(ToolParser, RequiredJsonArray) {
   ChatOutputConfig config;
   config.tool_mode = ToolMode::kRequired;
   config.tool_parser = make_json_array_tool_parser();
-  const std::string text = "[{\"name\": \"f\", \"parameters\": {\"s\": \"\\u00e9\\n\"}}, {\"name\": \"g\", \"parameters\": {}}]";
-  EXPECT_EQ(full(config, text).calls, (std::vector<Call>{{"f", "{\"s\": \"\\u00e9\\n\"}"}, {"g", "{}"}}));
+  const std::string text =
+      "[{\"name\": \"f\", \"parameters\": {\"s\": \"\\u00e9\\n\"}}, {\"name\": \"g\", "
+      "\"parameters\": {}}]";
+  EXPECT_EQ(full(config, text).calls,
+            (std::vector<Call>{{"f", "{\"s\": \"\\u00e9\\n\"}"}, {"g", "{}"}}));
   check_streaming(config, text);
 }
 
@@ -243,7 +253,8 @@ TEST(ReasoningParser, Qwen3) {
 TEST(ReasoningParser, ThenToolCalls) {
   const auto config = config_for("hermes", "qwen3");
   const std::string text =
-      "<think>\nI need the weather.\n</think>\n\n<tool_call>\n{\"name\": \"w\", \"arguments\": {\"c\": \"Rome\"}}\n</tool_call>";
+      "<think>\nI need the weather.\n</think>\n\n<tool_call>\n{\"name\": \"w\", \"arguments\": "
+      "{\"c\": \"Rome\"}}\n</tool_call>";
   const Assembled a = full(config, text);
   EXPECT_EQ(a.reasoning, "\nI need the weather.\n");
   EXPECT_EQ(a.content, "");
@@ -253,7 +264,9 @@ TEST(ReasoningParser, ThenToolCalls) {
 
 TEST(JsonScan, FindsValueEndsAndPrefixes) {
   using json_scan::Status;
-  const auto status = [](std::string_view t, bool at_end) { return json_scan::scan_value(t, 0, at_end).status; };
+  const auto status = [](std::string_view t, bool at_end) {
+    return json_scan::scan_value(t, 0, at_end).status;
+  };
   EXPECT_EQ(status("{\"a\": [1, 2.5e-3, true, null, \"x\\u0041\"]}", false), Status::kComplete);
   EXPECT_EQ(json_scan::scan_value("{\"a\": 1} tail", 0, false).end, 8u);
   EXPECT_EQ(status("{\"a\": [1, 2", false), Status::kIncomplete);

@@ -23,20 +23,24 @@ void expect_bad(const std::string& body, const std::string& param) {
   }
 }
 
-const char* kTools = R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
+const char* kTools =
+    R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
   "properties":{"city":{"type":"string"},"unit":{"enum":["c","f"]}},"required":["city"],
   "$defs":{"d":{"type":"integer"}}}}},{"type":"function","function":{"name":"ping"}}])";
 
 std::string with_tools(const std::string& extra) {
-  return std::string(R"({"messages":[{"role":"user","content":"hi"}],"tools":)") + kTools + extra + "}";
+  return std::string(R"({"messages":[{"role":"user","content":"hi"}],"tools":)") + kTools + extra +
+         "}";
 }
 
 TEST(ToolRequest, ToolChoiceDefaultsAndForms) {
   EXPECT_EQ(chat(with_tools("")).tool_choice, ToolChoice::kAuto);
-  EXPECT_EQ(chat(R"({"messages":[{"role":"user","content":"hi"}]})").tool_choice, ToolChoice::kNone);
+  EXPECT_EQ(chat(R"({"messages":[{"role":"user","content":"hi"}]})").tool_choice,
+            ToolChoice::kNone);
   EXPECT_EQ(chat(with_tools(R"(,"tool_choice":"none")")).tool_choice, ToolChoice::kNone);
   EXPECT_EQ(chat(with_tools(R"(,"tool_choice":"required")")).tool_choice, ToolChoice::kRequired);
-  const ChatRequest named = chat(with_tools(R"(,"tool_choice":{"type":"function","function":{"name":"ping"}})"));
+  const ChatRequest named =
+      chat(with_tools(R"(,"tool_choice":{"type":"function","function":{"name":"ping"}})"));
   EXPECT_EQ(named.tool_choice, ToolChoice::kNamed);
   EXPECT_EQ(named.tool_choice_name, "ping");
   EXPECT_TRUE(named.template_kwargs.contains("tools"));
@@ -44,15 +48,21 @@ TEST(ToolRequest, ToolChoiceDefaultsAndForms) {
 }
 
 TEST(ToolRequest, RejectsMalformedTools) {
-  expect_bad(with_tools(R"(,"tool_choice":{"type":"function","function":{"name":"nope"}})"), "tool_choice");
+  expect_bad(with_tools(R"(,"tool_choice":{"type":"function","function":{"name":"nope"}})"),
+             "tool_choice");
   expect_bad(with_tools(R"(,"tool_choice":"maybe")"), "tool_choice");
   expect_bad(with_tools(R"(,"tool_choice":{"function":{"name":"ping"}})"), "tool_choice");
-  expect_bad(R"({"messages":[{"role":"user","content":"hi"}],"tool_choice":"required"})", "tool_choice");
+  expect_bad(R"({"messages":[{"role":"user","content":"hi"}],"tool_choice":"required"})",
+             "tool_choice");
   expect_bad(R"({"messages":[{"role":"user","content":"hi"}],"tools":{}})", "tools");
-  expect_bad(R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function"}]})", "tools[0]");
-  expect_bad(R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"function":{"name":"a b"}}]})", "tools[0]");
-  expect_bad(R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"code","function":{"name":"a"}}]})",
+  expect_bad(R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function"}]})",
              "tools[0]");
+  expect_bad(
+      R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"function":{"name":"a b"}}]})",
+      "tools[0]");
+  expect_bad(
+      R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"code","function":{"name":"a"}}]})",
+      "tools[0]");
   expect_bad(with_tools(R"(,"parallel_tool_calls":"yes")"), "parallel_tool_calls");
 }
 
@@ -61,11 +71,14 @@ TEST(ToolRequest, AssistantToolCallArgumentsBecomeObjects) {
     {"role":"assistant","tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a\": [1]}"}}]},
     {"role":"tool","tool_call_id":"call_1","content":"3"}]})");
   EXPECT_EQ(r.messages[1]["tool_calls"][0]["function"]["arguments"], json::parse(R"({"a": [1]})"));
-  EXPECT_EQ(r.messages[1]["content"], "") << "templates get \"\" for a tool-calling turn's null content";
+  EXPECT_EQ(r.messages[1]["content"], "")
+      << "templates get \"\" for a tool-calling turn's null content";
   EXPECT_EQ(r.messages[2]["tool_call_id"], "call_1");
-  expect_bad(R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"{x"}}]}]})",
+  expect_bad(
+      R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"{x"}}]}]})",
+      "messages[0].tool_calls[0]");
+  expect_bad(R"({"messages":[{"role":"assistant","tool_calls":[{"function":{}}]}]})",
              "messages[0].tool_calls[0]");
-  expect_bad(R"({"messages":[{"role":"assistant","tool_calls":[{"function":{}}]}]})", "messages[0].tool_calls[0]");
 }
 
 TEST(ToolRequest, SchemaForRequiredAndNamed) {
@@ -84,14 +97,16 @@ TEST(ToolRequest, SchemaForRequiredAndNamed) {
   EXPECT_EQ(props.key(), "city");
   EXPECT_EQ(schema["items"]["anyOf"][1]["properties"]["parameters"]["type"], "object");
 
-  const std::string named_raw = with_tools(R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}})");
+  const std::string named_raw =
+      with_tools(R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}})");
   const auto named = nlohmann::ordered_json::parse(tool_choice_schema(chat(named_raw), named_raw));
   EXPECT_EQ(named["required"][0], "city");
   EXPECT_EQ(named["properties"].items().begin().key(), "city");
 }
 
 TEST(ToolRequest, TokenControls) {
-  const ChatRequest r = chat(R"({"messages":[{"role":"user","content":"hi"}],"logit_bias":{"5":-100,"05":2.5,"7":100},
+  const ChatRequest r =
+      chat(R"({"messages":[{"role":"user","content":"hi"}],"logit_bias":{"5":-100,"05":2.5,"7":100},
     "allowed_token_ids":[1,2],"bad_words":["foo","bar baz"]})");
   ASSERT_EQ(r.params.logit_bias.size(), 2u);
   EXPECT_EQ(r.params.logit_bias[0].first, 5) << "\"5\" and \"05\" are one token";
