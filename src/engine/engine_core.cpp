@@ -151,10 +151,6 @@ void EngineCore::set_token_controls(Request& req) const {
                        std::to_string(info_.vocab_size) + ")");
     }
   }
-  // The GPU sampler has no bias step yet (issue 14): refused rather than silently ignored.
-  if (!p.logit_bias.empty() && args_.device == "cuda") {
-    invalid_argument("logit_bias: not supported with --device cuda yet (the GPU sampler has no bias step)");
-  }
   if (p.allowed_token_ids) req.allowed_mask = engine::allowed_token_mask(*p.allowed_token_ids, info_.vocab_size);
   if (!p.bad_words.empty()) {
     if (!tokenizer_) invalid_argument("bad_words: this engine has no tokenizer");

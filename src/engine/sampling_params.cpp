@@ -85,8 +85,12 @@ void SamplingParams::validate() const {
   check_stops(*this);
   check_logprobs("logprobs", logprobs);
   check_logprobs("prompt_logprobs", prompt_logprobs);
-  for (const auto& [id, bias] : logit_bias) {
+  for (size_t i = 0; i < logit_bias.size(); ++i) {
+    const auto& [id, bias] = logit_bias[i];
     if (id < 0) reject("logit_bias", "non-negative token ids", std::to_string(id));
+    for (size_t j = 0; j < i; ++j) {
+      if (logit_bias[j].first == id) reject("logit_bias", "distinct token ids", std::to_string(id) + " twice");
+    }
     if (!(bias >= -100.0f && bias <= 100.0f)) reject("logit_bias", "biases in [-100, 100]", fmt_float(bias));
   }
   if (allowed_token_ids && allowed_token_ids->empty()) reject("allowed_token_ids", "a non-empty list", "[]");

@@ -142,9 +142,9 @@ TEST(TokenControlsEngine, BadWordsAndBiasChangeGreedyOutput) {
   SamplingParams biased = p;
   biased.max_tokens = 8;
   biased.logit_bias = {{base.token_ids[0] + 1, 100.0f}};
-  for (int32_t id :
-       llm.generate({PromptInput::from_text("Once upon a time")}, biased)[0].outputs[0].token_ids)
-    EXPECT_EQ(id, base.token_ids[0] + 1);
+  const auto forced = llm.generate({PromptInput::from_text("Once upon a time")}, biased);
+  ASSERT_FALSE(forced[0].outputs[0].token_ids.empty());
+  for (int32_t id : forced[0].outputs[0].token_ids) EXPECT_EQ(id, base.token_ids[0] + 1);
 }
 
 }  // namespace
