@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pagellm {
@@ -47,6 +48,15 @@ struct SamplingParams {
   bool skip_special_tokens = true;
   bool detokenize = true;
   std::optional<StructuredOutputs> structured_outputs;
+  // Added to a token's logit before penalties and sampling (OpenAI's logit_bias): (token id, bias in
+  // [-100, 100]). Logprobs stay the raw model's.
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // Only these tokens may be sampled (vLLM's allowed_token_ids; EOS too only when listed).
+  std::optional<std::vector<int32_t>> allowed_token_ids;
+  // vLLM's bad_words: each word is tokenized as it reads at the start of the text and after a
+  // space; a word's last token is banned wherever the tokens before it were just generated (a
+  // one-token word is banned everywhere).
+  std::vector<std::string> bad_words;
 
   static constexpr int kMaxLogprobs = 20;
 

@@ -3,6 +3,8 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "pagellm/sampling_params.h"
+#include "server/reasoning_parser.h"
+#include "server/tool_parser.h"
 
 #include <filesystem>
 
@@ -51,6 +53,12 @@ void add_vllm_compat_flags(CLI::App& app, VllmCompatFlags& f) {
                "logprobs name their tokens 'token_id:N' instead of text");
   app.add_option("--ssl-certfile", f.ssl_certfile, "HTTPS: PEM certificate (chain) file");
   app.add_option("--ssl-keyfile", f.ssl_keyfile, "HTTPS: PEM private key file");
+  app.add_option("--tool-call-parser", f.tool_call_parser,
+                 "how tool calls are found in chat output: hermes, llama3_json or mistral");
+  app.add_flag("--enable-auto-tool-choice", f.enable_auto_tool_choice,
+               "let the model decide to call tools (tool_choice \"auto\"); needs --tool-call-parser");
+  app.add_option("--reasoning-parser", f.reasoning_parser,
+                 "split <think> reasoning into reasoning_content: deepseek_r1 or qwen3");
   for (const Refused& r : kRefused) {
     const std::string message = std::string(r.flag) + " is a vLLM flag pagellm does not take: " + r.why;
     app.add_option(r.flag, "vLLM only")
@@ -80,6 +88,13 @@ void apply_vllm_server_flags(const VllmCompatFlags& f, server::ServerConfig& con
     invalid_argument("--response-role must be 1 to 64 characters");
   if (!f.root_path.empty() && (f.root_path.front() != '/' || f.root_path.back() == '/'))
     invalid_argument("--root-path '" + f.root_path + "' must start with '/' and not end with one");
+  if (!f.tool_call_parser.empty()) (void)server::make_tool_call_parser(f.tool_call_parser);  // checks the name
+  if (!f.reasoning_parser.empty()) (void)server::make_reasoning_parser(f.reasoning_parser);
+  if (f.enable_auto_tool_choice && f.tool_call_parser.empty())
+    invalid_argument("--enable-auto-tool-choice requires --tool-call-parser (hermes, llama3_json or mistral)");
+  config.tool_call_parser = f.tool_call_parser;
+  config.enable_auto_tool_choice = f.enable_auto_tool_choice;
+  config.reasoning_parser = f.reasoning_parser;
   config.limits.max_logprobs = f.max_logprobs;
   config.max_log_len = f.max_log_len;
   config.response_role = f.response_role;

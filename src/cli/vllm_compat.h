@@ -27,6 +27,10 @@ struct VllmCompatFlags {
   std::string override_generation_config;  // JSON object over the chosen config
   bool return_tokens_as_token_ids = false;
   std::string ssl_certfile, ssl_keyfile;  // HTTPS
+  // Chat output parsing: tool calls and reasoning.
+  std::string tool_call_parser;
+  bool enable_auto_tool_choice = false;
+  std::string reasoning_parser;
 };
 
 void add_vllm_compat_flags(CLI::App& app, VllmCompatFlags& f);

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "engine/token_controls.h"
 #include "runner/model_loader.h"
 
 namespace pagellm {
@@ -124,6 +125,7 @@ std::unique_ptr<Request> EngineCore::make_request(const std::string& request_id,
     // Compiled here, on the caller's thread, so that the step loop never waits for a compile.
     req->grammar = grammar_compiler_->compile(*params.structured_outputs);
   }
+  set_token_controls(*req);
   if (options.pooling != PoolingType::kNone) {
     // Nothing is generated: one sample, no logprobs; the prompt is all that runs.
     req->params = SamplingParams{};
@@ -139,6 +141,23 @@ std::unique_ptr<Request> EngineCore::make_request(const std::string& request_id,
   return req;
 }
 
+// logit_bias, allowed_token_ids and bad_words: checked against the vocabulary, then kept in the
+// forms the step loop uses.
+void EngineCore::set_token_controls(Request& req) const {
+  const SamplingParams& p = req.params;
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0 || id >= info_.vocab_size) {
+      invalid_argument("logit_bias: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                       std::to_string(info_.vocab_size) + ")");
+    }
+  }
+  if (p.allowed_token_ids) req.allowed_mask = engine::allowed_token_mask(*p.allowed_token_ids, info_.vocab_size);
+  if (!p.bad_words.empty()) {
+    if (!tokenizer_) invalid_argument("bad_words: this engine has no tokenizer");
+    req.bad_words_token_ids = engine::tokenize_bad_words(p.bad_words, *tokenizer_, info_.vocab_size);
+  }
+}
+
 void EngineCore::submit(std::unique_ptr<Request> req) {
   if (requests_.count(req->request_id) != 0) {
     invalid_argument("request_id: duplicate '" + req->request_id + "'");
@@ -147,9 +166,9 @@ void EngineCore::submit(std::unique_ptr<Request> req) {
   req->base_seed = req->params.seed ? *req->params.seed
                                     : engine::splitmix64(args_.seed ^ engine::splitmix64(req->arrival_index));
   scheduler_->add_request(*req);
-  if (req->grammar) {
+  if (req->grammar || !req->allowed_mask.empty()) {
     engine::Sequence& seq = *req->seqs.front();
-    seq.matcher = std::make_unique<structured::Matcher>(req->grammar);
+    if (req->grammar) seq.matcher = std::make_unique<structured::Matcher>(req->grammar);
     seq.token_mask.resize((static_cast<size_t>(info_.vocab_size) + 31) / 32);
   }
   output_processor_->prepare(*req);
@@ -196,8 +215,10 @@ void EngineCore::propose_drafts() {
   spec_candidates_.clear();
   for (const auto& [seq, room] : spec_seqs_)
     // A structured-output sequence gets no drafts: verifying them would need its grammar's mask at
-    // every draft position, and the runner applies one mask per row.
-    if (!seq->matcher) spec_candidates_.push_back({seq, room});
+    // every draft position, and the runner applies one mask per row. Bad words, whose bans change
+    // with every token, and allowed_token_ids (a mask too) are treated alike.
+    if (seq->token_mask.empty() && seq->request->bad_words_token_ids.empty())
+      spec_candidates_.push_back({seq, room});
   if (!spec_candidates_.empty()) proposer_->propose(spec_candidates_);
 }
 
@@ -213,7 +234,16 @@ void EngineCore::count_scheduled_tokens(const engine::SchedulerOutput& batch) {
 void EngineCore::fill_token_masks(const engine::SchedulerOutput& batch) {
   const std::span<engine::Sequence* const> seqs = scheduler_->scheduled_seqs();
   for (size_t i = 0; i < batch.seqs.size() && i < seqs.size(); ++i) {
-    if (batch.seqs[i].needs_sample && seqs[i]->matcher) seqs[i]->matcher->fill_mask(seqs[i]->token_mask);
+    engine::Sequence& seq = *seqs[i];
+    if (!batch.seqs[i].needs_sample || seq.token_mask.empty()) continue;
+    const std::vector<uint32_t>& allowed = seq.request->allowed_mask;
+    if (!seq.matcher) {
+      // Copied in place: this step's ScheduledSeq already points at the mask's storage.
+      std::copy(allowed.begin(), allowed.end(), seq.token_mask.begin());
+      continue;
+    }
+    seq.matcher->fill_mask(seq.token_mask);
+    for (size_t w = 0; w < allowed.size() && w < seq.token_mask.size(); ++w) seq.token_mask[w] &= allowed[w];
   }
 }
 

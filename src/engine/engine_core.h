@@ -73,8 +73,10 @@ class EngineCore {
   void count_scheduled_tokens(const engine::SchedulerOutput& batch);
   // Speculative decoding: drafts for every running sequence in decode, before schedule().
   void propose_drafts();
-  // Structured output: the allowed-token mask of every scheduled seq that samples this step.
+  // Structured output and allowed_token_ids: the allowed-token mask of every scheduled seq that
+  // samples this step.
   void fill_token_masks(const engine::SchedulerOutput& batch);
+  void set_token_controls(engine::Request& req) const;
   void finish_request(engine::Request& req);
   // A pooling request's prompt is computed: its embedding from the pooled sum (mean, L2 norm).
   static void finish_pooling(engine::Request& req);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "engine/token_controls.h"
+
 namespace pagellm {
 
 const char* finish_reason_name(FinishReason reason) {
@@ -31,16 +33,21 @@ OutputProcessor::OutputProcessor(std::shared_ptr<const tok::Tokenizer> tokenizer
   }
 }
 
-void OutputProcessor::prepare(Request& req) const {
-  const SamplingParams& p = req.params;
-  Sequence& seq = *req.seqs.front();
+void OutputProcessor::prepare(Request& req) const { set_bans(*req.seqs.front(), 0); }
+
+void OutputProcessor::set_bans(Sequence& seq, int num_output) const {
+  const SamplingParams& p = seq.request->params;
   seq.banned_token_ids.clear();
-  if (p.min_tokens > 0) {
+  if (num_output < p.min_tokens) {
     if (!p.ignore_eos) seq.banned_token_ids = eos_token_ids_;
     for (int32_t id : p.stop_token_ids) {
       if (!contains(seq.banned_token_ids, id)) seq.banned_token_ids.push_back(id);
     }
   }
+  const auto output = seq.output_ids();
+  add_bad_word_bans(seq.request->bad_words_token_ids,
+                    output.first(std::min(output.size(), static_cast<size_t>(std::max(num_output, 0)))),
+                    seq.banned_token_ids);
 }
 
 bool OutputProcessor::is_eos(const SamplingParams& params, int32_t token) const {
@@ -61,7 +68,7 @@ FinishReason OutputProcessor::process_token(Sequence& seq, int32_t token,
     }
   }
   const bool past_min = num_output > p.min_tokens;  // this token's index is num_output - 1
-  if (num_output >= p.min_tokens) seq.banned_token_ids.clear();
+  if (num_output >= p.min_tokens || !seq.request->bad_words_token_ids.empty()) set_bans(seq, num_output);
 
   // Stop tokens end the sequence without adding text (unless asked to include them).
   const bool is_stop_id = contains(p.stop_token_ids, token);

@@ -20,6 +20,9 @@ class OutputProcessor {
 
   // Sets up a new request's first sequence (min_tokens bans). Samples forked later inherit it.
   void prepare(Request& req) const;
+  // The ids seq may not sample next, having generated num_output tokens: EOS and stop ids before
+  // min_tokens, and the bad words' last tokens where the rest of the word was just generated.
+  void set_bans(Sequence& seq, int num_output) const;
   // Handles one token already appended to seq.token_ids. Returns why the sequence must finish, or
   // kNone. num_tokens: the sequence's length with this token (-1 = seq.num_tokens()); a speculating
   // step appends several tokens before they are processed one by one.

@@ -46,9 +46,11 @@ struct Sequence {
   int num_scheduled_tokens = 0;    // this step's share (0 when not scheduled)
   uint64_t seed = 0;               // effective sampling seed of this sample
   FinishReason finish_reason = FinishReason::kNone;
-  std::vector<int32_t> banned_token_ids;  // EOS/stop ids while min_tokens is not reached
+  // EOS/stop ids while min_tokens is not reached, and the bad words' banned tokens for the next step.
+  std::vector<int32_t> banned_token_ids;
   // Structured output: where this sample stands in the request's grammar, and the allowed-token
-  // mask of its next sample ([ceil(vocab / 32)] words, filled each step it samples).
+  // mask of its next sample ([ceil(vocab / 32)] words, filled each step it samples; also used,
+  // without a matcher, for allowed_token_ids).
   std::unique_ptr<structured::Matcher> matcher;
   std::vector<uint32_t> token_mask;
   SeqOutputState out;
@@ -77,6 +79,9 @@ struct Request {
   uint64_t cache_salt_hash = 0;
   SamplingParams params;
   std::shared_ptr<structured::CompiledGrammar> grammar;  // params.structured_outputs, compiled
+  // params.allowed_token_ids as a mask ([ceil(vocab / 32)] words; empty = no restriction).
+  std::vector<uint32_t> allowed_mask;
+  std::vector<std::vector<int32_t>> bad_words_token_ids;  // params.bad_words, tokenized
   std::string prompt_text;
   std::vector<int32_t> prompt_token_ids;
   uint64_t base_seed = 0;      // params.seed, or derived from the engine seed and arrival_index

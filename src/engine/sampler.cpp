@@ -2,7 +2,7 @@
 //   0. structured output: tokens outside seq.allowed_token_mask -> -inf;
 //   1. sanitize: NaN -> -inf, +inf -> FLT_MAX (broken model output must not become UB in sorts);
 //   2. raw logprobs: log_softmax of the row as passed in (chosen token + top-N), kept aside;
-//   3. banned ids -> -inf; repetition penalty over prompt ∪ output (logit > 0 ? /p : *p);
+//   3. banned ids -> -inf; logit_bias added; repetition penalty over prompt ∪ output (logit > 0 ? /p : *p);
 //      frequency then presence penalty over output tokens (logit -= f * count; logit -= p);
 //      after the call the row holds these penalized logits;
 //   4. greedy (temperature == 0): argmax, lowest id on ties — top-k/top-p/min-p are ignored;
@@ -212,6 +212,11 @@ void apply_bans_and_penalties(std::span<float> x, const ScheduledSeq& seq, Scrat
     if (!in_vocab(id, x.size())) continue;
     save_raw(x, id, s);
     x[id] = kNegInf;
+  }
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (!in_vocab(id, x.size())) continue;
+    save_raw(x, id, s);
+    x[id] += bias;
   }
   if (p.repetition_penalty != 1.0f) {
     apply_repetition(x, seq.prompt_token_ids, p.repetition_penalty, s);

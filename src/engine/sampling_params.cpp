@@ -85,6 +85,18 @@ void SamplingParams::validate() const {
   check_stops(*this);
   check_logprobs("logprobs", logprobs);
   check_logprobs("prompt_logprobs", prompt_logprobs);
+  for (size_t i = 0; i < logit_bias.size(); ++i) {
+    const auto& [id, bias] = logit_bias[i];
+    if (id < 0) reject("logit_bias", "non-negative token ids", std::to_string(id));
+    for (size_t j = 0; j < i; ++j) {
+      if (logit_bias[j].first == id) reject("logit_bias", "distinct token ids", std::to_string(id) + " twice");
+    }
+    if (!(bias >= -100.0f && bias <= 100.0f)) reject("logit_bias", "biases in [-100, 100]", fmt_float(bias));
+  }
+  if (allowed_token_ids && allowed_token_ids->empty()) reject("allowed_token_ids", "a non-empty list", "[]");
+  for (const std::string& word : bad_words) {
+    if (word.empty()) reject("bad_words", "non-empty strings", "an empty string");
+  }
   if (structured_outputs && structured_outputs->num_set() != 1) {
     reject("structured_outputs", "exactly one of json, json_object, regex, choice, grammar",
            std::to_string(structured_outputs->num_set()) + " of them");

@@ -262,7 +262,7 @@ void Scheduler::add_scheduled(Sequence& seq, int num_new_tokens, int num_spec) {
   s.prompt_token_ids = seq.prompt_ids();
   s.output_token_ids = seq.output_ids();
   s.banned_token_ids = seq.banned_token_ids;
-  if (s.needs_sample && seq.matcher) s.allowed_token_mask = seq.token_mask;
+  if (s.needs_sample && !seq.token_mask.empty()) s.allowed_token_mask = seq.token_mask;
   s.pooling = req.pooling;
   if (req.params.prompt_logprobs && static_cast<int>(req.prompt_logprobs.size()) < req.num_prompt_tokens()) {
     // The runner contract asks for > 0; a request for 0 alternatives gets 1, trimmed on collection.
@@ -334,10 +334,8 @@ void Scheduler::fork(Sequence& parent) {
     child->num_computed_tokens = parent.num_computed_tokens;
     child->seed = sample_seed(req.base_seed, i);
     child->banned_token_ids = parent.banned_token_ids;
-    if (parent.matcher) {
-      child->matcher = std::make_unique<structured::Matcher>(*parent.matcher);
-      child->token_mask.resize(parent.token_mask.size());
-    }
+    if (parent.matcher) child->matcher = std::make_unique<structured::Matcher>(*parent.matcher);
+    child->token_mask.resize(parent.token_mask.size());
     kv_.fork(parent.seq_id, child->seq_id);
     running_.push_back(child.get());
     ++num_running_;

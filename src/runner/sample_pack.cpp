@@ -1,6 +1,7 @@
 #include "runner/sample_pack.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 
 #include "common/error.h"
@@ -51,6 +52,14 @@ cuda::SampleRow pack_sample_row(const engine::ScheduledSeq& seq, std::vector<int
   if (repetition || frequency) {
     row.num_output = checked_size(seq.output_token_ids.size());
     append(ids, seq.output_token_ids);
+  }
+  if (!p.logit_bias.empty()) {
+    row.bias_begin = checked_size(ids.size());
+    row.num_bias = checked_size(p.logit_bias.size());
+    for (const auto& [id, bias] : p.logit_bias) {
+      ids.push_back(id);
+      ids.push_back(std::bit_cast<int32_t>(bias));
+    }
   }
   if (!seq.allowed_token_mask.empty()) {
     row.mask_begin = checked_size(ids.size());

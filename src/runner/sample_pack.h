@@ -14,7 +14,8 @@ namespace pagellm::runner {
 
 // The sampling row of `seq` (params must be set). Appends the row's id lists to `ids` (banned ids,
 // then the prompt ids when a repetition penalty is set, then the output ids when any penalty is
-// set, then the structured-output mask words when the seq has one) and records where they start;
+// set, then the logit_bias (id, float bits) pairs, then the structured-output mask words when the
+// seq has one) and records where they start;
 // u = engine::sample_uniform(seed, num output tokens).
 cuda::SampleRow pack_sample_row(const engine::ScheduledSeq& seq, std::vector<int32_t>& ids);
 

@@ -178,10 +178,50 @@ void GenerationCall::stream_prefix(size_t c) {
   writer_->write_chunk(sse_event(dump_json(chunk)));
 }
 
+// The chat delta of `delta`'s text: {"content"} as it is, or with chat output parsing what the
+// choice's parser makes of it ({"reasoning_content", "content", "tool_calls"}, any of them; empty
+// while it holds text back). `tool_calls`: the choice has made tool calls.
+json GenerationCall::chat_delta_json(Choice& choice, const CompletionOutput& delta, bool& tool_calls) {
+  const bool finished = delta.finish_reason != FinishReason::kNone;
+  if (!prepared_.chat_output.active()) {
+    return delta.text.empty() && finished ? json::object() : json{{"content", delta.text}};
+  }
+  if (!choice.parser) choice.parser = std::make_shared<ChatOutputStream>(prepared_.chat_output);
+  const ChatDelta d = choice.parser->push(delta.text, finished);
+  tool_calls = choice.parser->has_tool_calls();
+  json out = json::object();
+  if (!d.reasoning.empty()) out["reasoning_content"] = d.reasoning;
+  if (!d.content.empty()) out["content"] = d.content;
+  if (!d.tool_calls.empty()) {
+    json calls = json::array();
+    for (const ToolCallDelta& t : d.tool_calls) {
+      json call = {{"index", t.index}};
+      if (t.first) {
+        call["id"] = t.id;
+        call["type"] = "function";
+        call["function"] = {{"name", t.name}, {"arguments", t.arguments}};
+      } else {
+        call["function"] = {{"arguments", t.arguments}};
+      }
+      calls.push_back(std::move(call));
+    }
+    out["tool_calls"] = std::move(calls);
+  }
+  return out;
+}
+
 void GenerationCall::stream_delta(size_t c, const CompletionOutput& delta) {
   Choice& choice = choices_[c];
   const bool finished = delta.finish_reason != FinishReason::kNone;
-  if (delta.text.empty() && !finished && !(prepared_.logprobs && !delta.token_ids.empty())) return;
+  const bool new_logprobs = prepared_.logprobs && !delta.token_ids.empty();
+  json chat_delta;
+  bool tool_calls = false;
+  if (prepared_.kind == ApiKind::kChat) {
+    chat_delta = chat_delta_json(choice, delta, tool_calls);
+    if (chat_delta.empty() && !finished && !new_logprobs) return;
+  } else if (delta.text.empty() && !finished && !new_logprobs) {
+    return;
+  }
   // Echo needs the prompt logprobs, which arrive with the first output: send the prefix now.
   stream_prefix(c);
   json lp = nullptr;
@@ -191,8 +231,9 @@ void GenerationCall::stream_delta(size_t c, const CompletionOutput& delta) {
     else lp = completion_logprobs_json(delta.logprobs, text_of, choice.text_offset);
   }
   json entry = {{"index", c}, {"logprobs", std::move(lp)}, {"finish_reason", finish_reason_json(delta.finish_reason)}};
+  if (tool_calls && delta.finish_reason == FinishReason::kStop) entry["finish_reason"] = "tool_calls";
   if (prepared_.kind == ApiKind::kChat) {
-    entry["delta"] = delta.text.empty() && finished ? json::object() : json{{"content", delta.text}};
+    entry["delta"] = std::move(chat_delta);
   } else {
     entry["text"] = delta.text;
   }
@@ -230,7 +271,10 @@ json GenerationCall::choice_json(size_t c) const {
               {"finish_reason", finish_reason_json(choice.finish)},
               {"stop_reason", stop_reason_json(choice.stop_string, choice.stop_token)}};
   if (prepared_.kind == ApiKind::kChat) {
-    out["message"] = {{"role", server_.config().response_role}, {"content", choice.text}};
+    out["message"] = chat_message_json(choice);
+    if (out["message"].contains("tool_calls") && choice.finish == FinishReason::kStop) {
+      out["finish_reason"] = "tool_calls";
+    }
     out["logprobs"] = prepared_.logprobs ? chat_logprobs_json(choice.logprobs, text_of) : json(nullptr);
     return out;
   }
@@ -254,6 +298,25 @@ json GenerationCall::choice_json(size_t c) const {
   out["text"] = std::move(text);
   out["logprobs"] = std::move(lp);
   return out;
+}
+
+// A finished chat choice's message: its text, or what chat output parsing makes of it.
+json GenerationCall::chat_message_json(const Choice& choice) const {
+  json message = {{"role", server_.config().response_role}, {"content", choice.text}};
+  if (!prepared_.chat_output.active()) return message;
+  ChatMessage m = parse_chat_output(prepared_.chat_output, choice.text);
+  message["content"] = m.content ? json(std::move(*m.content)) : json(nullptr);
+  if (m.reasoning) message["reasoning_content"] = std::move(*m.reasoning);
+  if (!m.tool_calls.empty()) {
+    json calls = json::array();
+    for (ToolCall& t : m.tool_calls) {
+      calls.push_back({{"id", std::move(t.id)},
+                       {"type", "function"},
+                       {"function", {{"name", std::move(t.name)}, {"arguments", std::move(t.arguments)}}}});
+    }
+    message["tool_calls"] = std::move(calls);
+  }
+  return message;
 }
 
 json GenerationCall::full_response() const {

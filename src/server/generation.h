@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/chat_output.h"
 #include "server/http_server.h"
 #include "server/openai_protocol.h"
 
@@ -35,6 +36,7 @@ struct PreparedRequest {
   bool continuous_usage = false;
   bool echo = false;           // completions: prepend the prompt
   bool logprobs = false;       // per-token logprobs requested
+  ChatOutputConfig chat_output;  // chat: reasoning / tool-call parsing of the generated text
 };
 
 class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
@@ -55,6 +57,7 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
     std::optional<int32_t> stop_token;
     size_t text_offset = 0;      // completions logprobs text_offset
     bool prefix_sent = false;    // streaming: role (chat) or echo (completions) chunk sent
+    std::shared_ptr<ChatOutputStream> parser;  // streaming chat with chat_output.active()
   };
   struct Sub {
     std::string engine_id;
@@ -75,6 +78,8 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
   nlohmann::json chunk_base() const;
   nlohmann::json full_response() const;
   nlohmann::json choice_json(size_t index) const;
+  nlohmann::json chat_message_json(const Choice& choice) const;
+  nlohmann::json chat_delta_json(Choice& choice, const CompletionOutput& delta, bool& tool_calls);
   int64_t num_prompt_tokens() const;
   int64_t num_completion_tokens() const;
   int64_t num_cached_tokens() const;

@@ -1,5 +1,6 @@
 #include "server/openai_protocol.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -187,6 +188,62 @@ void parse_stop(const json& body, SamplingParams& p, const ProtocolLimits& limit
   }
 }
 
+// logit_bias ({"token id": bias}), allowed_token_ids and bad_words. Token ids are checked against
+// the vocabulary later (check_token_ids), where its size is known.
+void parse_token_controls(const json& body, SamplingParams& p, const ProtocolLimits& limits) {
+  if (const json* v = field(body, "logit_bias")) {
+    if (!v->is_object()) throw_bad_request("'logit_bias' must be an object of token id -> bias", "logit_bias");
+    if (static_cast<int>(v->size()) > limits.max_logit_bias) {
+      throw_bad_request("'logit_bias' may hold at most " + std::to_string(limits.max_logit_bias) + " tokens",
+                        "logit_bias");
+    }
+    for (const auto& [key, bias] : v->items()) {
+      int64_t id = -1;
+      try {
+        size_t used = 0;
+        id = std::stoll(key, &used);
+        if (used != key.size()) id = -1;
+      } catch (const std::exception&) {
+        id = -1;
+      }
+      if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
+        throw_bad_request("'logit_bias' keys must be token ids, got '" + key + "'", "logit_bias");
+      }
+      if (!bias.is_number() || !(bias.get<double>() >= -100.0 && bias.get<double>() <= 100.0)) {
+        throw_bad_request("'logit_bias' values must be numbers in [-100, 100], got " + bias.dump() +
+                              " for token " + key,
+                          "logit_bias");
+      }
+      // "5" and "05" name one token: it gets one entry.
+      const auto same = std::find_if(p.logit_bias.begin(), p.logit_bias.end(),
+                                     [id](const auto& e) { return e.first == static_cast<int32_t>(id); });
+      if (same != p.logit_bias.end()) p.logit_bias.erase(same);
+      p.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias.get<double>()));
+    }
+  }
+  if (const json* v = field(body, "allowed_token_ids")) {
+    if (!v->is_array() || v->empty()) {
+      throw_bad_request("'allowed_token_ids' must be a non-empty list of token ids", "allowed_token_ids");
+    }
+    p.allowed_token_ids = as_token_ids(*v, "allowed_token_ids");
+  }
+  if (const json* v = field(body, "bad_words")) {
+    if (!v->is_array()) throw_bad_request("'bad_words' must be a list of strings", "bad_words");
+    if (static_cast<int>(v->size()) > limits.max_bad_words) {
+      throw_bad_request("'bad_words' may hold at most " + std::to_string(limits.max_bad_words) + " words",
+                        "bad_words");
+    }
+    for (const json& w : *v) {
+      if (!w.is_string() || w.get<std::string>().empty() || w.get<std::string>().size() > limits.max_stop_bytes) {
+        throw_bad_request("'bad_words' entries must be non-empty strings of at most " +
+                              std::to_string(limits.max_stop_bytes) + " bytes",
+                          "bad_words");
+      }
+      p.bad_words.push_back(w.get<std::string>());
+    }
+  }
+}
+
 // Sampling fields common to both endpoints.
 void parse_sampling(const json& body, GenerationRequest& r, const ProtocolLimits& limits,
                     const SamplingParams& defaults) {
@@ -228,6 +285,7 @@ void parse_sampling(const json& body, GenerationRequest& r, const ProtocolLimits
   }
   parse_stop(body, p, limits);
   p.structured_outputs = parse_structured_outputs(body);
+  parse_token_controls(body, p, limits);
   if (auto v = get_bool(body, "ignore_eos")) p.ignore_eos = *v;
   if (auto v = get_bool(body, "include_stop_str_in_output")) p.include_stop_str_in_output = *v;
   if (auto v = get_bool(body, "skip_special_tokens")) p.skip_special_tokens = *v;
@@ -292,7 +350,9 @@ json normalise_content(const json& content, size_t index) {
     auto type = get_string(part, "type");
     if (!type) throw_bad_request("'" + param + "' parts need a 'type'", param);
     if (*type != "text") {
-      throw_bad_request("'" + param + "' part type '" + *type + "' is not supported (text only)", param);
+      throw_bad_request("'" + param + "' part type '" + *type +
+                            "' is not supported: this server takes text content parts only",
+                        param);
     }
     auto t = get_string(part, "text");
     if (!t) throw_bad_request("'" + param + "' text parts need a string 'text'", param);
@@ -336,6 +396,7 @@ json parse_messages(const json& body, const ProtocolLimits& limits) {
         throw_bad_request("'" + prefix + ".content' must not be null", prefix + ".content");
       }
     }
+    if (r == "assistant") normalise_tool_calls(msg, prefix);
     out.push_back(std::move(msg));
   }
   return out;
@@ -395,10 +456,7 @@ ChatRequest parse_chat_request(const json& body, const ProtocolLimits& limits,
     if (!kw->is_object()) throw_bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
     r.template_kwargs = *kw;
   }
-  if (const json* tools = field(body, "tools")) {
-    if (!tools->is_array()) throw_bad_request("'tools' must be a list", "tools");
-    r.template_kwargs["tools"] = *tools;
-  }
+  parse_tools(body, r);
   return r;
 }
 
@@ -416,6 +474,14 @@ TokenizeRequest parse_tokenize_request(const json& body, const ProtocolLimits& l
   if (auto v = get_bool(body, "add_special_tokens")) r.add_special_tokens = *v;
   if (auto v = get_bool(body, "add_generation_prompt")) r.add_generation_prompt = *v;
   if (auto v = get_bool(body, "return_token_strs")) r.return_token_strs = *v;
+  if (const json* kw = field(body, "chat_template_kwargs")) {
+    if (!kw->is_object()) throw_bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+    r.template_kwargs = *kw;
+  }
+  if (const json* tools = field(body, "tools")) {
+    if (!tools->is_array()) throw_bad_request("'tools' must be a list", "tools");
+    r.template_kwargs["tools"] = *tools;
+  }
   return r;
 }
 

@@ -51,6 +51,8 @@ struct ProtocolLimits {
   int max_stop = 16;            // stop strings and stop_token_ids each
   size_t max_stop_bytes = 1024; // per stop string
   int max_messages = 4096;
+  int max_logit_bias = 1024;    // logit_bias entries (OpenAI allows 300)
+  int max_bad_words = 128;
   int max_logprobs = SamplingParams::kMaxLogprobs;  // --max-logprobs (at most kMaxLogprobs)
 };
 
@@ -77,6 +79,9 @@ struct CompletionRequest : GenerationRequest {
   std::optional<int> logprobs;       // top-N per token (0..20)
 };
 
+// tool_choice: "none", "auto", "required" or {"type": "function", "function": {"name": ...}}.
+enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
+
 struct ChatRequest : GenerationRequest {
   // Normalised messages: each {"role", "content": string|null, ...other fields kept for the template}.
   nlohmann::json messages;
@@ -85,7 +90,12 @@ struct ChatRequest : GenerationRequest {
   bool add_generation_prompt = true;
   bool continue_final_message = false;
   bool add_special_tokens = false;     // the template usually adds BOS itself
-  nlohmann::json template_kwargs = nlohmann::json::object();  // chat_template_kwargs
+  nlohmann::json template_kwargs = nlohmann::json::object();  // chat_template_kwargs (+ "tools")
+  // Tools: each {"type": "function", "function": {"name", "description"?, "parameters"?}}, checked.
+  nlohmann::json tools = nlohmann::json::array();
+  ToolChoice tool_choice = ToolChoice::kNone;  // default: auto with tools, none without (OpenAI)
+  std::string tool_choice_name;                // kNamed: the function, one of the tools
+  bool parallel_tool_calls = true;             // false: "required" allows one call
 };
 
 // `defaults` supplies the sampling values a request leaves unset (the model's generation_config.json,
@@ -95,6 +105,17 @@ CompletionRequest parse_completion_request(const nlohmann::json& body, const Pro
 ChatRequest parse_chat_request(const nlohmann::json& body, const ProtocolLimits& limits,
                                const SamplingParams& defaults = {});
 
+// Tools (tool_request.cpp). parse_tools checks 'tools', 'tool_choice' and 'parallel_tool_calls'
+// into `r` (and puts the tools into its template kwargs); normalise_tool_calls checks an assistant
+// message's tool_calls and turns their JSON-text arguments into objects, as templates read them
+// (and its null content into "");
+// tool_choice_schema is the JSON schema of the output that tool_choice "required" (an array of
+// {"name", "parameters"} calls) or a named function (its parameters) asks for, taken from the raw
+// body so that properties keep their declared order.
+void parse_tools(const nlohmann::json& body, ChatRequest& r);
+void normalise_tool_calls(nlohmann::json& message, const std::string& param);
+std::string tool_choice_schema(const ChatRequest& r, std::string_view raw_body);
+
 // POST /tokenize: either a prompt or chat messages.
 struct TokenizeRequest {
   std::string model;
@@ -103,6 +124,7 @@ struct TokenizeRequest {
   bool add_special_tokens = true;
   bool add_generation_prompt = true;
   bool return_token_strs = false;
+  nlohmann::json template_kwargs = nlohmann::json::object();  // chat_template_kwargs (+ "tools")
 };
 TokenizeRequest parse_tokenize_request(const nlohmann::json& body, const ProtocolLimits& limits);
 

@@ -2,9 +2,18 @@
 // /tokenize and /detokenize endpoints that share the same tokenization.
 #include "server/routes.h"
 
+#include "server/chat_output.h"
+
 namespace pagellm::server {
 
 using nlohmann::json;
+
+void ApiServer::check_sampling_ids(const SamplingParams& params) const {
+  const int32_t vocab = engine_.vocab_size();
+  check_token_ids(params.stop_token_ids, vocab, "stop_token_ids");
+  for (const auto& [id, bias] : params.logit_bias) check_token_ids({id}, vocab, "logit_bias");
+  if (params.allowed_token_ids) check_token_ids(*params.allowed_token_ids, vocab, "allowed_token_ids");
+}
 
 void ApiServer::fit_context(PreparedRequest& prepared, bool max_tokens_set, const char* prompt_param) const {
   const int64_t max_len = engine_.model_info().max_model_len;
@@ -43,7 +52,7 @@ PreparedRequest ApiServer::prepare_completion(const json& body) {
   CompletionRequest r = parse_completion_request(body, config_.limits, config_.sampling_defaults);
   check_model(r.model);
   const int32_t vocab = engine_.vocab_size();
-  check_token_ids(r.params.stop_token_ids, vocab, "stop_token_ids");
+  check_sampling_ids(r.params);
   PreparedRequest p;
   p.kind = ApiKind::kCompletion;
   for (auto& prompt : r.prompts) {
@@ -86,12 +95,54 @@ std::string ApiServer::render_chat(const json& messages, bool add_generation_pro
   return text;
 }
 
-PreparedRequest ApiServer::prepare_chat(const json& body) {
+// How the generated text becomes a message: the reasoning split (--reasoning-parser) and the tool
+// calls tool_choice asks for. "required" and a named function constrain the output to the tools'
+// JSON schemas; "auto" needs --enable-auto-tool-choice and a --tool-call-parser (as in vLLM).
+ChatOutputConfig ApiServer::chat_output_config(const ChatRequest& r, std::string_view raw_body,
+                                               SamplingParams& params) const {
+  ChatOutputConfig c;
+  if (!config_.reasoning_parser.empty()) c.reasoning = make_reasoning_parser(config_.reasoning_parser);
+  std::shared_ptr<const ToolCallParser> parser;
+  if (!config_.tool_call_parser.empty()) parser = make_tool_call_parser(config_.tool_call_parser);
+  c.short_ids = parser && parser->short_ids();
+  switch (r.tool_choice) {
+    case ToolChoice::kNone:
+      break;
+    case ToolChoice::kAuto:
+      if (!config_.enable_auto_tool_choice || !parser) {
+        throw_bad_request("\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set",
+                          "tool_choice");
+      }
+      c.tool_mode = ToolMode::kAuto;
+      c.tool_parser = parser;
+      // Its markers are special tokens that the text must keep.
+      if (parser->needs_special_tokens()) params.skip_special_tokens = false;
+      break;
+    case ToolChoice::kRequired:
+    case ToolChoice::kNamed:
+      if (params.structured_outputs) {
+        throw_bad_request("tool_choice \"required\" or a named function cannot be combined with another structured "
+                          "output constraint (response_format, structured_outputs, guided_*)",
+                          "tool_choice");
+      }
+      params.structured_outputs = StructuredOutputs{};
+      params.structured_outputs->json = tool_choice_schema(r, raw_body);
+      c.tool_mode = r.tool_choice == ToolChoice::kRequired ? ToolMode::kRequired : ToolMode::kNamed;
+      if (c.tool_mode == ToolMode::kRequired) c.tool_parser = make_json_array_tool_parser();
+      c.named_function = r.tool_choice_name;
+      break;
+  }
+  if (c.reasoning && c.reasoning->implicit_start() && params.structured_outputs) c.reasoning = nullptr;
+  return c;
+}
+
+PreparedRequest ApiServer::prepare_chat(const json& body, std::string_view raw_body) {
   ChatRequest r = parse_chat_request(body, config_.limits, config_.sampling_defaults);
   check_model(r.model);
-  check_token_ids(r.params.stop_token_ids, engine_.vocab_size(), "stop_token_ids");
+  check_sampling_ids(r.params);
   PreparedRequest p;
   p.kind = ApiKind::kChat;
+  p.chat_output = chat_output_config(r, raw_body, r.params);
   PreparedRequest::Prompt prompt;
   prompt.text = render_chat(r.messages, r.add_generation_prompt, r.continue_final_message, r.template_kwargs);
   prompt.ids = engine_.encode(prompt.text, r.add_special_tokens);
@@ -111,7 +162,8 @@ json ApiServer::tokenize(const json& body) {
   check_model(r.model);
   std::vector<int32_t> ids;
   if (r.messages) {
-    ids = engine_.encode(render_chat(*r.messages, r.add_generation_prompt, false, json::object()), r.add_special_tokens);
+    ids = engine_.encode(render_chat(*r.messages, r.add_generation_prompt, false, r.template_kwargs),
+                         r.add_special_tokens);
   } else {
     ids = engine_.encode(*r.prompt, r.add_special_tokens);
   }

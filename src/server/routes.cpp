@@ -204,7 +204,8 @@ void ApiServer::dispatch(HttpRequest& request, const std::shared_ptr<ResponseWri
     auto call = std::make_shared<EmbeddingCall>(*this, writer, std::move(request), start, std::move(parsed));
     return call->start();
   }
-  PreparedRequest prepared = path == "/v1/completions" ? prepare_completion(body) : prepare_chat(body);
+  PreparedRequest prepared =
+      path == "/v1/completions" ? prepare_completion(body) : prepare_chat(body, request.body);
   restore_schema_order(prepared.params, request.body);
   request.body.clear();
   request.body.shrink_to_fit();

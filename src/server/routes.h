@@ -46,6 +46,12 @@ struct ServerConfig {
   // /v1/embeddings (engines started with --runner pooling): the pooler.
   PoolingType pooling = PoolingType::kLast;
   bool normalize = true;
+  // Chat output parsing (vLLM's flags): --tool-call-parser (hermes, llama3_json, mistral; empty =
+  // none), --enable-auto-tool-choice (tool_choice "auto" needs it), --reasoning-parser (deepseek_r1,
+  // qwen3; empty = none).
+  std::string tool_call_parser;
+  bool enable_auto_tool_choice = false;
+  std::string reasoning_parser;
 };
 
 class ApiServer : public HttpHandler {
@@ -91,7 +97,9 @@ class ApiServer : public HttpHandler {
   nlohmann::json models_json() const;
   // Parse, validate, tokenize and fit into the context (prepare.cpp).
   PreparedRequest prepare_completion(const nlohmann::json& body);
-  PreparedRequest prepare_chat(const nlohmann::json& body);
+  PreparedRequest prepare_chat(const nlohmann::json& body, std::string_view raw_body);
+  ChatOutputConfig chat_output_config(const ChatRequest& r, std::string_view raw_body, SamplingParams& params) const;
+  void check_sampling_ids(const SamplingParams& params) const;
   void fit_context(PreparedRequest& prepared, bool max_tokens_set, const char* prompt_param) const;
   std::string render_chat(const nlohmann::json& messages, bool add_generation_prompt, bool continue_final_message,
                           const nlohmann::json& template_kwargs) const;

@@ -138,6 +138,7 @@ struct Row {
   int kind = 0;
   int case_index = 0;
   std::vector<int32_t> prompt, output, banned;
+  SamplingParams params;  // the case's, plus a random logit_bias on some rows
   uint64_t seed = 0;
   int32_t score_token = 0;
   int score_n = 0;
@@ -222,12 +223,17 @@ bool run_batch(DType t, int vocab, int num_rows, uint64_t seed, SuiteResult& res
     }
     row.score_token = int32_t(rng() % vocab);
     row.score_n = std::string(c.name) == "score lp20" ? 20 : 5;
-    engine::ScheduledSeq seq;
-    seq.params = &c.params;
-    seq.seed = row.seed;
-    seq.prompt_token_ids = row.prompt;
-    seq.output_token_ids = row.output;
-    seq.banned_token_ids = row.banned;
+    row.params = c.params;
+    if (rng() % 3 == 0) {
+      // Distinct ids (some banned or penalized too, one out of the vocabulary), biases in [-100, 100].
+      std::vector<int32_t> bias_ids = {0, 2, int32_t(rng() % vocab), int32_t(vocab + 3)};
+      if (!row.banned.empty()) bias_ids.push_back(row.banned[0]);
+      if (!row.output.empty() && row.output[0] >= 0) bias_ids.push_back(row.output[0]);
+      std::sort(bias_ids.begin(), bias_ids.end());
+      bias_ids.erase(std::unique(bias_ids.begin(), bias_ids.end()), bias_ids.end());
+      for (int32_t id : bias_ids)
+        row.params.logit_bias.emplace_back(id, float(int(rng() % 2001) - 1000) / 10.0f);
+    }
     SampleRow& s = srows[size_t(r)];
     if (c.score) {
       s.score_token = row.score_token;
@@ -235,7 +241,7 @@ bool run_batch(DType t, int vocab, int num_rows, uint64_t seed, SuiteResult& res
       continue;
     }
     // The runner's packing (runner/sample_pack.cpp), restated: this binary links no pagellm_core.
-    const SamplingParams& p = c.params;
+    const SamplingParams& p = row.params;
     s.u = p.greedy() ? 0.0 : engine::sample_uniform(row.seed, row.output.size());
     s.temperature = p.temperature;
     s.top_p = p.top_p;
@@ -256,6 +262,14 @@ bool run_batch(DType t, int vocab, int num_rows, uint64_t seed, SuiteResult& res
     if (rep || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
       s.num_output = int32_t(row.output.size());
       ids.insert(ids.end(), row.output.begin(), row.output.end());
+    }
+    if (!p.logit_bias.empty()) {
+      s.bias_begin = int32_t(ids.size());
+      s.num_bias = int32_t(p.logit_bias.size());
+      for (const auto& [id, bias] : p.logit_bias) {
+        ids.push_back(id);
+        ids.push_back(std::bit_cast<int32_t>(bias));
+      }
     }
   }
   const std::vector<uint8_t> raw = encode(t, logits);
@@ -348,7 +362,7 @@ bool run_batch(DType t, int vocab, int num_rows, uint64_t seed, SuiteResult& res
       ref = engine::compute_logprobs(x, row.score_token, row.score_n);
     } else {
       engine::ScheduledSeq seq;
-      seq.params = &c.params;
+      seq.params = &row.params;
       seq.seed = row.seed;
       seq.prompt_token_ids = row.prompt;
       seq.output_token_ids = row.output;

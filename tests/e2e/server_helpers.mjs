@@ -42,10 +42,10 @@ export function freePort() {
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // Starts the server and resolves once /health answers 200. `extra` are more CLI flags; `model` is the
-// model folder (stories260K by default).
-export async function startServer(extra = [], model = modelDir) {
+// model folder (stories260K by default); `template` a chat template file (Llama 3's by default).
+export async function startServer(extra = [], model = modelDir, template = chatTemplateFile()) {
   const port = await freePort();
-  const args = ['serve', '--model', model, '--port', String(port), '--chat-template', chatTemplateFile(), ...extra];
+  const args = ['serve', '--model', model, '--port', String(port), '--chat-template', template, ...extra];
   const proc = spawn(pagellmBin(), args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
   proc.stdout.on('data', (d) => { log += d; });

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <vector>
 
 #include "common/error.h"
@@ -50,6 +51,24 @@ TEST(SamplePack, PlainRowPacksOnlyBannedIdsAndTheUniform) {
   EXPECT_EQ(row.num_prompt, 0);
   EXPECT_EQ(row.num_output, 0);
   EXPECT_EQ(ids, (std::vector<int32_t>{42, 2, 100000}));
+}
+
+TEST(SamplePack, LogitBiasPairsFollowThePenaltyLists) {
+  Seq seq;
+  seq.params.logit_bias = {{3, 2.5f}, {0, -100.0f}};
+  const std::vector<uint32_t> mask{0xFFu};
+  engine::ScheduledSeq view = seq.view();
+  view.allowed_token_mask = mask;
+  std::vector<int32_t> ids;
+  const cuda::SampleRow row = pack_sample_row(view, ids);
+  EXPECT_EQ(row.num_bias, 2);
+  EXPECT_EQ(row.bias_begin, 2);  // after the two banned ids
+  EXPECT_EQ(ids[2], 3);
+  EXPECT_EQ(std::bit_cast<float>(ids[3]), 2.5f);
+  EXPECT_EQ(ids[4], 0);
+  EXPECT_EQ(std::bit_cast<float>(ids[5]), -100.0f);
+  EXPECT_EQ(row.mask_begin, 6);
+  EXPECT_EQ(static_cast<uint32_t>(ids[6]), 0xFFu);
 }
 
 TEST(SamplePack, StructuredOutputMaskWordsFollowTheIdLists) {

@@ -15,6 +15,7 @@ constexpr int kMaxTopLogprobs = 20;  // SamplingParams::kMaxLogprobs
 // CPU). A structured-output row also packs its allowed-token mask there: num_mask_words uint32
 // words (stored as int32) from mask_begin; token t may be sampled iff bit t % 32 of word t / 32 is
 // set (ids past the mask are disallowed). The kernel applies it to the row before anything else.
+// logit_bias pairs are packed there too (bias_begin, num_bias).
 struct SampleRow {
   double u = 0.0;            // engine::sample_uniform(seed, num_output_tokens), in [0, 1)
   float temperature = 1.0f;  // 0 = greedy
@@ -33,6 +34,10 @@ struct SampleRow {
   int32_t num_output = 0;
   int32_t mask_begin = 0;
   int32_t num_mask_words = 0;  // 0: unconstrained
+  // logit_bias: num_bias (token id, bias as float bits) pairs from bias_begin, ids distinct; each
+  // bias is added to its logit before the penalties (as the CPU does, after the bans).
+  int32_t bias_begin = 0;
+  int32_t num_bias = 0;
 };
 
 // What comes back per row: the token (sampled or scored), its raw-model logprob and the top-N.

@@ -587,6 +587,20 @@ __device__ int sample_row(Smem& s, const SampleRow& r, const float* x, float* w,
   return draw(s, w, vocab, total, r.u);
 }
 
+// Step 3's logit_bias, before the penalties. The CPU bans first, but a banned id is -inf either way;
+// the ids are distinct (SamplingParams::validate), so each thread owns its entries.
+__device__ void apply_bias(const SampleRow& r, const int32_t* ids, float* x, int vocab) {
+  if (r.num_bias == 0) return;
+  const int32_t* pairs = ids + r.bias_begin;  // [num_bias, 2] (id, bias bits)
+  for (int e = threadIdx.x; e < r.num_bias; e += kThreads) {
+    const int id = pairs[2 * e];
+    if (id < 0 || id >= vocab) continue;
+    const float v = __fadd_rn(x[id], __int_as_float(pairs[2 * e + 1]));
+    x[id] = v > FLT_MAX ? FLT_MAX : v;
+  }
+  __syncthreads();
+}
+
 // Step 3: bans, repetition, frequency and presence penalties on the listed ids. Flags and counts
 // live in the row's weight scratch (`flags`), zeroed at the listed ids first; the first thread to
 // claim an id applies all of its penalties in the CPU's order.
@@ -704,7 +718,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
   const int32_t* list = p.ids ? p.ids + r.ids_begin : nullptr;
   float best = m;  // without bans or penalties: the raw row's argmax
   int best_id = m_id;
-  if (list && r.num_banned + r.num_prompt + r.num_output > 0) {
+  if (list && r.num_banned + r.num_prompt + r.num_output + r.num_bias > 0) {
+    apply_bias(r, p.ids, x, vocab);
     apply_penalties(r, list, x, reinterpret_cast<uint32_t*>(w), vocab);
     best = -INFINITY;
     best_id = INT_MAX;
