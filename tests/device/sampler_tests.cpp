@@ -2,8 +2,9 @@
 // the same fp32 rows: random batches mixing row shapes (peaked, flat, quantized ties, NaN/inf,
 // all-NaN, all-banned) and sampling parameters (greedy, temperatures, top-k / top-p / min-p and
 // their combinations, penalties over long id lists with duplicates and out-of-vocab ids, top-N
-// logprobs, prompt-logprob score rows). Every row must give the CPU's token (the suite reports any
-// mismatch with its u), logprobs within 1e-4 and the same top-N ids. Plus a timing of the sampler.
+// logprobs, prompt-logprob score rows, logit_bias, allowed-token masks). Every row must give the
+// CPU's token (the suite reports any mismatch with its u), logprobs within 1e-4 and the same top-N
+// ids. Plus a timing of the sampler.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -138,6 +139,7 @@ struct Row {
   int kind = 0;
   int case_index = 0;
   std::vector<int32_t> prompt, output, banned;
+  std::vector<uint32_t> mask;  // a structured-output / allowed_token_ids mask on some rows
   SamplingParams params;  // the case's, plus a random logit_bias on some rows
   uint64_t seed = 0;
   int32_t score_token = 0;
@@ -188,6 +190,30 @@ std::vector<int32_t> random_ids(std::mt19937_64& rng, int n, int vocab) {
   return ids;
 }
 
+// An allowed-token mask as the engine packs it: a few allowed ids (one of them often among the
+// row's peaks), a denser random half, or a mask that stops short of the vocabulary (ids past its
+// end are disallowed).
+std::vector<uint32_t> random_mask(std::mt19937_64& rng, int vocab) {
+  const int words = (vocab + 31) / 32;
+  std::vector<uint32_t> mask(static_cast<size_t>(words), 0u);
+  switch (rng() % 3) {
+    case 0:
+      for (int k = 0; k < 3; ++k) {
+        const uint64_t id = rng() % uint64_t(vocab);
+        mask[id / 32] |= 1u << (id % 32);
+      }
+      break;
+    case 1:
+      for (uint32_t& w : mask) w = uint32_t(rng()) & uint32_t(rng());  // about a quarter allowed
+      break;
+    default:
+      for (uint32_t& w : mask) w = uint32_t(rng());
+      mask.resize(size_t(std::max(1, words / 3)));
+      break;
+  }
+  return mask;
+}
+
 struct SuiteResult {
   int passed = 0, failed = 0;
 };
@@ -234,6 +260,7 @@ bool run_batch(DType t, int vocab, int num_rows, uint64_t seed, SuiteResult& res
       for (int32_t id : bias_ids)
         row.params.logit_bias.emplace_back(id, float(int(rng() % 2001) - 1000) / 10.0f);
     }
+    if (!c.score && rng() % 4 == 0) row.mask = random_mask(rng, vocab);
     SampleRow& s = srows[size_t(r)];
     if (c.score) {
       s.score_token = row.score_token;
@@ -262,6 +289,11 @@ bool run_batch(DType t, int vocab, int num_rows, uint64_t seed, SuiteResult& res
     if (rep || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
       s.num_output = int32_t(row.output.size());
       ids.insert(ids.end(), row.output.begin(), row.output.end());
+    }
+    if (!row.mask.empty()) {
+      s.mask_begin = int32_t(ids.size());
+      s.num_mask_words = int32_t(row.mask.size());
+      for (uint32_t word : row.mask) ids.push_back(std::bit_cast<int32_t>(word));
     }
     if (!p.logit_bias.empty()) {
       s.bias_begin = int32_t(ids.size());
@@ -367,6 +399,7 @@ bool run_batch(DType t, int vocab, int num_rows, uint64_t seed, SuiteResult& res
       seq.prompt_token_ids = row.prompt;
       seq.output_token_ids = row.output;
       seq.banned_token_ids = row.banned;
+      seq.allowed_token_mask = row.mask;
       ref = engine::sample_token(x, seq).logprobs;
     }
     const SampleOutput& o = out[size_t(r)];

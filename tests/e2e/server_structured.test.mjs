@@ -5,6 +5,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, postJson, openaiModule } from './server_helpers.mjs';
+import { validate } from './json_schema_check.mjs';
 
 const { default: OpenAI } = await import(openaiModule);
 
@@ -22,43 +23,6 @@ after(async () => {
   const { code } = await server.stop();
   assert.equal(code, 0, 'SIGTERM exits 0');
 });
-
-// A validator for the JSON-schema subset these tests use.
-function validate(schema, value, where = '$') {
-  if (schema.enum) {
-    assert.ok(schema.enum.some((e) => JSON.stringify(e) === JSON.stringify(value)), `${where}: ${JSON.stringify(value)} not in enum`);
-    return;
-  }
-  const types = [].concat(schema.type ?? []);
-  const typeOf = (v) => (v === null ? 'null' : Array.isArray(v) ? 'array' : Number.isInteger(v) ? 'integer' : typeof v);
-  if (types.length) {
-    const t = typeOf(value);
-    assert.ok(types.includes(t) || (t === 'integer' && types.includes('number')), `${where}: type ${t}, want ${types}`);
-  }
-  if (typeof value === 'number') {
-    if (schema.minimum !== undefined) assert.ok(value >= schema.minimum, `${where}: ${value} < minimum`);
-    if (schema.maximum !== undefined) assert.ok(value <= schema.maximum, `${where}: ${value} > maximum`);
-  }
-  if (typeof value === 'string') {
-    const len = [...value].length;
-    if (schema.minLength !== undefined) assert.ok(len >= schema.minLength, `${where}: shorter than minLength`);
-    if (schema.maxLength !== undefined) assert.ok(len <= schema.maxLength, `${where}: longer than maxLength`);
-    if (schema.pattern) assert.match(value, new RegExp(schema.pattern), where);
-  }
-  if (Array.isArray(value)) {
-    if (schema.minItems !== undefined) assert.ok(value.length >= schema.minItems, `${where}: too few items`);
-    if (schema.maxItems !== undefined) assert.ok(value.length <= schema.maxItems, `${where}: too many items`);
-    value.forEach((v, i) => schema.items && validate(schema.items, v, `${where}[${i}]`));
-  }
-  if (typeOf(value) === 'object') {
-    for (const key of schema.required ?? []) assert.ok(key in value, `${where}: missing ${key}`);
-    for (const [key, v] of Object.entries(value)) {
-      const sub = schema.properties?.[key];
-      if (sub) validate(sub, v, `${where}.${key}`);
-      else assert.ok(schema.additionalProperties !== false, `${where}: unexpected property ${key}`);
-    }
-  }
-}
 
 const person = {
   type: 'object',
