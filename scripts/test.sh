@@ -51,6 +51,16 @@ if [ $FAST = 0 ]; then
   fi
 fi
 
+# The Python package (tests/python/, pytest) against the Release build: built whenever Python 3's
+# headers and pybind11 are present (scripts/setup.sh installs them).
+if compgen -G "build/python/pagellm/_pagellm*.so" >/dev/null; then
+  stage "Python package tests"
+  PY=$(cat build/python/python_executable)
+  PAGELLM_BIN="$ROOT/build/pagellm" "$PY" -m pytest -q -p no:cacheprovider tests/python
+else
+  echo "python: the module was not built (python3-dev / pybind11-dev missing): skipping its tests"
+fi
+
 stage "end-to-end tests"
 for t in tests/e2e/*_test.sh; do
   [ -e "$t" ] || continue
