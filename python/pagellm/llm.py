@@ -20,11 +20,14 @@ def normalize_prompt(prompt: PromptType) -> tuple[Union[str, list[int]], Optiona
     -> (what the engine takes: text or ids, the prompt text to report or None)."""
     if isinstance(prompt, str):
         return prompt, prompt
+    if isinstance(prompt, (list, tuple)) and not prompt:
+        raise ValueError("prompt_token_ids: empty (a prompt needs at least one token)")
     if isinstance(prompt, dict):
         if "multi_modal_data" in prompt and prompt["multi_modal_data"]:
             raise NotImplementedError("multi_modal_data is not supported by pagellm")
         if "prompt_token_ids" in prompt:
-            return list(prompt["prompt_token_ids"]), prompt.get("prompt")
+            ids, _ = normalize_prompt(list(prompt["prompt_token_ids"]))
+            return ids, prompt.get("prompt")
         if "prompt" in prompt:
             return str(prompt["prompt"]), prompt["prompt"]
         raise ValueError("a prompt dict needs 'prompt' or 'prompt_token_ids'")
