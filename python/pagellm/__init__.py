@@ -13,7 +13,13 @@ from . import _pagellm
 from .async_llm import AsyncLLM, AsyncLLMEngine, EngineDeadError
 from .engine_args import AsyncEngineArgs, EngineArgs
 from .llm import LLM
-from .outputs import CompletionOutput, Logprob, RequestOutput
+from .outputs import (
+    CompletionOutput,
+    EmbeddingOutput,
+    EmbeddingRequestOutput,
+    Logprob,
+    RequestOutput,
+)
 from .sampling_params import (
     GuidedDecodingParams,
     RequestOutputKind,
@@ -30,6 +36,8 @@ __all__ = [
     "RequestOutput",
     "CompletionOutput",
     "Logprob",
+    "EmbeddingOutput",
+    "EmbeddingRequestOutput",
     "RequestOutputKind",
     "StructuredOutputsParams",
     "GuidedDecodingParams",

@@ -6,7 +6,13 @@ from typing import Any, Optional, Sequence, Union
 
 from . import _pagellm
 from .engine_args import to_engine_dict
-from .outputs import RequestOutput, _Decoder, make_request_output
+from .outputs import (
+    EmbeddingOutput,
+    EmbeddingRequestOutput,
+    RequestOutput,
+    _Decoder,
+    make_request_output,
+)
 from .sampling_params import SamplingParams
 from .tokenizer import Conversation, Tokenizer, _flatten_content
 
@@ -180,6 +186,31 @@ class LLM:
             # The template writes the special tokens itself (vLLM encodes without adding any).
             items.append((self._tokenizer.encode(text, add_special_tokens=False), text))
         return self._run(items, self._params_for(sampling_params, len(items)), bool(use_tqdm))
+
+    def embed(
+        self, prompts: Union[PromptType, Sequence[PromptType]], use_tqdm: Any = True, **kwargs: Any
+    ) -> list[EmbeddingRequestOutput]:
+        """Embeddings of the prompts, in order (an engine made with ``runner="pooling"`` or
+        ``task="embed"``): the final-normed hidden state of the last token, or the mean over the
+        prompt with ``pooler_config={"pooling_type": "MEAN"}``; L2-normalized unless
+        ``"normalize": False``."""
+        for key, value in kwargs.items():
+            if value is not None:
+                raise NotImplementedError(f"embed({key}=...) is not supported by pagellm")
+        if _is_single_prompt(prompts):
+            prompts = [prompts]
+        engine_prompts = [normalize_prompt(p)[0] for p in prompts]
+        vectors = self._engine.embed(engine_prompts, bool(use_tqdm))
+        first_id = self._num_requests
+        self._num_requests += len(vectors)
+        return [
+            EmbeddingRequestOutput(
+                request_id=str(first_id + i),
+                outputs=EmbeddingOutput(vector),
+                prompt_token_ids=p if isinstance(p, list) else self._tokenizer.encode(p),
+            )
+            for i, (p, vector) in enumerate(zip(engine_prompts, vectors))
+        ]
 
     def _params_for(self, sampling_params: Any, num_prompts: int) -> list[SamplingParams]:
         if sampling_params is None:

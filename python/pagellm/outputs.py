@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
-__all__ = ["Logprob", "CompletionOutput", "RequestOutput", "SampleLogprobs", "PromptLogprobs"]
+__all__ = [
+    "Logprob", "CompletionOutput", "RequestOutput", "SampleLogprobs", "PromptLogprobs",
+    "EmbeddingOutput", "EmbeddingRequestOutput",
+]
 
 
 @dataclass
@@ -65,6 +68,27 @@ class RequestOutput:
     encoder_prompt_token_ids: None = None
     kv_transfer_params: None = None
     error: Optional[str] = field(default=None, repr=False)
+
+
+@dataclass
+class EmbeddingOutput:
+    """One prompt's embedding (``LLM.embed``)."""
+
+    embedding: list[float]
+
+    @property
+    def hidden_size(self) -> int:
+        return len(self.embedding)
+
+
+@dataclass
+class EmbeddingRequestOutput:
+    """The result of one embedding request, as vLLM's."""
+
+    request_id: str
+    outputs: EmbeddingOutput
+    prompt_token_ids: list[int]
+    finished: bool = True
 
 
 def _logprob_dict(entry, decode: Callable[[int], str]) -> dict[int, Logprob]:

@@ -26,7 +26,8 @@ class WakePipe {
  public:
   WakePipe() {
     if (::pipe2(fds_, O_NONBLOCK | O_CLOEXEC) != 0)
-      throw_error(ErrorKind::kResourceExhausted, "AsyncEngine: pipe2 failed (errno " + std::to_string(errno) + ")");
+      throw_error(ErrorKind::kResourceExhausted,
+                  "AsyncEngine: pipe2 failed (errno " + std::to_string(errno) + ")");
   }
   ~WakePipe() {
     ::close(fds_[0]);
@@ -59,11 +60,14 @@ class AsyncBridge {
   ~AsyncBridge() { close(0.0); }
 
   // Validates on this thread (ValueError) and queues; outputs arrive through drain() as deltas.
-  void add_request(const std::string& request_id, const py::handle& prompt, const py::handle& params) {
+  void add_request(const std::string& request_id, const py::handle& prompt,
+                   const py::handle& params) {
     const PromptInput input = prompt_from_py(prompt);
-    const SamplingParams sampling = sampling_params_from_py(params, engine_->model_info().max_model_len);
+    const SamplingParams sampling =
+        sampling_params_from_py(params, engine_->model_info().max_model_len);
     py::gil_scoped_release release;  // validation tokenizes the prompt
-    engine_->add_request(request_id, input, sampling, [this](RequestOutput&& out) { push(std::move(out)); });
+    engine_->add_request(request_id, input, sampling,
+                         [this](RequestOutput&& out) { push(std::move(out)); });
   }
 
   void abort(const std::string& request_id) { engine_->abort_request(request_id); }

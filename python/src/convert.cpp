@@ -80,7 +80,8 @@ const std::map<std::string, Setter>& engine_arg_setters() {
       {"default_pooling",
        [](EngineArgs& a, const std::string& name, const py::handle& v) {
          const auto s = cast_field<std::string>(name, v, "\"LAST\" or \"MEAN\"");
-         if (s != "LAST" && s != "MEAN") invalid_argument(name + ": expected LAST or MEAN, got " + s);
+         if (s != "LAST" && s != "MEAN")
+           invalid_argument(name + ": expected LAST or MEAN, got " + s);
          a.default_pooling = s == "LAST" ? PoolingType::kLast : PoolingType::kMean;
        }},
       {"speculative_config",  // vLLM's JSON, as text (the package dumps a dict)
@@ -130,10 +131,9 @@ py::tuple completion_to_py(const CompletionOutput& c) {
   } else if (c.stop_token) {
     stop_reason = py::int_(*c.stop_token);
   }
-  return py::make_tuple(c.index, utf8(c.text),
-                        py::cast(c.token_ids), c.cumulative_logprob, std::move(logprobs),
-                        reason ? py::object(py::str(reason)) : py::object(py::none()),
-                        std::move(stop_reason));
+  return py::make_tuple(
+      c.index, utf8(c.text), py::cast(c.token_ids), c.cumulative_logprob, std::move(logprobs),
+      reason ? py::object(py::str(reason)) : py::object(py::none()), std::move(stop_reason));
 }
 
 }  // namespace
@@ -184,7 +184,8 @@ SamplingParams sampling_params_from_py(const py::handle& obj, int max_model_len)
 
 PromptInput prompt_from_py(const py::handle& obj) {
   if (py::isinstance<py::str>(obj)) return PromptInput::from_text(obj.cast<std::string>());
-  return PromptInput::from_ids(cast_field<std::vector<int32_t>>("prompt_token_ids", obj, "a list of int"));
+  return PromptInput::from_ids(
+      cast_field<std::vector<int32_t>>("prompt_token_ids", obj, "a list of int"));
 }
 
 py::tuple output_to_py(const RequestOutput& out) {
@@ -196,10 +197,10 @@ py::tuple output_to_py(const RequestOutput& out) {
   }
   py::list outputs;
   for (const CompletionOutput& c : out.outputs) outputs.append(completion_to_py(c));
-  return py::make_tuple(out.request_id, utf8(out.prompt),
-                        py::cast(out.prompt_token_ids), std::move(prompt_logprobs),
-                        std::move(outputs), out.finished, out.num_cached_tokens,
-                        out.error.empty() ? py::object(py::none()) : py::object(py::str(out.error)));
+  return py::make_tuple(
+      out.request_id, utf8(out.prompt), py::cast(out.prompt_token_ids), std::move(prompt_logprobs),
+      std::move(outputs), out.finished, out.num_cached_tokens,
+      out.error.empty() ? py::object(py::none()) : py::object(py::str(out.error)));
 }
 
 py::dict stats_to_py(const EngineStats& s) {

@@ -17,11 +17,19 @@ void translate_error(std::exception_ptr p) {
   } catch (const pagellm::Error& e) {
     PyObject* type = PyExc_RuntimeError;
     switch (e.kind()) {
-      case pagellm::ErrorKind::kInvalidArgument: type = PyExc_ValueError; break;
-      case pagellm::ErrorKind::kNotFound: type = PyExc_FileNotFoundError; break;
-      case pagellm::ErrorKind::kUnsupported: type = PyExc_NotImplementedError; break;
+      case pagellm::ErrorKind::kInvalidArgument:
+        type = PyExc_ValueError;
+        break;
+      case pagellm::ErrorKind::kNotFound:
+        type = PyExc_FileNotFoundError;
+        break;
+      case pagellm::ErrorKind::kUnsupported:
+        type = PyExc_NotImplementedError;
+        break;
       case pagellm::ErrorKind::kResourceExhausted:
-      case pagellm::ErrorKind::kInternal: type = PyExc_RuntimeError; break;
+      case pagellm::ErrorKind::kInternal:
+        type = PyExc_RuntimeError;
+        break;
     }
     PyErr_SetString(type, e.what());
   }

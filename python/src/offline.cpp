@@ -18,7 +18,8 @@ namespace {
 class OfflineEngine {
  public:
   explicit OfflineEngine(const EngineArgs& args) : llm_(args) {
-    tokenizer_ = std::make_shared<TokenizerHandle>(llm_.engine().tokenizer_ptr(), llm_.engine().args());
+    tokenizer_ =
+        std::make_shared<TokenizerHandle>(llm_.engine().tokenizer_ptr(), llm_.engine().args());
   }
 
   // prompts: str or list[int] each; params: one pagellm.SamplingParams per prompt.
@@ -46,6 +47,15 @@ class OfflineEngine {
     return result;
   }
 
+  // Pooling engines (runner="pooling"): one embedding per prompt, in order.
+  std::vector<std::vector<float>> embed(const py::list& prompts, bool show_progress) {
+    std::vector<PromptInput> inputs;
+    for (const py::handle& p : prompts) inputs.push_back(prompt_from_py(p));
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
+    return llm_.embed(inputs, show_progress);
+  }
+
   std::shared_ptr<TokenizerHandle> tokenizer() const { return tokenizer_; }
   py::dict stats() {
     EngineStats stats;
@@ -70,10 +80,11 @@ class OfflineEngine {
 
  private:
   // Runs on the generating thread with the GIL released. Takes the GIL at most every 50 ms to run
-  // Python's signal handlers; a raised exception (KeyboardInterrupt) is kept for the caller and stops
-  // the batch. Never throws: an exception here would leave the batch inside the engine.
+  // Python's signal handlers; a raised exception (KeyboardInterrupt) is kept for the caller and
+  // stops the batch. Never throws: an exception here would leave the batch inside the engine.
   static LLM::StopCheck signal_check(std::optional<py::error_already_set>& interrupted) {
-    auto last = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+    auto last =
+        std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
     return [&interrupted, last] {
       const auto now = std::chrono::steady_clock::now();
       if (now - *last < std::chrono::milliseconds(50)) return false;
@@ -102,6 +113,7 @@ void bind_offline(py::module_& m) {
            py::arg("engine_args"))
       .def("generate", &OfflineEngine::generate, py::arg("prompts"), py::arg("params"),
            py::arg("show_progress") = false)
+      .def("embed", &OfflineEngine::embed, py::arg("prompts"), py::arg("show_progress") = false)
       .def("tokenizer", &OfflineEngine::tokenizer)
       .def("stats", &OfflineEngine::stats)
       .def("model_info", &OfflineEngine::model_info)

@@ -20,7 +20,8 @@ nlohmann::ordered_json parse_json(const std::string& text, const char* what) {
 
 }  // namespace
 
-TokenizerHandle::TokenizerHandle(std::shared_ptr<const tok::Tokenizer> tokenizer, const EngineArgs& args)
+TokenizerHandle::TokenizerHandle(std::shared_ptr<const tok::Tokenizer> tokenizer,
+                                 const EngineArgs& args)
     : tokenizer_(std::move(tokenizer)) {
   const std::string dir = args.tokenizer.empty() ? args.model : args.tokenizer;
   if (!dir.empty() && std::filesystem::exists(std::filesystem::path(dir) / "tokenizer_config.json"))
@@ -33,7 +34,8 @@ TokenizerHandle::TokenizerHandle(std::shared_ptr<const tok::Tokenizer> tokenizer
     default_template_ = std::make_shared<const tok::ChatTemplate>(config_.chat_template);
 }
 
-std::string TokenizerHandle::render_chat(const std::string& messages_json, bool add_generation_prompt,
+std::string TokenizerHandle::render_chat(const std::string& messages_json,
+                                         bool add_generation_prompt,
                                          const std::optional<std::string>& chat_template,
                                          const std::string& tools_json,
                                          const std::string& kwargs_json) const {
@@ -48,10 +50,12 @@ std::string TokenizerHandle::render_chat(const std::string& messages_json, bool 
   }
   const auto messages = parse_json(messages_json, "messages");
   if (!messages.is_array()) invalid_argument("messages: expected a list of messages");
-  const auto tools = tools_json.empty() ? nlohmann::ordered_json(nullptr) : parse_json(tools_json, "tools");
+  const auto tools =
+      tools_json.empty() ? nlohmann::ordered_json(nullptr) : parse_json(tools_json, "tools");
   const auto kwargs = kwargs_json.empty() ? nlohmann::ordered_json::object()
                                           : parse_json(kwargs_json, "chat_template_kwargs");
-  return tmpl->render(tok::build_chat_context(config_, messages, tools, add_generation_prompt, kwargs));
+  return tmpl->render(
+      tok::build_chat_context(config_, messages, tools, add_generation_prompt, kwargs));
 }
 
 void bind_tokenizer(py::module_& m) {
@@ -72,16 +76,22 @@ void bind_tokenizer(py::module_& m) {
             return py::reinterpret_steal<py::str>(s);
           },
           py::arg("ids"), py::arg("skip_special_tokens") = false)
-      .def("token_to_id", [](const TokenizerHandle& t, const std::string& token) {
-        return t.tokenizer().token_to_id(token);
-      })
-      .def("id_to_token", [](const TokenizerHandle& t, int32_t id) { return t.tokenizer().id_to_token(id); })
-      .def("is_special", [](const TokenizerHandle& t, int32_t id) { return t.tokenizer().is_special(id); })
-      .def_property_readonly("vocab_size", [](const TokenizerHandle& t) { return t.tokenizer().vocab_size(); })
-      .def_property_readonly("bos_token_id", [](const TokenizerHandle& t) { return t.tokenizer().bos_token_id(); })
-      .def_property_readonly("eos_token_id", [](const TokenizerHandle& t) { return t.tokenizer().eos_token_id(); })
-      .def_property_readonly("bos_token", [](const TokenizerHandle& t) { return t.tokenizer().bos_token(); })
-      .def_property_readonly("eos_token", [](const TokenizerHandle& t) { return t.tokenizer().eos_token(); })
+      .def("token_to_id", [](const TokenizerHandle& t,
+                             const std::string& token) { return t.tokenizer().token_to_id(token); })
+      .def("id_to_token",
+           [](const TokenizerHandle& t, int32_t id) { return t.tokenizer().id_to_token(id); })
+      .def("is_special",
+           [](const TokenizerHandle& t, int32_t id) { return t.tokenizer().is_special(id); })
+      .def_property_readonly("vocab_size",
+                             [](const TokenizerHandle& t) { return t.tokenizer().vocab_size(); })
+      .def_property_readonly("bos_token_id",
+                             [](const TokenizerHandle& t) { return t.tokenizer().bos_token_id(); })
+      .def_property_readonly("eos_token_id",
+                             [](const TokenizerHandle& t) { return t.tokenizer().eos_token_id(); })
+      .def_property_readonly("bos_token",
+                             [](const TokenizerHandle& t) { return t.tokenizer().bos_token(); })
+      .def_property_readonly("eos_token",
+                             [](const TokenizerHandle& t) { return t.tokenizer().eos_token(); })
       .def_property_readonly("has_chat_template", &TokenizerHandle::has_chat_template)
       .def("render_chat", &TokenizerHandle::render_chat, py::arg("messages_json"),
            py::arg("add_generation_prompt"), py::arg("chat_template") = py::none(),

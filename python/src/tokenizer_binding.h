@@ -25,7 +25,8 @@ class TokenizerHandle {
 
   const tok::Tokenizer& tokenizer() const { return *tokenizer_; }
   // Renders `messages_json` (a JSON array of messages) with the default template, or with
-  // `chat_template` (a file path or template text) when given. Throws ValueError when there is none.
+  // `chat_template` (a file path or template text) when given. Throws ValueError when there is
+  // none.
   std::string render_chat(const std::string& messages_json, bool add_generation_prompt,
                           const std::optional<std::string>& chat_template,
                           const std::string& tools_json, const std::string& kwargs_json) const;

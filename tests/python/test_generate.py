@@ -164,3 +164,19 @@ def test_package_exports():
                  "AsyncLLMEngine", "AsyncEngineArgs", "RequestOutputKind", "Logprob"):
         assert hasattr(pagellm, name)
     assert pagellm.LLM.generate.__doc__ and pagellm.SamplingParams.__doc__
+
+
+def test_embed_equals_cli():
+    import json
+    pooling = LLM(model=STORIES, runner="pooling", **ENGINE_KWARGS)
+    texts = ["Once upon a time", "The dog ran"]
+    out = pooling.embed(texts, use_tqdm=False)
+    cli = [json.loads(line) for line in run_cli(
+        "embed", "--model", STORIES, "--input", texts[0], "--input", texts[1]).splitlines()]
+    for o, c in zip(out, cli):
+        assert o.outputs.hidden_size == 64
+        assert all(math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-6) for a, b in zip(o.outputs.embedding, c["embedding"]))
+        assert math.isclose(sum(x * x for x in o.outputs.embedding), 1.0, rel_tol=1e-4)
+    assert out[0].prompt_token_ids == pooling.get_tokenizer().encode(texts[0])
+    with pytest.raises(ValueError, match="pooling"):
+        pooling.generate("x", use_tqdm=False)
