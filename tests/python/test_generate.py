@@ -137,7 +137,7 @@ def test_ctrl_c_aborts_and_leaves_the_engine_usable(llm):
     timer = threading.Timer(0.3, _thread.interrupt_main)
     timer.start()
     with pytest.raises(KeyboardInterrupt):
-        llm.generate([""] * 64, SamplingParams(temperature=1.0, max_tokens=500, ignore_eos=True),
+        llm.generate([""] * 128, SamplingParams(temperature=1.0, max_tokens=500, ignore_eos=True),
                      use_tqdm=False)
     timer.join()
     stats = llm.get_stats()
@@ -180,3 +180,18 @@ def test_embed_equals_cli():
     assert out[0].prompt_token_ids == pooling.get_tokenizer().encode(texts[0])
     with pytest.raises(ValueError, match="pooling"):
         pooling.generate("x", use_tqdm=False)
+
+
+def test_data_parallel_replicas_and_ctrl_c(llm):
+    # Replicas step on their own threads: same outputs, and Ctrl-C stops every replica.
+    dp = LLM(model=STORIES, data_parallel_size=2, **ENGINE_KWARGS)
+    p = SamplingParams(temperature=0.7, seed=9, max_tokens=32)
+    assert [o.outputs[0].token_ids for o in dp.generate(PROMPTS, p, use_tqdm=False)] == \
+        [o.outputs[0].token_ids for o in llm.generate(PROMPTS, p, use_tqdm=False)]
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        dp.generate([""] * 128, SamplingParams(max_tokens=500, ignore_eos=True), use_tqdm=False)
+    timer.join()
+    assert_no_kv_in_use(dp.get_stats())  # the first replica's engine
+    assert dp.generate("", SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)[0].finished
