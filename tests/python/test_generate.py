@@ -195,3 +195,24 @@ def test_data_parallel_replicas_and_ctrl_c(llm):
     timer.join()
     assert_no_kv_in_use(dp.get_stats())  # the first replica's engine
     assert dp.generate("", SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)[0].finished
+
+
+def test_structured_outputs_and_prompt_logprobs(llm):
+    from pagellm import StructuredOutputsParams
+    choices = ["cat", "dog", "bird"]
+    outs = llm.generate(PROMPTS, SamplingParams(
+        temperature=1.0, seed=2, max_tokens=16,
+        structured_outputs=StructuredOutputsParams(choice=choices)), use_tqdm=False)
+    assert all(o.outputs[0].text in choices for o in outs)
+    regex = llm.generate("The dog", SamplingParams(
+        temperature=1.0, seed=2, max_tokens=16,
+        guided_decoding=StructuredOutputsParams(regex="[0-9]{3}")), use_tqdm=False)[0]
+    assert len(regex.outputs[0].text) == 3 and regex.outputs[0].text.isdigit()
+    scored = llm.generate("Once upon a time", SamplingParams(max_tokens=1, prompt_logprobs=3),
+                          use_tqdm=False)[0]
+    assert scored.prompt_logprobs[0] is None
+    assert len(scored.prompt_logprobs) == len(scored.prompt_token_ids)
+    for token, entry in zip(scored.prompt_token_ids[1:], scored.prompt_logprobs[1:]):
+        assert next(iter(entry)) == token and 3 <= len(entry) <= 4
+        ranks = sorted(lp.rank for tid, lp in entry.items() if tid != token or lp.rank)
+        assert ranks[:3] == [1, 2, 3]
