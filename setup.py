@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -18,25 +19,28 @@ class CMakeBuild(build_ext):
     def build_extension(self, ext: Extension) -> None:
         build_dir = Path(os.environ.get("PAGELLM_CMAKE_BUILD_DIR", ROOT / "build-pip" / "cmake"))
         build_dir = build_dir if build_dir.is_absolute() else ROOT / build_dir
-        configure = [
-            "cmake", "-S", str(ROOT), "-B", str(build_dir), "-G", "Ninja",
-            "-DCMAKE_BUILD_TYPE=Release", "-DPAGELLM_PYTHON=ON",
-            f"-DPython3_EXECUTABLE={sys.executable}",
-        ]
         if not (build_dir / "CMakeCache.txt").exists():
-            configure.append("-DPAGELLM_TESTS=OFF")  # a fresh folder needs no unit tests
-        subprocess.run(configure, check=True)
+            subprocess.run([
+                "cmake", "-S", str(ROOT), "-B", str(build_dir), "-G", "Ninja",
+                "-DCMAKE_BUILD_TYPE=Release", "-DPAGELLM_PYTHON=ON", "-DPAGELLM_TESTS=OFF",
+                f"-DPython3_EXECUTABLE={sys.executable}",
+            ], check=True)
+        # An existing folder keeps its configuration (its interpreter, its flags): only the module
+        # is brought up to date, and it must suit this interpreter.
         build = ["cmake", "--build", str(build_dir), "--target", "_pagellm"]
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL")
         if jobs:
             build += ["-j", jobs]
         subprocess.run(build, check=True)
-        built = sorted((build_dir / "python" / "pagellm").glob("_pagellm*.so"))
-        if not built:
-            raise RuntimeError(f"no _pagellm*.so in {build_dir}/python/pagellm after the build")
+        built = build_dir / "python" / "pagellm" / ("_pagellm" + sysconfig.get_config_var("EXT_SUFFIX"))
+        if not built.exists():
+            raise RuntimeError(
+                f"{build_dir} holds no _pagellm module for this Python ({built.name}): it was "
+                "configured for another interpreter; remove it or name another folder"
+            )
         target = Path(self.get_ext_fullpath(ext.name))
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(built[-1], target)
+        shutil.copyfile(built, target)
 
 
 setup(
