@@ -12,7 +12,7 @@ from typing import Any, AsyncGenerator, Iterable, Optional, Union
 
 from . import _pagellm
 from .engine_args import AsyncEngineArgs, EngineArgs, to_engine_dict
-from .llm import PromptType, normalize_prompt
+from .llm import PromptType, normalize_prompt, prepare_prompt
 from .outputs import CompletionOutput, RequestOutput, _Decoder, make_completion, make_request_output
 from .sampling_params import RequestOutputKind, SamplingParams
 from .tokenizer import Tokenizer
@@ -96,6 +96,7 @@ class AsyncLLM:
         self._engine = _pagellm.AsyncEngine(to_engine_dict(kwargs))
         self._tokenizer = Tokenizer(self._engine.tokenizer())
         self._decode = _Decoder(self._tokenizer)
+        self._max_model_len = self._engine.model_info()["max_model_len"]
         self._defaults = self._engine.default_sampling() if generation_config == "auto" else {}
         self._streams: dict[str, _Stream] = {}
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -127,9 +128,8 @@ class AsyncLLM:
         self._watch_running_loop()
         params = sampling_params if sampling_params is not None else SamplingParams(**self._defaults)
         engine_prompt, text = normalize_prompt(prompt)
-        if params.truncate_prompt_tokens is not None:
-            ids = engine_prompt if isinstance(engine_prompt, list) else self._tokenizer.encode(engine_prompt)
-            engine_prompt = ids[-params.truncate_prompt_tokens :]
+        engine_prompt, params = prepare_prompt(engine_prompt, params, self._tokenizer,
+                                               self._max_model_len)
         stream = _Stream(request_id, text, params, self._decode)
         self._engine.add_request(request_id, engine_prompt, params)
         self._streams[request_id] = stream

@@ -16,7 +16,7 @@ from .outputs import (
 from .sampling_params import SamplingParams
 from .tokenizer import Conversation, Tokenizer, _flatten_content
 
-__all__ = ["LLM", "normalize_prompt"]
+__all__ = ["LLM", "normalize_prompt", "prepare_prompt"]
 
 PromptType = Union[str, list[int], dict[str, Any]]
 
@@ -42,6 +42,21 @@ def normalize_prompt(prompt: PromptType) -> tuple[Union[str, list[int]], Optiona
     ):
         return list(prompt), None
     raise ValueError(f"unsupported prompt type {type(prompt).__name__}: expected str, dict or list[int]")
+
+
+def prepare_prompt(prompt: Union[str, list[int]], params: SamplingParams, tokenizer: Tokenizer,
+                   max_model_len: int) -> tuple[Union[str, list[int]], SamplingParams]:
+    """Applies the parameters that need the prompt's tokens: truncate_prompt_tokens (keep the last
+    k) and max_tokens=None (up to the context length, as vLLM)."""
+    if params.truncate_prompt_tokens is None and params.max_tokens is not None:
+        return prompt, params
+    ids = prompt if isinstance(prompt, list) else tokenizer.encode(prompt)
+    if params.truncate_prompt_tokens is not None:
+        ids = ids[-params.truncate_prompt_tokens :]
+    if params.max_tokens is None:
+        params = params.clone()
+        params.max_tokens = max(1, max_model_len - len(ids))
+    return ids, params
 
 
 def _is_single_prompt(prompts: Any) -> bool:
@@ -229,13 +244,10 @@ class LLM:
         return params
 
     def _run(self, items, params: list[SamplingParams], use_tqdm: bool) -> list[RequestOutput]:
-        engine_prompts = []
-        for (prompt, _), p in zip(items, params):
-            if p.truncate_prompt_tokens is not None:
-                ids = prompt if isinstance(prompt, list) else self._tokenizer.encode(prompt)
-                prompt = ids[-p.truncate_prompt_tokens :]
-            engine_prompts.append(prompt)
-        raw = self._engine.generate(engine_prompts, params, use_tqdm)
+        max_model_len = self.model_info["max_model_len"]
+        prepared = [prepare_prompt(prompt, p, self._tokenizer, max_model_len)
+                    for (prompt, _), p in zip(items, params)]
+        raw = self._engine.generate([x for x, _ in prepared], [p for _, p in prepared], use_tqdm)
         decode = _Decoder(self._tokenizer)
         first_id = self._num_requests
         self._num_requests += len(raw)

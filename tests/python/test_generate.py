@@ -111,6 +111,11 @@ def test_per_prompt_params_and_defaults(llm):
     trunc = llm.generate("Once upon a time there was", SamplingParams(
         temperature=0, max_tokens=4, truncate_prompt_tokens=2), use_tqdm=False)[0]
     assert len(trunc.prompt_token_ids) == 2
+    # max_tokens=None: up to the context length (512).
+    unbounded = llm.generate("Once upon a time", SamplingParams(max_tokens=None, ignore_eos=True),
+                             use_tqdm=False)[0]
+    assert len(unbounded.prompt_token_ids) + len(unbounded.outputs[0].token_ids) == 512
+    assert unbounded.prompt == "Once upon a time"
 
 
 def test_engine_errors_are_python_exceptions(llm, tmp_path):
