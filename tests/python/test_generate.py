@@ -221,3 +221,18 @@ def test_structured_outputs_and_prompt_logprobs(llm):
         assert next(iter(entry)) == token and 3 <= len(entry) <= 4
         ranks = sorted(lp.rank for tid, lp in entry.items() if tid != token or lp.rank)
         assert ranks[:3] == [1, 2, 3]
+
+
+def test_vllm_engine_keywords(llm):
+    # vLLM keywords that configure its Python runtime are accepted; pagellm's flags are keywords.
+    tuned = LLM(STORIES, trust_remote_code=True, tokenizer_mode="auto", disable_log_stats=True,
+                swap_space=0, enforce_eager=True, max_num_seqs=8, block_size=32,
+                max_model_len=256, enable_prefix_caching=False,
+                speculative_config={"method": "ngram", "num_speculative_tokens": 2}, **ENGINE_KWARGS)
+    assert tuned.model_info["max_model_len"] == 256
+    p = SamplingParams(temperature=0, max_tokens=40)
+    # Greedy speculative decoding (n-gram drafts) gives the same tokens as plain decoding.
+    assert [o.outputs[0].token_ids for o in tuned.generate(PROMPTS, p, use_tqdm=False)] == \
+        [o.outputs[0].token_ids for o in llm.generate(PROMPTS, p, use_tqdm=False)]
+    with pytest.raises(ValueError, match="speculative"):
+        LLM(STORIES, speculative_config={"method": "nope"}, **ENGINE_KWARGS)
