@@ -151,6 +151,45 @@ void run_replicas(const std::vector<LLMEngine*>& engines, const std::string& pre
     if (e) std::rethrow_exception(e);
 }
 
+// Steps the batch to completion: on this thread with one engine, else on a thread per replica
+// (run_replicas). `draw` and `should_stop` run on this thread; once should_stop returns true, what is
+// left of the batch is aborted (the aborts come back through the same loop), each replica aborting
+// its own requests on its own thread because an engine is single-threaded.
+void step_batch(const std::vector<LLMEngine*>& engines, const std::vector<int>& replica_of,
+                const std::string& prefix, std::vector<RequestOutput>& results, Progress& progress,
+                const std::function<void()>& draw, const LLM::StopCheck& should_stop) {
+  auto abort_batch = [&](size_t replica) {
+    for (size_t i = 0; i < replica_of.size(); ++i)
+      if (size_t(replica_of[i]) == replica) engines[replica]->abort_request(prefix + std::to_string(i));
+  };
+  std::atomic<bool> stop_requested{false};
+  auto poll_stop = [&] {
+    if (should_stop && !stop_requested.load() && should_stop()) stop_requested.store(true);
+  };
+  std::vector<char> aborted(engines.size(), 0);  // entry r is touched by replica r's thread only
+  auto abort_once = [&](size_t r) {
+    if (stop_requested.load() && !aborted[r]) {
+      aborted[r] = 1;
+      abort_batch(r);
+    }
+  };
+  if (engines.size() == 1) {
+    run_to_completion(*engines[0], prefix, results, progress, [&] {
+      draw();
+      poll_stop();
+      abort_once(0);
+    });
+  } else {
+    run_replicas(
+        engines, prefix, results, progress,
+        [&] {
+          draw();
+          poll_stop();
+        },
+        abort_once);
+  }
+}
+
 }  // namespace
 
 std::vector<RequestOutput> LLM::generate(const std::vector<PromptInput>& prompts,
@@ -218,41 +257,7 @@ std::vector<RequestOutput> LLM::run(const std::vector<PromptInput>& prompts,
     if (show_progress)
       bar.update(progress.num_done, progress.num_prompt_tokens, progress.num_output_tokens, force);
   };
-  // Stopping aborts what is left of the batch; the aborts come back through the same loop. Each
-  // replica aborts its own requests on its own thread (an engine is single-threaded).
-  auto abort_batch = [&](size_t replica) {
-    for (size_t i = 0; i < prompts.size(); ++i)
-      if (size_t(replica_of[i]) == replica) engines[replica]->abort_request(prefix + std::to_string(i));
-  };
-  std::atomic<bool> stop_requested{false};
-  auto poll_stop = [&] {
-    if (should_stop && !stop_requested.load() && should_stop()) stop_requested.store(true);
-  };
-  if (engines.size() == 1) {
-    bool aborted = false;
-    run_to_completion(*engine_, prefix, results, progress, [&] {
-      draw(false);
-      poll_stop();
-      if (stop_requested.load() && !aborted) {
-        aborted = true;
-        abort_batch(0);
-      }
-    });
-  } else {
-    std::vector<char> aborted(engines.size(), 0);  // each entry touched by its replica's thread only
-    run_replicas(
-        engines, prefix, results, progress,
-        [&] {
-          draw(false);
-          poll_stop();
-        },
-        [&](size_t r) {
-          if (stop_requested.load() && !aborted[r]) {
-            aborted[r] = 1;
-            abort_batch(r);
-          }
-        });
-  }
+  step_batch(engines, replica_of, prefix, results, progress, [&] { draw(false); }, should_stop);
   if (show_progress) {
     draw(true);
     bar.finish();
