@@ -117,8 +117,10 @@ class AsyncLLM:
         priority: int = 0,
         **_: Any,
     ) -> AsyncGenerator[RequestOutput, None]:
-        """Streams the request's outputs; the last one has ``finished=True``. Raises ValueError
-        for invalid input (before anything is queued) and EngineDeadError if the engine failed."""
+        """Streams the request's outputs; the last one has ``finished=True``. ``priority``: lower
+        runs first when the engine was made with ``scheduling_policy="priority"``. Raises
+        ValueError for invalid input (before anything is queued) and EngineDeadError if the engine
+        failed."""
         if lora_request is not None:
             raise NotImplementedError("LoRA adapters are not supported by pagellm")
         if self._closed:
@@ -131,7 +133,7 @@ class AsyncLLM:
         engine_prompt, params = prepare_prompt(engine_prompt, params, self._tokenizer,
                                                self._max_model_len)
         stream = _Stream(request_id, text, params, self._decode)
-        self._engine.add_request(request_id, engine_prompt, params)
+        self._engine.add_request(request_id, engine_prompt, params, priority)
         self._streams[request_id] = stream
         finished = False
         try:

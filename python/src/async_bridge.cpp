@@ -60,14 +60,18 @@ class AsyncBridge {
   ~AsyncBridge() { close(0.0); }
 
   // Validates on this thread (ValueError) and queues; outputs arrive through drain() as deltas.
+  // `priority`: lower runs first under scheduling_policy="priority".
   void add_request(const std::string& request_id, const py::handle& prompt,
-                   const py::handle& params) {
+                   const py::handle& params, int priority) {
     const PromptInput input = prompt_from_py(prompt);
     const SamplingParams sampling =
         sampling_params_from_py(params, engine_->model_info().max_model_len);
+    RequestOptions options;
+    options.priority = priority;
     py::gil_scoped_release release;  // validation tokenizes the prompt
-    engine_->add_request(request_id, input, sampling,
-                         [this](RequestOutput&& out) { push(std::move(out)); });
+    engine_->add_request(
+        request_id, input, sampling, [this](RequestOutput&& out) { push(std::move(out)); },
+        options);
   }
 
   void abort(const std::string& request_id) { engine_->abort_request(request_id); }
@@ -133,7 +137,7 @@ void bind_async(py::module_& m) {
            }),
            py::arg("engine_args"))
       .def("add_request", &AsyncBridge::add_request, py::arg("request_id"), py::arg("prompt"),
-           py::arg("params"))
+           py::arg("params"), py::arg("priority") = 0)
       .def("abort", &AsyncBridge::abort, py::arg("request_id"))
       .def("drain", &AsyncBridge::drain)
       .def("close", &AsyncBridge::close, py::arg("timeout_s") = 0.0)
