@@ -11,9 +11,9 @@ import asyncio
 from typing import Any, AsyncGenerator, Iterable, Optional, Union
 
 from . import _pagellm
-from .engine_args import AsyncEngineArgs, EngineArgs, to_engine_dict
+from .engine_args import EngineArgs, to_engine_dict
 from .llm import PromptType, normalize_prompt, prepare_prompt
-from .outputs import CompletionOutput, RequestOutput, _Decoder, make_completion, make_request_output
+from .outputs import CompletionOutput, RequestOutput, _Decoder, make_request_output
 from .sampling_params import RequestOutputKind, SamplingParams
 from .tokenizer import Tokenizer
 
