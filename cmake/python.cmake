@@ -48,8 +48,11 @@ set(PAGELLM_PYTHON_DIR ${CMAKE_BINARY_DIR}/python)
 file(GLOB PAGELLM_PYTHON_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/python/src/*.cpp)
 # NO_EXTRAS: no LTO (the core is not LTO-built; a 2-core CI pays for it in link time).
 pybind11_add_module(_pagellm NO_EXTRAS ${PAGELLM_PYTHON_SOURCES})
-# A static core inside a shared module must be position independent.
+# A static core inside a shared module must be position independent. Nothing interposes the core's
+# symbols (they are hidden inside the module), so let GCC keep inlining global functions as it does
+# without -fPIC.
 set_target_properties(pagellm_core PROPERTIES POSITION_INDEPENDENT_CODE ON)
+target_compile_options(pagellm_core PRIVATE -fno-semantic-interposition)
 target_compile_options(_pagellm PRIVATE ${PAGELLM_WARNINGS})
 target_link_libraries(_pagellm PRIVATE pagellm_core)
 if(PAGELLM_CUDA)
