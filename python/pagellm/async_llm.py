@@ -11,7 +11,7 @@ import asyncio
 from typing import Any, AsyncGenerator, Iterable, Optional, Union
 
 from . import _pagellm
-from .engine_args import EngineArgs, to_engine_dict
+from .engine_args import EngineArgs, sampling_defaults, to_engine_dict
 from .llm import PromptType, normalize_prompt, prepare_prompt
 from .outputs import CompletionOutput, RequestOutput, _Decoder, make_request_output
 from .sampling_params import RequestOutputKind, SamplingParams
@@ -92,12 +92,11 @@ class AsyncLLM:
 
     def __init__(self, engine_args: Union[EngineArgs, dict[str, Any]]) -> None:
         kwargs = engine_args.as_dict() if isinstance(engine_args, EngineArgs) else dict(engine_args)
-        generation_config = kwargs.get("generation_config", "auto")
         self._engine = _pagellm.AsyncEngine(to_engine_dict(kwargs))
         self._tokenizer = Tokenizer(self._engine.tokenizer())
         self._decode = _Decoder(self._tokenizer)
         self._max_model_len = self._engine.model_info()["max_model_len"]
-        self._defaults = self._engine.default_sampling() if generation_config == "auto" else {}
+        self._defaults = sampling_defaults(self._engine, kwargs)
         self._streams: dict[str, _Stream] = {}
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._closed = False

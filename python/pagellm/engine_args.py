@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from . import _pagellm
 
-__all__ = ["EngineArgs", "AsyncEngineArgs", "to_engine_dict"]
+__all__ = ["EngineArgs", "AsyncEngineArgs", "to_engine_dict", "sampling_defaults"]
 
 # Keywords passed to the engine as they are (EngineArgs field names).
 _DIRECT = {
@@ -43,7 +43,8 @@ _IGNORED = {
     "max_logprobs": 20,
     "distributed_executor_backend": None,
     "worker_cls": None,
-    "generation_config": None,  # read by LLM / AsyncLLM themselves
+    "generation_config": None,  # read by LLM / AsyncLLM themselves (sampling_defaults)
+    "override_generation_config": None,
 }
 
 
@@ -106,6 +107,17 @@ def to_engine_dict(kwargs: dict[str, Any]) -> dict[str, Any]:
     if out.get("quantization") is None:
         out.pop("quantization", None)
     return out
+
+
+def sampling_defaults(engine: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """SamplingParams keywords for requests that give none, as vLLM picks them: the model's
+    generation_config.json ("auto"), none ("vllm"), or another folder's; then
+    override_generation_config on top."""
+    source = kwargs.get("generation_config") or "auto"
+    defaults = {} if source == "vllm" else engine.default_sampling("" if source == "auto" else source)
+    for key, value in (kwargs.get("override_generation_config") or {}).items():
+        defaults["max_tokens" if key == "max_new_tokens" else key] = value
+    return defaults
 
 
 class EngineArgs:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence, Union
 
 from . import _pagellm
-from .engine_args import to_engine_dict
+from .engine_args import sampling_defaults, to_engine_dict
 from .outputs import (
     EmbeddingOutput,
     EmbeddingRequestOutput,
@@ -104,15 +104,13 @@ class LLM:
             tensor_parallel_size=tensor_parallel_size,
             quantization=quantization,
             load_format=load_format,
+            generation_config=generation_config,
             **kwargs,
         )
         self._engine = _pagellm.Engine(to_engine_dict(engine_kwargs))
         self._tokenizer = Tokenizer(self._engine.tokenizer())
-        # "auto": the model's generation_config.json supplies the default sampling parameters.
         self._num_requests = 0  # request ids count up across calls, as vLLM's
-        self._default_overrides = (
-            self._engine.default_sampling() if generation_config == "auto" else {}
-        )
+        self._default_overrides = sampling_defaults(self._engine, engine_kwargs)
 
     def get_tokenizer(self) -> Tokenizer:
         return self._tokenizer

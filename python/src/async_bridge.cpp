@@ -108,7 +108,10 @@ class AsyncBridge {
     d["vocab_size"] = info.vocab_size;
     return d;
   }
-  py::dict default_sampling() const { return default_sampling_overrides(engine_->args()); }
+  // `folder`: a generation config folder; "" = the model's own.
+  py::dict default_sampling(const std::string& folder) const {
+    return default_sampling_overrides(folder.empty() ? engine_->args().model : folder);
+  }
 
  private:
   // Engine thread: must not block (it holds no GIL and takes none).
@@ -147,7 +150,7 @@ void bind_async(py::module_& m) {
       .def("stats", &AsyncBridge::stats)
       .def("tokenizer", &AsyncBridge::tokenizer)
       .def("model_info", &AsyncBridge::model_info)
-      .def("default_sampling", &AsyncBridge::default_sampling);
+      .def("default_sampling", &AsyncBridge::default_sampling, py::arg("folder") = "");
 }
 
 }  // namespace pagellm::python

@@ -224,10 +224,10 @@ py::dict stats_to_py(const EngineStats& s) {
   return d;
 }
 
-py::dict default_sampling_overrides(const EngineArgs& args) {
+py::dict default_sampling_overrides(const std::string& folder) {
   py::dict d;
-  if (args.model.empty()) return d;
-  const io::GenerationConfig g = io::load_generation_config(args.model);
+  if (folder.empty()) return d;
+  const io::GenerationConfig g = io::load_generation_config(folder);
   if (g.temperature) d["temperature"] = *g.temperature;
   if (g.top_p) d["top_p"] = *g.top_p;
   if (g.top_k) d["top_k"] = *g.top_k;

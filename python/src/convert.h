@@ -36,8 +36,8 @@ py::tuple output_to_py(const RequestOutput& out);
 // EngineStats as a dict; num_free_kv_blocks is derived from the usage fraction.
 py::dict stats_to_py(const EngineStats& stats);
 
-// The model folder's generation_config.json as SamplingParams keyword overrides (vLLM's
-// generation_config="auto"); empty for the demo model.
-py::dict default_sampling_overrides(const EngineArgs& args);
+// `folder`'s generation_config.json as SamplingParams keyword overrides (vLLM's generation_config:
+// the model folder for "auto", or another folder); empty for "" (the demo model).
+py::dict default_sampling_overrides(const std::string& folder);
 
 }  // namespace pagellm::python

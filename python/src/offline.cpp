@@ -76,7 +76,10 @@ class OfflineEngine {
     d["vocab_size"] = info.vocab_size;
     return d;
   }
-  py::dict default_sampling() { return default_sampling_overrides(llm_.engine().args()); }
+  // `folder`: a generation config folder; "" = the model's own.
+  py::dict default_sampling(const std::string& folder) {
+    return default_sampling_overrides(folder.empty() ? llm_.engine().args().model : folder);
+  }
 
  private:
   // Runs on the generating thread with the GIL released. Takes the GIL at most every 50 ms to run
@@ -117,7 +120,7 @@ void bind_offline(py::module_& m) {
       .def("tokenizer", &OfflineEngine::tokenizer)
       .def("stats", &OfflineEngine::stats)
       .def("model_info", &OfflineEngine::model_info)
-      .def("default_sampling", &OfflineEngine::default_sampling);
+      .def("default_sampling", &OfflineEngine::default_sampling, py::arg("folder") = "");
 }
 
 }  // namespace pagellm::python

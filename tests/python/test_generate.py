@@ -236,3 +236,19 @@ def test_vllm_engine_keywords(llm):
         [o.outputs[0].token_ids for o in llm.generate(PROMPTS, p, use_tqdm=False)]
     with pytest.raises(ValueError, match="speculative"):
         LLM(STORIES, speculative_config={"method": "nope"}, **ENGINE_KWARGS)
+
+
+def test_generation_config_defaults(tmp_path):
+    import json
+    (tmp_path / "generation_config.json").write_text(
+        json.dumps({"temperature": 0.5, "top_k": 7, "max_new_tokens": 9}))
+    other = LLM(STORIES, generation_config=str(tmp_path), **ENGINE_KWARGS)
+    p = other.get_default_sampling_params()
+    assert (p.temperature, p.top_k, p.max_tokens) == (0.5, 7, 9)
+    assert len(other.generate("The dog", use_tqdm=False)[0].outputs[0].token_ids) <= 9
+    overridden = LLM(STORIES, generation_config=str(tmp_path), **ENGINE_KWARGS,
+                     override_generation_config={"temperature": 0.25, "max_new_tokens": 3})
+    p = overridden.get_default_sampling_params()
+    assert (p.temperature, p.top_k, p.max_tokens) == (0.25, 7, 3)
+    assert LLM(STORIES, generation_config="vllm", **ENGINE_KWARGS).get_default_sampling_params() \
+        == SamplingParams()
