@@ -25,6 +25,9 @@ PACKAGES=(
   chromium                            # the CORS test: a real browser calling the API from another origin
   openmpi-bin                         # mpirun: the multi-node launch (docs; tested on the GPU machine)
   python3-numpy                       # tools/quantize_fp8.py and its tests (numpy only, no torch)
+  python3-dev pybind11-dev            # the Python package's extension module (python/)
+  python3-pytest                      # its tests (tests/python/)
+  python3-setuptools python3-wheel python3-pip python3-venv   # `pip install --no-build-isolation .` offline
 )
 
 missing=()

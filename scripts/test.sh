@@ -51,6 +51,22 @@ if [ $FAST = 0 ]; then
   fi
 fi
 
+# The Python package (tests/python/, pytest) against the Release build: built whenever Python 3's
+# headers and pybind11 are present (scripts/setup.sh installs them).
+if compgen -G "build/python/pagellm/_pagellm*.so" >/dev/null; then
+  stage "Python package tests"
+  PY=$(cat build/python/python_executable)
+  PAGELLM_BIN="$ROOT/build/pagellm" "$PY" -m pytest -q -p no:cacheprovider tests/python
+  # `pip install .` offline (setup.py reuses this build's engine), then import the installed copy.
+  PIP_TARGET_DIR=$(mktemp -d)
+  PAGELLM_CMAKE_BUILD_DIR=build PIP_ROOT_USER_ACTION=ignore "$PY" -m pip install -q \
+     --no-build-isolation --no-index --no-cache-dir --target "$PIP_TARGET_DIR" .
+  (cd "$PIP_TARGET_DIR" && "$PY" -c "import pagellm, sys; assert pagellm.__file__.startswith(sys.argv[1]); print('pip install: ok')" "$PIP_TARGET_DIR")
+  rm -rf "$PIP_TARGET_DIR"
+else
+  echo "python: the module was not built (python3-dev / pybind11-dev missing): skipping its tests"
+fi
+
 stage "end-to-end tests"
 for t in tests/e2e/*_test.sh; do
   [ -e "$t" ] || continue

@@ -119,6 +119,13 @@ class LLM {
   std::vector<RequestOutput> generate(const std::vector<PromptInput>& prompts,
                                       const std::vector<SamplingParams>& params,
                                       bool show_progress = false);
+  // Polled on the calling thread between engine steps (every ~20 ms while replicas step on their
+  // own threads). Returning true stops the batch: its unfinished requests are aborted and come
+  // back with finish reason abort, and generate returns once the engines are idle again.
+  using StopCheck = std::function<bool()>;
+  std::vector<RequestOutput> generate(const std::vector<PromptInput>& prompts,
+                                      const std::vector<SamplingParams>& params,
+                                      bool show_progress, const StopCheck& should_stop);
   // Embeddings of the prompts (engines made with runner = "pooling"), in prompt order: the
   // engine's pooling (args.default_pooling, args.default_normalize), as vLLM's LLM.embed.
   std::vector<std::vector<float>> embed(const std::vector<PromptInput>& prompts,
@@ -129,7 +136,8 @@ class LLM {
  private:
   std::vector<RequestOutput> run(const std::vector<PromptInput>& prompts,
                                  const std::vector<SamplingParams>& params,
-                                 const RequestOptions& options, bool show_progress);
+                                 const RequestOptions& options, bool show_progress,
+                                 const StopCheck& should_stop);
 
   std::unique_ptr<LLMEngine> engine_;
   std::vector<std::unique_ptr<LLMEngine>> replicas_;  // data-parallel replicas 1..N-1

@@ -122,18 +122,20 @@ std::vector<int> route_batch(std::vector<PromptInput>& prompts,
   return replica_of;
 }
 
-// Steps every replica to completion on its own thread while this thread redraws the progress bar.
-// The first failure is rethrown once every replica has stopped.
+// Steps every replica to completion on its own thread while this thread redraws the progress bar;
+// `on_worker_step(r)` runs on replica r's thread after each of its steps. The first failure is
+// rethrown once every replica has stopped.
 void run_replicas(const std::vector<LLMEngine*>& engines, const std::string& prefix,
                   std::vector<RequestOutput>& results, Progress& progress,
-                  const std::function<void()>& draw) {
+                  const std::function<void()>& draw,
+                  const std::function<void(size_t)>& on_worker_step) {
   std::vector<std::exception_ptr> errors(engines.size());
   std::atomic<size_t> num_running{engines.size()};
   std::vector<std::thread> threads;
   for (size_t r = 0; r < engines.size(); ++r) {
     threads.emplace_back([&, r] {
       try {
-        run_to_completion(*engines[r], prefix, results, progress, nullptr);
+        run_to_completion(*engines[r], prefix, results, progress, [&, r] { on_worker_step(r); });
       } catch (...) {
         errors[r] = std::current_exception();
       }
@@ -149,11 +151,56 @@ void run_replicas(const std::vector<LLMEngine*>& engines, const std::string& pre
     if (e) std::rethrow_exception(e);
 }
 
+// Steps the batch to completion: on this thread with one engine, else on a thread per replica
+// (run_replicas). `draw` and `should_stop` run on this thread; once should_stop returns true, what is
+// left of the batch is aborted (the aborts come back through the same loop), each replica aborting
+// its own requests on its own thread because an engine is single-threaded.
+void step_batch(const std::vector<LLMEngine*>& engines, const std::vector<int>& replica_of,
+                const std::string& prefix, std::vector<RequestOutput>& results, Progress& progress,
+                const std::function<void()>& draw, const LLM::StopCheck& should_stop) {
+  auto abort_batch = [&](size_t replica) {
+    for (size_t i = 0; i < replica_of.size(); ++i)
+      if (size_t(replica_of[i]) == replica) engines[replica]->abort_request(prefix + std::to_string(i));
+  };
+  std::atomic<bool> stop_requested{false};
+  auto poll_stop = [&] {
+    if (should_stop && !stop_requested.load() && should_stop()) stop_requested.store(true);
+  };
+  std::vector<char> aborted(engines.size(), 0);  // entry r is touched by replica r's thread only
+  auto abort_once = [&](size_t r) {
+    if (stop_requested.load() && !aborted[r]) {
+      aborted[r] = 1;
+      abort_batch(r);
+    }
+  };
+  if (engines.size() == 1) {
+    run_to_completion(*engines[0], prefix, results, progress, [&] {
+      draw();
+      poll_stop();
+      abort_once(0);
+    });
+  } else {
+    run_replicas(
+        engines, prefix, results, progress,
+        [&] {
+          draw();
+          poll_stop();
+        },
+        abort_once);
+  }
+}
+
 }  // namespace
 
 std::vector<RequestOutput> LLM::generate(const std::vector<PromptInput>& prompts,
                                          const std::vector<SamplingParams>& params, bool show_progress) {
-  return run(prompts, params, RequestOptions{}, show_progress);
+  return run(prompts, params, RequestOptions{}, show_progress, nullptr);
+}
+
+std::vector<RequestOutput> LLM::generate(const std::vector<PromptInput>& prompts,
+                                         const std::vector<SamplingParams>& params, bool show_progress,
+                                         const StopCheck& should_stop) {
+  return run(prompts, params, RequestOptions{}, show_progress, should_stop);
 }
 
 std::vector<std::vector<float>> LLM::embed(const std::vector<PromptInput>& prompts,
@@ -162,7 +209,7 @@ std::vector<std::vector<float>> LLM::embed(const std::vector<PromptInput>& promp
   options.pooling = engine_->args().default_pooling;
   options.normalize = engine_->args().default_normalize;
   std::vector<RequestOutput> outputs =
-      run(prompts, std::vector<SamplingParams>(prompts.size()), options, show_progress);
+      run(prompts, std::vector<SamplingParams>(prompts.size()), options, show_progress, nullptr);
   std::vector<std::vector<float>> out;
   for (RequestOutput& o : outputs) out.push_back(std::move(o.embedding));
   return out;
@@ -170,7 +217,8 @@ std::vector<std::vector<float>> LLM::embed(const std::vector<PromptInput>& promp
 
 std::vector<RequestOutput> LLM::run(const std::vector<PromptInput>& prompts,
                                     const std::vector<SamplingParams>& params,
-                                    const RequestOptions& options, bool show_progress) {
+                                    const RequestOptions& options, bool show_progress,
+                                    const StopCheck& should_stop) {
   if (params.size() != prompts.size()) {
     invalid_argument("generate: " + std::to_string(params.size()) + " sampling params for " +
                      std::to_string(prompts.size()) + " prompts");
@@ -209,11 +257,7 @@ std::vector<RequestOutput> LLM::run(const std::vector<PromptInput>& prompts,
     if (show_progress)
       bar.update(progress.num_done, progress.num_prompt_tokens, progress.num_output_tokens, force);
   };
-  if (engines.size() == 1) {
-    run_to_completion(*engine_, prefix, results, progress, [&] { draw(false); });
-  } else {
-    run_replicas(engines, prefix, results, progress, [&] { draw(false); });
-  }
+  step_batch(engines, replica_of, prefix, results, progress, [&] { draw(false); }, should_stop);
   if (show_progress) {
     draw(true);
     bar.finish();

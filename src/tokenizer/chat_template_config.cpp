@@ -95,7 +95,9 @@ ChatTemplateConfig load_chat_template_config(const fs::path& dir) {
 }
 
 std::string read_chat_template_arg(const std::string& path_or_template) {
-  if (fs::is_regular_file(path_or_template)) return read_text(path_or_template);
+  // The error_code form: template text longer than a file name would make the throwing one fail.
+  std::error_code ec;
+  if (fs::is_regular_file(path_or_template, ec)) return read_text(path_or_template);
   if (path_or_template.find("{{") != std::string::npos || path_or_template.find("{%") != std::string::npos) {
     return path_or_template;
   }

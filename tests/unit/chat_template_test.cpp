@@ -318,5 +318,15 @@ TEST_F(ChatTemplateConfigTest, FallsBackToChatTemplateJinjaAndReportsMissing) {
   EXPECT_THROW(load_chat_template_config(dir_), Error);
 }
 
+// --chat-template / LLM.chat(chat_template=...) take a file or the template text; text longer than a
+// file name once made the file check throw instead of falling through to the text.
+TEST_F(ChatTemplateConfigTest, ChatTemplateArgIsAFileOrLongTemplateText) {
+  write("t.jinja", "{{ 1 }}");
+  EXPECT_EQ(read_chat_template_arg((dir_ / "t.jinja").string()), "{{ 1 }}");
+  const std::string text = "{% for m in messages %}" + std::string(5000, 'x') + "{% endfor %}";
+  EXPECT_EQ(read_chat_template_arg(text), text);
+  EXPECT_THROW(read_chat_template_arg((dir_ / "missing.jinja").string()), Error);
+}
+
 }  // namespace
 }  // namespace pagellm::tok
