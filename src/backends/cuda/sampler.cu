@@ -642,21 +642,32 @@ __device__ void apply_penalties(const SampleRow& r, const int32_t* list, float* 
   __syncthreads();
 }
 
-// The lowest id not in `banned` (0 when every id is banned): among the first num_banned + 1 ids,
-// marked in `marks` (the row's flag scratch, free again once every logit is -inf).
-__device__ int fallback_token(Smem& s, const int32_t* banned, int num_banned, int vocab,
-                              uint32_t* marks) {
-  const int limit = min(num_banned, vocab - 1);
+// Whether the structured-output mask (num_words words; null: no mask) allows token id t.
+__device__ bool mask_allows(const uint32_t* mask, int num_words, int t) {
+  return !mask || ((t >> 5) < num_words && ((mask[t >> 5] >> (t & 31)) & 1u));
+}
+
+// Every logit is -inf: as the CPU sampler, the lowest id the mask allows and nothing bans, else the
+// lowest id the mask allows, else 0. Without a mask the answer lies among the first num_banned + 1
+// ids, so only those are marked in `marks` (the row's flag scratch, free again once every logit is
+// -inf); with one, the whole vocabulary.
+__device__ int fallback_token(Smem& s, const int32_t* banned, int num_banned, const uint32_t* mask,
+                              int num_mask_words, int vocab, uint32_t* marks) {
+  const int limit = mask ? vocab - 1 : min(num_banned, vocab - 1);
   for (int t = threadIdx.x; t <= limit; t += kThreads) marks[t] = 0;
   __syncthreads();
   for (int e = threadIdx.x; e < num_banned; e += kThreads)
     if (banned[e] >= 0 && banned[e] <= limit) marks[banned[e]] = 1;
   __syncthreads();
-  int best = INT_MAX;
+  int best = INT_MAX, allowed = INT_MAX;
   for (int t = threadIdx.x; t <= limit; t += kThreads)
-    if (marks[t] == 0) best = min(best, t);
+    if (mask_allows(mask, num_mask_words, t)) {
+      allowed = min(allowed, t);
+      if (marks[t] == 0) best = min(best, t);
+    }
   best = block_min(best, s);
-  return best == INT_MAX ? 0 : best;
+  allowed = block_min(allowed, s);
+  return best != INT_MAX ? best : allowed != INT_MAX ? allowed : 0;
 }
 
 template <typename T>
@@ -680,7 +691,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
 #pragma unroll 4
   for (int i = threadIdx.x; i < vocab; i += kThreads) {
     float v = clean(to_float(logits[i]));
-    if (mask && ((i >> 5) >= r.num_mask_words || !((mask[i >> 5] >> (i & 31)) & 1u))) v = -INFINITY;
+    if (!mask_allows(mask, r.num_mask_words, i)) v = -INFINITY;
     x[i] = v;
     if (better(v, i, m, m_id)) m = v, m_id = i;
   }
@@ -732,7 +743,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
   if (best > -INFINITY)
     token = r.temperature == 0.0f ? best_id : sample_row(s, r, x, w, vocab, clean(best));
   if (token < 0)
-    token = fallback_token(s, list, list ? r.num_banned : 0, vocab, reinterpret_cast<uint32_t*>(w));
+    token = fallback_token(s, list, list ? r.num_banned : 0, mask, r.num_mask_words, vocab,
+                           reinterpret_cast<uint32_t*>(w));
   if (threadIdx.x == 0) {
     out.token = token;
     out.logprob = logprob(clean(to_float(logits[token])));
