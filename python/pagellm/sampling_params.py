@@ -105,14 +105,26 @@ def _as_int_list(name: str, value: Any) -> list[int]:
     return items
 
 
+def _as_logit_bias(value: Optional[dict]) -> Optional[dict[int, float]]:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"logit_bias must be a dict of token id to bias, got {type(value).__name__}")
+    try:
+        return {int(k): float(v) for k, v in value.items()}
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"logit_bias: token ids must be integers and biases numbers ({e})") from None
+
+
 class SamplingParams:
     """How to sample one request, with vLLM's field names and defaults.
 
     ``temperature=0`` is greedy; ``max_tokens=None`` generates up to the context length;
     ``logprobs=N`` returns the sampled token's logprob plus the top ``N`` (``N <= 20``) at every
-    position; ``seed`` makes sampling reproducible whatever else is in the batch. Fields that
-    pagellm does not implement (``logits_processors``, ``bad_words``, ``logit_bias``,
-    ``allowed_token_ids``) raise ``NotImplementedError`` when set.
+    position; ``seed`` makes sampling reproducible whatever else is in the batch;
+    ``logit_bias`` ({token id: bias in [-100, 100]}), ``allowed_token_ids`` and ``bad_words`` act as
+    in vLLM. ``logits_processors`` (Python callbacks in the engine's loop) raise
+    ``NotImplementedError``.
     """
 
     def __init__(
@@ -148,14 +160,8 @@ class SamplingParams:
         allowed_token_ids: Optional[list[int]] = None,
         extra_args: Optional[dict] = None,
     ) -> None:
-        for name, value in (
-            ("bad_words", bad_words),
-            ("logits_processors", logits_processors),
-            ("logit_bias", logit_bias),
-            ("allowed_token_ids", allowed_token_ids),
-        ):
-            if value:
-                raise NotImplementedError(f"SamplingParams.{name} is not supported by pagellm")
+        if logits_processors:
+            raise NotImplementedError("SamplingParams.logits_processors is not supported by pagellm")
         self.n = _as_int("n", n)
         self.best_of = _as_int("best_of", best_of, optional=True)
         self.presence_penalty = _as_float("presence_penalty", presence_penalty)
@@ -185,6 +191,11 @@ class SamplingParams:
         if structured_outputs is not None and guided_decoding is not None:
             raise ValueError("give structured_outputs or guided_decoding, not both")
         self.structured_outputs = structured_outputs or guided_decoding
+        self.logit_bias = _as_logit_bias(logit_bias)
+        self.allowed_token_ids = (
+            None if allowed_token_ids is None else _as_int_list("allowed_token_ids", allowed_token_ids)
+        )
+        self.bad_words = None if bad_words is None else _as_str_list("bad_words", bad_words)
         self.extra_args = extra_args
         self._validate()
 

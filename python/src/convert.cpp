@@ -178,6 +178,13 @@ SamplingParams sampling_params_from_py(const py::handle& obj, int max_model_len)
   p.skip_special_tokens = attr<bool>(obj, "skip_special_tokens");
   p.detokenize = attr<bool>(obj, "detokenize");
   p.structured_outputs = structured_from_py(obj.attr("structured_outputs"));
+  const py::object bias = obj.attr("logit_bias");
+  if (!bias.is_none())
+    for (const auto& [id, value] : bias.cast<py::dict>())
+      p.logit_bias.emplace_back(cast_field<int32_t>("logit_bias", id, "a token id"),
+                                cast_field<float>("logit_bias", value, "a number"));
+  p.allowed_token_ids = optional_attr<std::vector<int32_t>>(obj, "allowed_token_ids");
+  if (auto words = optional_attr<std::vector<std::string>>(obj, "bad_words")) p.bad_words = *words;
   return p;
 }
 

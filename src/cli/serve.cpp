@@ -85,7 +85,7 @@ int run(int argc, char** argv) {
   app.add_option("--host", f.host, "address to bind");
   app.add_option("--port", f.port, "port to listen on (0 = any free port)")->check(CLI::Range(0, 65535));
   app.add_option("--api-key", f.api_key, "require 'Authorization: Bearer KEY' (also $PAGELLM_API_KEY)");
-  app.add_option("--served-model-name", f.served_model_name, "model name in the API (default: folder name)");
+  app.add_option("--served-model-name", f.served_model_name, "model name in the API (default: the model as given, as vLLM; the folder name is accepted too)");
   app.add_option("--max-queued-requests", f.max_queued_requests,
                  "sequences allowed to wait beyond --max-num-seqs before answering 429 (-1 = unlimited)");
   app.add_option("--shutdown-timeout", f.shutdown_timeout_s, "seconds in-flight requests get after SIGTERM");
@@ -109,7 +109,7 @@ int run(int argc, char** argv) {
   if (vllm.enable_log_requests && f.disable_log_requests)
     invalid_argument("--enable-log-requests and --disable-log-requests contradict each other");
   args.validate();
-  const std::string model_as_given = args.model;  // a name requests may use (vLLM's default name)
+  const std::string model_as_given = args.model;  // vLLM's default served model name
   args.resolve_hub_ids();
   // TLS files are checked before the model loads.
   if (!vllm.ssl_certfile.empty() || !vllm.ssl_keyfile.empty())
@@ -136,11 +136,13 @@ int run(int argc, char** argv) {
   const std::unique_ptr<server::EngineClient> engine_client = make_client(engines, chat, args);
   server::EngineClient& client = *engine_client;
 
-  config.served_model_name = f.served_model_name;
+  // As vLLM: the API's model name is --served-model-name, else the model as given (a path or a Hub
+  // id); requests may also name the model folder.
+  config.served_model_name = f.served_model_name.empty() ? model_as_given : f.served_model_name;
   config.pooling = args.default_pooling;
   config.normalize = args.default_normalize;
   if (f.served_model_name.empty() && !model_as_given.empty())
-    config.model_aliases.push_back(model_as_given);
+    config.model_aliases.push_back(client.model_info().name);
   config.api_key = f.api_key;
   config.max_queued_requests = f.max_queued_requests;
   config.max_num_seqs = args.max_num_seqs * args.data_parallel_size;  // every replica runs a batch

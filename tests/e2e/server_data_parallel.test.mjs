@@ -45,7 +45,7 @@ test('concurrent requests reach both replicas and match one-at-a-time outputs', 
   });
 
   const m = await metrics(server.base);
-  const label = 'model_name="stories260K"';
+  const label = `model_name="${modelDir}"`;
   const finished = (engine) => m[`pagellm:request_success_total{${label}${engine},finished_reason="length"}`];
   const total = finished('');
   const e0 = finished(',engine="0"');

@@ -34,6 +34,25 @@ def test_batch_equals_cli_prompts_file(llm, tmp_path):
     assert [o.outputs[0].token_ids for o in outs] == [c["token_ids"] for c in cli]
 
 
+def test_token_controls(llm):
+    # allowed_token_ids: every token from the list; a +100 logit_bias: greedy takes that token;
+    # bad_words: a word greedy decoding wrote no longer appears; an id past the vocabulary: ValueError.
+    out = llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=12, ignore_eos=True,
+                                                          allowed_token_ids=[300, 301, 302]), use_tqdm=False)
+    assert set(out[0].outputs[0].token_ids) <= {300, 301, 302}
+    out = llm.generate("The dog", SamplingParams(temperature=0, max_tokens=6, logit_bias={77: 100.0}),
+                       use_tqdm=False)
+    assert out[0].outputs[0].token_ids == [77] * 6
+    free = llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=48), use_tqdm=False)
+    assert " little" in free[0].outputs[0].text
+    banned = llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=48,
+                                                             bad_words=["little"]), use_tqdm=False)
+    assert " little" not in banned[0].outputs[0].text
+    with pytest.raises(ValueError, match="vocabulary"):
+        llm.generate("x", SamplingParams(logit_bias={10**6: 1.0}), use_tqdm=False)
+    assert_no_kv_in_use(llm.get_stats())
+
+
 def test_batched_equals_solo(llm):
     params = [SamplingParams(temperature=0, max_tokens=48),
               SamplingParams(temperature=1.0, top_p=0.9, seed=11, max_tokens=48)]

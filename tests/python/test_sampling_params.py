@@ -79,5 +79,12 @@ def test_structured_outputs():
 def test_unsupported_fields():
     with pytest.raises(NotImplementedError):
         SamplingParams(logits_processors=[lambda ids, logits: logits])
-    with pytest.raises(NotImplementedError):
-        SamplingParams(logit_bias={1: 2.0})
+
+
+def test_token_control_fields():
+    p = SamplingParams(logit_bias={"5": 2}, allowed_token_ids=[5, 6], bad_words=["dog"])
+    assert p.logit_bias == {5: 2.0} and p.allowed_token_ids == [5, 6] and p.bad_words == ["dog"]
+    for bad in (dict(logit_bias={1: 101.0}), dict(logit_bias={-1: 1.0}), dict(logit_bias=[1, 2]),
+                dict(allowed_token_ids=[]), dict(bad_words=[""])):
+        with pytest.raises(ValueError):
+            SamplingParams(**bad)
