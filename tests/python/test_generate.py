@@ -36,18 +36,21 @@ def test_batch_equals_cli_prompts_file(llm, tmp_path):
 
 def test_token_controls(llm):
     # allowed_token_ids: every token from the list; a +100 logit_bias: greedy takes that token;
-    # bad_words: a word greedy decoding wrote no longer appears; an id past the vocabulary: ValueError.
+    # bad_words: a one-token word greedy decoding wrote is never sampled; an id past the vocabulary:
+    # ValueError.
     out = llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=12, ignore_eos=True,
                                                           allowed_token_ids=[300, 301, 302]), use_tqdm=False)
     assert set(out[0].outputs[0].token_ids) <= {300, 301, 302}
     out = llm.generate("The dog", SamplingParams(temperature=0, max_tokens=6, logit_bias={77: 100.0}),
                        use_tqdm=False)
     assert out[0].outputs[0].token_ids == [77] * 6
+    (little,) = llm.get_tokenizer().encode("little", add_special_tokens=False)  # one token: always banned
     free = llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=48), use_tqdm=False)
-    assert " little" in free[0].outputs[0].text
+    assert little in free[0].outputs[0].token_ids
     banned = llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=48,
                                                              bad_words=["little"]), use_tqdm=False)
-    assert " little" not in banned[0].outputs[0].text
+    assert little not in banned[0].outputs[0].token_ids
+    assert banned[0].outputs[0].text != free[0].outputs[0].text
     with pytest.raises(ValueError, match="vocabulary"):
         llm.generate("x", SamplingParams(logit_bias={10**6: 1.0}), use_tqdm=False)
     assert_no_kv_in_use(llm.get_stats())
