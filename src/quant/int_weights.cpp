@@ -52,8 +52,8 @@ struct IntTensors {
   const io::TensorView* g_idx = nullptr;    // g_idx / weight_g_idx
   const io::TensorView* shape = nullptr;    // weight_shape (pack-quantized)
   int64_t out = 0, in = 0, groups = 1;
-  int pack = 1;                             // values per 32-bit word
-  bool scales_by_group_row = false;         // AWQ / GPTQ: scales [groups, out]; else [out, groups]
+  int pack = 1;                      // values per 32-bit word
+  bool scales_by_group_row = false;  // AWQ / GPTQ: scales [groups, out]; else [out, groups]
 };
 
 bool ct_format(const QuantConfig& q) {
@@ -110,13 +110,15 @@ void locate_awq_gptq(const io::WeightStore& store, const models::HfTensorSpec& p
   const int64_t packed_dim = awq ? L.out : L.in;
   // AWQ packs qweight and qzeros along out; GPTQ qweight along in and qzeros along out.
   if (packed_dim % L.pack != 0 || L.out % L.pack != 0)
-    invalid_argument(store.source() + ": " + ctx + ": " + q.name + " packs " +
-                     std::to_string(L.pack) + " values per int32, which does not divide " +
-                     (packed_dim % L.pack != 0 ? std::to_string(packed_dim) : std::to_string(L.out)));
+    invalid_argument(
+        store.source() + ": " + ctx + ": " + q.name + " packs " + std::to_string(L.pack) +
+        " values per int32, which does not divide " +
+        (packed_dim % L.pack != 0 ? std::to_string(packed_dim) : std::to_string(L.out)));
   L.qweight = &need(store, part, "qweight", q);
-  expect(*L.qweight, kI32, awq ? std::vector<int64_t>{L.in, L.out / L.pack}
-                               : std::vector<int64_t>{L.in / L.pack, L.out},
-         "qweight", ctx);
+  expect(
+      *L.qweight, kI32,
+      awq ? std::vector<int64_t>{L.in, L.out / L.pack} : std::vector<int64_t>{L.in / L.pack, L.out},
+      "qweight", ctx);
   // GPTQ always writes qzeros (also for symmetric weights); AWQ only with zero points.
   L.zeros = q.zero_points || !awq ? &need(store, part, "qzeros", q) : maybe(store, part, "qzeros");
   if (L.zeros) expect(*L.zeros, kI32, {L.groups, L.out / L.pack}, "qzeros", ctx);
@@ -140,7 +142,8 @@ void locate_compressed(const io::WeightStore& store, const models::HfTensorSpec&
     const std::vector<int64_t>& sh = L.scales->shape;
     if (!(scalar_shape(sh) || sh == std::vector<int64_t>{L.out, 1} ||
           sh == std::vector<int64_t>{L.out}))
-      expect(*L.scales, kFloat, {L.out, 1}, "per-channel ([out, 1]) or per-tensor ([1]) scale", ctx);
+      expect(*L.scales, kFloat, {L.out, 1}, "per-channel ([out, 1]) or per-tensor ([1]) scale",
+             ctx);
     expect(*L.scales, kFloat, sh, "weight_scale", ctx);
     return;
   }
@@ -165,8 +168,10 @@ IntTensors locate(const io::WeightStore& store, const models::HfTensorSpec& part
   L.pack = 32 / q.bits;
   L.groups = q.group_size > 0 ? ceil_div(L.in, q.group_size) : 1;
   const std::string ctx = context(q, part);
-  if (ct_format(q)) locate_compressed(store, part, q, ctx, L);
-  else locate_awq_gptq(store, part, q, ctx, L);
+  if (ct_format(q))
+    locate_compressed(store, part, q, ctx, L);
+  else
+    locate_awq_gptq(store, part, q, ctx, L);
   return L;
 }
 
@@ -216,12 +221,14 @@ void check_g_idx(const IntTensors& L, const QuantConfig& q) {
     const int64_t v = g[size_t(c)];
     if (v < 0 || v >= L.groups)
       bad_tensor(*L.g_idx, "assigns input column " + std::to_string(c) + " to group " +
-                               std::to_string(v) + ", outside [0, " + std::to_string(L.groups) + ")");
+                               std::to_string(v) + ", outside [0, " + std::to_string(L.groups) +
+                               ")");
     if (!q.desc_act && v != c / gs)
       bad_tensor(*L.g_idx, "assigns input column " + std::to_string(c) + " to group " +
-                               std::to_string(v) + " but without act-order (desc_act / actorder) "
-                               "group_size " + std::to_string(gs) + " puts it in group " +
-                               std::to_string(c / gs));
+                               std::to_string(v) +
+                               " but without act-order (desc_act / actorder) "
+                               "group_size " +
+                               std::to_string(gs) + " puts it in group " + std::to_string(c / gs));
     ++count[size_t(v)];
   }
   for (int64_t i = 0; i < L.groups; ++i)
@@ -264,35 +271,34 @@ void check_row_slice(const IntTensors& L, const QuantConfig& q, const models::Hf
   if (part.slice.dim != 1 || q.group_size <= 0 || q.desc_act) return;
   const int64_t gs = q.group_size;
   if (c0 % gs == 0 && (nc % gs == 0 || c0 + nc == L.in)) return;
-  bad_tensor(*L.qweight, "cannot be split for tensor parallelism: this rank's shard of input "
-                         "columns [" + std::to_string(c0) + ", " + std::to_string(c0 + nc) +
-                         ") cuts through groups of group_size " + std::to_string(gs) +
-                         " (each shard must hold whole groups)");
+  bad_tensor(*L.qweight,
+             "cannot be split for tensor parallelism: this rank's shard of input "
+             "columns [" +
+                 std::to_string(c0) + ", " + std::to_string(c0 + nc) +
+                 ") cuts through groups of group_size " + std::to_string(gs) +
+                 " (each shard must hold whole groups)");
 }
 
-// Fills dst [nr, nc] with (q_at(R, C) - zero) * scale for rows r0.. and columns c0..
+// Fills v.q [nr, nc] with q_at(R, C) + offset for rows r0.. and columns c0.., and v.scale /
+// v.zero [nr, groups] with each row's group constants.
 template <class QAt>
-void dequantize_rows(const IntTensors& L, const QuantConfig& q, int64_t r0, int64_t nr,
-                     int64_t c0, int64_t nc, const std::vector<int32_t>& group, float* dst,
-                     QAt q_at) {
+void unpack_rows(const IntTensors& L, const QuantConfig& q, int64_t r0, int64_t c0, int32_t offset,
+                 IntPartValues& v, QAt q_at) {
   const std::vector<float> s = read_f32(*L.scales);
-  const size_t min_rows = size_t(std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(nc, 1)));
+  const int64_t nr = v.rows, nc = v.cols;
+  const size_t min_rows =
+      size_t(std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(nc, 1)));
   ThreadPool::global().parallel_for(
       size_t(nr),
       [&](size_t begin, size_t end) {
-        std::vector<float> rs(size_t(L.groups));
-        std::vector<int32_t> rz(size_t(L.groups));
         for (size_t lr = begin; lr < end; ++lr) {
           const int64_t r = r0 + int64_t(lr);
           for (int64_t g = 0; g < L.groups; ++g) {
-            rs[size_t(g)] = scale_at(L, s, r, g);
-            rz[size_t(g)] = zero_at(L, q, r, g);
+            v.scale[lr * size_t(L.groups) + size_t(g)] = scale_at(L, s, r, g);
+            v.zero[lr * size_t(L.groups) + size_t(g)] = zero_at(L, q, r, g) + offset;
           }
-          float* row = dst + int64_t(lr) * nc;
-          for (int64_t lc = 0; lc < nc; ++lc) {
-            const int32_t g = group[size_t(lc)];
-            row[lc] = float(q_at(r, c0 + lc) - rz[size_t(g)]) * rs[size_t(g)];
-          }
+          uint8_t* row = v.q.data() + int64_t(lr) * nc;
+          for (int64_t lc = 0; lc < nc; ++lc) row[lc] = uint8_t(q_at(r, c0 + lc) + offset);
         }
       },
       min_rows);
@@ -320,55 +326,89 @@ void check_int_part(const io::WeightStore& store, const models::HfTensorSpec& pa
   if (L.zeros && !q.zero_points) check_symmetric_zeros(L, q);
 }
 
-void dequantize_int_part(const io::WeightStore& store, const models::HfTensorSpec& part,
-                         const QuantConfig& q, float* dst) {
+IntPartValues unpack_int_part(const io::WeightStore& store, const models::HfTensorSpec& part,
+                              const QuantConfig& q) {
   const IntTensors L = locate(store, part, q);
   const bool rows = part.slice.dim == 0, cols = part.slice.dim == 1;
   const int64_t r0 = rows ? part.slice.begin : 0, nr = rows ? part.slice.count : L.out;
   const int64_t c0 = cols ? part.slice.begin : 0, nc = cols ? part.slice.count : L.in;
   check_row_slice(L, q, part, c0, nc);
-  std::vector<int32_t> group(size_t(nc), 0);  // the group of each local column
+  IntPartValues v;
+  v.bits = q.bits, v.rows = nr, v.cols = nc, v.groups = L.groups;
+  v.q.resize(size_t(nr * nc));
+  v.scale.resize(size_t(nr * L.groups));
+  v.zero.resize(size_t(nr * L.groups));
+  v.group.resize(size_t(nc));
   const std::vector<int64_t> g_idx = L.g_idx ? read_ints(*L.g_idx) : std::vector<int64_t>{};
   for (int64_t lc = 0; lc < nc; ++lc)
-    group[size_t(lc)] = int32_t(L.g_idx              ? g_idx[size_t(c0 + lc)]
-                                : q.group_size > 0 ? (c0 + lc) / q.group_size
-                                                   : 0);
+    v.group[size_t(lc)] = int32_t(L.g_idx            ? g_idx[size_t(c0 + lc)]
+                                  : q.group_size > 0 ? (c0 + lc) / q.group_size
+                                                     : 0);
   const io::TensorView& w = *L.qweight;
   const int bits = q.bits;
   switch (q.method) {
     case Method::kAwq:
-      return dequantize_rows(L, q, r0, nr, c0, nc, group, dst, [&](int64_t r, int64_t c) {
+      unpack_rows(L, q, r0, c0, 0, v, [&](int64_t r, int64_t c) {
         return field(word_at(w, c * (L.out / 8) + r / 8), kAwqNibble[r % 8], 4);
       });
+      break;
     case Method::kGptq:
-      return dequantize_rows(L, q, r0, nr, c0, nc, group, dst, [&](int64_t r, int64_t c) {
+      unpack_rows(L, q, r0, c0, 0, v, [&](int64_t r, int64_t c) {
         return field(word_at(w, (c / L.pack) * L.out + r), int(c % L.pack), bits);
       });
+      break;
     case Method::kCtPacked: {
       const int64_t words = ceil_div(L.in, L.pack);
-      return dequantize_rows(L, q, r0, nr, c0, nc, group, dst, [&](int64_t r, int64_t c) {
+      unpack_rows(L, q, r0, c0, 0, v, [&](int64_t r, int64_t c) {
         return field(word_at(w, r * words + c / L.pack), int(c % L.pack), bits);
       });
+      break;
     }
-    case Method::kCtInt8:
-      return dequantize_rows(L, q, r0, nr, c0, nc, group, dst, [&](int64_t r, int64_t c) {
+    case Method::kCtInt8:  // signed int8, zero 0: stored offset by 128 (zero 128)
+      unpack_rows(L, q, r0, c0, 128, v, [&](int64_t r, int64_t c) {
         return int32_t(int8_t(w.data[size_t(r * L.in + c)]));
       });
+      break;
     default:
-      throw_error(ErrorKind::kInternal, "dequantize_int_part: not an INT4/INT8 config");
+      throw_error(ErrorKind::kInternal, "unpack_int_part: not an INT4/INT8 config");
   }
+  return v;
+}
+
+void dequantize_int_part(const io::WeightStore& store, const models::HfTensorSpec& part,
+                         const QuantConfig& q, float* dst) {
+  const IntPartValues v = unpack_int_part(store, part, q);
+  const size_t groups = size_t(v.groups);
+  ThreadPool::global().parallel_for(
+      size_t(v.rows),
+      [&](size_t begin, size_t end) {
+        for (size_t r = begin; r < end; ++r) {
+          const uint8_t* qr = v.q.data() + r * size_t(v.cols);
+          float* row = dst + r * size_t(v.cols);
+          for (size_t c = 0; c < size_t(v.cols); ++c) {
+            const size_t g = r * groups + size_t(v.group[c]);
+            row[c] = float(int32_t(qr[c]) - v.zero[g]) * v.scale[g];
+          }
+        }
+      },
+      size_t(std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(v.cols, 1))));
 }
 
 void check_int_weights_on_gpu(const QuantConfig& q, const std::string& model) {
   if (!q.int_weights() || !q.int8_activations) return;
-  unsupported(model + ": W8A8-INT8 (" + q.name + ", int8 activations) runs on --device cpu only in "
+  unsupported(model + ": W8A8-INT8 (" + q.name +
+              ", int8 activations) runs on --device cpu only in "
               "this build; the GPU's int8 GEMM: issue 12");
 }
 
 std::string describe_int_weights_on_gpu(const QuantConfig& q, DType dtype) {
   if (!q.int_weights()) return "";
-  return q.describe() + ": dequantized to " + std::string(dtype_name(dtype)) +
-         " at load (no INT4/INT8 GPU kernels yet, issue 12: memory and speed of the 16-bit model)";
+  if (dtype == DType::kF32)
+    return q.describe() +
+           ": dequantized to float32 at load (the INT kernels compute in bfloat16 "
+           "or float16)";
+  return q.describe() + ": weights kept packed (" + std::to_string(q.bits) +
+         " bits), multiplied by the INT weight-only kernels";
 }
 
 void fake_quantize_rows_int8(float* x, int64_t rows, int64_t cols) {

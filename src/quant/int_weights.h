@@ -2,9 +2,9 @@
 // pack-quantized and int-quantized, AutoRound's GPTQ- and AWQ-style exports): which plan parts are
 // quantized, the validation of their tensors, and their dequantization to fp32 for the CPU backend.
 //
-// Every format stores, per linear weight W [out, in], integers q [out, in], one scale s and one zero
-// z per output row and group of input columns, and W = (q - z) * s, computed in fp32: q - z is an
-// exact integer, and its product with an F16 / BF16 scale is exact in fp32 (an F32 scale rounds
+// Every format stores, per linear weight W [out, in], integers q [out, in], one scale s and one
+// zero z per output row and group of input columns, and W = (q - z) * s, computed in fp32: q - z is
+// an exact integer, and its product with an F16 / BF16 scale is exact in fp32 (an F32 scale rounds
 // once). Tensors of module X (the part "X.weight"):
 //   AWQ (GEMM)      X.qweight I32 [in, out / 8]: 8 nibbles of one word are output columns
 //                   8j + {0, 2, 4, 6, 1, 3, 5, 7} from the low bits up; X.qzeros I32
@@ -29,6 +29,7 @@
 #include <functional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "io/safetensors.h"
 #include "models/weight_plan.h"
@@ -49,6 +50,21 @@ bool int_part_quantized(const QuantConfig& q, const std::string& weight_name);
 void check_int_part(const io::WeightStore& store, const models::HfTensorSpec& part,
                     const QuantConfig& q, std::set<std::string, std::less<>>& used);
 
+// The integers of the rank's slice of `part`, unsigned: q [rows, cols] (int8 weights of
+// int-quantized checkpoints offset by 128, their zero 128), with per row and group the scale and
+// the zero point (W = (q - zero) * scale), and the group of each local column. The same checks and
+// slicing rules as dequantize_int_part.
+struct IntPartValues {
+  int bits = 4;
+  int64_t rows = 0, cols = 0, groups = 1;
+  std::vector<uint8_t> q;      // [rows, cols]
+  std::vector<float> scale;    // [rows, groups]
+  std::vector<int32_t> zero;   // [rows, groups]
+  std::vector<int32_t> group;  // [cols], in [0, groups)
+};
+IntPartValues unpack_int_part(const io::WeightStore& store, const models::HfTensorSpec& part,
+                              const QuantConfig& q);
+
 // Writes the dequantized slice of `part` (row-major, part.local_shape()) to dst, reading only the
 // rank's rows or columns. A row-parallel slice (of input columns) must hold whole groups unless
 // g_idx assigns them (act-order: every rank reads the whole scale tensor, as vLLM does); otherwise
@@ -56,13 +72,13 @@ void check_int_part(const io::WeightStore& store, const models::HfTensorSpec& pa
 void dequantize_int_part(const io::WeightStore& store, const models::HfTensorSpec& part,
                          const QuantConfig& q, float* dst);
 
-// The CUDA runner has no INT4 / INT8 GEMM kernels yet (issue 12): it dequantizes weight-only
-// formats (W4A16, W8A16) to its 16-bit dtype at load, so they run with the memory and speed of the
-// 16-bit model. W8A8-INT8 (int8 activations) throws (kUnsupported, one line naming `model`): its
-// numerics are the int8 GEMM's, which a 16-bit GEMM would not reproduce.
+// The CUDA runner keeps weight-only formats (W4A16, W8A16) packed and multiplies them with its INT
+// kernels (backends/cuda/gemm/int_gemm.h; layers they cannot take, and --dtype float32, are
+// dequantized at load). W8A8-INT8 (int8 activations) throws (kUnsupported, one line naming
+// `model`): its numerics are the int8 GEMM's, which a 16-bit GEMM would not reproduce.
 void check_int_weights_on_gpu(const QuantConfig& q, const std::string& model);
 
-// The startup log line of check_int_weights_on_gpu's fallback ("" without INT weights).
+// The startup log line of INT weights on the GPU ("" without INT weights).
 std::string describe_int_weights_on_gpu(const QuantConfig& q, DType dtype);
 
 // Each row of x [rows, cols] quantized symmetrically to int8 with scale amax / 127 and dequantized:

@@ -63,6 +63,13 @@ uint64_t CudaRunner::Impl::plan_device_bytes(const std::vector<models::WeightTen
                                              const io::WeightStore* checkpoint) const {
   uint64_t bytes = 0;
   for (const models::WeightTensorSpec& t : plan) {
+    if (int_layer(t, checkpoint)) {  // packed: bits per weight, plus 16-bit scales per group
+      const int64_t k = t.parts[0].local_shape()[1];
+      const int64_t gs = config.quant.group_size > 0 ? config.quant.group_size : k;
+      bytes += uint64_t(t.num_elements()) * uint64_t(config.quant.bits) / 8 +
+               uint64_t(t.num_elements() / std::max<int64_t>(gs, 1)) * 3;
+      continue;
+    }
     if (!fp8_layer(t, checkpoint)) {
       bytes += uint64_t(t.num_elements()) * esz;
       continue;
@@ -82,13 +89,14 @@ void CudaRunner::Impl::load_fp8_layer(const models::WeightTensorSpec& t,
   int64_t n = 0;
   for (const models::HfTensorSpec& part : t.parts) n += part.local_shape()[0];
   if (dt == DType::kF32)
-    unsupported(opt.model_name + ": FP8 layers compute in bfloat16 or float16, not --dtype float32");
+    unsupported(opt.model_name +
+                ": FP8 layers compute in bfloat16 or float16, not --dtype float32");
   if (k % 16 != 0)
     unsupported(opt.model_name + ": " + t.label + " has " + std::to_string(k) +
                 " input features on this rank; FP8 layers need a multiple of 16");
-  const bool blocks = keeps_blocks(q, t) && std::all_of(t.parts.begin(), t.parts.end(), [&](auto& p) {
-                        return stored_fp8(q, checkpoint, p);
-                      });
+  const bool blocks =
+      keeps_blocks(q, t) && std::all_of(t.parts.begin(), t.parts.end(),
+                                        [&](auto& p) { return stored_fp8(q, checkpoint, p); });
   const int64_t stride = cuda::fp8_block_scale_stride(int(k));
   std::vector<float> host_blocks;
   w = DevMem(size_t(n * k), t.label + " (fp8)");

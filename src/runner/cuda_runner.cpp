@@ -12,6 +12,7 @@
 #include <string>
 
 #include "backends/cuda/gemm/fp8_gemm.h"
+#include "backends/cuda/gemm/int_gemm.h"
 #include "backends/cuda/kernels.h"
 #include "common/error.h"
 #include "common/logging.h"
@@ -30,9 +31,9 @@ void CudaRunner::Impl::init(const io::WeightStore* checkpoint) {
   if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0)
     throw_error(ErrorKind::kUnsupported, "--device cuda: no CUDA GPU is visible");
   if (opt.device < 0 || opt.device >= device_count)
-    throw_error(ErrorKind::kInvalidArgument,
-                "cuda runner: GPU " + std::to_string(opt.device) + " asked for but only " +
-                    std::to_string(device_count) + " are visible");
+    throw_error(ErrorKind::kInvalidArgument, "cuda runner: GPU " + std::to_string(opt.device) +
+                                                 " asked for but only " +
+                                                 std::to_string(device_count) + " are visible");
   check(cudaSetDevice(opt.device), "selecting GPU " + std::to_string(opt.device));
   cudaDeviceProp prop;
   check(cudaGetDeviceProperties(&prop, opt.device), "reading device properties");
@@ -55,8 +56,9 @@ void CudaRunner::Impl::init(const io::WeightStore* checkpoint) {
   if (opt.kv_cache_fp8 && !is_fp8(*opt.kv_cache_fp8))
     internal("cuda runner: kv_cache_fp8 must be an FP8 dtype");
   if (opt.kv_cache_fp8 && dt == DType::kF32)
-    unsupported("--kv-cache-dtype fp8 with --dtype float32: the CUDA FP8 KV cache serves bfloat16 "
-                "and float16 models");
+    unsupported(
+        "--kv-cache-dtype fp8 with --dtype float32: the CUDA FP8 KV cache serves bfloat16 "
+        "and float16 models");
   if (opt.block_size < 1 || opt.max_num_seqs < 1 || opt.max_num_batched_tokens < 1)
     invalid_argument(
         "cuda runner: block size, max_num_seqs and max_num_batched_tokens must be positive");
@@ -153,8 +155,8 @@ void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
     for (const auto& t : plan)
       for (const auto& part : t.parts)
         if (!int_part(t, part))  // INT parts are dequantized on the host, not streamed
-          largest = std::max(largest, size_t(part.num_elements()) *
-                                          dtype_size(checkpoint->get(part.name).dtype));
+          largest = std::max(
+              largest, size_t(part.num_elements()) * dtype_size(checkpoint->get(part.name).dtype));
     uploader.emplace(stream, dt, largest);
   }
   layers.resize(size_t(num_layers));
@@ -165,10 +167,13 @@ void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
       any_fp8 = true;
       continue;
     }
+    if (int_layer(t, checkpoint) && load_int_layer(t, checkpoint, mem, int_slot(t))) continue;
     // Under tensor parallelism the vocabulary shards are padded to vocab_shard zero rows, so the
     // LM head's output gathers as equal blocks.
-    const bool vocab_rows = t.slot == models::WeightSlot::kEmbed || t.slot == models::WeightSlot::kLmHead;
-    const size_t rows_pad = vocab_rows && opt.shard.tp_size > 1 ? size_t(geo.vocab_shard - geo.vocab) : 0;
+    const bool vocab_rows =
+        t.slot == models::WeightSlot::kEmbed || t.slot == models::WeightSlot::kLmHead;
+    const size_t rows_pad =
+        vocab_rows && opt.shard.tp_size > 1 ? size_t(geo.vocab_shard - geo.vocab) : 0;
     mem = DevMem((size_t(t.num_elements()) + rows_pad * size_t(hidden)) * esz, t.label);
     if (rows_pad > 0)
       check(cudaMemsetAsync(mem.get(), 0, mem.bytes(), stream), "zeroing " + t.label);
@@ -229,6 +234,11 @@ void CudaRunner::Impl::alloc_activations() {
     fp8_xq = DevMem(T * k, "FP8 activations");
     fp8_xscale = DevMem(T * (k / size_t(cuda::kFp8Block) + 1) * 4, "FP8 activation scales");
   }
+  if (any_int && T > size_t(cuda::kIntWeightOnlyMaxRows))
+    int_w_work = DevMem(size_t(int_largest) * esz, "INT weights dequantized for prefill");
+  if (any_int_perm)
+    int_x_perm = DevMem(T * size_t(std::max({hidden, num_heads * head_dim, inter})) * esz,
+                        "act-order activations");
   x_logits = DevMem(size_t(max_seqs) * vocab * esz, "logits");
   if (opt.shard.tp_size > 1 && opt.shard.last_stage()) {
     x_logits_shard = DevMem(size_t(max_seqs) * size_t(geo.vocab_shard) * esz, "logits shard");
@@ -371,9 +381,24 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
     check(cuda::rms_norm(p, stream), "rms_norm");
   };
   // A projection: 16-bit through cuBLASLt, or FP8 (gemm/fp8_gemm.h) when the layer has scales.
-  auto gemm = [&](const void* x, const DevMem& w, const Fp8Scales& f, void* y, int out_features,
-                  int in_features, const DevMem* bias) {
+  auto gemm = [&](const void* x, const DevMem& w, const Fp8Scales& f, const IntScales& iq, void* y,
+                  int out_features, int in_features, const DevMem* bias) {
     const void* b = bias && bias->get() ? bias->get() : nullptr;
+    if (iq.on()) {
+      if (iq.perm.get()) {
+        check(cuda::int_gather_columns(dt, x, iq.perm.as<int32_t>(), int_x_perm.get(), n,
+                                       in_features, stream),
+              "act-order gather");
+        x = int_x_perm.get();
+      }
+      cuda::IntLinearParams p;
+      p.dtype = dt, p.bits = iq.bits, p.x = x, p.wq = w.get(), p.scale = iq.scale.get();
+      p.zero = iq.zero.as<uint8_t>(), p.y = y, p.bias = b;
+      p.m = n, p.n = out_features, p.k = in_features, p.group_size = iq.group_size;
+      p.w_work = int_w_work.get();
+      check(cuda::int_linear(this->gemm, p, stream), "int linear");
+      return;
+    }
     if (f.on()) {
       cuda::Fp8LinearParams p;
       p.dtype = dt, p.x = x, p.wq = w.get(), p.w_scale = f.scale.as<float>(), p.y = y, p.bias = b;
@@ -390,8 +415,8 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
   // all-reduce), else the all-reduce and the fused add + norm.
   auto all_reduce_add_norm = [&](const DevMem& w_norm) {
     if (opt.shard.tp_size > 1 &&
-        opt.tp->all_reduce_add_rms_norm(x_proj.get(), x_hidden.get(), w_norm.get(), x_normed.get(), n,
-                                        hidden, eps, dt, stream))
+        opt.tp->all_reduce_add_rms_norm(x_proj.get(), x_hidden.get(), w_norm.get(), x_normed.get(),
+                                        n, hidden, eps, dt, stream))
       return;
     all_reduce_proj(n);
     norm(x_proj.get(), x_hidden.get(), w_norm, x_normed.get());
@@ -404,7 +429,7 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
       norm(x_hidden.get(), nullptr, w.input_norm, x_normed.get());
     else if (l == 0)
       norm(x_proj.get(), x_hidden.get(), w.input_norm, x_normed.get());
-    gemm(x_normed.get(), w.qkv, w.qkv_fp8, x_qkv.get(), qkv_width, hidden, &w.qkv_bias);
+    gemm(x_normed.get(), w.qkv, w.qkv_fp8, w.qkv_int, x_qkv.get(), qkv_width, hidden, &w.qkv_bias);
     void* q = x_qkv.get();
     void* k = at(x_qkv, size_t(num_heads) * head_dim);
     void* v = at(x_qkv, size_t(num_heads + num_kv_heads) * head_dim);
@@ -473,11 +498,13 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
     ap.q_token_stride = qkv_width;
     ap.scale = 1.f / std::sqrt(float(head_dim));
     check(cuda::run_attention(ap, s.plan, attn_ws.get(), stream), "attention");
-    gemm(x_attn.get(), w.o_proj, w.o_proj_fp8, x_proj.get(), hidden, num_heads * head_dim, nullptr);
+    gemm(x_attn.get(), w.o_proj, w.o_proj_fp8, w.o_proj_int, x_proj.get(), hidden,
+         num_heads * head_dim, nullptr);
     all_reduce_add_norm(w.post_norm);
-    gemm(x_normed.get(), w.gate_up, w.gate_up_fp8, x_gate_up.get(), 2 * inter, hidden, nullptr);
+    gemm(x_normed.get(), w.gate_up, w.gate_up_fp8, w.gate_up_int, x_gate_up.get(), 2 * inter,
+         hidden, nullptr);
     check(cuda::silu_and_mul({dt, x_gate_up.get(), x_act.get(), n, inter}, stream), "silu_and_mul");
-    gemm(x_act.get(), w.down, w.down_fp8, x_proj.get(), hidden, inter, nullptr);
+    gemm(x_act.get(), w.down, w.down_fp8, w.down_int, x_proj.get(), hidden, inter, nullptr);
     // The next norm: the next layer's input norm, or the final norm at the end of the last stage.
     if (l + 1 < num_layers)
       all_reduce_add_norm(layers[size_t(l) + 1].input_norm);
@@ -501,8 +528,14 @@ void CudaRunner::Impl::stage_input(int n) {
     return;
   }
   // Vocab-parallel: ids outside the rank's rows give zero rows; the sum over ranks is exact.
-  cuda::EmbeddingParams p{dt, dev<int32_t>(lay.token_ids), embed.get(), x_hidden.get(), n,
-                          hidden, int(geo.vocab), int(geo.vocab_begin)};
+  cuda::EmbeddingParams p{dt,
+                          dev<int32_t>(lay.token_ids),
+                          embed.get(),
+                          x_hidden.get(),
+                          n,
+                          hidden,
+                          int(geo.vocab),
+                          int(geo.vocab_begin)};
   check(cuda::embedding(p, stream), "embedding");
   if (opt.shard.tp_size > 1) opt.tp->all_reduce_sum(x_hidden.get(), size_t(n) * hidden, dt, stream);
 }
@@ -524,9 +557,10 @@ void CudaRunner::Impl::compute_logits(int first, int num_rows) {
   const DevMem& head = lm_head.get() ? lm_head : embed;
   const int tp = opt.shard.tp_size;
   const int shard = int(geo.vocab_shard);
-  cuda::GemmParams p{dt,     x_rows.get(), head.get(), tp > 1 ? x_logits_shard.get() : x_logits.get(),
-                     num_rows, tp > 1 ? shard : vocab, hidden,     false,
-                     nullptr};
+  cuda::GemmParams p{
+      dt,       x_rows.get(),           head.get(), tp > 1 ? x_logits_shard.get() : x_logits.get(),
+      num_rows, tp > 1 ? shard : vocab, hidden,     false,
+      nullptr};
   check(cuda::gemm(gemm, p, stream), "lm head");
   if (tp == 1) return;
   const size_t block = size_t(num_rows) * size_t(shard);  // one rank's [num_rows, shard]
@@ -676,8 +710,8 @@ void CudaRunner::Impl::alloc_swap_pool() {
     cudaGetLastError();
     throw_error(ErrorKind::kResourceExhausted,
                 "--swap-space " + std::to_string(opt.swap_space_gib) + ": cannot pin " +
-                    std::to_string(bytes >> 20) + " MiB of host memory: " +
-                    cudaGetErrorString(err));
+                    std::to_string(bytes >> 20) +
+                    " MiB of host memory: " + cudaGetErrorString(err));
   }
 }
 

@@ -69,6 +69,16 @@ struct Fp8Scales {
   bool on() const { return scale.get() != nullptr; }
 };
 
+// The group constants of an INT4 / INT8 linear layer, whose packed weight is the LayerWeights
+// member of the same name (gemm/int_gemm.h, quant/int_gpu_layout.h). Empty for other layers.
+struct IntScales {
+  DevMem scale;  // [n, k / group_size] of the runner's dtype
+  DevMem zero;   // [n, k / group_size] uint8, or empty (symmetric)
+  DevMem perm;   // [k] int32 act-order column order, or empty
+  int bits = 0, group_size = 0;
+  bool on() const { return bits != 0; }
+};
+
 struct LayerWeights {
   DevMem input_norm;  // [hidden]
   DevMem qkv;         // [(H + 2 Hkv) * D, hidden]
@@ -80,6 +90,7 @@ struct LayerWeights {
   DevMem gate_up;     // [2 * inter, hidden]
   DevMem down;        // [hidden, inter]
   Fp8Scales qkv_fp8, o_proj_fp8, gate_up_fp8, down_fp8;
+  IntScales qkv_int, o_proj_int, gate_up_int, down_int;
 };
 
 // Padded batch sizes that get a decode CUDA graph: 1, 2, 4, 8, then every 8 up to max_num_seqs.
@@ -112,7 +123,7 @@ struct CudaRunner::Impl {
 
   // Weights.
   DevMem embed, final_norm, lm_head,
-      inv_freq;  // [vocab, hidden], [hidden], [vocab, hidden] or empty, [D/2]
+      inv_freq;       // [vocab, hidden], [hidden], [vocab, hidden] or empty, [D/2]
   DevMem rope_cache;  // [max_model_len, D] cos | sin per position (cuda::rope_cos_sin_cache)
   std::vector<LayerWeights> layers;
 
@@ -121,27 +132,32 @@ struct CudaRunner::Impl {
   DevMem fp8_xq, fp8_xscale;
   DevMem fp8_staging8, fp8_staging16;  // load-time only
   bool any_fp8 = false;
+  // INT4 / INT8 layers: the weight dequantized for prefill-sized steps ([n, k] of the largest
+  // layer) and act-order activations ([T, widest input]); empty when not needed.
+  DevMem int_w_work, int_x_perm;
+  bool any_int = false, any_int_perm = false;
+  int64_t int_largest = 0;  // elements of the largest INT layer
 
   // Activations, sized for max_tokens rows.
-  DevMem x_hidden;              // [T, hidden] residual stream
-  DevMem x_normed;              // [T, hidden]
-  DevMem x_proj;                // [T, hidden]
-  DevMem x_qkv;                 // [T, qkv_width]
-  DevMem x_attn;                // [T, H * D]
-  DevMem x_gate_up;             // [T, 2 * inter]
-  DevMem x_act;                 // [T, inter]
-  DevMem x_rows;                // [max_seqs, hidden] normed rows that need logits
-  DevMem x_logits;              // [max_seqs, vocab]
-  DevMem x_logits_shard;        // [max_seqs, vocab_shard] this rank's LM-head columns (TP only)
-  DevMem x_logits_gather;       // [tp_size, max_seqs, vocab_shard] all ranks' columns (TP only)
-  DevMem attn_ws;               // split-KV partials
-  DevMem x_sample_work;         // [max_seqs, vocab] fp32 sampler scratch: penalized logits
-  DevMem x_sample_weights;      // [max_seqs, vocab] fp32 sampler scratch: flags, then weights
-  DevMem x_sample_out;          // [max_seqs] cuda::SampleOutput
+  DevMem x_hidden;          // [T, hidden] residual stream
+  DevMem x_normed;          // [T, hidden]
+  DevMem x_proj;            // [T, hidden]
+  DevMem x_qkv;             // [T, qkv_width]
+  DevMem x_attn;            // [T, H * D]
+  DevMem x_gate_up;         // [T, 2 * inter]
+  DevMem x_act;             // [T, inter]
+  DevMem x_rows;            // [max_seqs, hidden] normed rows that need logits
+  DevMem x_logits;          // [max_seqs, vocab]
+  DevMem x_logits_shard;    // [max_seqs, vocab_shard] this rank's LM-head columns (TP only)
+  DevMem x_logits_gather;   // [tp_size, max_seqs, vocab_shard] all ranks' columns (TP only)
+  DevMem attn_ws;           // split-KV partials
+  DevMem x_sample_work;     // [max_seqs, vocab] fp32 sampler scratch: penalized logits
+  DevMem x_sample_weights;  // [max_seqs, vocab] fp32 sampler scratch: flags, then weights
+  DevMem x_sample_out;      // [max_seqs] cuda::SampleOutput
   cuda::SampleOutput* sample_out_host = nullptr;  // pinned [max_seqs]
   // The sampler's flat id lists (bans, penalties), grown on demand: pinned host + device copy.
-  DevMem sample_ids_dev;                          // [sample_ids_capacity] int32
-  int32_t* sample_ids_host = nullptr;             // pinned [sample_ids_capacity]
+  DevMem sample_ids_dev;               // [sample_ids_capacity] int32
+  int32_t* sample_ids_host = nullptr;  // pinned [sample_ids_capacity]
   size_t sample_ids_capacity = 0;
 
   // Step inputs: one pinned host block mirrored by one device block, uploaded with one copy.
@@ -206,6 +222,14 @@ struct CudaRunner::Impl {
                               void* out);
   void load_fp8_layer(const models::WeightTensorSpec& t, const io::WeightStore* checkpoint,
                       class WeightUploader* uploader, DevMem& w, Fp8Scales& s);
+  // INT layers (cuda_int_loader.cpp). Whether every part of plan entry t is an INT4 / INT8 weight
+  // (of the checkpoint, or dummy under an INT config) that the runner's dtype can run packed.
+  bool int_layer(const models::WeightTensorSpec& t, const io::WeightStore* checkpoint) const;
+  // Loads INT layer t packed into w and s; false (nothing allocated, the reason logged once) when
+  // the kernel cannot take its shape or group layout: the caller dequantizes it instead.
+  bool load_int_layer(const models::WeightTensorSpec& t, const io::WeightStore* checkpoint,
+                      DevMem& w, IntScales& s);
+  IntScales& int_slot(const models::WeightTensorSpec& t);
   Fp8Scales& fp8_slot(const models::WeightTensorSpec& t) {
     LayerWeights& l = layers.at(size_t(t.layer));
     switch (t.slot) {

@@ -1,7 +1,7 @@
 // Self-checking tests and benchmarks of pagellm's CUDA kernels against the CPU references in
 // kernel_reference.cpp. Runs on the GPU machine (no gtest, no Debian libraries there):
 //   cuda_kernel_tests [--filter SUBSTRING] [--bench | --bench-only] [--sampler-bench]
-//                     [--fp8-bench | --fp8-bench-only]
+//                     [--fp8-bench | --fp8-bench-only] [--int-bench-only]
 // (--filter fp8: only the FP8 linear tests; --fp8-bench-only: only their benchmark)
 // Every output buffer is poisoned with NaN before the kernel runs, every input is fresh random
 // data, and NaN never passes. Exit status 0 only if every case passed.
@@ -705,12 +705,15 @@ void sampler_bench();                                                     // sam
 void fp8_suite(const std::string& filter, int& passed, int& failed);      // fp8_tests.cpp
 void kv_fp8_suite(const std::string& filter, int& passed, int& failed);   // kv_fp8_tests.cpp
 void fp8_bench();                                                         // fp8_bench.cpp
+void int_suite(const std::string& filter, int& passed, int& failed);      // int_tests.cpp
+void int_bench();                                                         // int_tests.cpp
 
 }  // namespace pagellm::cuda::test
 
 int main(int argc, char** argv) {
   using namespace pagellm::cuda::test;
-  bool bench = false, tests = true, sampler_only_bench = false, fp8_only_bench = false;
+  bool bench = false, tests = true, sampler_only_bench = false, fp8_only_bench = false,
+       int_only_bench = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--filter" && i + 1 < argc)
@@ -727,10 +730,13 @@ int main(int argc, char** argv) {
     } else if (a == "--fp8-bench-only") {
       fp8_only_bench = true;
       tests = false;
+    } else if (a == "--int-bench-only") {
+      int_only_bench = true;
+      tests = false;
     } else {
       std::fprintf(stderr,
                    "usage: %s [--filter SUBSTRING] [--bench | --bench-only] [--sampler-bench] "
-                   "[--fp8-bench | --fp8-bench-only]\n",
+                   "[--fp8-bench | --fp8-bench-only] [--int-bench-only]\n",
                    argv[0]);
       return 2;
     }
@@ -748,6 +754,7 @@ int main(int argc, char** argv) {
     sampler_suite(g_filter, g_passed, g_failed);
     fp8_suite(g_filter, g_passed, g_failed);
     kv_fp8_suite(g_filter, g_passed, g_failed);
+    int_suite(g_filter, g_passed, g_failed);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("kernel tests: %d passed, %d failed (%.1f s)\n", g_passed, g_failed, secs);
@@ -755,5 +762,6 @@ int main(int argc, char** argv) {
   if (bench) bench_main();
   if (bench || sampler_only_bench) sampler_bench();
   if (bench || fp8_only_bench) fp8_bench();
+  if (bench || int_only_bench) int_bench();
   return g_failed == 0 ? 0 : 1;
 }

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# INT4 / INT8 checkpoints on the GPU (issue 12; dequantized to bf16 at load until the INT kernels
-# land), then the FP8 issue's `bench throughput` figures (bf16 beside FP8), on the GPU machine.
+# INT4 / INT8 checkpoints on the GPU (issue 12: packed weights, the INT weight-only kernels), then
+# `bench throughput` figures (bf16 beside FP8 and INT4), on the GPU machine.
 # Run from the repository root (tools/quantize_int.py makes the checkpoints there, numpy only):
-#   bash tests/device/run_int_gpu.sh BUNDLE [--bench]
+#   bash tests/device/run_int_gpu.sh BUNDLE [--bench] [--kernels]
 # BUNDLE holds pagellm (xz), unpack_bundle.sh, models/pycode-25M (xz'd), heldout_python.txt and
-# llama31-8b/ (config + tokenizer for --load-format dummy); see docs/PERF.md for how it is made.
+# llama31-8b/ (config + tokenizer for --load-format dummy), with --kernels also cuda_kernel_tests
+# and cuda_runner_check (xz); see docs/PERF.md for how it is made. --kernels first runs the INT
+# kernel tests, their benchmark against bf16, and decode on Llama-3.1-8B shapes (bf16, INT4, INT8).
 # For pycode-25M bf16 and four formats (GPTQ W4A16 g128 act-order, AWQ W4A16 g128, compressed-
 # tensors W4A16 g128 and W8A16): teacher-forced perplexity of the held-out text on --device cuda
 # and --device cpu; W8A8-INT8 must be refused on cuda in one line.
@@ -12,6 +14,17 @@ set -uo pipefail
 SRC=$(cd "${1:?usage: run_int_gpu.sh BUNDLE [--bench]}" && pwd)
 . "$SRC/unpack_bundle.sh"
 P=$B/models/pycode-25M
+if [[ " $* " == *" --kernels "* ]]; then
+  timeout 300 "$B/cuda_kernel_tests" --filter int > "$LOGS/int_kernel_tests.log" 2>&1
+  say "int kernel tests (exit $?): $(grep -c '^  ok' "$LOGS/int_kernel_tests.log") ok, $(grep -c FAIL "$LOGS/int_kernel_tests.log") failed"
+  grep FAIL "$LOGS/int_kernel_tests.log" | head -5 | tee -a "$SUMMARY"
+  timeout 300 "$B/cuda_kernel_tests" --int-bench-only > "$LOGS/int_bench.log" 2>&1
+  say "int bench (exit $?)"
+  grep -E "ceiling|^(qkv|o |gu|down)" "$LOGS/int_bench.log" | tee -a "$SUMMARY"
+  timeout 400 "$B/cuda_runner_check" "$B/models" --perf-only --int4 --int8 > "$LOGS/int_decode.log" 2>&1
+  say "decode (exit $?)"
+  grep -E "copy bandwidth|tok/s|weights" "$LOGS/int_decode.log" | tee -a "$SUMMARY"
+fi
 python3 - "$B/heldout_python.txt" "$B/ppl_prompt.jsonl" <<'PY'
 import json, sys
 text = open(sys.argv[1]).read()
@@ -32,7 +45,7 @@ score() {  # NAME MODEL_DIR
     line="$line $dev (exit $?) $(ppl "$LOGS/ppl_$1_$dev.jsonl");"
   done
   say "$line"
-  grep -h "dequantized to" "$LOGS/ppl_$1_cuda.err" | head -1 | tee -a "$SUMMARY"
+  grep -hE "dequantized to|kept packed" "$LOGS/ppl_$1_cuda.err" | head -2 | tee -a "$SUMMARY"
 }
 score bf16 "$P"
 while read -r name args; do
@@ -49,16 +62,26 @@ ct-w8a8 --format ct-w8a8 --method rtn
 LIST
 say "W8A8 on cuda: $(grep -v INFO "$LOGS/ppl_ct-w8a8_cuda.err" | head -2)"
 
-if [ "${2:-}" = --bench ]; then
-  for q in bf16 fp8; do
+if [[ " $* " == *" --bench "* ]]; then
+  # INT4: the 8B config with a GPTQ W4A16 g128 quantization_config (dummy: random packed weights).
+  cp -r "$B/llama31-8b" "$B/llama31-8b-int4"
+  python3 - "$B/llama31-8b-int4/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True}
+json.dump(c, open(sys.argv[1], "w"))
+PY
+  for q in bf16 fp8 int4; do
     flags=()
+    model=$B/llama31-8b
     [ $q = fp8 ] && flags=(--quantization fp8)
+    [ $q = int4 ] && model=$B/llama31-8b-int4
     for shape in "prefill_64x1024 --num-prompts 64 --input-len 1024 --output-len 1" \
                  "1000x1024x128 --num-prompts 1000 --input-len 1024 --output-len 128"; do
       set -- $shape
       name=$1
       shift
-      timeout 300 "$B/pagellm" bench throughput --model "$B/llama31-8b" --load-format dummy \
+      timeout 300 "$B/pagellm" bench throughput --model "$model" --load-format dummy \
         --device cuda --max-model-len 2048 "$@" "${flags[@]}" > "$LOGS/bench_${name}_$q.log" 2>&1
       say "bench ${name}_$q (exit $?): $(grep -E 'Throughput' "$LOGS/bench_${name}_$q.log")"
     done

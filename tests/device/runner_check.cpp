@@ -1,5 +1,5 @@
 // End-to-end checks and first performance numbers of the CUDA runner, run on the GPU machine:
-//   cuda_runner_check MODELS_DIR [--skip-perf] [--fp8] [--kv-fp8]
+//   cuda_runner_check MODELS_DIR [--skip-perf] [--fp8] [--int4] [--int8] [--kv-fp8]
 //   (--fp8: also decode with FP8 weights; --kv-fp8: 64 x 4k decode with bf16 vs FP8 KV caches)
 // 1. stories260K in fp32 on the GPU: 256 greedy tokens equal the CPU runner's (which reproduces
 //    llama2.c), with CUDA graphs and without; seeded sampling of 8 seqs x 64 steps through
@@ -438,12 +438,21 @@ double decode_tokens_per_s(runner::CudaRunner& r, int batch, int prompt_len, int
 // Decode batches perf() measures; --batch N (with --perf-only) measures one, e.g. under a profiler.
 std::vector<int> g_perf_batches = {1, 16, 64};
 
-void perf(bool fp8, bool with_eager) {
-  std::printf("== Llama-3.1-8B shapes, dummy %s weights\n", fp8 ? "FP8 (--quantization fp8)" : "bf16");
+// qname: "" (bf16), "fp8" (--quantization fp8), "int4" / "int8" (a GPTQ W4A16 / W8A16 g128
+// symmetric config: dummy weights are random packed integers).
+void perf(const std::string& qname, bool with_eager) {
+  const bool fp8 = qname == "fp8";
+  std::printf("== Llama-3.1-8B shapes, dummy %s weights\n",
+              qname.empty() ? "bf16" : fp8 ? "FP8 (--quantization fp8)" : qname.c_str());
   const double copy = copy_bandwidth_gbs();
   std::printf("d2d copy bandwidth (read+write): %.0f GB/s\n", copy);
   io::ModelConfig config = llama31_8b();
   if (fp8) config.quant = quant::resolve_quantization(config.quant, "fp8", "runner_check");
+  if (qname == "int4" || qname == "int8")
+    config.quant = quant::parse_quant_config_text(
+        std::string(R"({"quant_method": "gptq", "group_size": 128, "desc_act": false, "sym": true, "bits": )") +
+            (qname == "int4" ? "4}" : "8}"),
+        "runner_check");
   for (bool eager : with_eager ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
     runner::CudaRunnerOptions o;
     o.dtype = DType::kBF16;
@@ -465,7 +474,7 @@ void perf(bool fp8, bool with_eager) {
       const double kv = 2.0 * 32 * 8 * 128 * 2 * (prompt + 32) * batch;
       const double ceiling = batch / ((st.weight_bytes + kv) / (copy * 1e9));
       std::printf("  %s %s batch %3d, ctx ~%d: %8.1f tok/s  (HBM roofline %8.1f tok/s: %.0f%%)\n",
-                  fp8 ? "fp8 " : "bf16", eager ? "eager " : "graphs", batch, prompt + 32, tps,
+                  qname.empty() ? "bf16" : qname.c_str(), eager ? "eager " : "graphs", batch, prompt + 32, tps,
                   ceiling, 100.0 * tps / ceiling);
     }
   }
@@ -516,16 +525,19 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: %s MODELS_DIR [--skip-perf] [--perf-only [--batch N] [--no-bf16]] [--fp8] [--kv-fp8] [--pdl]\n",
+                 "usage: %s MODELS_DIR [--skip-perf] [--perf-only [--batch N] [--no-bf16]] [--fp8] [--int4] "
+                 "[--int8] [--kv-fp8] [--pdl]\n",
                  argv[0]);
     return 2;
   }
   bool skip_perf = false, perf_only = false, fp8_perf = false, kv_perf = false, bf16_perf = true;
+  std::vector<std::string> int_perf;  // --int4 / --int8
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     skip_perf = skip_perf || a == "--skip-perf";
     perf_only = perf_only || a == "--perf-only";
     fp8_perf = fp8_perf || a == "--fp8";
+    if (a == "--int4" || a == "--int8") int_perf.push_back(a.substr(2));
     kv_perf = kv_perf || a == "--kv-fp8";
     // Programmatic dependent launch against the ordinary launches (the default).
     if (a == "--pdl") pagellm::cuda::set_programmatic_launch(true);
@@ -536,8 +548,9 @@ int main(int argc, char** argv) {
               pagellm::cuda::programmatic_launch() ? "on" : "off");
   try {
     if (perf_only) {
-      if (bf16_perf) pagellm::perf(false, false);
-      if (fp8_perf) pagellm::perf(true, false);
+      if (bf16_perf) pagellm::perf("", false);
+      if (fp8_perf) pagellm::perf("fp8", false);
+      for (const std::string& q : int_perf) pagellm::perf(q, false);
       std::printf("runner checks: %s\n", pagellm::g_failed ? "FAILED" : "all passed");
       return pagellm::g_failed ? 1 : 0;
     }
@@ -554,8 +567,10 @@ int main(int argc, char** argv) {
       }
       pagellm::check_tiny(d, pagellm::DType::kBF16, pagellm::DType::kF8E4M3, true);
     }
-    if (!skip_perf) pagellm::perf(false, true);
-    if (!skip_perf && fp8_perf) pagellm::perf(true, false);
+    if (!skip_perf) pagellm::perf("", true);
+    if (!skip_perf && fp8_perf) pagellm::perf("fp8", false);
+    for (const std::string& q : int_perf)
+      if (!skip_perf) pagellm::perf(q, false);
     if (kv_perf) pagellm::perf_kv_cache();  // even with --skip-perf
   } catch (const std::exception& e) {
     std::printf("FAIL exception: %s\n", e.what());

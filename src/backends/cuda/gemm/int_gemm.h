@@ -1,0 +1,64 @@
+// INT4 / INT8 weight-only linear layers on the GPU (W4A16, W8A16; issue 12): the one runtime form
+// every integer checkpoint format (AWQ, GPTQ, compressed-tensors pack-quantized, AutoRound) is
+// packed into at load (quant/int_gpu_layout.h), and the kernels that multiply 16-bit activations by
+// it. Weights stay packed in GPU memory: a 4-bit layer holds half a byte per weight plus its group
+// scales, so a decode step reads about a quarter of the 16-bit model's bytes.
+//
+// Runtime form of a weight W [n, k] (k input columns in the kernel's order: act-order checkpoints
+// are permuted at load so that each group's columns are contiguous, and the activations are
+// gathered with the same permutation before the GEMM, int_gather_columns):
+//   wq     bits 4: uint32 [n, k / 8]; word j of row r holds columns 8j + {0, 2, 4, 6, 1, 3, 5, 7}
+//                  in nibbles 0..7 from the low bits up (so that nibbles i and i + 4 are the
+//                  adjacent columns 8j + 2i, 8j + 2i + 1: one mask turns them into a 16-bit pair);
+//          bits 8: uint8 [n, k], row-major.
+//   scale  [n, k / group_size] of the activation dtype (bf16 / f16).
+//   zero   uint8 [n, k / group_size], or null: every zero is 2^(bits - 1) (symmetric schemes).
+//   W[r, c] = (q[r, c] - zero[r, c / group_size]) * scale[r, c / group_size], the difference exact,
+//   the product rounded once to the activation dtype (bf16 scales are the checkpoint's rounded to
+//   bf16, as in vLLM's kernels for bf16 models).
+// k and group_size multiples of 32; group_size divides k (per-channel: group_size = k).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/cuda/kernels.h"
+
+namespace pagellm::cuda {
+
+struct IntLinearParams {
+  DType dtype = DType::kBF16;     // of x, y, bias and scale: bf16 or f16
+  int bits = 4;                   // 4 or 8
+  const void* x = nullptr;        // [m, k], 16-byte aligned
+  const void* wq = nullptr;       // packed as above, 16-byte aligned
+  const void* scale = nullptr;    // [n, k / group_size]
+  const uint8_t* zero = nullptr;  // [n, k / group_size] or null
+  void* y = nullptr;              // [m, n]
+  const void* bias = nullptr;     // [n] or null
+  int m = 0, n = 0, k = 0;
+  int group_size = 0;
+  // Scratch for m above kIntWeightOnlyMaxRows: the weight dequantized to dtype, [n, k]. Null
+  // makes every m take the weight-only kernel.
+  void* w_work = nullptr;
+};
+
+// Largest m that reads the packed weight directly (tensor cores, mma.sync with the weights
+// dequantized in registers); larger m dequantizes the weight into w_work and runs the 16-bit GEMM
+// (prefill is bound by arithmetic, and the dequantization costs one pass over the weight).
+constexpr int kIntWeightOnlyMaxRows = 64;
+
+// Graph-capturable. cudaErrorInvalidValue for shapes or pointers outside the contract above.
+cudaError_t int_linear(GemmContext* ctx, const IntLinearParams& p, cudaStream_t stream);
+
+// The weight-only kernel for any m (tests and benchmarks pin it).
+cudaError_t int_weight_only(const IntLinearParams& p, cudaStream_t stream);
+
+// out [n, k] of p.dtype = the dequantized weight of p (x, y, m unused).
+cudaError_t int_dequantize_weight(const IntLinearParams& p, void* out, cudaStream_t stream);
+
+// out[i, j] = x[i, perm[j]] for x, out [m, k] of dtype (act-order activations).
+cudaError_t int_gather_columns(DType dtype, const void* x, const int32_t* perm, void* out, int m,
+                               int k, cudaStream_t stream);
+
+}  // namespace pagellm::cuda

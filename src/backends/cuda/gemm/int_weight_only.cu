@@ -1,0 +1,339 @@
+// INT4 / INT8 weight-only linear (gemm/int_gemm.h): the packed weight is read once, dequantized in
+// registers and multiplied on tensor cores (mma.sync m16n8k16, fp32 accumulation) against up to 16
+// activation rows per block; larger m runs the weight once per 16 rows with those blocks next to
+// each other in the grid, so that the re-reads come from L2.
+//
+// Layout (as gemm/fp8_weight_only_mma.cu): a block owns 16 * kTiles weight rows and splits k over
+// its 8 warps in 256-byte chunks of each row; lane (g = lane / 4, t = lane % 4) loads 16 contiguous
+// bytes of rows g and g + 8 of each tile per chunk piece: 32 columns at 4 bits, 16 at 8 bits, all in
+// one group (group sizes are multiples of 32). The mma's k order only has to agree between A and B,
+// so the lane's columns feed its own A slots of consecutive mmas, and B takes the activations at the
+// same columns. The dequantization is exact up to the one rounding of (q - z) * s:
+//   4 bits: a mask puts nibbles i and i + 4 (adjacent columns) into the mantissas of a 16-bit pair
+//           of magic numbers (bf16 128 + q, f16 1024 + q), one subtraction of (magic + z) gives the
+//           exact q - z, one multiplication by the scale pair gives the weights;
+//   8 bits: a byte permutation builds f16 pairs 1024 + q, the subtraction gives q - z exactly in f16,
+//           then the scale (for bf16 through fp32).
+#include <type_traits>
+
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/gemm/int_gemm.h"
+
+namespace pagellm::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kPieces = 4;                // 16-byte pieces per row per lane per chunk
+constexpr int kChunk = kPieces * 4 * 16;  // bytes of a row per warp per iteration (256)
+
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+template <typename T>
+using Pair = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+
+template <typename T>
+__device__ __forceinline__ uint32_t as_u32(Pair<T> v) {
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+template <typename T>
+__device__ __forceinline__ Pair<T> as_pair(uint32_t v) {
+  return *reinterpret_cast<Pair<T>*>(&v);
+}
+
+// Columns per 16-byte piece.
+template <int BITS>
+constexpr int kVals = 128 / BITS;
+
+// The group constants of one weight row for one piece: scale pair, and for 4 bits (magic + z) in
+// T, for 8 bits 1024 + z in f16.
+template <typename T, int BITS>
+struct GroupConst {
+  uint32_t scale2;
+  uint32_t zero2;
+  float scale;
+};
+
+template <typename T, int BITS>
+__device__ __forceinline__ GroupConst<T, BITS> group_const(const IntLinearParams& p, int row,
+                                                           int group) {
+  const int groups = p.k / p.group_size;
+  const int64_t at = int64_t{row} * groups + group;
+  const T s = static_cast<const T*>(p.scale)[at];
+  const int z = p.zero ? int{p.zero[at]} : 1 << (BITS - 1);
+  GroupConst<T, BITS> gc;
+  gc.scale = to_float(s);
+  if constexpr (std::is_same_v<T, __half>) gc.scale2 = as_u32<T>(__half2(s, s));
+  else gc.scale2 = as_u32<T>(__nv_bfloat162(s, s));
+  if constexpr (BITS == 4) {
+    const T zm = from_float<T>(float((std::is_same_v<T, __half> ? 1024 : 128) + z));
+    if constexpr (std::is_same_v<T, __half>) gc.zero2 = as_u32<T>(__half2(zm, zm));
+    else gc.zero2 = as_u32<T>(__nv_bfloat162(zm, zm));
+  } else {
+    const __half zm = __float2half_rn(float(1024 + z));
+    gc.zero2 = as_u32<__half>(__half2(zm, zm));
+  }
+  return gc;
+}
+
+// 16 packed bytes -> kVals / 2 pairs of T (pair q = the piece's columns 2q, 2q + 1).
+template <typename T, int BITS>
+__device__ __forceinline__ void dequant_piece(const uint4& v, const GroupConst<T, BITS>& gc,
+                                              uint32_t (&pairs)[kVals<BITS> / 2]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+  if constexpr (BITS == 4) {
+    constexpr uint32_t kMagic = std::is_same_v<T, __half> ? 0x64006400u : 0x43004300u;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t raw = ((words[i] >> (4 * j)) & 0x000f000fu) | kMagic;
+        const Pair<T> d = __hsub2(as_pair<T>(raw), as_pair<T>(gc.zero2));
+        pairs[4 * i + j] = as_u32<T>(__hmul2(d, as_pair<T>(gc.scale2)));
+      }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const uint32_t raw = __byte_perm(words[i], 0x64646464u, j == 0 ? 0x4140u : 0x4342u);
+        const __half2 d = __hsub2(as_pair<__half>(raw), as_pair<__half>(gc.zero2));
+        if constexpr (std::is_same_v<T, __half>) {
+          pairs[2 * i + j] = as_u32<T>(__hmul2(d, as_pair<T>(gc.scale2)));
+        } else {
+          const float2 f = __half22float2(d);
+          pairs[2 * i + j] = as_u32<T>(__floats2bfloat162_rn(f.x * gc.scale, f.y * gc.scale));
+        }
+      }
+  }
+}
+
+// grid: (ceil(m / (8 * NT)), ceil(n / (16 * TILES))): the m-slices of one weight tile are
+// neighbours, so a weight read for the first slice is in L2 for the others.
+template <typename T, int BITS, int TILES, int NT>
+__global__ void __launch_bounds__(kThreads)
+    int_mma_kernel(const __grid_constant__ IntLinearParams p) {
+  constexpr int kV = kVals<BITS>;
+  __shared__ float partial[kWarps][TILES][NT][4][32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int row0 = blockIdx.y * (16 * TILES);
+  const int m0 = blockIdx.x * (8 * NT);
+  const int kb = p.k * BITS / 8;  // bytes of a packed row
+  const uint8_t* w[TILES][2];
+  int rows[TILES][2];
+#pragma unroll
+  for (int tile = 0; tile < TILES; ++tile)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      rows[tile][h] = min(row0 + 16 * tile + 8 * h + g, p.n - 1);
+      w[tile][h] = static_cast<const uint8_t*>(p.wq) + int64_t{rows[tile][h]} * kb;
+    }
+  const T* x[NT];  // activation row m0 + 8 * nt + g (rows past m re-read row m - 1, discarded)
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+    x[nt] = static_cast<const T*>(p.x) + int64_t{min(m0 + 8 * nt + g, p.m - 1)} * p.k;
+  float c[TILES][NT][4] = {};
+
+  uint4 a[TILES][2][kPieces];
+  auto load_weights = [&](int chunk) {
+#pragma unroll
+    for (int u = 0; u < kPieces; ++u) {
+      const int off = chunk + u * 64 + t * 16;
+#pragma unroll
+      for (int tile = 0; tile < TILES; ++tile)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          a[tile][h][u] = off < kb ? __ldcs(reinterpret_cast<const uint4*>(w[tile][h] + off))
+                                   : make_uint4(0, 0, 0, 0);
+    }
+  };
+  const int first_chunk = warp * kChunk;
+  if (first_chunk < kb) load_weights(first_chunk);
+  pdl_wait();
+  pdl_launch_dependents();
+  for (int chunk = first_chunk; chunk < kb; chunk += kWarps * kChunk) {
+    if (chunk != first_chunk) load_weights(chunk);
+#pragma unroll
+    for (int u = 0; u < kPieces; ++u) {
+      if (chunk + u * 64 >= kb) break;  // warp-uniform: whole pieces only (k % 32 == 0)
+      const int col = (chunk + u * 64 + t * 16) * (8 / BITS);
+      uint32_t b[NT][kV / 2];  // activation pairs at the lane's columns
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int v = 0; v < kV / 8; ++v) {
+          const uint4 q = *reinterpret_cast<const uint4*>(x[nt] + col + 8 * v);
+          b[nt][4 * v] = q.x, b[nt][4 * v + 1] = q.y, b[nt][4 * v + 2] = q.z, b[nt][4 * v + 3] = q.w;
+        }
+      const int group = col / p.group_size;
+#pragma unroll
+      for (int tile = 0; tile < TILES; ++tile) {
+        uint32_t lo[kV / 2], hi[kV / 2];  // rows g and g + 8 of the tile
+        dequant_piece<T, BITS>(a[tile][0][u], group_const<T, BITS>(p, rows[tile][0], group), lo);
+        dequant_piece<T, BITS>(a[tile][1][u], group_const<T, BITS>(p, rows[tile][1], group), hi);
+#pragma unroll
+        for (int j = 0; j < kV / 4; ++j)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+            mma16816<T>(c[tile][nt], lo[2 * j], hi[2 * j], lo[2 * j + 1], hi[2 * j + 1],
+                        b[nt][2 * j], b[nt][2 * j + 1]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int tile = 0; tile < TILES; ++tile)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) partial[warp][tile][nt][e][lane] = c[tile][nt][e];
+  __syncthreads();
+  if (warp >= TILES * NT) return;
+  const int tile = warp / NT, nt = warp % NT;
+  T* y = static_cast<T*>(p.y);
+  const T* bias = static_cast<const T*>(p.bias);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    float sum = 0.f;
+#pragma unroll
+    for (int wi = 0; wi < kWarps; ++wi) sum += partial[wi][tile][nt][e][lane];
+    // Accumulator e sits at row g (+ 8 for e >= 2), activation column 2t (+ 1 for odd e).
+    const int row = row0 + 16 * tile + g + (e >= 2 ? 8 : 0);
+    const int mi = m0 + 8 * nt + 2 * t + (e & 1);
+    if (row >= p.n || mi >= p.m) continue;
+    if (bias) sum += to_float(bias[row]);
+    y[int64_t{mi} * p.n + row] = from_float<T>(sum);
+  }
+}
+
+template <typename T, int BITS, int TILES, int NT>
+cudaError_t launch_mma(const IntLinearParams& p, cudaStream_t stream) {
+  const dim3 grid((p.m + 8 * NT - 1) / (8 * NT), (p.n + 16 * TILES - 1) / (16 * TILES));
+  return launch_kernel(int_mma_kernel<T, BITS, TILES, NT>, grid, kThreads, 0, stream, p);
+}
+
+// Fewer rows per block where two-row-tile blocks would not fill the GPU twice over.
+constexpr int kTwoTileMinRows = 8448;
+
+template <typename T, int BITS>
+cudaError_t launch_for_shape(const IntLinearParams& p, cudaStream_t stream) {
+  const bool one_tile = p.n < kTwoTileMinRows;
+  if (p.m <= 8)
+    return one_tile ? launch_mma<T, BITS, 1, 1>(p, stream) : launch_mma<T, BITS, 2, 1>(p, stream);
+  return one_tile ? launch_mma<T, BITS, 1, 2>(p, stream) : launch_mma<T, BITS, 2, 2>(p, stream);
+}
+
+// One thread per 16-byte piece: out[r, cols of the piece] = dequantized weights.
+template <typename T, int BITS>
+__global__ void dequant_kernel(const __grid_constant__ IntLinearParams p, T* out) {
+  const int64_t kb = int64_t{p.k} * BITS / 8;
+  const int64_t pieces_per_row = kb / 16;
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= int64_t{p.n} * pieces_per_row) return;
+  const int row = int(i / pieces_per_row);
+  const int piece = int(i % pieces_per_row);
+  const int col = piece * kVals<BITS>;
+  const uint4 v =
+      *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.wq) + int64_t{row} * kb + piece * 16);
+  uint32_t pairs[kVals<BITS> / 2];
+  dequant_piece<T, BITS>(v, group_const<T, BITS>(p, row, col / p.group_size), pairs);
+  uint4* dst = reinterpret_cast<uint4*>(out + int64_t{row} * p.k + col);
+#pragma unroll
+  for (int q = 0; q < kVals<BITS> / 8; ++q)
+    dst[q] = make_uint4(pairs[4 * q], pairs[4 * q + 1], pairs[4 * q + 2], pairs[4 * q + 3]);
+}
+
+template <typename T>
+__global__ void gather_kernel(const T* x, const int32_t* perm, T* out, int m, int k) {
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= int64_t{m} * k) return;
+  const int64_t r = i / k;
+  out[i] = x[r * k + perm[i % k]];
+}
+
+bool valid(const IntLinearParams& p) {
+  if (p.m < 0 || p.n <= 0 || p.k <= 0 || p.k % 32 != 0) return false;
+  if (p.group_size <= 0 || p.group_size % 32 != 0 || p.k % p.group_size != 0) return false;
+  if (p.bits != 4 && p.bits != 8) return false;
+  if (p.dtype != DType::kBF16 && p.dtype != DType::kF16) return false;
+  return p.x && p.wq && p.scale && p.y && aligned16(p.x) && aligned16(p.wq);
+}
+
+}  // namespace
+
+cudaError_t int_weight_only(const IntLinearParams& p, cudaStream_t stream) {
+  if (!valid(p)) return cudaErrorInvalidValue;
+  if (p.m == 0) return cudaSuccess;
+  if (p.dtype == DType::kBF16)
+    return p.bits == 4 ? launch_for_shape<__nv_bfloat16, 4>(p, stream)
+                       : launch_for_shape<__nv_bfloat16, 8>(p, stream);
+  return p.bits == 4 ? launch_for_shape<__half, 4>(p, stream) : launch_for_shape<__half, 8>(p, stream);
+}
+
+cudaError_t int_dequantize_weight(const IntLinearParams& p, void* out, cudaStream_t stream) {
+  IntLinearParams q = p;  // x and y are not read
+  q.m = 0, q.x = out, q.y = out;
+  if (!valid(q)) return cudaErrorInvalidValue;
+  const int64_t pieces = int64_t{p.n} * (int64_t{p.k} * p.bits / 8 / 16);
+  const int threads = 256;
+  const dim3 grid(unsigned((pieces + threads - 1) / threads));
+  if (p.dtype == DType::kBF16) {
+    auto* o = static_cast<__nv_bfloat16*>(out);
+    if (p.bits == 4) dequant_kernel<__nv_bfloat16, 4><<<grid, threads, 0, stream>>>(p, o);
+    else dequant_kernel<__nv_bfloat16, 8><<<grid, threads, 0, stream>>>(p, o);
+  } else if (p.dtype == DType::kF16) {
+    auto* o = static_cast<__half*>(out);
+    if (p.bits == 4) dequant_kernel<__half, 4><<<grid, threads, 0, stream>>>(p, o);
+    else dequant_kernel<__half, 8><<<grid, threads, 0, stream>>>(p, o);
+  } else {
+    return cudaErrorInvalidValue;
+  }
+  return launch_status();
+}
+
+cudaError_t int_gather_columns(DType dtype, const void* x, const int32_t* perm, void* out, int m,
+                               int k, cudaStream_t stream) {
+  if (m < 0 || k <= 0 || !x || !perm || !out) return cudaErrorInvalidValue;
+  if (m == 0) return cudaSuccess;
+  const int64_t total = int64_t{m} * k;
+  const int threads = 256;
+  const dim3 grid(unsigned((total + threads - 1) / threads));
+  if (dtype == DType::kBF16)
+    gather_kernel<<<grid, threads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), perm,
+                                                static_cast<__nv_bfloat16*>(out), m, k);
+  else if (dtype == DType::kF16)
+    gather_kernel<<<grid, threads, 0, stream>>>(static_cast<const __half*>(x), perm,
+                                                static_cast<__half*>(out), m, k);
+  else
+    return cudaErrorInvalidValue;
+  return launch_status();
+}
+
+cudaError_t int_linear(GemmContext* ctx, const IntLinearParams& p, cudaStream_t stream) {
+  if (!ctx || !valid(p)) return cudaErrorInvalidValue;
+  if (p.m == 0) return cudaSuccess;
+  if (p.m <= kIntWeightOnlyMaxRows || !p.w_work) return int_weight_only(p, stream);
+  cudaError_t err = int_dequantize_weight(p, p.w_work, stream);
+  if (err != cudaSuccess) return err;
+  const GemmParams g{p.dtype, p.x, p.w_work, p.y, p.m, p.n, p.k, false, p.bias};
+  return gemm(ctx, g, stream);
+}
+
+}  // namespace pagellm::cuda
