@@ -9,6 +9,7 @@
 
 #include "backends/cuda/gemm/int_gemm.h"
 #include "common/logging.h"
+#include "quant/fp8_weights.h"
 #include "quant/int_gpu_layout.h"
 #include "runner/cuda_runner_impl.h"
 

@@ -173,7 +173,7 @@ void test_gather(Suite& s, DType t, int m, int k) {
   char name[64];
   std::snprintf(name, sizeof name, "int gather %s m=%d k=%d", dname(t), m, k);
   if (!s.selected(name)) return;
-  std::vector<int32_t> perm(size_t(k));
+  std::vector<int32_t> perm(static_cast<size_t>(k));
   for (int j = 0; j < k; ++j) perm[size_t(j)] = j;
   std::shuffle(perm.begin(), perm.end(), g_rng);
   std::uniform_real_distribution<float> xd(-1.f, 1.f);
@@ -243,7 +243,7 @@ void int_bench() {
   for (const Shape& sh : shapes) {
     const size_t w16 = size_t(sh.n) * sh.k * 2;
     const int copies16 = int((size_t(512) << 20) / w16 + 1);
-    std::vector<DevMem> wb(size_t(copies16));
+    std::vector<DevMem> wb(static_cast<size_t>(copies16));
     for (int c = 0; c < copies16; ++c) {
       wb[size_t(c)].alloc(w16);
       fill_random(wb[size_t(c)].ptr, int64_t(sh.n) * sh.k, 300 + c, 0.05);
@@ -254,7 +254,7 @@ void int_bench() {
     for (int bits : {4, 8}) {
       const size_t wbytes = size_t(sh.n) * sh.k * bits / 8, groups = size_t(sh.n) * sh.k / 128;
       const int copies = int((size_t(512) << 20) / wbytes + 1);
-      std::vector<DevMem> wq(size_t(copies)), sc(size_t(copies));
+      std::vector<DevMem> wq(static_cast<size_t>(copies)), sc(static_cast<size_t>(copies));
       for (int c = 0; c < copies; ++c) {
         wq[size_t(c)].alloc(wbytes);
         sc[size_t(c)].alloc(groups * 2);

@@ -24,19 +24,7 @@ for t in llama3 qwen3; do
   cp "$NM/tokenizer-$t/models/tokenizer_config.json" "$OUT/tokenizers/$t/"
   gzip -c "$NM/tokenizer-$t/models/tokenizer.json" > "$OUT/tokenizers/$t/tokenizer.json.gz"
 done
-python3 - "$OUT/llama31-8b/config.json" <<'PY'
-import json, sys
-# Llama-3.1-8B's config.json (public architecture values).
-json.dump({
-  "architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "bfloat16",
-  "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-  "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "hidden_act": "silu",
-  "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
-  "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                   "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-  "tie_word_embeddings": False, "attention_bias": False, "bos_token_id": 128000,
-  "eos_token_id": [128001, 128008, 128009]}, open(sys.argv[1], "w"), indent=1)
-PY
+python3 "$ROOT/tests/device/llama31_8b_config.py" "$OUT/llama31-8b/config.json"
 cp "$OUT/tokenizers/llama3/tokenizer_config.json" "$OUT/llama31-8b/"
 cp "$OUT/tokenizers/llama3/tokenizer.json.gz" "$OUT/llama31-8b/"
 du -sh "$OUT"

@@ -2,11 +2,12 @@
 # INT4 / INT8 checkpoints on the GPU (issue 12: packed weights, the INT weight-only kernels), then
 # `bench throughput` figures (bf16 beside FP8 and INT4), on the GPU machine.
 # Run from the repository root (tools/quantize_int.py makes the checkpoints there, numpy only):
-#   bash tests/device/run_int_gpu.sh BUNDLE [--bench] [--kernels]
-# BUNDLE holds pagellm (xz), unpack_bundle.sh, models/pycode-25M (xz'd), heldout_python.txt and
-# llama31-8b/ (config + tokenizer for --load-format dummy), with --kernels also cuda_kernel_tests
-# and cuda_runner_check (xz); see docs/PERF.md for how it is made. --kernels first runs the INT
-# kernel tests, their benchmark against bf16, and decode on Llama-3.1-8B shapes (bf16, INT4, INT8).
+#   bash tests/device/run_int_gpu.sh BUNDLE [--kernels] [--bench] [--no-ppl]
+# BUNDLE (tests/device/make_int_bundle.sh) holds pagellm (xz) and unpack_bundle.sh; the perplexity
+# runs need models/pycode-25M (xz'd) and heldout_python.txt, --bench llama31-8b/ (config + tokenizer
+# for --load-format dummy), --kernels cuda_kernel_tests and cuda_runner_check (xz). --kernels runs
+# the INT kernel tests, their benchmark against bf16, and decode on Llama-3.1-8B shapes (bf16, INT4,
+# INT8); --no-ppl skips the perplexity runs.
 # For pycode-25M bf16 and four formats (GPTQ W4A16 g128 act-order, AWQ W4A16 g128, compressed-
 # tensors W4A16 g128 and W8A16): teacher-forced perplexity of the held-out text on --device cuda
 # and --device cpu; W8A8-INT8 must be refused on cuda in one line.
@@ -25,7 +26,7 @@ if [[ " $* " == *" --kernels "* ]]; then
   say "decode (exit $?)"
   grep -E "copy bandwidth|tok/s|weights" "$LOGS/int_decode.log" | tee -a "$SUMMARY"
 fi
-python3 - "$B/heldout_python.txt" "$B/ppl_prompt.jsonl" <<'PY'
+[[ " $* " == *" --no-ppl "* ]] || python3 - "$B/heldout_python.txt" "$B/ppl_prompt.jsonl" <<'PY'
 import json, sys
 text = open(sys.argv[1]).read()
 with open(sys.argv[2], "w") as f:
@@ -47,8 +48,8 @@ score() {  # NAME MODEL_DIR
   say "$line"
   grep -hE "dequantized to|kept packed" "$LOGS/ppl_$1_cuda.err" | head -2 | tee -a "$SUMMARY"
 }
-score bf16 "$P"
-while read -r name args; do
+[[ " $* " == *" --no-ppl "* ]] || score bf16 "$P"
+[[ " $* " == *" --no-ppl "* ]] || while read -r name args; do
   # shellcheck disable=SC2086
   timeout 300 python3 tools/quantize_int.py $args "$P" "$B/q/$name" > "$LOGS/quantize_$name.log" 2>&1 ||
     { say "quantize $name failed: $(tail -2 "$LOGS/quantize_$name.log")"; continue; }
@@ -60,7 +61,7 @@ ct-w4a16-g128 --format ct-w4a16 --method rtn
 ct-w8a16-channel --format ct-w8a16 --method rtn --group-size -1
 ct-w8a8 --format ct-w8a8 --method rtn
 LIST
-say "W8A8 on cuda: $(grep -v INFO "$LOGS/ppl_ct-w8a8_cuda.err" | head -2)"
+[[ " $* " == *" --no-ppl "* ]] || say "W8A8 on cuda: $(grep -v INFO "$LOGS/ppl_ct-w8a8_cuda.err" | head -2)"
 
 if [[ " $* " == *" --bench "* ]]; then
   # INT4: the 8B config with a GPTQ W4A16 g128 quantization_config (dummy: random packed weights).
