@@ -4,7 +4,8 @@
 //    16-row slices, the dequantize + 16-bit GEMM path past kIntWeightOnlyMaxRows), odd n, one- and
 //    two-row-tile grids, k 64 .. 14336, group sizes 32 / 128 / per channel, symmetric and
 //    asymmetric zeros, with and without bias, bf16 and f16: within the output dtype's rounding of a
-//    float64 sum over the weights the kernel forms (round((q - z) * s) with s in the layer dtype);
+//    float64 sum over the dequantized weights (round((q - z) * s) with s in the layer dtype; the
+//    kernels that scale the sums instead of the weights are closer to the unrounded product);
 //  - int_dequantize_weight bit-exact with that host dequantization; int_gather_columns exact;
 //  - a CUDA graph replay gives the eager call's bits.
 // The packing below restates the layout of int_gemm.h on purpose (this binary links no
@@ -279,7 +280,7 @@ void int_bench() {
         const double bytes = double(wbytes) + double(groups) * 2;
         std::printf("%-15s %5d %6s %9.1f %9.1f %7.2fx %6.1f%%\n", sh.name, m,
                     bits == 4 ? "int4" : "int8", us, us16, us16 / us,
-                    100.0 * (bytes / (us * 1e3)) / (copy / 2));
+                    100.0 * (bytes / (us * 1e3)) / copy);
       }
     }
   }

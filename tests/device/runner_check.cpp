@@ -450,8 +450,9 @@ void perf(const std::string& qname, bool with_eager) {
   if (fp8) config.quant = quant::resolve_quantization(config.quant, "fp8", "runner_check");
   if (qname == "int4" || qname == "int8")
     config.quant = quant::parse_quant_config_text(
-        std::string(R"({"quant_method": "gptq", "group_size": 128, "desc_act": false, "sym": true, "bits": )") +
-            (qname == "int4" ? "4}" : "8}"),
+        std::string(R"({"quantization_config": {"quant_method": "gptq", "group_size": 128, )"
+                    R"("desc_act": false, "sym": true, "bits": )") +
+            (qname == "int4" ? "4}}" : "8}}"),
         "runner_check");
   for (bool eager : with_eager ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
     runner::CudaRunnerOptions o;

@@ -13,9 +13,11 @@
 //          bits 8: uint8 [n, k], row-major.
 //   scale  [n, k / group_size] of the activation dtype (bf16 / f16).
 //   zero   uint8 [n, k / group_size], or null: every zero is 2^(bits - 1) (symmetric schemes).
-//   W[r, c] = (q[r, c] - zero[r, c / group_size]) * scale[r, c / group_size], the difference exact,
-//   the product rounded once to the activation dtype (bf16 scales are the checkpoint's rounded to
-//   bf16, as in vLLM's kernels for bf16 models).
+//   W[r, c] = (q[r, c] - zero[r, c / group_size]) * scale[r, c / group_size], the difference exact.
+//   Where group_size is a multiple of 128 (4 bits) or 64 (8 bits) the weight-only kernel multiplies
+//   the exact differences and scales the sums in fp32; otherwise, and in int_dequantize_weight,
+//   each product is rounded once to the activation dtype. (bf16 scales are the checkpoint's rounded
+//   to bf16, as in vLLM's kernels for bf16 models.)
 // k and group_size multiples of 32; group_size divides k (per-channel: group_size = k).
 #pragma once
 

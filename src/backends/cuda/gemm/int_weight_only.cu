@@ -1,6 +1,6 @@
 // INT4 / INT8 weight-only linear (gemm/int_gemm.h): the packed weight is read once, dequantized in
-// registers and multiplied on tensor cores (mma.sync m16n8k16, fp32 accumulation) against up to 16
-// activation rows per block; larger m runs the weight once per 16 rows with those blocks next to
+// registers and multiplied on tensor cores (mma.sync m16n8k16, fp32 accumulation) against up to 64
+// activation rows per block; larger m runs the weight once per 64 rows with those blocks next to
 // each other in the grid, so that the re-reads come from L2.
 //
 // Layout (as gemm/fp8_weight_only_mma.cu): a block owns 16 * kTiles weight rows and splits k over
@@ -8,12 +8,14 @@
 // bytes of rows g and g + 8 of each tile per chunk piece: 32 columns at 4 bits, 16 at 8 bits, all in
 // one group (group sizes are multiples of 32). The mma's k order only has to agree between A and B,
 // so the lane's columns feed its own A slots of consecutive mmas, and B takes the activations at the
-// same columns. The dequantization is exact up to the one rounding of (q - z) * s:
+// same columns. The integers are recovered exactly:
 //   4 bits: a mask puts nibbles i and i + 4 (adjacent columns) into the mantissas of a 16-bit pair
-//           of magic numbers (bf16 128 + q, f16 1024 + q), one subtraction of (magic + z) gives the
-//           exact q - z, one multiplication by the scale pair gives the weights;
-//   8 bits: a byte permutation builds f16 pairs 1024 + q, the subtraction gives q - z exactly in f16,
-//           then the scale (for bf16 through fp32).
+//           of magic numbers (bf16 128 + q, f16 1024 + q), and one subtraction of (magic + z) gives
+//           the exact q - z;
+//   8 bits: a byte permutation builds f16 pairs 1024 + q, and the subtraction gives q - z exactly in
+//           f16 (converted to bf16 for bf16 models, still exact).
+// Then either the mma takes q - z and its sums are scaled (LATE, below), or the pairs are scaled
+// first, each weight rounded once to the dtype (group sizes too small for one group per mma).
 #include <type_traits>
 
 #include "backends/cuda/common.cuh"
@@ -92,8 +94,9 @@ __device__ __forceinline__ GroupConst<T, BITS> group_const(const IntLinearParams
   return gc;
 }
 
-// 16 packed bytes -> kVals / 2 pairs of T (pair q = the piece's columns 2q, 2q + 1).
-template <typename T, int BITS>
+// 16 packed bytes -> kVals / 2 pairs of T (pair q = the piece's columns 2q, 2q + 1): the weights,
+// or with LATE the exact integers q - z (the scale is then applied to the mma's sums).
+template <typename T, int BITS, bool LATE>
 __device__ __forceinline__ void dequant_piece(const uint4& v, const GroupConst<T, BITS>& gc,
                                               uint32_t (&pairs)[kVals<BITS> / 2]) {
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
@@ -105,7 +108,7 @@ __device__ __forceinline__ void dequant_piece(const uint4& v, const GroupConst<T
       for (int j = 0; j < 4; ++j) {
         const uint32_t raw = ((words[i] >> (4 * j)) & 0x000f000fu) | kMagic;
         const Pair<T> d = __hsub2(as_pair<T>(raw), as_pair<T>(gc.zero2));
-        pairs[4 * i + j] = as_u32<T>(__hmul2(d, as_pair<T>(gc.scale2)));
+        pairs[4 * i + j] = LATE ? as_u32<T>(d) : as_u32<T>(__hmul2(d, as_pair<T>(gc.scale2)));
       }
   } else {
 #pragma unroll
@@ -115,10 +118,11 @@ __device__ __forceinline__ void dequant_piece(const uint4& v, const GroupConst<T
         const uint32_t raw = __byte_perm(words[i], 0x64646464u, j == 0 ? 0x4140u : 0x4342u);
         const __half2 d = __hsub2(as_pair<__half>(raw), as_pair<__half>(gc.zero2));
         if constexpr (std::is_same_v<T, __half>) {
-          pairs[2 * i + j] = as_u32<T>(__hmul2(d, as_pair<T>(gc.scale2)));
+          pairs[2 * i + j] = LATE ? as_u32<T>(d) : as_u32<T>(__hmul2(d, as_pair<T>(gc.scale2)));
         } else {
-          const float2 f = __half22float2(d);
-          pairs[2 * i + j] = as_u32<T>(__floats2bfloat162_rn(f.x * gc.scale, f.y * gc.scale));
+          const float2 f = __half22float2(d);  // |q - z| <= 255: exact in bf16
+          pairs[2 * i + j] = LATE ? as_u32<T>(__floats2bfloat162_rn(f.x, f.y))
+                                  : as_u32<T>(__floats2bfloat162_rn(f.x * gc.scale, f.y * gc.scale));
         }
       }
   }
@@ -126,10 +130,16 @@ __device__ __forceinline__ void dequant_piece(const uint4& v, const GroupConst<T
 
 // grid: (ceil(m / (8 * NT)), ceil(n / (16 * TILES))): the m-slices of one weight tile are
 // neighbours, so a weight read for the first slice is in L2 for the others.
-template <typename T, int BITS, int TILES, int NT>
+// LATE: every mma's 16 k-slots lie in one group (the lanes of a piece round cover 128 columns at
+// 4 bits, 64 at 8: group sizes that are multiples of those), so the mma multiplies the exact
+// integers q - z and each round's sums are scaled once, in fp32, instead of every weight.
+// PREFETCH: the next chunk's weights are loaded before the current one is multiplied (one-tile
+// blocks, whose registers allow the second buffer).
+template <typename T, int BITS, int TILES, int NT, bool LATE>
 __global__ void __launch_bounds__(kThreads)
     int_mma_kernel(const __grid_constant__ IntLinearParams p) {
   constexpr int kV = kVals<BITS>;
+  constexpr bool kPrefetch = TILES == 1;
   __shared__ float partial[kWarps][TILES][NT][4][32];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -151,8 +161,8 @@ __global__ void __launch_bounds__(kThreads)
     x[nt] = static_cast<const T*>(p.x) + int64_t{min(m0 + 8 * nt + g, p.m - 1)} * p.k;
   float c[TILES][NT][4] = {};
 
-  uint4 a[TILES][2][kPieces];
-  auto load_weights = [&](int chunk) {
+  uint4 a[TILES][2][kPieces], next[kPrefetch ? TILES : 1][2][kPieces];
+  auto load_weights = [&](int chunk, uint4 (&buf)[TILES][2][kPieces]) {
 #pragma unroll
     for (int u = 0; u < kPieces; ++u) {
       const int off = chunk + u * 64 + t * 16;
@@ -160,41 +170,66 @@ __global__ void __launch_bounds__(kThreads)
       for (int tile = 0; tile < TILES; ++tile)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          a[tile][h][u] = off < kb ? __ldcs(reinterpret_cast<const uint4*>(w[tile][h] + off))
-                                   : make_uint4(0, 0, 0, 0);
+          buf[tile][h][u] = off < kb ? __ldcs(reinterpret_cast<const uint4*>(w[tile][h] + off))
+                                     : make_uint4(0, 0, 0, 0);
     }
   };
+  constexpr int kStride = kWarps * kChunk;
   const int first_chunk = warp * kChunk;
-  if (first_chunk < kb) load_weights(first_chunk);
+  if (first_chunk < kb) load_weights(first_chunk, a);
   pdl_wait();
   pdl_launch_dependents();
-  for (int chunk = first_chunk; chunk < kb; chunk += kWarps * kChunk) {
-    if (chunk != first_chunk) load_weights(chunk);
+  for (int chunk = first_chunk; chunk < kb; chunk += kStride) {
+    if constexpr (kPrefetch) {
+      if (chunk + kStride < kb) load_weights(chunk + kStride, next);
+    } else if (chunk != first_chunk) {
+      load_weights(chunk, a);
+    }
 #pragma unroll
     for (int u = 0; u < kPieces; ++u) {
       if (chunk + u * 64 >= kb) break;  // warp-uniform: whole pieces only (k % 32 == 0)
       const int col = (chunk + u * 64 + t * 16) * (8 / BITS);
-      uint32_t b[NT][kV / 2];  // activation pairs at the lane's columns
+      const int group = col / p.group_size;
+      uint32_t lo[TILES][kV / 2], hi[TILES][kV / 2];  // rows g and g + 8 of each tile
+      float s_lo[TILES], s_hi[TILES];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+      for (int tile = 0; tile < TILES; ++tile) {
+        const GroupConst<T, BITS> gl = group_const<T, BITS>(p, rows[tile][0], group);
+        const GroupConst<T, BITS> gh = group_const<T, BITS>(p, rows[tile][1], group);
+        dequant_piece<T, BITS, LATE>(a[tile][0][u], gl, lo[tile]);
+        dequant_piece<T, BITS, LATE>(a[tile][1][u], gh, hi[tile]);
+        s_lo[tile] = gl.scale, s_hi[tile] = gh.scale;
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        uint32_t b[kV / 2];  // activation pairs at the lane's columns
 #pragma unroll
         for (int v = 0; v < kV / 8; ++v) {
           const uint4 q = *reinterpret_cast<const uint4*>(x[nt] + col + 8 * v);
-          b[nt][4 * v] = q.x, b[nt][4 * v + 1] = q.y, b[nt][4 * v + 2] = q.z, b[nt][4 * v + 3] = q.w;
+          b[4 * v] = q.x, b[4 * v + 1] = q.y, b[4 * v + 2] = q.z, b[4 * v + 3] = q.w;
         }
-      const int group = col / p.group_size;
 #pragma unroll
-      for (int tile = 0; tile < TILES; ++tile) {
-        uint32_t lo[kV / 2], hi[kV / 2];  // rows g and g + 8 of the tile
-        dequant_piece<T, BITS>(a[tile][0][u], group_const<T, BITS>(p, rows[tile][0], group), lo);
-        dequant_piece<T, BITS>(a[tile][1][u], group_const<T, BITS>(p, rows[tile][1], group), hi);
+        for (int tile = 0; tile < TILES; ++tile) {
+          float d[4] = {};
+          float(&acc)[4] = LATE ? d : c[tile][nt];
 #pragma unroll
-        for (int j = 0; j < kV / 4; ++j)
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-            mma16816<T>(c[tile][nt], lo[2 * j], hi[2 * j], lo[2 * j + 1], hi[2 * j + 1],
-                        b[nt][2 * j], b[nt][2 * j + 1]);
+          for (int j = 0; j < kV / 4; ++j)
+            mma16816<T>(acc, lo[tile][2 * j], hi[tile][2 * j], lo[tile][2 * j + 1],
+                        hi[tile][2 * j + 1], b[2 * j], b[2 * j + 1]);
+          if constexpr (LATE) {
+            c[tile][nt][0] = fmaf(d[0], s_lo[tile], c[tile][nt][0]);
+            c[tile][nt][1] = fmaf(d[1], s_lo[tile], c[tile][nt][1]);
+            c[tile][nt][2] = fmaf(d[2], s_hi[tile], c[tile][nt][2]);
+            c[tile][nt][3] = fmaf(d[3], s_hi[tile], c[tile][nt][3]);
+          }
+        }
       }
+    }
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int u = 0; u < kPieces; ++u)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) a[0][h][u] = next[0][h][u];
     }
   }
 
@@ -226,18 +261,26 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, int BITS, int TILES, int NT>
 cudaError_t launch_mma(const IntLinearParams& p, cudaStream_t stream) {
   const dim3 grid((p.m + 8 * NT - 1) / (8 * NT), (p.n + 16 * TILES - 1) / (16 * TILES));
-  return launch_kernel(int_mma_kernel<T, BITS, TILES, NT>, grid, kThreads, 0, stream, p);
+  if (p.group_size % (BITS == 4 ? 128 : 64) == 0)
+    return launch_kernel(int_mma_kernel<T, BITS, TILES, NT, true>, grid, kThreads, 0, stream, p);
+  return launch_kernel(int_mma_kernel<T, BITS, TILES, NT, false>, grid, kThreads, 0, stream, p);
 }
 
 // Fewer rows per block where two-row-tile blocks would not fill the GPU twice over.
 constexpr int kTwoTileMinRows = 8448;
 
+// One activation tile (8 rows) per block up to m = 8, then 2, 4 and 8 (m <= 64 in one pass over
+// the weight); larger m in slices of 64. Two row tiles per block only where they fill the GPU
+// twice over and the activation tiles are few (registers).
 template <typename T, int BITS>
 cudaError_t launch_for_shape(const IntLinearParams& p, cudaStream_t stream) {
   const bool one_tile = p.n < kTwoTileMinRows;
   if (p.m <= 8)
     return one_tile ? launch_mma<T, BITS, 1, 1>(p, stream) : launch_mma<T, BITS, 2, 1>(p, stream);
-  return one_tile ? launch_mma<T, BITS, 1, 2>(p, stream) : launch_mma<T, BITS, 2, 2>(p, stream);
+  if (p.m <= 16)
+    return one_tile ? launch_mma<T, BITS, 1, 2>(p, stream) : launch_mma<T, BITS, 2, 2>(p, stream);
+  if (p.m <= 32) return launch_mma<T, BITS, 1, 4>(p, stream);
+  return launch_mma<T, BITS, 1, 8>(p, stream);
 }
 
 // One thread per 16-byte piece: out[r, cols of the piece] = dequantized weights.
@@ -253,7 +296,7 @@ __global__ void dequant_kernel(const __grid_constant__ IntLinearParams p, T* out
   const uint4 v =
       *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.wq) + int64_t{row} * kb + piece * 16);
   uint32_t pairs[kVals<BITS> / 2];
-  dequant_piece<T, BITS>(v, group_const<T, BITS>(p, row, col / p.group_size), pairs);
+  dequant_piece<T, BITS, false>(v, group_const<T, BITS>(p, row, col / p.group_size), pairs);
   uint4* dst = reinterpret_cast<uint4*>(out + int64_t{row} * p.k + col);
 #pragma unroll
   for (int q = 0; q < kVals<BITS> / 8; ++q)
