@@ -231,8 +231,8 @@ void int_bench() {
   CK(err);
   const double copy = copy_gbs();
   std::printf("ceiling: d2d copy (read+write) %.0f GB/s\n", copy);
-  std::printf("%-15s %5s %6s %9s %9s %8s %7s\n", "n x k", "m", "path", "us", "bf16 us", "speedup",
-              "W%copy");
+  std::printf("%-15s %5s %6s %9s %9s %8s %7s\n", "n x k", "m", "bits/tiles", "us", "bf16 us",
+              "speedup", "W%copy");
   struct Shape {
     const char* name;
     int n, k;
@@ -263,24 +263,28 @@ void int_bench() {
         CK(fill_constant(DType::kBF16, sc[size_t(c)].ptr, int64_t(groups), 0.01f, nullptr));
       }
       for (int m : {1, 4, 16, 32, 64}) {
-        int next = 0, next16 = 0;
-        const double us = 1e3 * time_graph_ms([&](cudaStream_t st) {
-          const size_t c = size_t(next++ % copies);
-          IntLinearParams p;
-          p.bits = bits, p.x = x.ptr, p.wq = wq[c].ptr, p.scale = sc[c].ptr, p.y = y.ptr;
-          p.m = m, p.n = sh.n, p.k = sh.k, p.group_size = 128;
-          CK(int_linear(ctx, p, st));
-        });
+        int next16 = 0;
         const double us16 = 1e3 * time_graph_ms([&](cudaStream_t st) {
           CK(gemm(ctx,
                   {DType::kBF16, x.ptr, wb[size_t(next16++ % copies16)].ptr, y.ptr, m, sh.n, sh.k,
                    false},
                   st));
         });
-        const double bytes = double(wbytes) + double(groups) * 2;
-        std::printf("%-15s %5d %6s %9.1f %9.1f %7.2fx %6.1f%%\n", sh.name, m,
-                    bits == 4 ? "int4" : "int8", us, us16, us16 / us,
-                    100.0 * (bytes / (us * 1e3)) / copy);
+        // tiles 0: int_linear's choice; 1 and 2 pin the weight-only kernel's rows per block.
+        for (int tiles : {0, 1, 2}) {
+          int next = 0;
+          const double us = 1e3 * time_graph_ms([&](cudaStream_t st) {
+            const size_t c = size_t(next++ % copies);
+            IntLinearParams p;
+            p.bits = bits, p.x = x.ptr, p.wq = wq[c].ptr, p.scale = sc[c].ptr, p.y = y.ptr;
+            p.m = m, p.n = sh.n, p.k = sh.k, p.group_size = 128;
+            CK(tiles == 0 ? int_linear(ctx, p, st) : int_weight_only(p, st, tiles));
+          });
+          const double bytes = double(wbytes) + double(groups) * 2;
+          std::printf("%-15s %5d %4s/%d %9.1f %9.1f %7.2fx %6.1f%%\n", sh.name, m,
+                      bits == 4 ? "int4" : "int8", tiles, us, us16, us16 / us,
+                      100.0 * (bytes / (us * 1e3)) / copy);
+        }
       }
     }
   }

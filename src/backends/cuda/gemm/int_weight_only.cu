@@ -1,6 +1,6 @@
 // INT4 / INT8 weight-only linear (gemm/int_gemm.h): the packed weight is read once, dequantized in
-// registers and multiplied on tensor cores (mma.sync m16n8k16, fp32 accumulation) against up to 64
-// activation rows per block; larger m runs the weight once per 64 rows with those blocks next to
+// registers and multiplied on tensor cores (mma.sync m16n8k16, fp32 accumulation) against up to 16
+// activation rows per block; larger m runs the weight once per 16 rows with those blocks next to
 // each other in the grid, so that the re-reads come from L2.
 //
 // Layout (as gemm/fp8_weight_only_mma.cu): a block owns 16 * kTiles weight rows and splits k over
@@ -26,8 +26,6 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kPieces = 4;                // 16-byte pieces per row per lane per chunk
-constexpr int kChunk = kPieces * 4 * 16;  // bytes of a row per warp per iteration (256)
 
 template <typename T>
 __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -72,13 +70,24 @@ struct GroupConst {
   float scale;
 };
 
+// A row's scale and zero point for one group, as stored (loaded together with the weights, so that
+// they are not a second memory round trip after them).
+template <typename T>
+struct RawGroup {
+  T scale;
+  int zero;
+};
+
 template <typename T, int BITS>
-__device__ __forceinline__ GroupConst<T, BITS> group_const(const IntLinearParams& p, int row,
-                                                           int group) {
-  const int groups = p.k / p.group_size;
-  const int64_t at = int64_t{row} * groups + group;
-  const T s = static_cast<const T*>(p.scale)[at];
-  const int z = p.zero ? int{p.zero[at]} : 1 << (BITS - 1);
+__device__ __forceinline__ RawGroup<T> load_group(const IntLinearParams& p, int row, int group) {
+  const int64_t at = int64_t{row} * (p.k / p.group_size) + group;
+  return {static_cast<const T*>(p.scale)[at], p.zero ? int{p.zero[at]} : 1 << (BITS - 1)};
+}
+
+template <typename T, int BITS>
+__device__ __forceinline__ GroupConst<T, BITS> group_const(const RawGroup<T>& r) {
+  const T s = r.scale;
+  const int z = r.zero;
   GroupConst<T, BITS> gc;
   gc.scale = to_float(s);
   if constexpr (std::is_same_v<T, __half>) gc.scale2 = as_u32<T>(__half2(s, s));
@@ -133,13 +142,17 @@ __device__ __forceinline__ void dequant_piece(const uint4& v, const GroupConst<T
 // LATE: every mma's 16 k-slots lie in one group (the lanes of a piece round cover 128 columns at
 // 4 bits, 64 at 8: group sizes that are multiples of those), so the mma multiplies the exact
 // integers q - z and each round's sums are scaled once, in fp32, instead of every weight.
-// PREFETCH: the next chunk's weights are loaded before the current one is multiplied (one-tile
-// blocks, whose registers allow the second buffer).
+// PREFETCH: the next chunk's weights and group constants are loaded before the current one is
+// multiplied (one-tile blocks, whose registers allow the second buffer).
 template <typename T, int BITS, int TILES, int NT, bool LATE>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, TILES == 1 && NT == 1 ? 2 : 1)
     int_mma_kernel(const __grid_constant__ IntLinearParams p) {
   constexpr int kV = kVals<BITS>;
   constexpr bool kPrefetch = TILES == 1;
+  // 16-byte pieces per row per lane per chunk: 2 where the next chunk is prefetched (so that a
+  // 4096-column row gives each warp two chunks to overlap), else 4.
+  constexpr int kPieces = kPrefetch ? 2 : 4;
+  constexpr int kChunk = kPieces * 4 * 16;  // bytes of a row per warp per iteration
   __shared__ float partial[kWarps][TILES][NT][4][32];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -161,17 +174,24 @@ __global__ void __launch_bounds__(kThreads)
     x[nt] = static_cast<const T*>(p.x) + int64_t{min(m0 + 8 * nt + g, p.m - 1)} * p.k;
   float c[TILES][NT][4] = {};
 
-  uint4 a[TILES][2][kPieces], next[kPrefetch ? TILES : 1][2][kPieces];
-  auto load_weights = [&](int chunk, uint4 (&buf)[TILES][2][kPieces]) {
+  struct Chunk {
+    uint4 w[TILES][2][kPieces];
+    RawGroup<T> g[TILES][2][kPieces];
+  };
+  Chunk a, next;
+  auto load_weights = [&](int chunk, Chunk& buf) {
 #pragma unroll
     for (int u = 0; u < kPieces; ++u) {
       const int off = chunk + u * 64 + t * 16;
+      const int group = min(off, kb - 16) * (8 / BITS) / p.group_size;
 #pragma unroll
       for (int tile = 0; tile < TILES; ++tile)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          buf[tile][h][u] = off < kb ? __ldcs(reinterpret_cast<const uint4*>(w[tile][h] + off))
-                                     : make_uint4(0, 0, 0, 0);
+        for (int h = 0; h < 2; ++h) {
+          buf.w[tile][h][u] = off < kb ? __ldcs(reinterpret_cast<const uint4*>(w[tile][h] + off))
+                                       : make_uint4(0, 0, 0, 0);
+          buf.g[tile][h][u] = load_group<T, BITS>(p, rows[tile][h], group);
+        }
     }
   };
   constexpr int kStride = kWarps * kChunk;
@@ -189,15 +209,14 @@ __global__ void __launch_bounds__(kThreads)
     for (int u = 0; u < kPieces; ++u) {
       if (chunk + u * 64 >= kb) break;  // warp-uniform: whole pieces only (k % 32 == 0)
       const int col = (chunk + u * 64 + t * 16) * (8 / BITS);
-      const int group = col / p.group_size;
       uint32_t lo[TILES][kV / 2], hi[TILES][kV / 2];  // rows g and g + 8 of each tile
       float s_lo[TILES], s_hi[TILES];
 #pragma unroll
       for (int tile = 0; tile < TILES; ++tile) {
-        const GroupConst<T, BITS> gl = group_const<T, BITS>(p, rows[tile][0], group);
-        const GroupConst<T, BITS> gh = group_const<T, BITS>(p, rows[tile][1], group);
-        dequant_piece<T, BITS, LATE>(a[tile][0][u], gl, lo[tile]);
-        dequant_piece<T, BITS, LATE>(a[tile][1][u], gh, hi[tile]);
+        const GroupConst<T, BITS> gl = group_const<T, BITS>(a.g[tile][0][u]);
+        const GroupConst<T, BITS> gh = group_const<T, BITS>(a.g[tile][1][u]);
+        dequant_piece<T, BITS, LATE>(a.w[tile][0][u], gl, lo[tile]);
+        dequant_piece<T, BITS, LATE>(a.w[tile][1][u], gh, hi[tile]);
         s_lo[tile] = gl.scale, s_hi[tile] = gh.scale;
       }
 #pragma unroll
@@ -225,12 +244,7 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
-    if constexpr (kPrefetch) {
-#pragma unroll
-      for (int u = 0; u < kPieces; ++u)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) a[0][h][u] = next[0][h][u];
-    }
+    if constexpr (kPrefetch) a = next;
   }
 
 #pragma unroll
@@ -269,18 +283,16 @@ cudaError_t launch_mma(const IntLinearParams& p, cudaStream_t stream) {
 // Fewer rows per block where two-row-tile blocks would not fill the GPU twice over.
 constexpr int kTwoTileMinRows = 8448;
 
-// One activation tile (8 rows) per block up to m = 8, then 2, 4 and 8 (m <= 64 in one pass over
-// the weight); larger m in slices of 64. Two row tiles per block only where they fill the GPU
-// twice over and the activation tiles are few (registers).
+// One activation tile (8 rows) per block up to m = 8, two beyond, in slices of 16 rows (whose
+// blocks are neighbours: the weight comes from L2 for all but the first). Two row tiles per block
+// only where they fill the GPU twice over. (Four and eight activation tiles per block measured
+// slower at m = 32 and 64: docs/PERF.md.)
 template <typename T, int BITS>
-cudaError_t launch_for_shape(const IntLinearParams& p, cudaStream_t stream) {
-  const bool one_tile = p.n < kTwoTileMinRows;
+cudaError_t launch_for_shape(const IntLinearParams& p, int tiles, cudaStream_t stream) {
+  const bool one_tile = tiles == 0 ? p.n < kTwoTileMinRows : tiles == 1;
   if (p.m <= 8)
     return one_tile ? launch_mma<T, BITS, 1, 1>(p, stream) : launch_mma<T, BITS, 2, 1>(p, stream);
-  if (p.m <= 16)
-    return one_tile ? launch_mma<T, BITS, 1, 2>(p, stream) : launch_mma<T, BITS, 2, 2>(p, stream);
-  if (p.m <= 32) return launch_mma<T, BITS, 1, 4>(p, stream);
-  return launch_mma<T, BITS, 1, 8>(p, stream);
+  return one_tile ? launch_mma<T, BITS, 1, 2>(p, stream) : launch_mma<T, BITS, 2, 2>(p, stream);
 }
 
 // One thread per 16-byte piece: out[r, cols of the piece] = dequantized weights.
@@ -296,7 +308,8 @@ __global__ void dequant_kernel(const __grid_constant__ IntLinearParams p, T* out
   const uint4 v =
       *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.wq) + int64_t{row} * kb + piece * 16);
   uint32_t pairs[kVals<BITS> / 2];
-  dequant_piece<T, BITS, false>(v, group_const<T, BITS>(p, row, col / p.group_size), pairs);
+  dequant_piece<T, BITS, false>(v, group_const<T, BITS>(load_group<T, BITS>(p, row, col / p.group_size)),
+                                pairs);
   uint4* dst = reinterpret_cast<uint4*>(out + int64_t{row} * p.k + col);
 #pragma unroll
   for (int q = 0; q < kVals<BITS> / 8; ++q)
@@ -321,13 +334,14 @@ bool valid(const IntLinearParams& p) {
 
 }  // namespace
 
-cudaError_t int_weight_only(const IntLinearParams& p, cudaStream_t stream) {
-  if (!valid(p)) return cudaErrorInvalidValue;
+cudaError_t int_weight_only(const IntLinearParams& p, cudaStream_t stream, int tiles) {
+  if (!valid(p) || tiles < 0 || tiles > 2) return cudaErrorInvalidValue;
   if (p.m == 0) return cudaSuccess;
   if (p.dtype == DType::kBF16)
-    return p.bits == 4 ? launch_for_shape<__nv_bfloat16, 4>(p, stream)
-                       : launch_for_shape<__nv_bfloat16, 8>(p, stream);
-  return p.bits == 4 ? launch_for_shape<__half, 4>(p, stream) : launch_for_shape<__half, 8>(p, stream);
+    return p.bits == 4 ? launch_for_shape<__nv_bfloat16, 4>(p, tiles, stream)
+                       : launch_for_shape<__nv_bfloat16, 8>(p, tiles, stream);
+  return p.bits == 4 ? launch_for_shape<__half, 4>(p, tiles, stream)
+                     : launch_for_shape<__half, 8>(p, tiles, stream);
 }
 
 cudaError_t int_dequantize_weight(const IntLinearParams& p, void* out, cudaStream_t stream) {
