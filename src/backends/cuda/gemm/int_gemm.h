@@ -54,7 +54,7 @@ constexpr int kIntWeightOnlyMaxRows = 64;
 cudaError_t int_linear(GemmContext* ctx, const IntLinearParams& p, cudaStream_t stream);
 
 // The weight-only kernel for any m (tests and benchmarks pin it); `tiles` pins the weight rows per
-// block (1: 16 rows, with the next chunk prefetched; 2: 32 rows; 0: by n, as int_linear does).
+// block (1: 16 rows, with the next chunk prefetched; 2: 32 rows; 0: by bits and m, as int_linear).
 cudaError_t int_weight_only(const IntLinearParams& p, cudaStream_t stream, int tiles = 0);
 
 // out [n, k] of p.dtype = the dequantized weight of p (x, y, m unused).

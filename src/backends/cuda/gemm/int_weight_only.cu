@@ -280,16 +280,15 @@ cudaError_t launch_mma(const IntLinearParams& p, cudaStream_t stream) {
   return launch_kernel(int_mma_kernel<T, BITS, TILES, NT, false>, grid, kThreads, 0, stream, p);
 }
 
-// Fewer rows per block where two-row-tile blocks would not fill the GPU twice over.
-constexpr int kTwoTileMinRows = 8448;
-
 // One activation tile (8 rows) per block up to m = 8, two beyond, in slices of 16 rows (whose
-// blocks are neighbours: the weight comes from L2 for all but the first). Two row tiles per block
-// only where they fill the GPU twice over. (Four and eight activation tiles per block measured
-// slower at m = 32 and 64: docs/PERF.md.)
+// blocks are neighbours: the weight comes from L2 for all but the first). Rows per block, measured
+// on H100 over Llama-3.1-8B's shapes (docs/PERF.md, "INT4 / INT8 kernels"): 16 with the prefetch
+// for 8-bit weights and for 4-bit up to m = 8, 32 for 4-bit beyond (its dequantization per byte is
+// twice the 8-bit one, and two tiles share each activation load). Four and eight activation tiles
+// per block measured slower at m = 32 and 64.
 template <typename T, int BITS>
 cudaError_t launch_for_shape(const IntLinearParams& p, int tiles, cudaStream_t stream) {
-  const bool one_tile = tiles == 0 ? p.n < kTwoTileMinRows : tiles == 1;
+  const bool one_tile = tiles == 0 ? BITS == 8 || p.m <= 8 : tiles == 1;
   if (p.m <= 8)
     return one_tile ? launch_mma<T, BITS, 1, 1>(p, stream) : launch_mma<T, BITS, 2, 1>(p, stream);
   return one_tile ? launch_mma<T, BITS, 1, 2>(p, stream) : launch_mma<T, BITS, 2, 2>(p, stream);
