@@ -87,8 +87,10 @@ TEST(IntQuantConfig, FlagsAgreeWithTheCheckpointOrFailInOneLine) {
   EXPECT_ERROR(quant::resolve_quantization(gptq, "fp8", "x"), "--quantization fp8");
   EXPECT_ERROR(quant::resolve_quantization(gptq, "none", "x"), "INT4 (gptq)");
   EXPECT_ERROR(quant::resolve_quantization({}, "auto-round", "x"), "not quantized");
-  EXPECT_NO_THROW(quant::check_int_weights_on_gpu(awq, "m"));  // dequantized at load
-  EXPECT_NE(quant::describe_int_weights_on_gpu(awq, DType::kBF16).find("dequantized to bfloat16"),
+  EXPECT_NO_THROW(quant::check_int_weights_on_gpu(awq, "m"));  // the INT weight-only kernels
+  EXPECT_NE(quant::describe_int_weights_on_gpu(awq, DType::kBF16).find("kept packed (4 bits)"),
+            std::string::npos);
+  EXPECT_NE(quant::describe_int_weights_on_gpu(awq, DType::kF32).find("dequantized to float32"),
             std::string::npos);
   EXPECT_EQ(quant::describe_int_weights_on_gpu({}, DType::kBF16), "");
   quant::QuantConfig w8a8 = gptq;
