@@ -119,14 +119,15 @@ const SchedulerOutput& Scheduler::schedule() {
 }
 
 int Scheduler::batch_seq_cap() const {
-  const int num_slots = config_.max_batches_in_flight - num_batches_in_flight();
-  if (num_slots <= 1) return config_.max_num_seqs;
-  // The sequences that could be scheduled now, spread evenly over the free slots.
-  int num_ready = 0;
-  for (const Sequence* s : running_) num_ready += s->status == SeqStatus::kRunning && !s->in_flight;
+  const int num_batches = config_.max_batches_in_flight;
+  if (num_batches <= 1) return config_.max_num_seqs;
+  // Every sequence that could run, in flight or not, spread evenly over the batches: a batch that
+  // took all the ready ones would leave the next stage-slot nearly empty for good.
+  int num_runnable = 0;
+  for (const Sequence* s : running_) num_runnable += s->status == SeqStatus::kRunning;
   const int num_queued = static_cast<int>(waiting_.size() + swapped_.size());
-  num_ready += std::min(num_queued, std::max(0, config_.max_num_seqs - num_running_));
-  return std::max(1, (num_ready + num_slots - 1) / num_slots);
+  num_runnable += std::min(num_queued, std::max(0, config_.max_num_seqs - num_running_));
+  return std::max(1, (num_runnable + num_batches - 1) / num_batches);
 }
 
 void Scheduler::schedule_running(bool decodes) {

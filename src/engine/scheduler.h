@@ -12,7 +12,8 @@
 // scheduling order. A sequence in a batch in flight is skipped by schedule() until its output is
 // applied (so no sequence is in two batches), is never preempted, and when it finishes meanwhile
 // (an abort) its KV blocks are freed only once its batch has come back. To keep every stage busy,
-// a batch takes at most its share of the schedulable sequences (their number over the free slots).
+// a batch takes at most its share of the sequences that could run (in flight or not, over
+// max_batches_in_flight), so that in steady state the batches are of equal size.
 #pragma once
 
 #include <cstdint>
