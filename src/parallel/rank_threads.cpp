@@ -37,7 +37,7 @@ struct RankThreads::State {
   std::condition_variable start_cv, done_cv;
   // Queued and running jobs by ticket; each rank takes them in ticket order.
   std::map<Ticket, std::shared_ptr<Job>> jobs;
-  Ticket last = 0;          // the newest ticket
+  Ticket last = 0;           // the newest ticket
   std::vector<Ticket> next;  // [num_ranks] the ticket each rank runs next
   bool stop = false;
   bool abandoned = false;

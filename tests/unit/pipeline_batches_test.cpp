@@ -102,12 +102,13 @@ void add_mixed(EngineCore& core, int num_requests) {
     }
     std::string prompt(size_t(1 + (i * 13) % 60), char('a' + i % 26));
     prompt.push_back('?');
-    core.add_request(std::string(1, 'r').append(std::to_string(i)), PromptInput::from_text(prompt), p,
-                     {}, false);
+    core.add_request(std::string(1, 'r').append(std::to_string(i)), PromptInput::from_text(prompt),
+                     p, {}, false);
   }
 }
 
-std::map<std::string, RequestOutput> mixed_outputs(int max_in_flight, int num_blocks, int num_swap) {
+std::map<std::string, RequestOutput> mixed_outputs(int max_in_flight, int num_blocks,
+                                                   int num_swap) {
   EngineArgs args;
   args.max_num_batched_tokens = 48;  // chunked prefill of the longer prompts
   Fixture f(max_in_flight, num_blocks, args, num_swap);
@@ -142,14 +143,15 @@ TEST(PipelineBatches, KeepsTheLimitAndSplitsTheRunningSequences) {
     Fixture f(n, 256);
     for (int i = 0; i < 12; ++i) {
       const std::string id = std::to_string(i);
-      f.core->add_request(id, PromptInput::from_text(std::string("hello ").append(id)), greedy(20), {},
-                          false);
+      f.core->add_request(id, PromptInput::from_text(std::string("hello ").append(id)), greedy(20),
+                          {}, false);
     }
     f.run();
     f.expect_clean();
     EXPECT_EQ(f.fake->max_seen, n);
     // Decodes are spread over the batches: none takes all twelve sequences.
-    EXPECT_LE(*std::max_element(f.fake->batch_sizes.begin(), f.fake->batch_sizes.end()), (12 + n - 1) / n + 1);
+    EXPECT_LE(*std::max_element(f.fake->batch_sizes.begin(), f.fake->batch_sizes.end()),
+              (12 + n - 1) / n + 1);
   }
 }
 
