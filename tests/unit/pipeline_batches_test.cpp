@@ -94,7 +94,8 @@ SamplingParams greedy(int max_tokens) {
 void add_mixed(EngineCore& core, int num_requests) {
   for (int i = 0; i < num_requests; ++i) {
     SamplingParams p = greedy(5 + (i * 7) % 23);
-    if (i % 5 == 3) p.stop = {std::string(1, char('a' + i % 3))};
+    if (i % 5 == 3)  // the fake emits bytes 3..202: a lowercase letter comes soon
+      for (char c = 'a'; c <= 'z'; ++c) p.stop.emplace_back(1, c);
     if (i % 7 == 6) {
       p.n = 2;
       p.temperature = 0.8f;
@@ -135,6 +136,9 @@ void expect_same_outputs(const std::map<std::string, RequestOutput>& want,
 
 TEST(PipelineBatches, OutputsEqualOneBatchAtATime) {
   const auto ref = mixed_outputs(1, 256, 0);
+  int num_stops = 0;
+  for (const auto& [id, o] : ref) num_stops += o.outputs[0].finish_reason == FinishReason::kStop;
+  EXPECT_GT(num_stops, 0) << "the load should include stop strings";
   for (int n : {2, 4}) expect_same_outputs(ref, mixed_outputs(n, 256, 0), "N=" + std::to_string(n));
 }
 
@@ -153,6 +157,24 @@ TEST(PipelineBatches, KeepsTheLimitAndSplitsTheRunningSequences) {
     EXPECT_LE(*std::max_element(f.fake->batch_sizes.begin(), f.fake->batch_sizes.end()),
               (12 + n - 1) / n + 1);
   }
+}
+
+TEST(PipelineBatches, PrefixCacheHitsWithBatchesInFlight) {
+  std::map<std::string, RequestOutput> outs[2];
+  for (int k = 0; k < 2; ++k) {
+    Fixture f(k == 0 ? 1 : 2);
+    const std::string shared(70, 'p');
+    f.core->add_request("first", PromptInput::from_text(shared + "0"), greedy(6), {}, false);
+    f.run();
+    for (int i = 0; i < 6; ++i) {
+      const std::string id = std::to_string(i);
+      f.core->add_request(id, PromptInput::from_text(shared + id), greedy(6), {}, false);
+    }
+    outs[k] = f.run();
+    EXPECT_EQ(outs[k]["3"].num_cached_tokens, 64) << "four full blocks of the shared prefix";
+    f.expect_clean();
+  }
+  expect_same_outputs(outs[0], outs[1], "prefix hits");
 }
 
 TEST(PipelineBatches, OneSequenceKeepsOneBatchInFlight) {
