@@ -81,6 +81,10 @@ struct EngineArgs {
   std::string chat_template;      // file overriding tokenizer_config.json's template
   int tensor_parallel_size = 1;    // ranks splitting each layer (Megatron-style)
   int pipeline_parallel_size = 1;  // stages of contiguous layers
+  // Scheduled batches in the pipeline at once (vLLM's batch queue: stage 0 runs batch k+1 while
+  // stage 1 runs batch k); 0 = pipeline_parallel_size, 1 = one batch at a time through all stages.
+  // Capped at pipeline_parallel_size.
+  int max_batches_in_flight = 0;
   // Engine replicas (vLLM's data parallelism), each with its own scheduler, KV cache and runner of
   // tensor_parallel_size x pipeline_parallel_size ranks; replica r uses GPUs
   // [r * tp * pp, (r + 1) * tp * pp). data_parallel_rank is the replica an engine is built as.

@@ -22,7 +22,8 @@ _DIRECT = {
     "max_model_len", "block_size", "num_kv_blocks", "gpu_memory_utilization",
     "max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching", "enable_chunked_prefill",
     "scheduling_policy", "enforce_eager", "disable_custom_all_reduce", "num_threads",
-    "chat_template", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
+    "chat_template", "tensor_parallel_size", "pipeline_parallel_size", "max_batches_in_flight",
+    "data_parallel_size",
 }
 # vLLM keywords that change nothing here, with the value that is accepted silently (None: any).
 _IGNORED = {

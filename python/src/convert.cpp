@@ -74,6 +74,7 @@ const std::map<std::string, Setter>& engine_arg_setters() {
       {"chat_template", set(&EngineArgs::chat_template, "str")},
       {"tensor_parallel_size", set(&EngineArgs::tensor_parallel_size, "int")},
       {"pipeline_parallel_size", set(&EngineArgs::pipeline_parallel_size, "int")},
+      {"max_batches_in_flight", set(&EngineArgs::max_batches_in_flight, "int")},
       {"data_parallel_size", set(&EngineArgs::data_parallel_size, "int")},
       {"default_normalize", set(&EngineArgs::default_normalize, "bool")},
       {"default_pooling",

@@ -99,6 +99,10 @@ void add_engine_flags(CLI::App& app, EngineArgs& args) {
   app.add_option("--pipeline-parallel-size", args.pipeline_parallel_size,
                  "pipeline stages of contiguous layers")
       ->capture_default_str();
+  app.add_option("--max-batches-in-flight", args.max_batches_in_flight,
+                 "pipeline parallelism: scheduled batches in the pipeline at once (0 = one per "
+                 "stage, 1 = one batch at a time through all stages)")
+      ->capture_default_str();
   app.add_option("--data-parallel-size", args.data_parallel_size,
                  "engine replicas behind one server, each of tensor x pipeline parallel ranks "
                  "(replica r on GPUs [r*tp*pp, (r+1)*tp*pp))")

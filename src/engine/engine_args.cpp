@@ -51,6 +51,8 @@ void EngineArgs::validate() const {
   require(pipeline_parallel_size >= 1 && pipeline_parallel_size <= 1024,
           "--pipeline-parallel-size: must be in [1, 1024], got " +
               std::to_string(pipeline_parallel_size));
+  require(max_batches_in_flight >= 0 && max_batches_in_flight <= 1024,
+          "--max-batches-in-flight: must be in [0, 1024], got " + std::to_string(max_batches_in_flight));
   require(data_parallel_size >= 1 && data_parallel_size <= 1024,
           "--data-parallel-size: must be in [1, 1024], got " + std::to_string(data_parallel_size));
   require(data_parallel_rank >= 0 && data_parallel_rank < data_parallel_size,

@@ -36,7 +36,16 @@ EngineCore::EngineCore(const EngineArgs& args, std::unique_ptr<runner::ModelRunn
   init(std::move(runner));
 }
 
-EngineCore::~EngineCore() = default;
+EngineCore::~EngineCore() {
+  // The runner may still read requests' memory: collect what is in flight before anything goes.
+  for (; num_in_flight_ > 0; --num_in_flight_) {
+    try {
+      runner_->wait_next();
+    } catch (const std::exception&) {
+      // The failure was reported by the step that met it (or nobody is left to tell).
+    }
+  }
+}
 
 void EngineCore::init(std::unique_ptr<runner::ModelRunner> runner) {
   runner_ = std::move(runner);
@@ -65,6 +74,8 @@ void EngineCore::init(std::unique_ptr<runner::ModelRunner> runner) {
   sc.enable_chunked_prefill = args_.enable_chunked_prefill;
   sc.policy = args_.scheduling_policy == "priority" ? engine::SchedulingPolicy::kPriority
                                                      : engine::SchedulingPolicy::kFcfs;
+  max_in_flight_ = std::max(1, runner_->max_batches_in_flight());
+  sc.max_batches_in_flight = max_in_flight_;
   scheduler_ = std::make_unique<engine::Scheduler>(sc, *kv_);
   proposer_ = spec::make_proposer(args_, *runner_, *tokenizer_);
   if (proposer_) {
@@ -185,18 +196,36 @@ void EngineCore::add_request(const std::string& request_id, const PromptInput& p
 std::vector<RequestOutput> EngineCore::step() {
   std::vector<RequestOutput> outputs = std::move(pending_outputs_);
   pending_outputs_.clear();
-  if (!scheduler_->has_unfinished()) return outputs;
+  if (!scheduler_->has_unfinished() && num_in_flight_ == 0) return outputs;
   ++step_index_;
+  const bool submitted = num_in_flight_ < max_in_flight_ && scheduler_->has_unfinished() && submit_batch();
+  // Room for another batch: schedule it in the next step rather than wait for this one.
+  if (num_in_flight_ == 0 || (submitted && num_in_flight_ < max_in_flight_)) return outputs;
+  collect_batch(outputs);
+  return outputs;
+}
+
+bool EngineCore::submit_batch() {
   if (proposer_) propose_drafts();
   const engine::SchedulerOutput& batch = scheduler_->schedule();
   if (batch.seqs.empty() && batch.blocks_to_swap_out.empty() && batch.blocks_to_swap_in.empty()) {
-    return outputs;
+    return false;
   }
   count_scheduled_tokens(batch);
   fill_token_masks(batch);
-  const engine::ModelRunnerOutput result = runner_->execute(batch);
+  runner_->submit(batch);
+  ++num_in_flight_;
+  ++num_submitted_;
+  return true;
+}
+
+void EngineCore::collect_batch(std::vector<RequestOutput>& outputs) {
+  --num_in_flight_;  // collected even when it failed
+  ++num_collected_;
+  const engine::ModelRunnerOutput result = runner_->wait_next();
   new_tokens_.clear();
   scheduler_->update_from_output(result, new_tokens_);
+  release_retired();
   std::vector<Request*> touched;
   process_new_tokens(new_tokens_, touched);
   for (Request* req : touched) {
@@ -207,7 +236,10 @@ std::vector<RequestOutput> EngineCore::step() {
   }
   ++stats_.num_steps;
   if (args_.log_stats) stats_logger_.maybe_log(counters(), Clock::now());
-  return outputs;
+}
+
+void EngineCore::release_retired() {
+  std::erase_if(retired_, [&](const auto& r) { return r.second <= num_collected_; });
 }
 
 void EngineCore::propose_drafts() {
@@ -314,8 +346,10 @@ void EngineCore::finish_request(Request& req) {
   }
   engine::add_latency_sample(stats_.e2e_samples,
                              std::chrono::duration<double>(Clock::now() - req.arrival_time).count());
-  const std::string id = req.request_id;  // req dies with the erase
-  requests_.erase(id);
+  const std::string id = req.request_id;  // req dies with the erase, unless a batch in flight reads it
+  auto it = requests_.find(id);
+  if (num_in_flight_ > 0) retired_.emplace_back(std::move(it->second), num_submitted_);
+  requests_.erase(it);
 }
 
 bool EngineCore::abort_request(const std::string& request_id) {

@@ -1,6 +1,12 @@
 // One engine: tokenizer + model runner + KV cache manager + scheduler + output processor, driven one
 // step at a time (schedule → execute → update → outputs). Single-threaded; LLMEngine wraps it directly
 // and AsyncEngine runs it on its own thread.
+//
+// With a runner that keeps several batches in flight (pipeline parallelism), a step schedules and
+// submits a batch while the queue has room and returns at once; once it is full, or nothing more
+// can be scheduled, the step waits for the oldest batch and applies its output (vLLM V1's
+// step_with_batch_queue). A request that ends while a batch that reads its memory is in flight is
+// kept until that batch has come back.
 #pragma once
 
 #include <memory>
@@ -50,7 +56,9 @@ class EngineCore {
   // Ends the request wherever it is; its final output (finish reason abort) comes with the next
   // step(). Returns false for unknown or already finished ids.
   bool abort_request(const std::string& request_id);
-  bool has_unfinished() const { return !requests_.empty() || !pending_outputs_.empty(); }
+  bool has_unfinished() const {
+    return !requests_.empty() || !pending_outputs_.empty() || num_in_flight_ > 0;
+  }
   int num_unfinished() const { return static_cast<int>(requests_.size()); }
 
   EngineStats take_stats();
@@ -78,6 +86,12 @@ class EngineCore {
   void fill_token_masks(const engine::SchedulerOutput& batch);
   void set_token_controls(engine::Request& req) const;
   void finish_request(engine::Request& req);
+  // Schedules and submits one batch; false when there was nothing to run.
+  bool submit_batch();
+  // Waits for the oldest batch in flight and applies its output.
+  void collect_batch(std::vector<RequestOutput>& outputs);
+  // Destroys the finished requests that no batch in flight reads any more.
+  void release_retired();
   // A pooling request's prompt is computed: its embedding from the pooled sum (mean, L2 norm).
   static void finish_pooling(engine::Request& req);
 
@@ -95,6 +109,14 @@ class EngineCore {
   std::unique_ptr<structured::GrammarCompiler> grammar_compiler_;  // null without a tokenizer
   std::unordered_map<std::string, std::unique_ptr<engine::Request>> requests_;
   std::vector<RequestOutput> pending_outputs_;  // abort outputs waiting for the next step
+  // Batches in flight: at most max_in_flight_ (the runner's limit); submitted_ / collected_ count
+  // batches since the start. A request finished while batches were in flight waits in retired_
+  // until every batch submitted before then has been collected.
+  int max_in_flight_ = 1;
+  int num_in_flight_ = 0;
+  uint64_t num_submitted_ = 0;
+  uint64_t num_collected_ = 0;
+  std::vector<std::pair<std::unique_ptr<engine::Request>, uint64_t>> retired_;
   uint64_t next_arrival_ = 0;
   uint64_t step_index_ = 0;
   EngineStats stats_;  // counters and latency samples; gauges are filled on read

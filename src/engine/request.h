@@ -44,6 +44,10 @@ struct Sequence {
   std::vector<int32_t> token_ids;  // [num_prompt_tokens + num_output_tokens]
   int num_computed_tokens = 0;     // tokens whose KV is in the cache
   int num_scheduled_tokens = 0;    // this step's share (0 when not scheduled)
+  // In a batch handed to the runner whose output has not come back (pipeline parallelism keeps
+  // several batches in flight): its tokens, block table and sampling state must not change, so it
+  // is neither scheduled again nor preempted, and its KV blocks are freed only when the batch ends.
+  bool in_flight = false;
   uint64_t seed = 0;               // effective sampling seed of this sample
   FinishReason finish_reason = FinishReason::kNone;
   // EOS/stop ids while min_tokens is not reached, and the bad words' banned tokens for the next step.

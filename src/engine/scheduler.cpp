@@ -82,6 +82,9 @@ int Scheduler::tokens_to_schedule(const Sequence& seq, int budget) const {
 }
 
 const SchedulerOutput& Scheduler::schedule() {
+  if (num_batches_in_flight() >= std::max(config_.max_batches_in_flight, 1))
+    throw_error(ErrorKind::kInternal, "scheduler: " + std::to_string(num_batches_in_flight()) +
+                                          " batches in flight already (the limit)");
   compact_running();
   out_.seqs.clear();
   out_.blocks_to_copy.clear();
@@ -89,6 +92,7 @@ const SchedulerOutput& Scheduler::schedule() {
   out_.blocks_to_swap_in.clear();
   scheduled_.clear();
   budget_ = config_.max_num_batched_tokens;
+  seq_cap_ = batch_seq_cap();
   preempted_this_step_ = false;
 
   schedule_running(/*decodes=*/true);
@@ -102,7 +106,28 @@ const SchedulerOutput& Scheduler::schedule() {
   }
   compact_running();
   out_.num_scheduled_tokens = config_.max_num_batched_tokens - budget_;
-  return out_;
+  if (out_.seqs.empty() && out_.blocks_to_swap_out.empty() && out_.blocks_to_swap_in.empty()) {
+    last_scheduled_ = {};
+    return out_;  // nothing for the runner: not in flight
+  }
+  for (Sequence* seq : scheduled_) seq->in_flight = true;
+  in_flight_.push_back({std::move(out_), std::move(scheduled_), {}});
+  out_ = {};
+  scheduled_.clear();
+  last_scheduled_ = in_flight_.back().seqs;
+  return in_flight_.back().out;
+}
+
+int Scheduler::batch_seq_cap() const {
+  const int num_batches = config_.max_batches_in_flight;
+  if (num_batches <= 1) return config_.max_num_seqs;
+  // Every sequence that could run, in flight or not, spread evenly over the batches: a batch that
+  // took all the ready ones would leave the next stage-slot nearly empty for good.
+  int num_runnable = 0;
+  for (const Sequence* s : running_) num_runnable += s->status == SeqStatus::kRunning;
+  const int num_queued = static_cast<int>(waiting_.size() + swapped_.size());
+  num_runnable += std::min(num_queued, std::max(0, config_.max_num_seqs - num_running_));
+  return std::max(1, (num_runnable + num_batches - 1) / num_batches);
 }
 
 void Scheduler::schedule_running(bool decodes) {
@@ -114,7 +139,7 @@ void Scheduler::schedule_running(bool decodes) {
                           s->num_tokens() - s->num_computed_tokens == 1;
   }
   // Indexing (not iterators): preemption changes statuses but never the vector during this loop.
-  for (size_t i = 0; i < running_.size() && budget_ > 0; ++i) {
+  for (size_t i = 0; i < running_.size() && !batch_full(); ++i) {
     Sequence& seq = *running_[i];
     if (seq.status != SeqStatus::kRunning || seq.num_scheduled_tokens > 0) continue;
     const bool is_decode = seq.num_tokens() - seq.num_computed_tokens == 1;
@@ -158,7 +183,9 @@ int Scheduler::draft_room(const Sequence& seq) const {
 void Scheduler::spec_candidates(std::vector<std::pair<Sequence*, int>>& out) const {
   out.clear();
   for (Sequence* seq : running_) {
-    if (seq->status != SeqStatus::kRunning || seq->num_tokens() - seq->num_computed_tokens != 1) continue;
+    if (seq->status != SeqStatus::kRunning || seq->in_flight ||
+        seq->num_tokens() - seq->num_computed_tokens != 1)
+      continue;
     const Request& req = *seq->request;
     if (req.needs_fork() || req.pooling != PoolingType::kNone) continue;
     if (req.params.prompt_logprobs && static_cast<int>(req.prompt_logprobs.size()) < req.num_prompt_tokens()) continue;
@@ -167,7 +194,7 @@ void Scheduler::spec_candidates(std::vector<std::pair<Sequence*, int>>& out) con
 }
 
 void Scheduler::schedule_swapped() {
-  while (!swapped_.empty() && budget_ > 0 && num_running_ < config_.max_num_seqs) {
+  while (!swapped_.empty() && !batch_full() && num_running_ < config_.max_num_seqs) {
     Sequence& seq = **swapped_.begin();
     if (!kv_.can_swap_in(seq.seq_id)) break;
     swapped_.erase(swapped_.begin());
@@ -184,7 +211,7 @@ void Scheduler::schedule_swapped() {
 }
 
 void Scheduler::schedule_waiting() {
-  while (!waiting_.empty() && budget_ > 0) {
+  while (!waiting_.empty() && !batch_full()) {
     if (!admit_waiting_seq(**waiting_.begin())) break;
   }
 }
@@ -293,8 +320,10 @@ void Scheduler::unschedule(Sequence& seq) {
 Sequence* Scheduler::pick_victim() const {
   Sequence* victim = nullptr;
   const SeqOrder order{config_.policy == SchedulingPolicy::kPriority};
+  // A sequence in flight keeps its blocks: the runner is still writing them.
   for (Sequence* s : running_) {
-    if (s->status == SeqStatus::kRunning && (victim == nullptr || order(victim, s))) victim = s;
+    if (s->status == SeqStatus::kRunning && !s->in_flight && (victim == nullptr || order(victim, s)))
+      victim = s;
   }
   if (victim == nullptr) throw_error(ErrorKind::kInternal, "scheduler: no sequence to preempt");
   return victim;
@@ -399,9 +428,13 @@ void Scheduler::apply_spec_output(Sequence& seq, const ScheduledSeq& s, size_t i
 }
 
 void Scheduler::update_from_output(const ModelRunnerOutput& output, std::vector<NewToken>& new_tokens) {
-  for (size_t i = 0; i < scheduled_.size(); ++i) {
-    Sequence& seq = *scheduled_[i];
-    const ScheduledSeq& s = out_.seqs[i];
+  if (in_flight_.empty()) throw_error(ErrorKind::kInternal, "scheduler: an output with no batch in flight");
+  const Batch& batch = in_flight_.front();
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    if (batch.seqs[i] == nullptr) continue;  // finished while in flight
+    Sequence& seq = *batch.seqs[i];
+    const ScheduledSeq& s = batch.out.seqs[i];
+    seq.in_flight = false;
     seq.spec_token_ids.clear();
     seq.spec_draft_probs.clear();
     if (s.num_spec_tokens > 0) {
@@ -429,12 +462,30 @@ void Scheduler::update_from_output(const ModelRunnerOutput& output, std::vector<
     }
     if (seq.request->needs_fork() && seq.num_computed_tokens == seq.num_prompt_tokens() - 1) fork(seq);
   }
-  scheduled_.clear();
-  out_.seqs.clear();  // its spans point into token vectors that just grew
+  for (int64_t seq_id : batch.deferred_frees) kv_.free(seq_id);
+  in_flight_.pop_front();  // its spans point into token vectors that just grew
+  if (in_flight_.empty()) last_scheduled_ = {};
+}
+
+bool Scheduler::forget_in_flight(Sequence& seq) {
+  if (!seq.in_flight) return false;
+  for (Batch& batch : in_flight_) {
+    const auto it = std::find(batch.seqs.begin(), batch.seqs.end(), &seq);
+    if (it == batch.seqs.end()) continue;
+    *it = nullptr;
+    batch.deferred_frees.push_back(seq.seq_id);
+    seq.in_flight = false;
+    seq.num_scheduled_tokens = 0;
+    return true;
+  }
+  throw_error(ErrorKind::kInternal, "scheduler: seq " + std::to_string(seq.seq_id) +
+                                        " is in flight in no batch");
 }
 
 void Scheduler::finish_seq(Sequence& seq, FinishReason reason) {
   if (seq.finished()) return;
+  // In flight: the runner may still write its blocks, so they are freed when the batch returns.
+  const bool deferred = forget_in_flight(seq);
   if (seq.num_scheduled_tokens > 0) unschedule(seq);
   switch (seq.status) {
     case SeqStatus::kRunning:
@@ -446,7 +497,7 @@ void Scheduler::finish_seq(Sequence& seq, FinishReason reason) {
     case SeqStatus::kSwapped: swapped_.erase(&seq); break;
     case SeqStatus::kFinished: break;
   }
-  kv_.free(seq.seq_id);
+  if (!deferred) kv_.free(seq.seq_id);
   seq.status = SeqStatus::kFinished;
   seq.finish_reason = reason;
 }

@@ -6,9 +6,18 @@
 // in the middle of a prompt, then swapped-out sequences, then waiting ones — so new prompts never starve
 // running decodes. When KV blocks run out the lowest-priority, latest sequence is preempted (swapped to
 // host memory when swap space exists, otherwise freed and recomputed later with its tokens kept).
+//
+// Batches in flight (pipeline parallelism, vLLM V1's batch queue): up to max_batches_in_flight
+// batches may be scheduled before the oldest one's output comes back; outputs are applied in
+// scheduling order. A sequence in a batch in flight is skipped by schedule() until its output is
+// applied (so no sequence is in two batches), is never preempted, and when it finishes meanwhile
+// (an abort) its KV blocks are freed only once its batch has come back. To keep every stage busy,
+// a batch takes at most its share of the sequences that could run (in flight or not, over
+// max_batches_in_flight), so that in steady state the batches are of equal size.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <set>
 #include <vector>
 
@@ -26,6 +35,7 @@ struct SchedulerConfig {
   int max_model_len = 2048;
   bool enable_chunked_prefill = true;
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+  int max_batches_in_flight = 1;  // batches scheduled before the oldest one's output is applied
 };
 
 // A token produced by the last step, for the output processor.
@@ -58,13 +68,18 @@ class Scheduler {
   // Queues the request's first sequence. The request must outlive its sequences' stay here.
   void add_request(Request& req);
 
-  // Decides this step's work. The output stays valid until the next schedule() call.
+  // Decides the next batch's work. A batch with work (sequences or swaps) is in flight until
+  // update_from_output() applies its output, and its output stays valid until then; an empty one
+  // is not in flight and stays valid until the next schedule() call. Throws pagellm::Error
+  // (kInternal) when max_batches_in_flight batches are in flight already.
   const SchedulerOutput& schedule();
-  // The sequences behind schedule()'s output, in its order.
-  std::span<Sequence* const> scheduled_seqs() const { return scheduled_; }
-  // Applies the runner's results to the scheduled sequences (advances num_computed_tokens, appends
-  // sampled tokens, forks samples whose prompt is ready) and lists the new tokens.
+  // The sequences behind the last schedule()'s output, in its order.
+  std::span<Sequence* const> scheduled_seqs() const { return last_scheduled_; }
+  // Applies the runner's results to the sequences of the oldest batch in flight (advances
+  // num_computed_tokens, appends sampled tokens, forks samples whose prompt is ready) and lists the
+  // new tokens.
   void update_from_output(const ModelRunnerOutput& output, std::vector<NewToken>& new_tokens);
+  int num_batches_in_flight() const { return static_cast<int>(in_flight_.size()); }
 
   // Ends one sequence with `reason`, frees its blocks and drops every reference to it, so the caller
   // may destroy it (and its request) right away.
@@ -94,7 +109,19 @@ class Scheduler {
     bool operator()(const Sequence* a, const Sequence* b) const;
   };
 
+  // A batch handed to the runner.
+  struct Batch {
+    SchedulerOutput out;
+    std::vector<Sequence*> seqs;  // parallel to out.seqs; null where the sequence finished meanwhile
+    std::vector<int64_t> deferred_frees;  // sequences finished meanwhile: KV freed on its return
+  };
+
   kv::SeqRef seq_ref(const Sequence& seq) const;
+  // How many sequences the batch being scheduled may take (see the file comment).
+  int batch_seq_cap() const;
+  bool batch_full() const { return budget_ <= 0 || static_cast<int>(scheduled_.size()) >= seq_cap_; }
+  // Drops a finishing sequence from its batch in flight; false when it is in none.
+  bool forget_in_flight(Sequence& seq);
   int tokens_to_schedule(const Sequence& seq, int budget) const;
   void schedule_running(bool decodes);
   bool schedule_running_seq(Sequence& seq, int num_decodes_left);
@@ -124,10 +151,13 @@ class Scheduler {
   std::set<Sequence*, SeqOrder> waiting_;
   std::set<Sequence*, SeqOrder> swapped_;
 
-  // This step.
+  // The batch being scheduled; it joins in_flight_ when schedule() returns it with work.
   SchedulerOutput out_;
   std::vector<Sequence*> scheduled_;  // parallel to out_.seqs
+  std::deque<Batch> in_flight_;       // oldest first (a deque: references stay valid)
+  std::span<Sequence* const> last_scheduled_;
   int budget_ = 0;
+  int seq_cap_ = 0;
   bool preempted_this_step_ = false;
   uint64_t num_preemptions_ = 0;
   SpecDecodeCounters spec_;

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <exception>
+#include <map>
 #include <mutex>
 
 #include "common/error.h"
@@ -18,21 +19,30 @@ bool any_ranks_abandoned() { return g_abandoned.load(); }
 
 void mark_process_abandoned() { g_abandoned = true; }
 
+struct RankThreads::Job {
+  Job(int n, std::function<void(int)> f, std::function<void(const std::string&)> hook)
+      : fn(std::move(f)), on_failure(std::move(hook)), pending(n), errors(size_t(n)) {}
+  const std::function<void(int)> fn;
+  const std::function<void(const std::string&)> on_failure;
+  int pending;          // ranks that have not finished it
+  bool hooked = false;  // the failure hook has been claimed by a failing rank
+  bool failed = false;  // a failing rank has run the hook: the grace period starts
+  std::vector<std::exception_ptr> errors;  // [num_ranks]
+};
+
 struct RankThreads::State {
-  explicit State(int n, std::chrono::milliseconds g) : grace(g), errors(size_t(n)) {}
+  State(int n, std::chrono::milliseconds g) : grace(g), next(size_t(n), 1) {}
   const std::chrono::milliseconds grace;
   std::mutex mutex;
   std::condition_variable start_cv, done_cv;
-  const std::function<void(int)>* job = nullptr;
-  const std::function<void(const std::string&)>* on_failure = nullptr;
-  uint64_t generation = 0;
-  int pending = 0;
-  bool hooked = false;  // the failure hook has been claimed by a failing rank
-  bool failed = false;  // a failing rank has run the hook: the grace period starts
+  // Queued and running jobs by ticket; each rank takes them in ticket order.
+  std::map<Ticket, std::shared_ptr<Job>> jobs;
+  Ticket last = 0;           // the newest ticket
+  std::vector<Ticket> next;  // [num_ranks] the ticket each rank runs next
   bool stop = false;
   bool abandoned = false;
-  std::vector<std::exception_ptr> errors;
-  std::exception_ptr external;  // fail()'s error: the group's cause, ahead of the ranks' own
+  std::exception_ptr abandon_error;  // the failure that led to abandoning the group
+  std::exception_ptr external;       // fail()'s error: the group's cause, ahead of the ranks' own
 };
 
 RankThreads::RankThreads(int num_ranks, std::chrono::milliseconds grace)
@@ -56,7 +66,6 @@ void RankThreads::fail(const std::string& why) {
   std::lock_guard lock(state_->mutex);
   if (!state_->external)
     state_->external = std::make_exception_ptr(Error(ErrorKind::kInternal, why));
-  state_->failed = true;
   state_->done_cv.notify_all();
 }
 
@@ -65,78 +74,96 @@ bool RankThreads::abandoned() const {
   return state_->abandoned;
 }
 
-void RankThreads::run(const std::function<void(int)>& fn,
-                      const std::function<void(const std::string&)>& on_failure) {
+RankThreads::Ticket RankThreads::submit(std::function<void(int)> fn,
+                                        std::function<void(const std::string&)> on_failure) {
+  State& s = *state_;
+  std::lock_guard lock(s.mutex);
+  const Ticket t = ++s.last;
+  s.jobs.emplace(t, std::make_shared<Job>(size(), std::move(fn), std::move(on_failure)));
+  s.start_cv.notify_all();
+  return t;
+}
+
+void RankThreads::wait(Ticket ticket) {
   State& s = *state_;
   std::unique_lock lock(s.mutex);
-  if (s.external) std::rethrow_exception(s.external);  // the group has failed for good
   if (s.abandoned) {
-    for (const auto& e : s.errors)
-      if (e) std::rethrow_exception(e);
+    s.jobs.erase(ticket);
+    if (s.abandon_error) std::rethrow_exception(s.abandon_error);
     throw_error(ErrorKind::kInternal, "the parallel group was abandoned after a failure");
   }
-  s.job = &fn;
-  s.on_failure = &on_failure;
-  s.pending = size();
-  s.failed = s.hooked = false;
-  for (auto& e : s.errors) e = nullptr;
-  ++s.generation;
-  s.start_cv.notify_all();
-  s.done_cv.wait(lock, [&] { return s.pending == 0 || s.failed; });
+  const auto it = s.jobs.find(ticket);
+  if (it == s.jobs.end()) throw_error(ErrorKind::kInternal, "rank threads: unknown job");
+  const std::shared_ptr<Job> job = it->second;
+  s.done_cv.wait(lock, [&] { return job->pending == 0 || job->failed || s.external; });
   // A rank failed: the others get the grace period to notice the abort and return.
-  if (s.pending != 0 && !s.done_cv.wait_for(lock, s.grace, [&] { return s.pending == 0; })) {
+  if (job->pending != 0 && !s.done_cv.wait_for(lock, s.grace, [&] { return job->pending == 0; })) {
     s.abandoned = true;
     mark_process_abandoned();
+    s.abandon_error = s.external;
+    for (const auto& e : job->errors)
+      if (!s.abandon_error && e) s.abandon_error = e;
   }
-  if (!s.abandoned) {
-    s.job = nullptr;
-    s.on_failure = nullptr;
-  }
+  s.jobs.erase(ticket);  // a rank still inside it holds its own reference
   if (s.external) std::rethrow_exception(s.external);
-  for (const auto& e : s.errors)
+  for (const auto& e : job->errors)
     if (e) std::rethrow_exception(e);
+}
+
+void RankThreads::run(const std::function<void(int)>& fn,
+                      const std::function<void(const std::string&)>& on_failure) {
+  wait(submit(fn, on_failure));
 }
 
 void RankThreads::loop(const std::shared_ptr<State>& state, int rank) {
   State& s = *state;
-  uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int)>* job;
+    std::shared_ptr<Job> job;
+    std::exception_ptr group_error;  // fail()'s error when the job is skipped
     {
       std::unique_lock lock(s.mutex);
-      s.start_cv.wait(lock, [&] { return s.stop || s.generation != seen; });
-      if (s.stop) return;
-      seen = s.generation;
-      job = s.job;
+      Ticket& next = s.next[size_t(rank)];
+      // Queued jobs run even when stopping: the other ranks run them too.
+      s.start_cv.wait(lock, [&] { return s.abandoned || s.stop || next <= s.last; });
+      if (s.abandoned || next > s.last) return;
+      const auto it = s.jobs.find(next++);
+      if (it == s.jobs.end()) continue;  // already given up by its waiter (abandoned group)
+      job = it->second;
+      group_error = s.external;  // the group has failed: its collectives cannot complete
     }
+    const bool skip = group_error != nullptr;
     std::exception_ptr error;
     std::string message;
-    try {
-      (*job)(rank);
-    } catch (const std::exception& e) {
-      error = std::current_exception();
-      message = "rank " + std::to_string(rank) + " failed: " + e.what();
-    } catch (...) {
-      error = std::current_exception();
-      message = "rank " + std::to_string(rank) + " failed";
+    if (skip) {
+      error = group_error;
+    } else {
+      try {
+        job->fn(rank);
+      } catch (const std::exception& e) {
+        error = std::current_exception();
+        message = "rank " + std::to_string(rank) + " failed: " + e.what();
+      } catch (...) {
+        error = std::current_exception();
+        message = "rank " + std::to_string(rank) + " failed";
+      }
     }
-    const std::function<void(const std::string&)>* on_failure = nullptr;
+    bool hook = false;
     {
       std::lock_guard lock(s.mutex);
       if (s.abandoned) return;  // the caller has moved on; nothing here is valid any more
-      s.errors[size_t(rank)] = error;
-      if (error && !s.hooked) {
-        s.hooked = s.failed = true;  // the grace period starts now, even if the hook blocks
-        on_failure = s.on_failure;
+      job->errors[size_t(rank)] = error;
+      if (error && !skip && !job->hooked) {
+        job->hooked = job->failed = true;  // the grace period starts now, even if the hook blocks
+        hook = true;
         s.done_cv.notify_all();
       }
     }
     // Outside the lock: the hook unblocks ranks that are still inside the job.
-    if (on_failure != nullptr) (*on_failure)(message);
+    if (hook && job->on_failure) job->on_failure(message);
     {
       std::lock_guard lock(s.mutex);
       if (s.abandoned) return;
-      if (--s.pending == 0) s.done_cv.notify_all();
+      if (--job->pending == 0) s.done_cv.notify_all();
     }
   }
 }

@@ -1,15 +1,19 @@
-// One long-lived thread per rank of an in-process parallel group: each step runs one function on
-// every rank at once (the ranks meet in collectives, so they must run concurrently) and waits for
-// all of them. A rank that throws calls the failure hook (which aborts the group's collectives, so
-// no other rank waits forever) and its error is rethrown to the caller.
+// One long-lived thread per rank of an in-process parallel group, each with its own job queue: a
+// job is one function run on every rank (the ranks meet in collectives, so each job runs on all of
+// them concurrently), and every rank runs its queue in submission order. So a pipeline's first
+// stage can start batch k+1 while its last stage still runs batch k (submit() does not wait), and
+// run() is submit() + wait() for lock-step callers. A rank that throws calls the job's failure hook
+// (which aborts the group's collectives, so no other rank waits forever) and its error is rethrown
+// by wait().
 //
-// If a rank still has not returned `grace` after the first failure (a GPU kernel that ignored the
-// abort, a driver call that never comes back), the group is abandoned: the error is rethrown anyway,
-// every later run() fails at once, the threads are detached instead of joined, and
-// `any_ranks_abandoned()` turns true so the process can leave without waiting on them.
+// If a rank still has not returned `grace` after the first failure of a job (a GPU kernel that
+// ignored the abort, a driver call that never comes back), the group is abandoned: the error is
+// rethrown anyway, every later wait() fails at once, the threads are detached instead of joined,
+// and `any_ranks_abandoned()` turns true so the process can leave without waiting on them.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -21,26 +25,36 @@ namespace pagellm::parallel {
 class RankThreads {
  public:
   static constexpr std::chrono::milliseconds kDefaultGrace{15000};
+  using Ticket = uint64_t;
 
   explicit RankThreads(int num_ranks, std::chrono::milliseconds grace = kDefaultGrace);
+  // Runs the jobs still queued (their ranks meet in collectives, so all or none must run), then
+  // joins; detaches when the group was abandoned.
   ~RankThreads();
   RankThreads(const RankThreads&) = delete;
   RankThreads& operator=(const RankThreads&) = delete;
 
   int size() const { return int(threads_.size()); }
-  // Runs fn(rank) on every rank's thread and waits for all. on_failure(message) is called once,
-  // from the first failing rank's thread, before the others are waited for; then the first error
-  // (in rank order) is rethrown. fn and on_failure must stay alive until run() returns (an
-  // abandoned rank may touch them later: the process must then exit; see the file comment).
+  // Queues fn(rank) on every rank's queue and returns at once. on_failure(message) is called once
+  // per job, from its first failing rank's thread. Both are copied into the job; what they
+  // reference must stay alive until wait(ticket) has returned (or, once abandoned, until the
+  // process exits; see the file comment). After fail(), queued jobs are skipped, not run.
+  Ticket submit(std::function<void(int)> fn, std::function<void(const std::string&)> on_failure);
+  // Waits until every rank has finished the job (or a rank failed and the others returned within
+  // the grace period), then rethrows fail()'s error, else the job's first error in rank order.
+  // Each ticket is waited for once.
+  void wait(Ticket ticket);
+  // submit + wait.
   void run(const std::function<void(int)>& fn,
            const std::function<void(const std::string&)>& on_failure);
-  // Fails the group from outside (a peer process has gone, a step timed out): a step in flight gets
-  // the grace period to return and then throws `why`, as does every later step. Any thread.
+  // Fails the group from outside (a peer process has gone, a step timed out): jobs in flight get
+  // the grace period to return and then throw `why`, as does every later job. Any thread.
   void fail(const std::string& why);
   // True once a rank failed to return within the grace period after a failure.
   bool abandoned() const;
 
  private:
+  struct Job;
   struct State;
   static void loop(const std::shared_ptr<State>& state, int rank);
 

@@ -40,7 +40,8 @@ CpuRunner::CpuRunner(std::unique_ptr<models::LlamaModel> model, int num_kv_block
 
 CpuRunner::CpuRunner(std::vector<std::unique_ptr<models::LlamaModel>> models,
                      std::shared_ptr<parallel::ThreadGroup> group, int num_kv_blocks,
-                     int block_size, int num_swap_blocks, const models::KvCacheQuant& kv_quant)
+                     int block_size, int num_swap_blocks, const models::KvCacheQuant& kv_quant,
+                     int max_batches_in_flight)
     : group_(std::move(group)), num_swap_blocks_(std::max(num_swap_blocks, 0)) {
   if (models.empty() || (models.size() > 1 && (!group_ || group_->size() != int(models.size()))))
     internal("a parallel runner needs one model per rank of its group");
@@ -61,6 +62,9 @@ CpuRunner::CpuRunner(std::vector<std::unique_ptr<models::LlamaModel>> models,
     }
     shards_.push_back({std::move(model), std::move(cache), block_floats, std::move(swap), {}, {}});
   }
+  const int num_stages = shards_[0].model->shard().pp_size;
+  max_in_flight_ = std::clamp(max_batches_in_flight, 1, num_stages);
+  if (shards_.size() > 1) threads_ = std::make_unique<parallel::RankThreads>(int(shards_.size()));
 }
 
 CpuRunner::~CpuRunner() = default;
@@ -93,41 +97,30 @@ void CpuRunner::swap_block_copy(Shard& sh, int32_t device, int32_t host, bool to
   }
 }
 
-void CpuRunner::apply_block_ops(const engine::SchedulerOutput& batch) {
-  check_block_ops(batch, shards_[0].cache.num_blocks(), num_swap_blocks_, "cpu runner");
-  for (Shard& sh : shards_) {
-    for (const auto& [dev, host] : batch.blocks_to_swap_out) swap_block_copy(sh, dev, host, true);
-    for (const auto& [host, dev] : batch.blocks_to_swap_in) swap_block_copy(sh, dev, host, false);
-    for (const auto& [src, dst] : batch.blocks_to_copy) sh.cache.copy_block(src, dst);
-  }
-}
 
-void CpuRunner::run_ranks(const models::ForwardBatch& fb) {
-  const size_t vocab = size_t(config().vocab_size);
-  auto run = [&](Shard& sh) {
-    const std::span<const float> hidden = sh.model->forward(fb, sh.cache);
-    if (!sh.model->shard().last_stage()) return;
-    if (!logits_rows_.empty()) {
-      sh.logits.resize(logits_rows_.size() * vocab);
-      sh.model->compute_logits(hidden, logits_rows_, sh.logits.data());
-    }
-    if (!pool_rows_.empty()) {
-      sh.pooled.resize(pool_rows_.size() * size_t(config().hidden_size));
-      sh.model->final_norm_rows(hidden, pool_rows_, sh.pooled.data());
-    }
-  };
-  if (shards_.size() == 1) {
-    run(shards_[0]);
-    return;
+void CpuRunner::run_rank(size_t rank, Job& job) {
+  Shard& sh = shards_[rank];
+  const engine::SchedulerOutput& batch = *job.batch;
+  for (const auto& [dev, host] : batch.blocks_to_swap_out) swap_block_copy(sh, dev, host, true);
+  for (const auto& [host, dev] : batch.blocks_to_swap_in) swap_block_copy(sh, dev, host, false);
+  for (const auto& [src, dst] : batch.blocks_to_copy) sh.cache.copy_block(src, dst);
+  // A step may only move blocks (a swap-out with nothing left to run).
+  if (job.seqs.empty()) return;
+  const models::ForwardBatch fb{job.token_ids, job.positions, job.slot_mapping, job.seqs};
+  const std::span<const float> hidden = sh.model->forward(fb, sh.cache);
+  if (!sh.model->shard().last_stage()) return;
+  // The other last-stage ranks take part in the vocabulary all-gather into their own scratch.
+  const bool mine = rank == logits_rank();
+  if (!job.logits_rows.empty()) {
+    std::vector<float>& logits = mine ? job.logits : sh.logits;
+    logits.resize(job.logits_rows.size() * size_t(config().vocab_size));
+    sh.model->compute_logits(hidden, job.logits_rows, logits.data());
   }
-  if (!threads_) threads_ = std::make_unique<parallel::RankThreads>(int(shards_.size()));
-  const int64_t step = parallel_steps_++;
-  threads_->run(
-      [&](int r) {
-        parallel::maybe_inject_fault(fault_, r, step);
-        run(shards_[size_t(r)]);
-      },
-                [&](const std::string& why) { group_->abort(why); });
+  if (!job.pool_rows.empty()) {
+    std::vector<float>& pooled = mine ? job.pooled : sh.pooled;
+    pooled.resize(job.pool_rows.size() * size_t(config().hidden_size));
+    sh.model->final_norm_rows(hidden, job.pool_rows, pooled.data());
+  }
 }
 
 int64_t CpuRunner::kv_bytes_per_block(const io::ModelConfig& c, int block_size) {
@@ -135,26 +128,22 @@ int64_t CpuRunner::kv_bytes_per_block(const io::ModelConfig& c, int block_size) 
          static_cast<int64_t>(sizeof(float));
 }
 
-std::span<float> CpuRunner::forward(const engine::SchedulerOutput& batch, bool with_prompt_rows,
-                                    std::vector<LogitsRow>& rows) {
-  apply_block_ops(batch);
-  rows.clear();
-  // A step may only move blocks (a swap-out with nothing left to run).
-  if (batch.seqs.empty()) return {};
+void CpuRunner::flatten(Job& job, bool with_prompt_rows) const {
+  const engine::SchedulerOutput& batch = *job.batch;
   const int64_t num_blocks = shards_[0].cache.num_blocks();
   const int64_t bs = shards_[0].cache.block_size();
   const int64_t vocab = config().vocab_size;
-  token_ids_.clear();
-  positions_.clear();
-  slot_mapping_.clear();
-  seqs_.clear();
-  rows.clear();
-  pool_rows_.clear();
-  pool_ranges_.assign(batch.seqs.size(), {0, 0});
+  job.token_ids.clear();
+  job.positions.clear();
+  job.slot_mapping.clear();
+  job.seqs.clear();
+  job.rows.clear();
+  job.pool_rows.clear();
+  job.pool_ranges.assign(batch.seqs.size(), {0, 0});
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
     const engine::ScheduledSeq& seq = batch.seqs[s];
     const int64_t n = static_cast<int64_t>(seq.token_ids.size());
-    const int64_t begin = static_cast<int64_t>(token_ids_.size());
+    const int64_t begin = static_cast<int64_t>(job.token_ids.size());
     if (n == 0 || seq.num_computed_tokens < 0)
       internal("seq " + std::to_string(seq.seq_id) + " has no tokens");
     if (static_cast<int64_t>(seq.block_table.size()) * bs < seq.num_computed_tokens + n)
@@ -168,78 +157,139 @@ std::span<float> CpuRunner::forward(const engine::SchedulerOutput& batch, bool w
         invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary (" +
                          std::to_string(vocab) + ")");
       const int64_t pos = seq.num_computed_tokens + i;
-      token_ids_.push_back(id);
-      positions_.push_back(static_cast<int32_t>(pos));
-      slot_mapping_.push_back(static_cast<int64_t>(seq.block_table[pos / bs]) * bs + pos % bs);
+      job.token_ids.push_back(id);
+      job.positions.push_back(static_cast<int32_t>(pos));
+      job.slot_mapping.push_back(static_cast<int64_t>(seq.block_table[pos / bs]) * bs + pos % bs);
     }
-    seqs_.push_back({begin, n, seq.num_computed_tokens, seq.block_table});
+    job.seqs.push_back({begin, n, seq.num_computed_tokens, seq.block_table});
     if (seq.pooling != PoolingType::kNone) {
       // kMean: every row of this step; kLast: the prompt's last row, on its final step.
-      pool_ranges_[s].first = pool_rows_.size();
+      job.pool_ranges[s].first = job.pool_rows.size();
       if (seq.pooling == PoolingType::kMean)
-        for (int64_t i = 0; i < n; ++i) pool_rows_.push_back(begin + i);
+        for (int64_t i = 0; i < n; ++i) job.pool_rows.push_back(begin + i);
       else if (seq.needs_sample)
-        pool_rows_.push_back(begin + n - 1);
-      pool_ranges_[s].second = pool_rows_.size();
+        job.pool_rows.push_back(begin + n - 1);
+      job.pool_ranges[s].second = job.pool_rows.size();
       continue;
     }
     // Prompt-logprob rows: positions whose next token is a prompt token.
     if (with_prompt_rows && seq.prompt_logprobs > 0) {
       const int64_t prompt_len = static_cast<int64_t>(seq.prompt_token_ids.size());
       for (int64_t i = 0; i < n && seq.num_computed_tokens + i + 1 < prompt_len; ++i)
-        rows.push_back({begin + i, s, static_cast<int32_t>(seq.num_computed_tokens + i), false});
+        job.rows.push_back({begin + i, s, static_cast<int32_t>(seq.num_computed_tokens + i), false});
     }
     // The sampling row, or with drafts the last 1 + num_spec_tokens rows (verified together).
     if (seq.num_spec_tokens < 0 || seq.num_spec_tokens >= n || (seq.num_spec_tokens > 0 && !seq.needs_sample))
       internal("seq " + std::to_string(seq.seq_id) + " has a bad draft count");
     if (seq.needs_sample)
       for (int64_t i = n - 1 - seq.num_spec_tokens; i < n; ++i)
-        rows.push_back({begin + i, s, static_cast<int32_t>(seq.num_computed_tokens + i), true});
+        job.rows.push_back({begin + i, s, static_cast<int32_t>(seq.num_computed_tokens + i), true});
   }
-  const models::ForwardBatch fb{token_ids_, positions_, slot_mapping_, seqs_};
-  logits_rows_.clear();
-  for (const LogitsRow& r : rows) logits_rows_.push_back(r.row);
-  run_ranks(fb);
-  std::vector<float>& logits = logits_shard().logits;
-  logits.resize(logits_rows_.size() * static_cast<size_t>(vocab));
-  return {logits.data(), logits.size()};
+  job.logits_rows.clear();
+  for (const LogitsRow& r : job.rows) job.logits_rows.push_back(r.row);
+  job.logits.clear();
+  job.pooled.clear();
 }
 
-std::vector<std::vector<float>> CpuRunner::execute_logits(const engine::SchedulerOutput& batch) {
-  std::vector<LogitsRow> rows;
-  const std::span<const float> logits = forward(batch, false, rows);
-  const size_t vocab = static_cast<size_t>(config().vocab_size);
-  std::vector<std::vector<float>> out(batch.seqs.size());
-  for (size_t r = 0; r < rows.size(); ++r)
-    out[rows[r].seq].assign(logits.begin() + static_cast<ptrdiff_t>(r * vocab),
-                            logits.begin() + static_cast<ptrdiff_t>((r + 1) * vocab));
+void CpuRunner::start_job(const engine::SchedulerOutput& batch, bool with_prompt_rows) {
+  if (int(jobs_.size()) >= max_in_flight_)
+    internal(std::to_string(jobs_.size()) + " batches in flight already (the limit)");
+  check_block_ops(batch, shards_[0].cache.num_blocks(), num_swap_blocks_, "cpu runner");
+  std::unique_ptr<Job> job;
+  if (spare_jobs_.empty()) {
+    job = std::make_unique<Job>();
+  } else {
+    job = std::move(spare_jobs_.back());
+    spare_jobs_.pop_back();
+  }
+  job->batch = &batch;
+  job->ticket = 0;
+  flatten(*job, with_prompt_rows);
+  if (!threads_) {
+    run_rank(0, *job);
+    jobs_.push_back(std::move(job));
+    return;
+  }
+  const int64_t step = parallel_steps_++;
+  Job* j = job.get();
+  jobs_.push_back(std::move(job));
+  // One rank's error aborts the group so no rank waits forever; wait() rethrows it.
+  j->ticket = threads_->submit(
+      [this, j, step](int r) {
+        parallel::maybe_inject_fault(fault_, r, step);
+        run_rank(size_t(r), *j);
+      },
+      [this](const std::string& why) { group_->abort(why); });
+}
+
+std::unique_ptr<CpuRunner::Job> CpuRunner::finish_job() {
+  if (jobs_.empty()) internal("no batch in flight");
+  std::unique_ptr<Job> job = std::move(jobs_.front());
+  jobs_.pop_front();
+  if (job->ticket != 0) {
+    try {
+      threads_->wait(job->ticket);
+    } catch (...) {
+      spare_jobs_.push_back(std::move(job));
+      throw;
+    }
+  }
+  return job;
+}
+
+void CpuRunner::submit(const engine::SchedulerOutput& batch) { start_job(batch, true); }
+
+engine::ModelRunnerOutput CpuRunner::wait_next() {
+  std::unique_ptr<Job> job = finish_job();
+  engine::ModelRunnerOutput out = sample(*job);
+  spare_jobs_.push_back(std::move(job));
   return out;
 }
 
-void CpuRunner::collect_pooled(const engine::SchedulerOutput& batch, engine::ModelRunnerOutput& out) {
-  if (pool_rows_.empty()) return;
+engine::ModelRunnerOutput CpuRunner::execute(const engine::SchedulerOutput& batch) {
+  if (!jobs_.empty()) internal("execute() with batches in flight");
+  submit(batch);
+  return wait_next();
+}
+
+std::vector<std::vector<float>> CpuRunner::execute_logits(const engine::SchedulerOutput& batch) {
+  if (!jobs_.empty()) internal("execute_logits() with batches in flight");
+  start_job(batch, false);
+  std::unique_ptr<Job> job = finish_job();
+  const size_t vocab = static_cast<size_t>(config().vocab_size);
+  std::vector<std::vector<float>> out(batch.seqs.size());
+  for (size_t r = 0; r < job->rows.size(); ++r)
+    out[job->rows[r].seq].assign(job->logits.begin() + static_cast<ptrdiff_t>(r * vocab),
+                                 job->logits.begin() + static_cast<ptrdiff_t>((r + 1) * vocab));
+  spare_jobs_.push_back(std::move(job));
+  return out;
+}
+
+void CpuRunner::collect_pooled(const Job& job, engine::ModelRunnerOutput& out) const {
+  if (job.pool_rows.empty()) return;
   const size_t dim = size_t(config().hidden_size);
-  const std::vector<float>& pooled = logits_shard().pooled;
-  out.pooled.resize(batch.seqs.size());
-  for (size_t s = 0; s < batch.seqs.size(); ++s) {
-    const auto [begin, end] = pool_ranges_[s];
+  out.pooled.resize(job.batch->seqs.size());
+  for (size_t s = 0; s < job.batch->seqs.size(); ++s) {
+    const auto [begin, end] = job.pool_ranges[s];
     if (begin == end) continue;
     std::vector<float>& v = out.pooled[s];
     v.assign(dim, 0.f);
     for (size_t r = begin; r < end; ++r)
-      for (size_t d = 0; d < dim; ++d) v[d] += pooled[r * dim + d];
+      for (size_t d = 0; d < dim; ++d) v[d] += job.pooled[r * dim + d];
   }
 }
 
-engine::ModelRunnerOutput CpuRunner::execute(const engine::SchedulerOutput& batch) {
-  std::vector<LogitsRow> rows;
-  const std::span<float> logits = forward(batch, true, rows);
+engine::ModelRunnerOutput CpuRunner::sample(Job& job) {
+  const engine::SchedulerOutput& batch = *job.batch;
+  const std::vector<LogitsRow>& rows = job.rows;
+  job.logits.resize(rows.size() * size_t(config().vocab_size));
+  const std::span<float> logits(job.logits);
   const size_t vocab = static_cast<size_t>(config().vocab_size);
   engine::ModelRunnerOutput out;
   out.sampled_token_ids.assign(batch.seqs.size(), -1);
   out.sampled_logprobs.resize(batch.seqs.size());
   out.prompt_logprobs.resize(batch.seqs.size());
-  collect_pooled(batch, out);
+  collect_pooled(job, out);
   // Each seq's sampling rows are contiguous: one group per sampling seq, [first row, end row).
   std::vector<std::pair<size_t, size_t>> groups;
   bool any_spec = false;
@@ -298,5 +348,6 @@ engine::ModelRunnerOutput CpuRunner::execute(const engine::SchedulerOutput& batc
   }
   return out;
 }
+
 
 }  // namespace pagellm::runner

@@ -4,9 +4,13 @@
 // backends/cpu/kernels.h). With tensor / pipeline parallelism the runner holds one shard per rank
 // (its model slice and its KV pool, all driven by the same block tables) and runs every rank's
 // forward pass on its own thread over an in-process communicator group; the last stage's first
-// rank provides the logits.
+// rank provides the logits. Each rank takes batches from its own queue, so with pipeline
+// parallelism up to max_batches_in_flight batches are in the pipeline at once (submit() /
+// wait_next()): stage 0 runs batch k+1 while stage 1 runs batch k. Block operations (swaps,
+// copy-on-write) run on each rank in its queue's order, so they never overtake an earlier batch.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
@@ -28,9 +32,12 @@ class CpuRunner : public ModelRunner {
             int num_swap_blocks = 0, const models::KvCacheQuant& kv_quant = {});
   // One model per rank of `group` (world rank order: pp_rank * tp_size + tp_rank), each built with
   // ModelParallel communicators of that group; every rank gets a pool of num_kv_blocks blocks.
+  // max_batches_in_flight: how many batches submit() may start before the oldest is collected
+  // (capped at the number of pipeline stages; 1 runs one batch at a time).
   CpuRunner(std::vector<std::unique_ptr<models::LlamaModel>> models,
             std::shared_ptr<parallel::ThreadGroup> group, int num_kv_blocks, int block_size,
-            int num_swap_blocks = 0, const models::KvCacheQuant& kv_quant = {});
+            int num_swap_blocks = 0, const models::KvCacheQuant& kv_quant = {},
+            int max_batches_in_flight = 1);
   ~CpuRunner() override;
 
   int num_kv_blocks() const override { return static_cast<int>(shards_[0].cache.num_blocks()); }
@@ -40,8 +47,11 @@ class CpuRunner : public ModelRunner {
   int num_ranks() const { return static_cast<int>(shards_.size()); }
 
   // Applies swap-out, swap-in and copy lists (in that order) before computing; block ids outside
-  // the device or swap pool are an internal error.
+  // the device or swap pool are an internal error. execute() needs no batch in flight.
   engine::ModelRunnerOutput execute(const engine::SchedulerOutput& batch) override;
+  int max_batches_in_flight() const override { return max_in_flight_; }
+  void submit(const engine::SchedulerOutput& batch) override;
+  engine::ModelRunnerOutput wait_next() override;
 
   // The forward pass of execute() without sampling: per scheduled seq, the logits [vocab] of its
   // last scheduled token when needs_sample is set (empty otherwise). For tests and benchmarks.
@@ -66,14 +76,33 @@ class CpuRunner : public ModelRunner {
     bool sample = false;   // the seq's sampling row (else a prompt-logprobs row)
   };
 
-  // Validates and flattens the batch, applies copy-on-write block copies, runs the model, and
-  // returns logits [rows.size(), vocab] for `rows` (collected per seq as described on
-  // execute_logits/execute).
-  std::span<float> forward(const engine::SchedulerOutput& batch, bool with_prompt_rows,
-                           std::vector<LogitsRow>& rows);
-  // Validates every block id of the step's swap and copy lists, then applies them in the
-  // SchedulerOutput order: swap out, swap in, copy.
-  void apply_block_ops(const engine::SchedulerOutput& batch);
+  // One batch from submit() to its collection: its flattened inputs and, from the logits rank, its
+  // logits and pooled hidden states.
+  struct Job {
+    const engine::SchedulerOutput* batch = nullptr;  // the caller's, valid until collected
+    std::vector<int32_t> token_ids;     // [num_tokens]
+    std::vector<int32_t> positions;     // [num_tokens]
+    std::vector<int64_t> slot_mapping;  // [num_tokens]
+    std::vector<cpu::AttentionSeq> seqs;
+    std::vector<LogitsRow> rows;        // logits rows (collected per seq as on execute_logits/execute)
+    std::vector<int64_t> logits_rows;   // [num_rows]: flattened row of each logits row
+    // Pooling seqs: flattened rows whose final-normed hidden states are needed, and per scheduled
+    // seq the range [begin, end) of them it sums (empty for the others).
+    std::vector<int64_t> pool_rows;
+    std::vector<std::pair<size_t, size_t>> pool_ranges;
+    std::vector<float> logits;  // [num_rows, vocab]
+    std::vector<float> pooled;  // [pool_rows, hidden] final-normed hidden states
+    parallel::RankThreads::Ticket ticket = 0;  // 0: ran inline (one rank)
+  };
+
+  // Validates (block ids included) and flattens the batch into a job, and starts it on every rank.
+  void start_job(const engine::SchedulerOutput& batch, bool with_prompt_rows);
+  void flatten(Job& job, bool with_prompt_rows) const;
+  // Waits for the oldest job (rethrowing its error); it leaves jobs_ either way.
+  std::unique_ptr<Job> finish_job();
+  // One rank's share of a job: its block operations (swap out, swap in, copy), its forward pass,
+  // and on the last stage the logits and pooled rows.
+  void run_rank(size_t rank, Job& job);
   struct FreeDeleter {
     void operator()(float* p) const;
   };
@@ -85,36 +114,29 @@ class CpuRunner : public ModelRunner {
     // Host swap pool [num_swap_blocks, num_layers, 2, block_size, kv_heads, head_dim]; calloc'd so
     // untouched swap space costs no resident memory.
     std::unique_ptr<float[], FreeDeleter> swap;
-    std::vector<float> logits;  // [num_rows, vocab] of the last stage's ranks
-    std::vector<float> pooled;  // [pool_rows_, hidden] final-normed hidden states (last stage)
+    std::vector<float> logits;  // [num_rows, vocab] scratch of a last-stage rank but the logits one
+    std::vector<float> pooled;  // [pool_rows, hidden] likewise
   };
 
   // The pooled pieces of the step's pooling seqs (ModelRunnerOutput::pooled).
-  void collect_pooled(const engine::SchedulerOutput& batch, engine::ModelRunnerOutput& out);
+  void collect_pooled(const Job& job, engine::ModelRunnerOutput& out) const;
+  // Samples every seq of a finished job (execute's output).
+  engine::ModelRunnerOutput sample(Job& job);
   // Copies all layers' K/V of device block `device` to (to_host) or from host block `host`.
   void swap_block_copy(Shard& shard, int32_t device, int32_t host, bool to_host);
-  // Runs every rank's forward pass (and the last stage's logits for logits_rows_) on its own
-  // thread; one rank's error aborts the group so no rank waits forever, and is rethrown here.
-  void run_ranks(const models::ForwardBatch& batch);
   // The rank whose logits the runner returns: the last stage's first tensor-parallel rank.
-  Shard& logits_shard() { return shards_[shards_.size() - size_t(shards_[0].model->shard().tp_size)]; }
+  size_t logits_rank() const { return shards_.size() - size_t(shards_[0].model->shard().tp_size); }
 
   std::vector<Shard> shards_;  // [num_ranks]
   std::shared_ptr<parallel::ThreadGroup> group_;  // null without parallelism
-  std::unique_ptr<parallel::RankThreads> threads_;  // one per rank, made on the first parallel step
   const std::optional<parallel::InjectedFault> fault_ = parallel::injected_fault_from_env();
   int64_t parallel_steps_ = 0;  // forward passes of the group so far (the fault hook counts them)
   int num_swap_blocks_ = 0;
-  // Flattened step inputs, reused across steps.
-  std::vector<int32_t> token_ids_;     // [num_tokens]
-  std::vector<int32_t> positions_;     // [num_tokens]
-  std::vector<int64_t> slot_mapping_;  // [num_tokens]
-  std::vector<cpu::AttentionSeq> seqs_;
-  std::vector<int64_t> logits_rows_;  // [num_rows]: flattened row of each logits row
-  // Pooling seqs of the step: flattened rows whose final-normed hidden states are needed, and per
-  // scheduled seq the range [begin, end) of them it sums (empty for the others).
-  std::vector<int64_t> pool_rows_;
-  std::vector<std::pair<size_t, size_t>> pool_ranges_;
+  int max_in_flight_ = 1;
+  std::deque<std::unique_ptr<Job>> jobs_;        // started, not collected; oldest first
+  std::vector<std::unique_ptr<Job>> spare_jobs_;  // collected, kept for their buffers
+  // Last: its threads run jobs that use everything above, so it goes (draining them) first.
+  std::unique_ptr<parallel::RankThreads> threads_;  // one per rank (parallel runners only)
 };
 
 }  // namespace pagellm::runner

@@ -145,7 +145,7 @@ LoadedModel load_cuda_model(const EngineArgs& args, LoadedModel m, const paralle
             plan.rendezvous, [&] { return to_bytes(placement.ids); });
       }
       runner = std::make_unique<ParallelCudaRunner>(m.config, checkpoint, o, tp, pp,
-                                                    std::move(placement));
+                                                    std::move(placement), batches_in_flight(args));
     }
   }
   const CudaStartupStats& st =

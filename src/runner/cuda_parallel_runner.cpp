@@ -20,8 +20,10 @@ std::vector<parallel::NcclId> group_nccl_ids(int tp, int pp) {
 ParallelCudaRunner::ParallelCudaRunner(const io::ModelConfig& config,
                                        const io::WeightStore* checkpoint,
                                        const CudaRunnerOptions& base, int tp, int pp,
-                                       RankPlacement placement)
-    : first_rank_(placement.first_rank), workers_(std::move(placement.workers)) {
+                                       RankPlacement placement, int max_batches_in_flight)
+    : max_in_flight_(std::clamp(max_batches_in_flight, 1, pp)),
+      first_rank_(placement.first_rank),
+      workers_(std::move(placement.workers)) {
   const int n = tp * pp;
   const int num_local = placement.num_local > 0 ? placement.num_local : n;
   int visible = 0;
@@ -139,6 +141,14 @@ void ParallelCudaRunner::leave_ranks_to_exit() {
 ParallelCudaRunner::~ParallelCudaRunner() { shut_down(); }
 
 void ParallelCudaRunner::shut_down() {
+  // Batches still in flight run to their end (or fail) first: their jobs use the ranks.
+  while (!in_flight_.empty()) {
+    try {
+      wait_next();
+    } catch (const std::exception&) {
+      // Reported by the step that met it, if anyone is left to tell.
+    }
+  }
   watchdog_.reset();  // no abort may start from here on
   close_workers();
   // Freeing device memory waits for the device, which a stuck rank may hold forever.
@@ -187,24 +197,57 @@ void ParallelCudaRunner::on_ranks(const std::function<void(int)>& fn) {
 }
 
 engine::ModelRunnerOutput ParallelCudaRunner::execute(const engine::SchedulerOutput& batch) {
+  if (!in_flight_.empty())
+    throw_error(ErrorKind::kInternal, "parallel runner: execute() with batches in flight");
+  submit(batch);
+  return wait_next();
+}
+
+void ParallelCudaRunner::submit(const engine::SchedulerOutput& batch) {
+  if (int(in_flight_.size()) >= max_in_flight_)
+    throw_error(ErrorKind::kInternal, "parallel runner: " + std::to_string(in_flight_.size()) +
+                                          " batches in flight already (the limit)");
+  // Workers get the steps in submission order, the order their ranks' queues run them in.
   if (!workers_.empty()) {
     const std::vector<unsigned char> message = parallel::encode_step(batch);
     for (auto& ch : workers_) ch->send(message);
   }
-  engine::ModelRunnerOutput out;
+  // The watchdog bounds the oldest batch: from its submission, or from the previous one's end.
+  if (watchdog_ && in_flight_.empty()) watchdog_->begin_step();
+  auto job = std::make_shared<InFlight>();
   const int64_t step = step_++;
-  on_ranks([&](int l) {
-    parallel::maybe_inject_fault(fault_, first_rank_ + l, step);
-    engine::ModelRunnerOutput mine = ranks_[size_t(l)]->execute(batch);
-    if (l == leader_) out = std::move(mine);
-  });
-  return out;
+  // The job holds its InFlight: an abandoned rank may still write it after wait() gave up.
+  job->ticket = threads_->submit(
+      [this, job, b = &batch, step](int l) {
+        parallel::maybe_inject_fault(fault_, first_rank_ + l, step);
+        engine::ModelRunnerOutput mine = ranks_[size_t(l)]->execute(*b);
+        if (l == leader_) job->out = std::move(mine);
+      },
+      [this](const std::string& why) { abort(why); });
+  in_flight_.push_back(std::move(job));
+}
+
+engine::ModelRunnerOutput ParallelCudaRunner::wait_next() {
+  if (in_flight_.empty()) throw_error(ErrorKind::kInternal, "parallel runner: no batch in flight");
+  const std::shared_ptr<InFlight> job = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  struct NextDeadline {
+    ParallelCudaRunner& r;
+    ~NextDeadline() {
+      if (!r.watchdog_) return;
+      r.in_flight_.empty() ? r.watchdog_->end_step() : r.watchdog_->begin_step();
+    }
+  } next{*this};
+  threads_->wait(job->ticket);
+  return std::move(job->out);
 }
 
 std::vector<std::vector<float>> ParallelCudaRunner::execute_logits(
     const engine::SchedulerOutput& batch) {
   if (!workers_.empty())
     unsupported("logits-only steps are not sent to worker processes (use one process)");
+  if (!in_flight_.empty())
+    throw_error(ErrorKind::kInternal, "parallel runner: execute_logits() with batches in flight");
   std::vector<std::vector<float>> out;
   on_ranks([&](int l) {
     auto mine = ranks_[size_t(l)]->execute_logits(batch);

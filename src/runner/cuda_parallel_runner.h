@@ -3,11 +3,15 @@
 // communicators (one per stage's tensor-parallel ranks, one over all ranks for stage-to-stage
 // sends). The scheduler and KV manager run once: every step's SchedulerOutput goes to all ranks,
 // which run concurrently on their own threads; the leader (last stage, first tensor-parallel rank)
-// samples. A rank that fails aborts the communicators so no other rank waits forever.
+// samples. A rank that fails aborts the communicators so no other rank waits forever. Each rank
+// takes batches from its own queue, so with pipeline parallelism up to max_batches_in_flight
+// batches are in the pipeline at once (submit() / wait_next()). Worker processes run the steps
+// they are sent one at a time: their stages overlap with the leader's, not with each other.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -45,9 +49,11 @@ class ParallelCudaRunner : public ModelRunner {
   // base: the options every rank shares (its shard, device and communicators are filled in here).
   // Throws pagellm::Error when there are fewer visible GPUs than tp * pp ranks, or when any rank
   // fails to start.
+  // max_batches_in_flight: batches submit() may start before the oldest is collected (capped at
+  // pp_size; 1 runs one batch at a time).
   ParallelCudaRunner(const io::ModelConfig& config, const io::WeightStore* checkpoint,
                      const CudaRunnerOptions& base, int tp_size, int pp_size,
-                     RankPlacement placement = {});
+                     RankPlacement placement = {}, int max_batches_in_flight = 1);
   ~ParallelCudaRunner() override;
 
   // Block counts and config are the same on every rank (they agree at startup).
@@ -55,7 +61,11 @@ class ParallelCudaRunner : public ModelRunner {
   int num_swap_blocks() const override { return ranks_[0]->num_swap_blocks(); }
   int block_size() const override { return ranks_[0]->block_size(); }
   const io::ModelConfig& config() const override { return ranks_[0]->config(); }
+  // execute() and execute_logits() need no batch in flight.
   engine::ModelRunnerOutput execute(const engine::SchedulerOutput& batch) override;
+  int max_batches_in_flight() const override { return max_in_flight_; }
+  void submit(const engine::SchedulerOutput& batch) override;
+  engine::ModelRunnerOutput wait_next() override;
   bool healthy() const override { return !aborting_.load(); }
   std::vector<std::vector<float>> execute_logits(const engine::SchedulerOutput& batch);
   // The first local rank's startup costs (weights are per rank: its slice).
@@ -89,7 +99,15 @@ class ParallelCudaRunner : public ModelRunner {
   // How long teardown (aborts in flight, NCCL's destroy) may take before it is left to the exit.
   static constexpr std::chrono::milliseconds kTeardownLimit{10000};
 
+  // A batch submitted to the ranks: its job and, once done, the leader's output.
+  struct InFlight {
+    parallel::RankThreads::Ticket ticket = 0;
+    engine::ModelRunnerOutput out;
+  };
+
   std::unique_ptr<parallel::RankThreads> threads_;
+  std::deque<std::shared_ptr<InFlight>> in_flight_;  // oldest first
+  int max_in_flight_ = 1;
   std::vector<std::unique_ptr<parallel::Communicator>> tp_comms_;     // [num_local]
   std::vector<std::unique_ptr<parallel::Communicator>> world_comms_;  // [num_local] (pp > 1)
   std::vector<std::unique_ptr<CudaRunner>> ranks_;                    // [num_local]

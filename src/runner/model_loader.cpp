@@ -149,7 +149,7 @@ std::unique_ptr<CpuRunner> build_cpu_runner(const EngineArgs& args, const io::Mo
     models.push_back(std::make_unique<models::LlamaModel>(config, weights_of(r), par));
   }
   return std::make_unique<CpuRunner>(std::move(models), world, num_blocks, args.block_size,
-                                     num_swap_blocks, kv_quant);
+                                     num_swap_blocks, kv_quant, batches_in_flight(args));
 }
 
 
@@ -200,6 +200,11 @@ void require_cuda_for(const parallel::LaunchPlan& plan, const EngineArgs& args) 
 }
 
 }  // namespace
+
+int batches_in_flight(const EngineArgs& args) {
+  const int pp = args.pipeline_parallel_size;
+  return args.max_batches_in_flight > 0 ? std::min(args.max_batches_in_flight, pp) : pp;
+}
 
 void check_data_parallel_devices(const EngineArgs& args) {
   if (args.device != "cuda" || args.data_parallel_size <= 1) return;

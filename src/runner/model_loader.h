@@ -34,6 +34,10 @@ std::optional<int> run_worker_process(const EngineArgs& args);
 // than --data-parallel-size x --tensor-parallel-size x --pipeline-parallel-size ranks.
 void check_data_parallel_devices(const EngineArgs& args);
 
+// How many batches the runner keeps in flight: --max-batches-in-flight, 0 meaning one per pipeline
+// stage, capped at the number of stages.
+int batches_in_flight(const EngineArgs& args);
+
 // The built-in demo model's config: a tiny Llama over the byte-level demo tokenizer's 258 ids.
 io::ModelConfig demo_model_config();
 

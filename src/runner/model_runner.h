@@ -2,7 +2,10 @@
 // above (scheduler, KV manager, sampling parameters, server) is shared.
 #pragma once
 
+#include <deque>
 #include <memory>
+
+#include "common/error.h"
 
 #include "engine/scheduler_output.h"
 #include "io/hf_config.h"
@@ -24,9 +27,27 @@ class ModelRunner {
   // block tables, and samples the next token of each seq with needs_sample.
   virtual engine::ModelRunnerOutput execute(const engine::SchedulerOutput& batch) = 0;
 
+  // Batches in flight (pipeline parallelism, vLLM's batch queue): submit() starts a batch and, on a
+  // runner that overlaps batches, returns before it is done; wait_next() returns the output of the
+  // oldest batch not yet collected (rethrowing its error; it is collected either way). A submitted
+  // batch, and everything its spans point into, must stay valid and unchanged until its output has
+  // been collected. At most max_batches_in_flight() batches may be outstanding. The default runs
+  // execute() inside submit().
+  virtual int max_batches_in_flight() const { return 1; }
+  virtual void submit(const engine::SchedulerOutput& batch) { done_.push_back(execute(batch)); }
+  virtual engine::ModelRunnerOutput wait_next() {
+    if (done_.empty()) throw_error(ErrorKind::kInternal, "model runner: no batch in flight");
+    engine::ModelRunnerOutput out = std::move(done_.front());
+    done_.pop_front();
+    return out;
+  }
+
   // False once the runner can no longer run steps (a parallel group aborted between steps, e.g. a
   // worker process that died while the engine was idle). Safe to call from any thread.
   virtual bool healthy() const { return true; }
+
+ private:
+  std::deque<engine::ModelRunnerOutput> done_;  // the default submit()'s outputs, oldest first
 };
 
 }  // namespace pagellm::runner

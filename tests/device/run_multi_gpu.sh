@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The multi-GPU runs of issues 10 (two GPUs) and 17 (four), from a bundle made by
 # make_multi_gpu_bundle.sh, in parts that each fit one device call:
-#   bash BUNDLE/run_multi_gpu.sh BUNDLE basics | hf | big | fused | four | four70 | four70tput | fourproc
+#   bash BUNDLE/run_multi_gpu.sh BUNDLE basics | hf | big | fused | four | four70 | four70tput | fourproc | ppflight
 # basics: ceilings (copy bandwidth + bf16 GEMM rate per GPU, NCCL bus bandwidth); pycode-25M greedy
 #         TP=2 / PP=2 / two processes (TCP rendezvous and mpirun) against TP=1; failure paths (a rank
 #         that fails or hangs, a worker process killed under `serve`); Llama-3.1-8B shapes batch-1
@@ -11,10 +11,11 @@
 # big:    Llama-3.1-70B shapes (dummy bf16): TP=2 batch-1 decode, bench throughput
 #         1000 x (1024 in, 128 out), PP=2 vs TP=2 at 256 requests.
 # four, four70, four70tput: the four-GPU runs (see each function); fourproc: four_processes alone.
+# ppflight: batches in flight (issue 10, two GPUs; see the function).
 # $OUT gets summary.txt and logs.tar.xz only (the device tool returns at most 8 files).
 set -uo pipefail
-SRC=$(cd "${1:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|fourproc}" && pwd)
-PART=${2:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|fourproc}
+SRC=$(cd "${1:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|fourproc|ppflight}" && pwd)
+PART=${2:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|fourproc|ppflight}
 OUTDIR=${OUT:-./device-logs}
 LOGS=/tmp/mgpu-logs
 rm -rf "$LOGS" && mkdir -p "$LOGS" "$OUTDIR"
@@ -318,7 +319,32 @@ four70tput() {
   tput_70b tp2pp2_256 256 128 128 120 --tensor-parallel-size 2 --pipeline-parallel-size 2
 }
 
+# Batches in flight (issue 10) on two GPUs: pycode-25M PP=2 with two batches in flight and with one
+# (--max-batches-in-flight 1), in one process and as two processes, against TP=1; the failure paths
+# with batches in flight; then 70B shapes 256 x (128 in, 128 out) at TP=2, PP=2 and PP=2 one batch
+# at a time (the target: PP=2 >= 80 % of TP=2).
+ppflight() {
+  ceilings 64
+  write_py_prompts
+  pycode tp1; say "pycode-25M tp1 (exit $?)"
+  pycode pp2 --pipeline-parallel-size 2; say "pycode-25M pp2, batches in flight (exit $?): vs tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_pp2.jsonl")"
+  pycode pp2one --pipeline-parallel-size 2 --max-batches-in-flight 1; say "pycode-25M pp2, one batch (exit $?): vs tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_pp2one.jsonl")"
+  pycode pp2eager --pipeline-parallel-size 2 --enforce-eager; say "pycode-25M pp2 eager (exit $?): vs tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_pp2eager.jsonl")"
+  for r in 1 0; do
+    CUDA_VISIBLE_DEVICES=$r pycode 2procpp_$r --pipeline-parallel-size 2 --nnodes 2 --node-rank $r --master-port 29631 &
+  done
+  wait
+  say "pycode-25M PP=2 as two processes (--nnodes 2): vs tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_2procpp_0.jsonl")"
+  expect_failure pp2_rank0_fails 60 PAGELLM_INJECT_FAULT=0:5 -- --pipeline-parallel-size 2
+  expect_failure pp2_rank1_fails 60 PAGELLM_INJECT_FAULT=1:5 -- --pipeline-parallel-size 2
+  expect_failure pp2_rank0_hangs 60 PAGELLM_INJECT_FAULT=0:5:hang PAGELLM_STEP_TIMEOUT_S=5 -- --pipeline-parallel-size 2
+  tput_70b tp2 256 128 128 150 --tensor-parallel-size 2
+  tput_70b pp2 256 128 128 150 --pipeline-parallel-size 2
+  tput_70b pp2one 256 128 128 150 --pipeline-parallel-size 2 --max-batches-in-flight 1
+}
+
 case $PART in
+  ppflight) ppflight ;;
   fourproc) ceilings 64; write_py_prompts; pycode tp1; four_processes ;;
   four) four ;;
   four70) four70 ;;

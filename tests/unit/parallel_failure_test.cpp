@@ -105,6 +105,65 @@ TEST(RankThreads, FailFromOutsideEndsTheStepInFlightAndEveryLaterOne) {
   EXPECT_EQ(ran.load(), 0);
 }
 
+// Per-rank queues: rank 0 runs job 2 while rank 1 is still inside job 1 (a lock-step group would
+// never let job 1 end here).
+TEST(RankThreads, EachRankRunsItsOwnQueueAhead) {
+  parallel::RankThreads threads(2);
+  std::atomic<bool> rank0_in_job2{false};
+  std::atomic<bool> rank1_waited{false};
+  std::vector<int> order0;
+  const auto t1 = threads.submit(
+      [&](int r) {
+        if (r == 0) order0.push_back(1);
+        if (r != 1) return;
+        for (int i = 0; i < 500 && !rank0_in_job2; ++i) std::this_thread::sleep_for(10ms);
+        rank1_waited = rank0_in_job2.load();
+      },
+      {});
+  const auto t2 = threads.submit(
+      [&](int r) {
+        if (r == 0) {
+          order0.push_back(2);
+          rank0_in_job2 = true;
+        }
+      },
+      {});
+  threads.wait(t1);
+  threads.wait(t2);
+  EXPECT_TRUE(rank1_waited.load());
+  EXPECT_EQ(order0, (std::vector<int>{1, 2}));
+}
+
+TEST(RankThreads, JobsQueuedBehindAFailureFailWithIt) {
+  auto group = parallel::ThreadGroup::create(2, 60s);
+  parallel::RankThreads threads(2);
+  auto hook = [&](const std::string& why) { group->abort(why); };
+  const auto first = threads.submit(
+      [&](int r) {
+        float x = 1;
+        if (r == 0) throw_error(ErrorKind::kInternal, "stage zero broke");
+        group->communicator(r)->recv(&x, 1, DType::kF32, 0, nullptr);  // never sent: aborted
+      },
+      hook);
+  const auto second = threads.submit(
+      [&](int r) {
+        float x = 1;
+        if (r == 0) group->communicator(r)->send(&x, 1, DType::kF32, 1, nullptr);
+        if (r == 1) group->communicator(r)->recv(&x, 1, DType::kF32, 0, nullptr);
+      },
+      hook);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_NE(error_of([&] { threads.wait(first); }).find("stage zero broke"), std::string::npos);
+  EXPECT_NE(error_of([&] { threads.wait(second); }), "");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  // After fail(), what is queued is skipped.
+  threads.fail("the group is gone");
+  std::atomic<int> ran{0};
+  const auto third = threads.submit([&](int) { ++ran; }, {});
+  EXPECT_NE(error_of([&] { threads.wait(third); }).find("the group is gone"), std::string::npos);
+  EXPECT_EQ(ran.load(), 0);
+}
+
 TEST(DetachableTasks, FinishedTasksAreJoinedAndStuckOnesLeftToTheExit) {
   {
     parallel::DetachableTasks tasks;
@@ -167,6 +226,39 @@ TEST(FaultInjection, ARankFailingMidRunEndsTheGenerationWithItsError) {
   LLM llm(args);
   EXPECT_EQ(llm.generate({PromptInput::from_text("Once upon a time")}, p).at(0).outputs.at(0).token_ids.size(),
             16u);
+}
+
+// The same with two batches in flight (pipeline parallelism): a failing stage-0 rank, or a failing
+// last-stage rank, ends generate() with its error, and the batch queued behind it does not hang
+// the engine's teardown.
+TEST(FaultInjection, ARankFailingWithBatchesInFlightEndsTheGeneration) {
+  const auto model = kModels / "stories260K";
+  if (!std::filesystem::exists(model / "model.safetensors")) GTEST_SKIP();
+  EngineArgs args;
+  args.model = model.string();
+  args.pipeline_parallel_size = 2;
+  args.kv_cache_memory_gib = 0.05;
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = 16;
+  p.ignore_eos = true;
+  std::vector<PromptInput> prompts;
+  for (const char* t : {"Once upon a time", "The little dog", "Lily and Tom went", "One day, a"})
+    prompts.push_back(PromptInput::from_text(t));
+  for (const char* fault : {"0:5", "1:6"}) {
+    ::setenv("PAGELLM_INJECT_FAULT", fault, 1);
+    const auto start = std::chrono::steady_clock::now();
+    const std::string e = error_of([&] {
+      LLM llm(args);
+      llm.generate(prompts, p);
+    });
+    ::unsetenv("PAGELLM_INJECT_FAULT");
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 60s) << fault;
+    const std::string want = std::string("injected fault on rank ") + fault[0] + " at step " + (fault + 2);
+    EXPECT_NE(e.find(want), std::string::npos) << fault << ": " << e;
+  }
+  LLM llm(args);
+  for (const auto& out : llm.generate(prompts, p)) EXPECT_EQ(out.outputs.at(0).token_ids.size(), 16u);
 }
 
 }  // namespace
