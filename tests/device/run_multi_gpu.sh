@@ -14,8 +14,8 @@
 # ppflight: batches in flight (issue 10, two GPUs; see the function).
 # $OUT gets summary.txt and logs.tar.xz only (the device tool returns at most 8 files).
 set -uo pipefail
-SRC=$(cd "${1:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|fourproc|ppflight}" && pwd)
-PART=${2:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|fourproc|ppflight}
+SRC=$(cd "${1:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|fourproc|ppflight[_check|_tput]}" && pwd)
+PART=${2:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|fourproc|ppflight[_check|_tput]}
 OUTDIR=${OUT:-./device-logs}
 LOGS=/tmp/mgpu-logs
 rm -rf "$LOGS" && mkdir -p "$LOGS" "$OUTDIR"
@@ -323,8 +323,10 @@ four70tput() {
 # (--max-batches-in-flight 1), in one process and as two processes, against TP=1; the failure paths
 # with batches in flight; then 70B shapes 256 x (128 in, 128 out) at TP=2, PP=2 and PP=2 one batch
 # at a time (the target: PP=2 >= 80 % of TP=2).
-ppflight() {
-  ceilings 64
+# ppflight_check (pycode-25M correctness and failure paths; carries BUNDLE-models) and
+# ppflight_tput (ceilings and the 70B throughput) split ppflight in two calls under the carry limit.
+ppflight() { ppflight_check; ppflight_tput; }
+ppflight_check() {
   write_py_prompts
   pycode tp1; say "pycode-25M tp1 (exit $?)"
   pycode pp2 --pipeline-parallel-size 2; say "pycode-25M pp2, batches in flight (exit $?): vs tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_pp2.jsonl")"
@@ -338,6 +340,9 @@ ppflight() {
   expect_failure pp2_rank0_fails 60 PAGELLM_INJECT_FAULT=0:5 -- --pipeline-parallel-size 2
   expect_failure pp2_rank1_fails 60 PAGELLM_INJECT_FAULT=1:5 -- --pipeline-parallel-size 2
   expect_failure pp2_rank0_hangs 60 PAGELLM_INJECT_FAULT=0:5:hang PAGELLM_STEP_TIMEOUT_S=5 -- --pipeline-parallel-size 2
+}
+ppflight_tput() {
+  ceilings 64
   tput_70b tp2 256 128 128 150 --tensor-parallel-size 2
   tput_70b pp2 256 128 128 150 --pipeline-parallel-size 2
   tput_70b pp2one 256 128 128 150 --pipeline-parallel-size 2 --max-batches-in-flight 1
@@ -345,6 +350,8 @@ ppflight() {
 
 case $PART in
   ppflight) ppflight ;;
+  ppflight_check) ppflight_check ;;
+  ppflight_tput) ppflight_tput ;;
   fourproc) ceilings 64; write_py_prompts; pycode tp1; four_processes ;;
   four) four ;;
   four70) four70 ;;
