@@ -396,9 +396,11 @@ void dequantize_int_part(const io::WeightStore& store, const models::HfTensorSpe
 
 void check_int_weights_on_gpu(const QuantConfig& q, const std::string& model) {
   if (!q.int_weights() || !q.int8_activations) return;
+  if (q.method == Method::kCtInt8 && q.bits == 8 && q.group_size <= 0 && !q.zero_points) return;
   unsupported(model + ": W8A8-INT8 (" + q.name +
-              ", int8 activations) runs on --device cpu only in "
-              "this build; the GPU's int8 GEMM: issue 12");
+              ", int8 activations) runs on the GPU only with "
+              "compressed-tensors int-quantized symmetric per-channel or per-tensor weights; use "
+              "--device cpu for this one");
 }
 
 std::string describe_int_weights_on_gpu(const QuantConfig& q, DType dtype) {
@@ -407,6 +409,10 @@ std::string describe_int_weights_on_gpu(const QuantConfig& q, DType dtype) {
     return q.describe() +
            ": dequantized to float32 at load (the INT kernels compute in bfloat16 "
            "or float16)";
+  if (q.int8_activations)
+    return q.describe() +
+           ": int8 weights and per-token int8 activations on the int8 tensor-core "
+           "GEMM";
   return q.describe() + ": weights kept packed (" + std::to_string(q.bits) +
          " bits), multiplied by the INT weight-only kernels";
 }

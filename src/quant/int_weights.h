@@ -74,8 +74,10 @@ void dequantize_int_part(const io::WeightStore& store, const models::HfTensorSpe
 
 // The CUDA runner keeps weight-only formats (W4A16, W8A16) packed and multiplies them with its INT
 // kernels (backends/cuda/gemm/int_gemm.h; layers they cannot take, and --dtype float32, are
-// dequantized at load). W8A8-INT8 (int8 activations) throws (kUnsupported, one line naming
-// `model`): its numerics are the int8 GEMM's, which a 16-bit GEMM would not reproduce.
+// dequantized at load). W8A8-INT8 runs on the int8 GEMM when its weights are compressed-tensors
+// int-quantized, symmetric, per channel or per tensor; any other W8A8 scheme throws (kUnsupported,
+// one line naming `model`): its numerics are the int8 GEMM's, which a 16-bit GEMM would not
+// reproduce.
 void check_int_weights_on_gpu(const QuantConfig& q, const std::string& model);
 
 // The startup log line of INT weights on the GPU ("" without INT weights).

@@ -29,7 +29,7 @@ DevMem upload_vector(const std::vector<T>& v, const std::string& what) {
 bool CudaRunner::Impl::int_layer(const models::WeightTensorSpec& t,
                                  const io::WeightStore* checkpoint) const {
   const quant::QuantConfig& q = config.quant;
-  if (!q.int_weights() || q.int8_activations || dt == DType::kF32) return false;
+  if (!q.int_weights() || dt == DType::kF32) return false;
   if (!quant::quantized_slot(t.slot)) return false;
   return std::all_of(t.parts.begin(), t.parts.end(), [&](const models::HfTensorSpec& part) {
     return !checkpoint || int_part(t, part);
@@ -55,6 +55,10 @@ IntScales& CudaRunner::Impl::int_slot(const models::WeightTensorSpec& t) {
 bool CudaRunner::Impl::load_int_layer(const models::WeightTensorSpec& t,
                                       const io::WeightStore* checkpoint, DevMem& w, IntScales& s) {
   const quant::QuantConfig& q = config.quant;
+  if (q.int8_activations) {
+    load_w8a8_layer(t, checkpoint, w, s);
+    return true;
+  }
   const int64_t k = t.parts[0].local_shape()[1];
   int64_t n = 0;
   for (const models::HfTensorSpec& part : t.parts) n += part.local_shape()[0];
@@ -110,6 +114,50 @@ bool CudaRunner::Impl::load_int_layer(const models::WeightTensorSpec& t,
   any_int_perm = any_int_perm || s.perm.get() != nullptr;
   int_largest = std::max(int_largest, n * k);
   return true;
+}
+
+// W8A8-INT8: the checkpoint's int8 weights as they are (unpack_int_part offsets them by 128, with
+// zero 128) and one fp32 scale per output row; dummy weights are random int8 with one scale.
+void CudaRunner::Impl::load_w8a8_layer(const models::WeightTensorSpec& t,
+                                       const io::WeightStore* checkpoint, DevMem& w, IntScales& s) {
+  const int64_t k = t.parts[0].local_shape()[1];
+  int64_t n = 0;
+  for (const models::HfTensorSpec& part : t.parts) n += part.local_shape()[0];
+  if (k % 4 != 0 || n % 4 != 0)
+    unsupported(opt.model_name + ": W8A8-INT8 " + t.label + " is " + std::to_string(n) + " x " +
+                std::to_string(k) + " on this rank; the int8 GEMM needs multiples of 4");
+  s.bits = 8, s.group_size = int(k), s.w8a8 = true;
+  w = DevMem(size_t(n * k), t.label + " (int8)");
+  s.scale = DevMem(size_t(n) * 4, t.label + " scales");
+  if (!checkpoint) {
+    const models::DummyFill f = models::dummy_fill(t.parts[0], opt.seed);
+    check(cuda::fill_uniform(DType::kF32, w.get(), 1, n * k / 4, n * k / 4, f.key, 1.f, stream),
+          "filling " + t.label);
+    check(cuda::fill_constant(DType::kF32, s.scale.get(), n, float(f.bound) / 127.f, stream),
+          "filling " + t.label + " scales");
+  } else {
+    std::vector<int8_t> wq(size_t(n * k));
+    std::vector<float> scale(static_cast<size_t>(n));
+    int64_t r0 = 0;
+    for (const models::HfTensorSpec& part : t.parts) {
+      const quant::IntPartValues v = quant::unpack_int_part(*checkpoint, part, config.quant);
+      for (int64_t r = 0; r < v.rows; ++r) {
+        if (v.zero[size_t(r * v.groups)] != 128)
+          unsupported(opt.model_name + ": W8A8-INT8 " + part.name + " is not symmetric");
+        scale[size_t(r0 + r)] = v.scale[size_t(r * v.groups)];
+        for (int64_t c = 0; c < k; ++c)
+          wq[size_t((r0 + r) * k + c)] = int8_t(int(v.q[size_t(r * k + c)]) - 128);
+      }
+      r0 += v.rows;
+    }
+    check(cudaMemcpy(w.get(), wq.data(), wq.size(), cudaMemcpyHostToDevice),
+          "uploading " + t.label);
+    check(cudaMemcpy(s.scale.get(), scale.data(), scale.size() * 4, cudaMemcpyHostToDevice),
+          "uploading " + t.label + " scales");
+  }
+  stats.weight_bytes += int64_t(w.bytes() + s.scale.bytes());
+  any_w8a8 = true;
+  widest_out = std::max(widest_out, n);
 }
 
 }  // namespace pagellm::runner

@@ -144,6 +144,9 @@ void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
   const auto& c = config;
   const std::vector<models::WeightTensorSpec> plan = models::llama_weight_plan(c, opt.shard);
   quant::check_int_weights_on_gpu(c.quant, opt.model_name);
+  if (c.quant.int_weights() && c.quant.int8_activations && dt == DType::kF32)
+    unsupported(opt.model_name +
+                ": W8A8-INT8 computes in bfloat16 or float16, not --dtype float32");
   if (c.quant.int_weights() && checkpoint)
     log::info(quant::describe_int_weights_on_gpu(c.quant, dt));
   // Names and shapes of the whole checkpoint are checked before anything is allocated or read.
@@ -233,6 +236,12 @@ void CudaRunner::Impl::alloc_activations() {
     const size_t k = size_t(std::max({hidden, num_heads * head_dim, inter}));
     fp8_xq = DevMem(T * k, "FP8 activations");
     fp8_xscale = DevMem(T * (k / size_t(cuda::kFp8Block) + 1) * 4, "FP8 activation scales");
+  }
+  if (any_w8a8) {
+    const size_t k = size_t(std::max({hidden, num_heads * head_dim, inter}));
+    int8_xq = DevMem(T * k, "int8 activations");
+    int8_xscale = DevMem(T * 4, "int8 activation scales");
+    int8_acc = DevMem(std::min(T, kInt8AccRows) * size_t(widest_out) * 4, "int8 GEMM sums");
   }
   if (any_int && T > size_t(cuda::kIntWeightOnlyMaxRows))
     int_w_work = DevMem(size_t(int_largest) * esz, "INT weights dequantized for prefill");
@@ -384,6 +393,16 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
   auto gemm = [&](const void* x, const DevMem& w, const Fp8Scales& f, const IntScales& iq, void* y,
                   int out_features, int in_features, const DevMem* bias) {
     const void* b = bias && bias->get() ? bias->get() : nullptr;
+    if (iq.w8a8) {
+      cuda::Int8LinearParams p;
+      p.dtype = dt, p.x = x, p.wq = w.as<int8_t>(), p.w_scale = iq.scale.as<float>(), p.y = y;
+      p.bias = b, p.m = n, p.n = out_features, p.k = in_features;
+      p.xq_work = int8_xq.as<int8_t>(), p.x_scale_work = int8_xscale.as<float>();
+      p.acc_work = int8_acc.as<int32_t>(),
+      p.acc_rows = int(std::min<int64_t>(max_tokens, kInt8AccRows));
+      check(cuda::int8_linear(this->gemm, p, stream), "int8 linear");
+      return;
+    }
     if (iq.on()) {
       if (iq.perm.get()) {
         check(cuda::int_gather_columns(dt, x, iq.perm.as<int32_t>(), int_x_perm.get(), n,

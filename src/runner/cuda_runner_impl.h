@@ -76,6 +76,9 @@ struct IntScales {
   DevMem zero;   // [n, k / group_size] uint8, or empty (symmetric)
   DevMem perm;   // [k] int32 act-order column order, or empty
   int bits = 0, group_size = 0;
+  // W8A8-INT8: the weight is int8 [n, k], `scale` fp32 [n] per output row, activations quantized
+  // per token (gemm/int_gemm.h int8_linear).
+  bool w8a8 = false;
   bool on() const { return bits != 0; }
 };
 
@@ -92,6 +95,9 @@ struct LayerWeights {
   Fp8Scales qkv_fp8, o_proj_fp8, gate_up_fp8, down_fp8;
   IntScales qkv_int, o_proj_int, gate_up_int, down_int;
 };
+
+// Rows per slice of the W8A8-INT8 GEMM (bounds its int32 scratch: 117 MB at 28,672 outputs).
+constexpr size_t kInt8AccRows = 1024;
 
 // Padded batch sizes that get a decode CUDA graph: 1, 2, 4, 8, then every 8 up to max_num_seqs.
 inline std::vector<int> graph_batch_sizes(int max_num_seqs) {
@@ -135,7 +141,11 @@ struct CudaRunner::Impl {
   // INT4 / INT8 layers: the weight dequantized for prefill-sized steps ([n, k] of the largest
   // layer) and act-order activations ([T, widest input]); empty when not needed.
   DevMem int_w_work, int_x_perm;
-  bool any_int = false, any_int_perm = false;
+  // W8A8-INT8: quantized activations [T, widest input], their scales [T], int32 sums
+  // [min(T, kInt8AccRows), widest output].
+  DevMem int8_xq, int8_xscale, int8_acc;
+  bool any_int = false, any_int_perm = false, any_w8a8 = false;
+  int64_t widest_out = 0;
   int64_t int_largest = 0;  // elements of the largest INT layer
 
   // Activations, sized for max_tokens rows.
@@ -230,6 +240,9 @@ struct CudaRunner::Impl {
   bool load_int_layer(const models::WeightTensorSpec& t, const io::WeightStore* checkpoint,
                       DevMem& w, IntScales& s);
   IntScales& int_slot(const models::WeightTensorSpec& t);
+  // W8A8-INT8 layer t: int8 weights and per-row scales (cuda_int_loader.cpp).
+  void load_w8a8_layer(const models::WeightTensorSpec& t, const io::WeightStore* checkpoint,
+                       DevMem& w, IntScales& s);
   Fp8Scales& fp8_slot(const models::WeightTensorSpec& t) {
     LayerWeights& l = layers.at(size_t(t.layer));
     switch (t.slot) {

@@ -65,3 +65,29 @@ cudaError_t int_gather_columns(DType dtype, const void* x, const int32_t* perm, 
                                int k, cudaStream_t stream);
 
 }  // namespace pagellm::cuda
+
+namespace pagellm::cuda {
+
+// W8A8-INT8 (compressed-tensors int-quantized with int8 activations): y [m, n] of dtype =
+// (xq · wqᵀ) * x_scale[i] * w_scale[j] (+ bias[j]), where each row of x is quantized on the fly
+// symmetrically to int8 (scale amax / 127, round to nearest even, the CPU backend's
+// quant::fake_quantize_rows_int8) and the int32 sums come from cuBLASLt's int8 tensor-core GEMM.
+// k and n multiples of 4 (int8 GEMM alignment); x, wq, xq_work and acc_work 16-byte aligned.
+struct Int8LinearParams {
+  DType dtype = DType::kBF16;      // of x, y and bias: bf16 or f16
+  const void* x = nullptr;         // [m, k]
+  const int8_t* wq = nullptr;      // [n, k]
+  const float* w_scale = nullptr;  // [n]
+  void* y = nullptr;               // [m, n]
+  const void* bias = nullptr;      // [n] or null
+  int m = 0, n = 0, k = 0;
+  int8_t* xq_work = nullptr;      // [m, k]
+  float* x_scale_work = nullptr;  // [m]
+  int32_t* acc_work = nullptr;    // [acc_rows, n]: the GEMM runs in slices of acc_rows rows
+  int acc_rows = 0;
+};
+// Graph-capturable once each shape has run eagerly (the cuBLASLt choice is cached in ctx).
+// cudaErrorNotSupported when cuBLASLt has no int8 algorithm for the shape.
+cudaError_t int8_linear(GemmContext* ctx, const Int8LinearParams& p, cudaStream_t stream);
+
+}  // namespace pagellm::cuda
