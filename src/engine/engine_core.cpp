@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <thread>
 
 #include "common/error.h"
 #include "common/logging.h"
@@ -193,8 +194,19 @@ std::vector<RequestOutput> EngineCore::step() {
     return outputs;
   }
   count_scheduled_tokens(batch);
-  fill_token_masks(batch);
+  start_token_masks(batch);
+  // However execute ends, the mask threads are done with the sequences before anything else runs.
+  struct JoinMasks {
+    EngineCore* core;
+    ~JoinMasks() {
+      try {
+        core->wait_token_masks();
+      } catch (...) {  // already thrown to the runner, or execute failed first
+      }
+    }
+  } join_masks{this};
   const engine::ModelRunnerOutput result = runner_->execute(batch);
+  wait_token_masks();  // a runner that sampled nothing need not have waited
   new_tokens_.clear();
   scheduler_->update_from_output(result, new_tokens_);
   std::vector<Request*> touched;
@@ -231,20 +243,35 @@ void EngineCore::count_scheduled_tokens(const engine::SchedulerOutput& batch) {
   }
 }
 
-void EngineCore::fill_token_masks(const engine::SchedulerOutput& batch) {
+void EngineCore::start_token_masks(const engine::SchedulerOutput& batch) {
+  mask_jobs_.clear();
   const std::span<engine::Sequence* const> seqs = scheduler_->scheduled_seqs();
   for (size_t i = 0; i < batch.seqs.size() && i < seqs.size(); ++i) {
     engine::Sequence& seq = *seqs[i];
     if (!batch.seqs[i].needs_sample || seq.token_mask.empty()) continue;
-    const std::vector<uint32_t>& allowed = seq.request->allowed_mask;
-    if (!seq.matcher) {
-      // Copied in place: this step's ScheduledSeq already points at the mask's storage.
-      std::copy(allowed.begin(), allowed.end(), seq.token_mask.begin());
-      continue;
-    }
-    seq.matcher->fill_mask(seq.token_mask);
-    for (size_t w = 0; w < allowed.size() && w < seq.token_mask.size(); ++w) seq.token_mask[w] &= allowed[w];
+    // Written in place: this step's ScheduledSeq already points at the mask's storage.
+    mask_jobs_.push_back({seq.matcher.get(), seq.token_mask, seq.request->allowed_mask});
   }
+  if (mask_jobs_.empty()) {
+    scheduler_->set_pending_masks(nullptr);
+    return;
+  }
+  if (!mask_builder_) {
+    // Half the cores at most: the engine thread, and the CPU backend's pool where it runs, need
+    // the rest. A cached mask is a 16 KB copy at a 128k vocabulary, so a few threads suffice.
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    mask_builder_ = std::make_unique<engine::MaskBuilder>(std::clamp(cores / 2, 1, 8));
+  }
+  mask_builder_->start(mask_jobs_);
+  masks_pending_ = true;
+  scheduler_->set_pending_masks(mask_builder_.get());
+}
+
+void EngineCore::wait_token_masks() {
+  if (!masks_pending_) return;
+  masks_pending_ = false;
+  scheduler_->set_pending_masks(nullptr);
+  mask_builder_->wait();
 }
 
 void EngineCore::process_new_tokens(const std::vector<engine::NewToken>& new_tokens,

@@ -60,6 +60,9 @@ class Scheduler {
 
   // Decides this step's work. The output stays valid until the next schedule() call.
   const SchedulerOutput& schedule();
+  // Marks the output's allowed-token masks as still being built (null: ready); see
+  // SchedulerOutput::pending_masks. Stays until changed.
+  void set_pending_masks(const MaskFence* fence) { out_.pending_masks = fence; }
   // The sequences behind schedule()'s output, in its order.
   std::span<Sequence* const> scheduled_seqs() const { return scheduled_; }
   // Applies the runner's results to the scheduled sequences (advances num_computed_tokens, appends

@@ -45,7 +45,10 @@ void Automaton::expand(Stack stack, std::vector<Stack>& out) {
   while (!work.empty()) {
     Stack s = std::move(work.back());
     work.pop_back();
-    if (s.size() > kMaxDepth || out.size() >= kMaxStacks) continue;
+    if (s.size() > kMaxDepth || out.size() >= kMaxStacks) {
+      truncated_ = true;
+      continue;
+    }
     if (!seen.insert(s).second) continue;
     if (s.empty()) {
       out.push_back(std::move(s));
@@ -78,7 +81,10 @@ int32_t Automaton::intern(std::vector<Stack> stacks) {
   for (auto it = lo; it != hi; ++it) {
     if (states_[size_t(it->second)].stacks == stacks) return it->second;
   }
-  if (states_.size() >= max_states_) return kDead;
+  if (states_.size() >= max_states_) {
+    truncated_ = true;
+    return kDead;
+  }
   State st;
   for (const Stack& s : stacks) {
     if (s.empty()) {
@@ -114,6 +120,33 @@ int32_t Automaton::step(int32_t state, uint8_t byte) {
   const int32_t id = out.empty() ? kDead : intern(std::move(out));
   transitions_.emplace(key, id);
   return id;
+}
+
+
+int32_t Automaton::known_step(int32_t state, uint8_t byte) const {
+  if (!states_[size_t(state)].next.test(byte)) return kDead;
+  auto it = transitions_.find((uint64_t(uint32_t(state)) << 8) | byte);
+  return it == transitions_.end() ? kUnknown : it->second;
+}
+
+int32_t Automaton::mask_class(int32_t state, uint32_t window) {
+  State& st = states_[size_t(state)];
+  if (st.mask_class >= 0) return st.mask_class;
+  if (grammar_->counts.empty()) return st.mask_class = state;  // no counts: a class per state
+  std::vector<Stack> canon = st.stacks;
+  for (Stack& s : canon)
+    for (uint32_t& pos : s) pos = grammar_->canonical(pos, window);
+  std::sort(canon.begin(), canon.end());
+  canon.erase(std::unique(canon.begin(), canon.end()), canon.end());
+  const uint64_t h = hash_stacks(canon);
+  auto [lo, hi] = class_by_hash_.equal_range(h);
+  for (auto it = lo; it != hi; ++it) {
+    if (classes_[size_t(it->second)] == canon) return st.mask_class = it->second;
+  }
+  classes_.push_back(std::move(canon));
+  st.mask_class = int32_t(classes_.size() - 1);
+  class_by_hash_.emplace(h, st.mask_class);
+  return st.mask_class;
 }
 
 }  // namespace pagellm::structured

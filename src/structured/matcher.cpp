@@ -1,6 +1,7 @@
 #include "structured/matcher.h"
 
 #include <algorithm>
+#include <mutex>
 
 namespace pagellm::structured {
 
@@ -34,42 +35,77 @@ void CompiledGrammar::compute_mask(int32_t state, std::span<uint32_t> words) {
   }
 }
 
+const std::vector<uint32_t>* CompiledGrammar::cached_mask(int32_t state) const {
+  uint64_t key = kPerState | uint32_t(state);
+  if (!automaton_.truncated()) {
+    const int32_t cls = automaton_.known_class(state);
+    if (cls < 0) return nullptr;
+    key = uint64_t(uint32_t(cls));
+  }
+  auto it = masks_.find(key);
+  return it == masks_.end() ? nullptr : &it->second;
+}
+
 void CompiledGrammar::fill_mask(int32_t state, std::span<uint32_t> words) {
-  std::lock_guard lock(mutex_);
-  auto it = masks_.find(state);
-  if (it != masks_.end()) {
-    std::copy(it->second.begin(), it->second.end(), words.begin());
+  {
+    std::shared_lock lock(mutex_);
+    if (const std::vector<uint32_t>* mask = cached_mask(state)) {
+      std::copy(mask->begin(), mask->end(), words.begin());
+      return;
+    }
+  }
+  std::unique_lock lock(mutex_);
+  // The state's class is taken before the walk: a walk that truncates the automaton leaves a mask
+  // that holds for this state only.
+  const int32_t cls = automaton_.truncated() ? -1 : automaton_.mask_class(state, vocab_->max_depth());
+  if (const std::vector<uint32_t>* mask = cached_mask(state)) {  // its class's, or built meanwhile
+    std::copy(mask->begin(), mask->end(), words.begin());
     return;
   }
   compute_mask(state, words);
+  const uint64_t key =
+      automaton_.truncated() ? kPerState | uint32_t(state) : uint64_t(uint32_t(cls));
   if (mask_bytes_ + words.size_bytes() <= kMaskCacheBytes) {
-    masks_.emplace(state, std::vector<uint32_t>(words.begin(), words.end()));
+    masks_.emplace(key, std::vector<uint32_t>(words.begin(), words.end()));
     mask_bytes_ += words.size_bytes();
   }
 }
 
 int32_t CompiledGrammar::advance(int32_t state, const std::string& bytes) {
-  std::lock_guard lock(mutex_);
-  for (char c : bytes) {
-    if (state == Automaton::kDead) break;
-    state = automaton_.step(state, uint8_t(c));
+  size_t i = 0;
+  {
+    std::shared_lock lock(mutex_);
+    for (; i < bytes.size() && state != Automaton::kDead; ++i) {
+      const int32_t next = automaton_.known_step(state, uint8_t(bytes[i]));
+      if (next == Automaton::kUnknown) break;
+      state = next;
+    }
+    if (i == bytes.size() || state == Automaton::kDead) return state;
   }
+  std::unique_lock lock(mutex_);
+  for (; i < bytes.size() && state != Automaton::kDead; ++i)
+    state = automaton_.step(state, uint8_t(bytes[i]));
   return state;
 }
 
 bool CompiledGrammar::accepting(int32_t state) {
-  std::lock_guard lock(mutex_);
+  std::shared_lock lock(mutex_);
   return automaton_.accepting(state);
 }
 
 bool CompiledGrammar::terminal(int32_t state) {
-  std::lock_guard lock(mutex_);
+  std::shared_lock lock(mutex_);
   return automaton_.next_bytes(state).empty();
 }
 
 size_t CompiledGrammar::num_states() {
-  std::lock_guard lock(mutex_);
+  std::shared_lock lock(mutex_);
   return automaton_.num_states();
+}
+
+size_t CompiledGrammar::num_cached_masks() {
+  std::shared_lock lock(mutex_);
+  return masks_.size();
 }
 
 void Matcher::fill_mask(std::span<uint32_t> words) const {

@@ -1,13 +1,19 @@
 // Token-level matching: a CompiledGrammar pairs a grammar's automaton with a vocabulary and turns
-// automaton states into allowed-token bitmasks (cached per state, since states repeat: inside a
-// JSON string, after each comma of an array...). A Matcher is one sequence's position in it.
+// automaton states into allowed-token bitmasks, cached per mask class (Automaton::mask_class):
+// states repeat (inside a JSON string, after each comma of an array...), and states that differ
+// only in a count far from its bound (a string's length under minLength / maxLength) share one
+// mask. A Matcher is one sequence's position in it.
+//
+// Thread-safe, and built for many matchers of one grammar working at once (the engine builds the
+// masks of a step in parallel): what is already built (memoized transitions, cached masks) is read
+// under a shared lock; only building a new state, transition or mask takes the lock exclusively.
 //
 // Mask layout: uint32 words, token id t allowed iff words[t / 32] >> (t % 32) & 1.
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -35,14 +41,21 @@ class CompiledGrammar {
   // Nothing may follow: the match is complete.
   bool terminal(int32_t state);
   size_t num_states();
+  // Masks kept in the cache (one per mask class met, up to kMaskCacheBytes).
+  size_t num_cached_masks();
 
  private:
   void compute_mask(int32_t state, std::span<uint32_t> words);
+  // The cached mask of `state`, or null. Needs the lock (shared or exclusive).
+  const std::vector<uint32_t>* cached_mask(int32_t state) const;
 
   std::shared_ptr<const Vocab> vocab_;
-  std::mutex mutex_;  // guards everything below (one engine thread per engine, but engines share)
+  // Guards everything below: shared to read what is built, exclusive to build.
+  mutable std::shared_mutex mutex_;
   Automaton automaton_;
-  std::unordered_map<int32_t, std::vector<uint32_t>> masks_;
+  // By mask class while the automaton is not truncated; by state (kPerState | state) after.
+  static constexpr uint64_t kPerState = uint64_t{1} << 32;
+  std::unordered_map<uint64_t, std::vector<uint32_t>> masks_;
   size_t mask_bytes_ = 0;
   std::vector<int32_t> path_;  // [max trie depth + 1] scratch: state at each depth of the walk
 };
