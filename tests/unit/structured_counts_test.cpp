@@ -79,8 +79,9 @@ TEST(StructuredCounts, BoundedRepetitionsBecomeCountingRuns) {
 TEST(StructuredCounts, BoundedStringMasksAreExactAtEveryCount) {
   auto vocab = std::make_shared<const Vocab>(
       std::vector<std::string>{"</s>", "a", "aa", "aaa", "aaaa", "\"", "a\"", "aa\"", "\"}", "}",
-                               "{\"s\":\"", "\xC3\xA9", "\xC3", "\xA9", "a\xC3", "\\", "\\n"},
-      std::vector<int32_t>{0}, 17);
+                               "{\"s\":\"", "\xC3\xA9", "\xC3", "\xA9", "a\xC3", "\\", "\\n",
+                               "aaaaaa", "aaaaa\"", "\"}aaaa"},
+      std::vector<int32_t>{0}, 20);
   GrammarCompiler compiler(vocab);
   auto grammar = compiler.compile(json_spec(
       R"({"type":"object","properties":{"s":{"type":"string","minLength":12,"maxLength":25}},"required":["s"]})"));
