@@ -11,8 +11,9 @@ CompiledGrammar::CompiledGrammar(std::shared_ptr<const Grammar> grammar,
   path_.resize(vocab_->max_depth() + 1);
 }
 
-void CompiledGrammar::compute_mask(int32_t state, std::span<uint32_t> words) {
+bool CompiledGrammar::compute_mask(int32_t state, std::span<uint32_t> words) {
   std::fill(words.begin(), words.end(), 0u);
+  bool any = false;
   const std::vector<Vocab::Node>& nodes = vocab_->nodes();
   const std::vector<int32_t>& ids = vocab_->token_ids();
   path_[0] = state;
@@ -27,15 +28,17 @@ void CompiledGrammar::compute_mask(int32_t state, std::span<uint32_t> words) {
       continue;
     }
     path_[n.depth] = to;
+    any = any || n.tokens_begin < n.tokens_end;
     for (uint32_t k = n.tokens_begin; k < n.tokens_end; ++k) {
       const uint32_t t = uint32_t(ids[k]);
       words[t >> 5] |= 1u << (t & 31);
     }
     ++i;
   }
+  return any;
 }
 
-const std::vector<uint32_t>* CompiledGrammar::cached_mask(int32_t state) const {
+const CompiledGrammar::Mask* CompiledGrammar::cached_mask(int32_t state) const {
   uint64_t key = kPerState | uint32_t(state);
   if (!automaton_.truncated()) {
     const int32_t cls = automaton_.known_class(state);
@@ -46,29 +49,30 @@ const std::vector<uint32_t>* CompiledGrammar::cached_mask(int32_t state) const {
   return it == masks_.end() ? nullptr : &it->second;
 }
 
-void CompiledGrammar::fill_mask(int32_t state, std::span<uint32_t> words) {
+bool CompiledGrammar::fill_mask(int32_t state, std::span<uint32_t> words) {
   {
     std::shared_lock lock(mutex_);
-    if (const std::vector<uint32_t>* mask = cached_mask(state)) {
-      std::copy(mask->begin(), mask->end(), words.begin());
-      return;
+    if (const Mask* mask = cached_mask(state)) {
+      std::copy(mask->words.begin(), mask->words.end(), words.begin());
+      return mask->any;
     }
   }
   std::unique_lock lock(mutex_);
   // The state's class is taken before the walk: a walk that truncates the automaton leaves a mask
   // that holds for this state only.
   const int32_t cls = automaton_.truncated() ? -1 : automaton_.mask_class(state, vocab_->max_depth());
-  if (const std::vector<uint32_t>* mask = cached_mask(state)) {  // its class's, or built meanwhile
-    std::copy(mask->begin(), mask->end(), words.begin());
-    return;
+  if (const Mask* mask = cached_mask(state)) {  // its class's, or built meanwhile
+    std::copy(mask->words.begin(), mask->words.end(), words.begin());
+    return mask->any;
   }
-  compute_mask(state, words);
+  const bool any = compute_mask(state, words);
   const uint64_t key =
       automaton_.truncated() ? kPerState | uint32_t(state) : uint64_t(uint32_t(cls));
   if (mask_bytes_ + words.size_bytes() <= kMaskCacheBytes) {
-    masks_.emplace(key, std::vector<uint32_t>(words.begin(), words.end()));
+    masks_.emplace(key, Mask{std::vector<uint32_t>(words.begin(), words.end()), any});
     mask_bytes_ += words.size_bytes();
   }
+  return any;
 }
 
 int32_t CompiledGrammar::advance(int32_t state, const std::string& bytes) {
@@ -109,11 +113,21 @@ size_t CompiledGrammar::num_cached_masks() {
 }
 
 void Matcher::fill_mask(std::span<uint32_t> words) const {
-  std::fill(words.begin(), words.end(), 0u);
-  if (ended_ || state_ < 0) return;
-  grammar_->fill_mask(state_, words.first(std::min(words.size(), grammar_->vocab().num_words())));
+  if (ended_ || state_ < 0) {
+    std::fill(words.begin(), words.end(), 0u);
+    return;
+  }
+  const size_t num_words = grammar_->vocab().num_words();
   bool any = false;
-  for (uint32_t w : words) any = any || w != 0;
+  if (words.size() >= num_words) {
+    any = grammar_->fill_mask(state_, words.first(num_words));
+    std::fill(words.begin() + ptrdiff_t(num_words), words.end(), 0u);
+  } else {  // a mask narrower than the vocabulary (never the engine's) keeps the words that fit
+    std::vector<uint32_t> full(num_words);
+    grammar_->fill_mask(state_, full);
+    std::copy_n(full.begin(), words.size(), words.begin());
+    any = std::any_of(words.begin(), words.end(), [](uint32_t w) { return w != 0; });
+  }
   if (any && !grammar_->accepting(state_)) return;
   for (int32_t id : grammar_->vocab().eos_ids()) {
     if (id >= 0 && size_t(id) / 32 < words.size()) words[size_t(id) >> 5] |= 1u << (id & 31);

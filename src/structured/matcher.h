@@ -33,8 +33,9 @@ class CompiledGrammar {
 
   const Vocab& vocab() const { return *vocab_; }
   int32_t initial_state() const { return 0; }
-  // Tokens whose bytes the grammar can read from `state` (EOS is the matcher's business).
-  void fill_mask(int32_t state, std::span<uint32_t> words);
+  // Tokens whose bytes the grammar can read from `state` (EOS is the matcher's business), into
+  // words [vocab().num_words()]. Returns whether any token is allowed.
+  bool fill_mask(int32_t state, std::span<uint32_t> words);
   // The state after reading `bytes`, or Automaton::kDead.
   int32_t advance(int32_t state, const std::string& bytes);
   bool accepting(int32_t state);
@@ -45,9 +46,14 @@ class CompiledGrammar {
   size_t num_cached_masks();
 
  private:
-  void compute_mask(int32_t state, std::span<uint32_t> words);
+  struct Mask {
+    std::vector<uint32_t> words;  // [vocab().num_words()]
+    bool any = false;             // some token is allowed
+  };
+  // Walks the vocabulary trie from `state`; returns whether any token is allowed.
+  bool compute_mask(int32_t state, std::span<uint32_t> words);
   // The cached mask of `state`, or null. Needs the lock (shared or exclusive).
-  const std::vector<uint32_t>* cached_mask(int32_t state) const;
+  const Mask* cached_mask(int32_t state) const;
 
   std::shared_ptr<const Vocab> vocab_;
   // Guards everything below: shared to read what is built, exclusive to build.
@@ -55,7 +61,7 @@ class CompiledGrammar {
   Automaton automaton_;
   // By mask class while the automaton is not truncated; by state (kPerState | state) after.
   static constexpr uint64_t kPerState = uint64_t{1} << 32;
-  std::unordered_map<uint64_t, std::vector<uint32_t>> masks_;
+  std::unordered_map<uint64_t, Mask> masks_;
   size_t mask_bytes_ = 0;
   std::vector<int32_t> path_;  // [max trie depth + 1] scratch: state at each depth of the walk
 };
