@@ -7,9 +7,11 @@
 //   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGELLM_BENCH=ON
 //   cmake --build build -j1 --target structured_mask_bench
 //   ./build/structured_mask_bench --tokenizer DIR [--vocab 128256] [--eos 128001,128009]
-//       [--seqs 64] [--steps 128] [--threads 0] [--schema NAME|JSON]...
+//       [--seqs 64] [--steps 128] [--threads 0] [--forward-ms 0] [--schema NAME|JSON]...
 // --threads 0: the serial loop (Matcher::fill_mask per sequence, one thread); N > 0: the engine's
-// MaskBuilder with N threads.
+// MaskBuilder with N threads. --forward-ms F (with N > 0): the step sleeps F ms between start()
+// and wait(), as the engine thread does while the GPU runs the forward pass; "exposed" is then the
+// time wait() still blocks, the mask time the step sees.
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -18,6 +20,7 @@
 #include <ctime>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/mask_builder.h"
@@ -58,6 +61,7 @@ struct Options {
   int seqs = 64;
   int steps = 128;
   int threads = 0;
+  double forward_ms = 0;
   std::vector<std::string> schemas;
 };
 
@@ -104,7 +108,7 @@ void run_schema(const Options& opt, const std::shared_ptr<const structured::Voca
   engine::MaskBuilder builder(opt.threads);
   std::vector<engine::MaskJob> jobs(n);
   std::mt19937_64 rng(42);
-  std::vector<double> step_ms, step_cpu_ms;
+  std::vector<double> step_ms, step_cpu_ms, exposed_ms;
   uint64_t checksum = 0, restarts = 0;
   for (int step = 0; step < opt.steps; ++step) {
     const auto s0 = Clock::now();
@@ -114,7 +118,14 @@ void run_schema(const Options& opt, const std::shared_ptr<const structured::Voca
     } else {
       for (size_t i = 0; i < n; ++i) jobs[i] = {matchers[i].get(), masks[i], {}};
       builder.start(jobs);
-      builder.wait();
+      if (opt.forward_ms > 0) {
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(opt.forward_ms));
+        const auto w0 = Clock::now();
+        builder.wait();
+        exposed_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - w0).count());
+      } else {
+        builder.wait();
+      }
     }
     step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - s0).count());
     step_cpu_ms.push_back(process_cpu_ms() - c0);
@@ -136,6 +147,11 @@ void run_schema(const Options& opt, const std::shared_ptr<const structured::Voca
       compile_ms, wall.mean, wall.p50, wall.p90, wall.max, step_ms.front(), cpu.mean, cpu.p50,
       cpu.p90, cpu.max, grammar->num_states(), grammar->num_cached_masks(), (unsigned long long)restarts,
       (unsigned long long)checksum);
+  if (!exposed_ms.empty()) {
+    const Summary exposed = summarize(exposed_ms);
+    std::printf("  with a %.1f ms forward pass: exposed mask ms: mean %.3f p50 %.3f p90 %.3f max %.3f\n",
+                opt.forward_ms, exposed.mean, exposed.p50, exposed.p90, exposed.max);
+  }
 }
 
 std::vector<int32_t> parse_ids(const std::string& s) {
@@ -163,6 +179,7 @@ int main(int argc, char** argv) {
     else if (key == "--seqs") opt.seqs = std::stoi(value);
     else if (key == "--steps") opt.steps = std::stoi(value);
     else if (key == "--threads") opt.threads = std::stoi(value);
+    else if (key == "--forward-ms") opt.forward_ms = std::stod(value);
     else if (key == "--schema") opt.schemas.push_back(value);
     else {
       std::fprintf(stderr, "unknown option %s\n", key.c_str());
