@@ -143,14 +143,15 @@ void run_schema(const Options& opt, const std::shared_ptr<const structured::Voca
       "schema %-9s seqs %d steps %d threads %d: compile %.1f ms; per-step mask time, wall ms: "
       "mean %.3f p50 %.3f p90 %.3f max %.3f (first step %.3f); CPU ms: mean %.3f p50 %.3f p90 "
       "%.3f max %.3f; states %zu; masks cached %zu; restarts %llu; checksum %016llx\n",
-      schema.size() < 12 ? schema.c_str() : "(json)", opt.seqs, opt.steps, opt.threads,
-      compile_ms, wall.mean, wall.p50, wall.p90, wall.max, step_ms.front(), cpu.mean, cpu.p50,
-      cpu.p90, cpu.max, grammar->num_states(), grammar->num_cached_masks(), (unsigned long long)restarts,
+      schema.size() < 12 ? schema.c_str() : "(json)", opt.seqs, opt.steps, opt.threads, compile_ms,
+      wall.mean, wall.p50, wall.p90, wall.max, step_ms.front(), cpu.mean, cpu.p50, cpu.p90, cpu.max,
+      grammar->num_states(), grammar->num_cached_masks(), (unsigned long long)restarts,
       (unsigned long long)checksum);
   if (!exposed_ms.empty()) {
     const Summary exposed = summarize(exposed_ms);
-    std::printf("  with a %.1f ms forward pass: exposed mask ms: mean %.3f p50 %.3f p90 %.3f max %.3f\n",
-                opt.forward_ms, exposed.mean, exposed.p50, exposed.p90, exposed.max);
+    std::printf(
+        "  with a %.1f ms forward pass: exposed mask ms: mean %.3f p50 %.3f p90 %.3f max %.3f\n",
+        opt.forward_ms, exposed.mean, exposed.p50, exposed.p90, exposed.max);
   }
 }
 
@@ -173,14 +174,22 @@ int main(int argc, char** argv) {
   pagellm::Options opt;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--tokenizer") opt.tokenizer = value;
-    else if (key == "--vocab") opt.vocab = size_t(std::stoul(value));
-    else if (key == "--eos") opt.eos = pagellm::parse_ids(value);
-    else if (key == "--seqs") opt.seqs = std::stoi(value);
-    else if (key == "--steps") opt.steps = std::stoi(value);
-    else if (key == "--threads") opt.threads = std::stoi(value);
-    else if (key == "--forward-ms") opt.forward_ms = std::stod(value);
-    else if (key == "--schema") opt.schemas.push_back(value);
+    if (key == "--tokenizer")
+      opt.tokenizer = value;
+    else if (key == "--vocab")
+      opt.vocab = size_t(std::stoul(value));
+    else if (key == "--eos")
+      opt.eos = pagellm::parse_ids(value);
+    else if (key == "--seqs")
+      opt.seqs = std::stoi(value);
+    else if (key == "--steps")
+      opt.steps = std::stoi(value);
+    else if (key == "--threads")
+      opt.threads = std::stoi(value);
+    else if (key == "--forward-ms")
+      opt.forward_ms = std::stod(value);
+    else if (key == "--schema")
+      opt.schemas.push_back(value);
     else {
       std::fprintf(stderr, "unknown option %s\n", key.c_str());
       return 2;

@@ -103,7 +103,7 @@ class EngineCore {
   EngineStats stats_;  // counters and latency samples; gauges are filled on read
   engine::StatsLogger stats_logger_;
   std::vector<engine::NewToken> new_tokens_;  // reused every step
-  std::vector<engine::MaskJob> mask_jobs_;      // reused every step
+  std::vector<engine::MaskJob> mask_jobs_;    // reused every step
   std::unique_ptr<engine::MaskBuilder> mask_builder_;  // made on the first step with a mask
   bool masks_pending_ = false;
 };

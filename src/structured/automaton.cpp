@@ -122,7 +122,6 @@ int32_t Automaton::step(int32_t state, uint8_t byte) {
   return id;
 }
 
-
 int32_t Automaton::known_step(int32_t state, uint8_t byte) const {
   if (!states_[size_t(state)].next.test(byte)) return kDead;
   auto it = transitions_.find((uint64_t(uint32_t(state)) << 8) | byte);

@@ -73,7 +73,7 @@ class Automaton {
   std::vector<State> states_;
   std::unordered_multimap<uint64_t, int32_t> by_hash_;
   std::unordered_map<uint64_t, int32_t> transitions_;  // (state << 8 | byte) -> state
-  std::vector<std::vector<Stack>> classes_;             // canonical stacks of each mask class
+  std::vector<std::vector<Stack>> classes_;            // canonical stacks of each mask class
   std::unordered_multimap<uint64_t, int32_t> class_by_hash_;
   bool truncated_ = false;
 };

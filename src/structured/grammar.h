@@ -103,7 +103,7 @@ struct Grammar {
     uint32_t run = kNoRun;
     uint32_t dist = 0;
   };
-  std::vector<Count> counts;               // [elements.size()], or empty when there are no runs
+  std::vector<Count> counts;                // [elements.size()], or empty when there are no runs
   std::vector<std::vector<uint32_t>> runs;  // [num_runs][max distance + 1]
 
   // The position that stands for `pos` when only the next `window` bytes matter: pos itself, or

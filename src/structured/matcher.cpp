@@ -60,7 +60,8 @@ bool CompiledGrammar::fill_mask(int32_t state, std::span<uint32_t> words) {
   std::unique_lock lock(mutex_);
   // The state's class is taken before the walk: a walk that truncates the automaton leaves a mask
   // that holds for this state only.
-  const int32_t cls = automaton_.truncated() ? -1 : automaton_.mask_class(state, vocab_->max_depth());
+  const int32_t cls =
+      automaton_.truncated() ? -1 : automaton_.mask_class(state, vocab_->max_depth());
   if (const Mask* mask = cached_mask(state)) {  // its class's, or built meanwhile
     std::copy(mask->words.begin(), mask->words.end(), words.begin());
     return mask->any;

@@ -32,7 +32,9 @@ StructuredOutputs json_spec(const std::string& schema) {
   return s;
 }
 
-bool bit(std::span<const uint32_t> mask, int32_t t) { return (mask[size_t(t) / 32] >> (t % 32)) & 1; }
+bool bit(std::span<const uint32_t> mask, int32_t t) {
+  return (mask[size_t(t) / 32] >> (t % 32)) & 1;
+}
 
 // Every bit of m's mask against probing each token (EOS: allowed iff the text may end here).
 void expect_exact_mask(const Matcher& m, const Vocab& v, const std::string& where) {
@@ -57,7 +59,8 @@ int32_t token_of(const Vocab& v, const std::string& bytes) {
 }
 
 TEST(StructuredCounts, BoundedRepetitionsBecomeCountingRuns) {
-  const Grammar g = build_grammar(json_spec(R"({"type":"string","minLength":5,"maxLength":9})"), {});
+  const Grammar g =
+      build_grammar(json_spec(R"({"type":"string","minLength":5,"maxLength":9})"), {});
   ASSERT_EQ(g.runs.size(), 2u);  // the head (5 needed) and the chain (4 more allowed)
   ASSERT_EQ(g.counts.size(), g.elements.size());
   for (const std::vector<uint32_t>& run : g.runs) {
@@ -78,9 +81,9 @@ TEST(StructuredCounts, BoundedRepetitionsBecomeCountingRuns) {
 // A small vocabulary whose longest token is 6 bytes: counts 7 or more from a bound share masks.
 TEST(StructuredCounts, BoundedStringMasksAreExactAtEveryCount) {
   auto vocab = std::make_shared<const Vocab>(
-      std::vector<std::string>{"</s>", "a", "aa", "aaa", "aaaa", "\"", "a\"", "aa\"", "\"}", "}",
-                               "{\"s\":\"", "\xC3\xA9", "\xC3", "\xA9", "a\xC3", "\\", "\\n",
-                               "aaaaaa", "aaaaa\"", "\"}aaaa"},
+      std::vector<std::string>{"</s>",  "a",   "aa",  "aaa",       "aaaa",     "\"",     "a\"",
+                               "aa\"",  "\"}", "}",   "{\"s\":\"", "\xC3\xA9", "\xC3",   "\xA9",
+                               "a\xC3", "\\",  "\\n", "aaaaaa",    "aaaaa\"",  "\"}aaaa"},
       std::vector<int32_t>{0}, 20);
   GrammarCompiler compiler(vocab);
   auto grammar = compiler.compile(json_spec(
@@ -133,7 +136,8 @@ TEST(StructuredCounts, BoundedStringMasksAreExactOnARealVocabulary) {
         allowed.push_back(t);
         if (v.bytes(t).size() <= 2) short_ones.push_back(t);
       }
-      const std::vector<int32_t>& from = short_ones.empty() || rng() % 4 == 0 ? allowed : short_ones;
+      const std::vector<int32_t>& from =
+          short_ones.empty() || rng() % 4 == 0 ? allowed : short_ones;
       ASSERT_TRUE(m.advance(from[std::uniform_int_distribution<size_t>(0, from.size() - 1)(rng)]));
     }
   }
@@ -165,20 +169,23 @@ uint64_t walk_hash(const std::shared_ptr<CompiledGrammar>& grammar, const Vocab&
 // walk's masks equal those of the same walk run alone on a grammar of its own.
 TEST(StructuredCounts, ConcurrentMatchersOfOneGrammarAgreeWithSerialOnes) {
   const Vocab& v = *pycode_vocab();
-  for (const char* schema :
-       {R"({"type":"array","items":{"type":"string"}})",
-        R"({"type":"object","properties":{"text":{"type":"string","minLength":300}},"required":["text"]})"}) {
+  for (
+      const char* schema :
+      {R"({"type":"array","items":{"type":"string"}})",
+       R"({"type":"object","properties":{"text":{"type":"string","minLength":300}},"required":["text"]})"}) {
     constexpr int kThreads = 8;
     GrammarCompiler shared_compiler(pycode_vocab());
     auto shared = shared_compiler.compile(json_spec(schema));
     std::vector<uint64_t> concurrent(kThreads);
     std::vector<std::thread> threads;
     for (int i = 0; i < kThreads; ++i)
-      threads.emplace_back([&, i] { concurrent[size_t(i)] = walk_hash(shared, v, uint64_t(i), 60); });
+      threads.emplace_back(
+          [&, i] { concurrent[size_t(i)] = walk_hash(shared, v, uint64_t(i), 60); });
     for (std::thread& t : threads) t.join();
     for (int i = 0; i < kThreads; ++i) {
       GrammarCompiler own(pycode_vocab());
-      EXPECT_EQ(concurrent[size_t(i)], walk_hash(own.compile(json_spec(schema)), v, uint64_t(i), 60))
+      EXPECT_EQ(concurrent[size_t(i)],
+                walk_hash(own.compile(json_spec(schema)), v, uint64_t(i), 60))
           << schema << " walk " << i;
     }
   }
@@ -189,7 +196,8 @@ TEST(StructuredCounts, ConcurrentMatchersOfOneGrammarAgreeWithSerialOnes) {
 TEST(StructuredCounts, ParallelMaskBuilderEqualsSerialMasks) {
   const Vocab& v = *pycode_vocab();
   GrammarCompiler compiler(pycode_vocab());
-  auto grammar = compiler.compile(json_spec(R"({"type":"array","items":{"type":"string","maxLength":30}})"));
+  auto grammar =
+      compiler.compile(json_spec(R"({"type":"array","items":{"type":"string","maxLength":30}})"));
   constexpr size_t kSeqs = 64;
   std::mt19937 rng(9);
   std::vector<std::unique_ptr<Matcher>> matchers;
