@@ -6,23 +6,29 @@
 //
 // Thread-safe, and built for many matchers of one grammar working at once (the engine builds the
 // masks of a step in parallel): what is already built (memoized transitions, cached masks) is read
-// under a shared lock; only building a new state, transition or mask takes the lock exclusively.
+// under a shared lock, and so are the vocabulary walks that make new masks (each keeps the states
+// it needs and the automaton lacks to itself); only adding a state, transition or mask takes the
+// lock exclusively, briefly. A mask being made is made once: other threads wanting it wait.
 //
 // Mask layout: uint32 words, token id t allowed iff words[t / 32] >> (t % 32) & 1.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <shared_mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "structured/automaton.h"
 #include "structured/vocab.h"
 
 namespace pagellm::structured {
+
+class WalkStates;  // matcher.cpp
 
 class CompiledGrammar {
  public:
@@ -50,8 +56,12 @@ class CompiledGrammar {
     std::vector<uint32_t> words;  // [vocab().num_words()]
     bool any = false;             // some token is allowed
   };
-  // Walks the vocabulary trie from `state`; returns whether any token is allowed.
-  bool compute_mask(int32_t state, std::span<uint32_t> words);
+  // Walks the vocabulary trie from `state` (shared lock held), keeping the states it needs that
+  // the automaton lacks in `walk`; returns whether any token is allowed.
+  bool compute_mask(int32_t state, std::span<uint32_t> words, WalkStates& walk) const;
+  // The mask cache's key of `state` (exclusive lock held): its class, or the state itself once
+  // the automaton is truncated.
+  uint64_t mask_key(int32_t state);
   // The cached mask of `state`, or null. Needs the lock (shared or exclusive).
   const Mask* cached_mask(int32_t state) const;
 
@@ -63,7 +73,8 @@ class CompiledGrammar {
   static constexpr uint64_t kPerState = uint64_t{1} << 32;
   std::unordered_map<uint64_t, Mask> masks_;
   size_t mask_bytes_ = 0;
-  std::vector<int32_t> path_;  // [max trie depth + 1] scratch: state at each depth of the walk
+  std::unordered_set<uint64_t> building_;  // keys whose mask some thread is walking for
+  std::condition_variable_any built_;      // a walk ended
 };
 
 class Matcher {
