@@ -103,7 +103,8 @@ int32_t Automaton::intern(std::vector<Stack> stacks) {
   const uint64_t h = hash_stacks(stacks);
   State st;
   st.next = next_bytes_of(stacks);
-  st.accepting = std::any_of(stacks.begin(), stacks.end(), [](const Stack& s) { return s.empty(); });
+  st.accepting =
+      std::any_of(stacks.begin(), stacks.end(), [](const Stack& s) { return s.empty(); });
   st.stacks = std::move(stacks);
   states_.push_back(std::move(st));
   const int32_t id = int32_t(states_.size() - 1);

@@ -16,7 +16,8 @@ class WalkStates {
 
   // As Automaton::step.
   int32_t step(int32_t state, uint8_t byte) {
-    if (!(state >= 0 ? a_.next_bytes(state) : local(state).next).test(byte)) return Automaton::kDead;
+    if (!(state >= 0 ? a_.next_bytes(state) : local(state).next).test(byte))
+      return Automaton::kDead;
     if (state >= 0) {
       const int32_t next = a_.known_step(state, byte);
       if (next != Automaton::kUnknown) return next;
@@ -38,11 +39,14 @@ class WalkStates {
   void merge_into(Automaton& a) {
     std::vector<int32_t> global(local_.size());
     for (size_t k = 0; k < local_.size(); ++k) global[k] = a.add_state(std::move(local_[k].stacks));
-    auto to_global = [&](int32_t id) { return id <= kFirstLocal ? global[size_t(kFirstLocal - id)] : id; };
+    auto to_global = [&](int32_t id) {
+      return id <= kFirstLocal ? global[size_t(kFirstLocal - id)] : id;
+    };
     for (const auto& [key, to] : transitions_) {
       const int32_t from = to_global(int32_t(uint32_t(key >> 8))), target = to_global(to);
       // A state the full automaton refused: step() decides those transitions itself.
-      if (from == Automaton::kDead || (to != Automaton::kDead && target == Automaton::kDead)) continue;
+      if (from == Automaton::kDead || (to != Automaton::kDead && target == Automaton::kDead))
+        continue;
       a.add_transition(from, uint8_t(key & 0xff), target);
     }
   }
