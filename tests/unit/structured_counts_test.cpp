@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "engine/mask_builder.h"
+#include "structured/automaton.h"
 #include "structured/compiler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -76,6 +77,33 @@ TEST(StructuredCounts, BoundedRepetitionsBecomeCountingRuns) {
   StructuredOutputs nullable;
   nullable.regex = "(a?){3,8}";
   EXPECT_TRUE(build_grammar(nullable, {}).runs.empty());
+}
+
+// States of one class behave alike only while no cap cut the automaton short: a full automaton
+// (or dropped stacks) says so, and masks are then kept per state (CompiledGrammar::mask_key).
+TEST(StructuredCounts, AFullAutomatonReportsItselfTruncated) {
+  auto g = std::make_shared<const Grammar>(
+      build_grammar(json_spec(R"({"type":"string","minLength":20})"), {}));
+  Automaton big(g);
+  int32_t s = big.initial();
+  for (char c : std::string("\"aaaaaaaa")) s = big.step(s, uint8_t(c));
+  ASSERT_NE(s, Automaton::kDead);
+  EXPECT_FALSE(big.truncated());
+  // Far from the bound, counts differ in their states but share a class (window 2: counts more
+  // than 3 from minLength).
+  const int32_t a4 = [&] {
+    int32_t t = big.initial();
+    for (char c : std::string("\"aaaa")) t = big.step(t, uint8_t(c));
+    return t;
+  }();
+  EXPECT_NE(a4, s);
+  EXPECT_EQ(big.mask_class(a4, 2), big.mask_class(s, 2));
+  Automaton small(g, 4);
+  int32_t t = small.initial();
+  for (char c : std::string("\"aaaaaaaa"))
+    t = t == Automaton::kDead ? t : small.step(t, uint8_t(c));
+  EXPECT_EQ(t, Automaton::kDead);
+  EXPECT_TRUE(small.truncated());
 }
 
 // A small vocabulary whose longest token is 6 bytes: counts 7 or more from a bound share masks.
