@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <thread>
 
 #include "common/error.h"
 #include "common/logging.h"
@@ -212,7 +213,9 @@ bool EngineCore::submit_batch() {
     return false;
   }
   count_scheduled_tokens(batch);
-  fill_token_masks(batch);
+  // The masks build on the mask threads while the runner runs the forward pass; the runner waits
+  // for them (SchedulerOutput::pending_masks) before it samples.
+  start_token_masks(batch);
   runner_->submit(batch);
   ++num_in_flight_;
   ++num_submitted_;
@@ -222,7 +225,19 @@ bool EngineCore::submit_batch() {
 void EngineCore::collect_batch(std::vector<RequestOutput>& outputs) {
   --num_in_flight_;  // collected even when it failed
   ++num_collected_;
+  // However the runner ends, the mask threads are done with the sequences before anything else
+  // touches them (they may still be building a later batch's masks: waited for too).
+  struct JoinMasks {
+    EngineCore* core;
+    ~JoinMasks() {
+      try {
+        core->wait_token_masks();
+      } catch (...) {  // already thrown to the runner, or the runner failed first
+      }
+    }
+  } join_masks{this};
   const engine::ModelRunnerOutput result = runner_->wait_next();
+  wait_token_masks();  // a runner that sampled nothing need not have waited
   new_tokens_.clear();
   scheduler_->update_from_output(result, new_tokens_);
   release_retired();
@@ -263,20 +278,38 @@ void EngineCore::count_scheduled_tokens(const engine::SchedulerOutput& batch) {
   }
 }
 
-void EngineCore::fill_token_masks(const engine::SchedulerOutput& batch) {
+void EngineCore::start_token_masks(const engine::SchedulerOutput& batch) {
+  // One batch's masks at a time: an earlier batch in flight may still be building its own.
+  wait_token_masks();
+  mask_jobs_.clear();
   const std::span<engine::Sequence* const> seqs = scheduler_->scheduled_seqs();
   for (size_t i = 0; i < batch.seqs.size() && i < seqs.size(); ++i) {
     engine::Sequence& seq = *seqs[i];
     if (!batch.seqs[i].needs_sample || seq.token_mask.empty()) continue;
-    const std::vector<uint32_t>& allowed = seq.request->allowed_mask;
-    if (!seq.matcher) {
-      // Copied in place: this step's ScheduledSeq already points at the mask's storage.
-      std::copy(allowed.begin(), allowed.end(), seq.token_mask.begin());
-      continue;
-    }
-    seq.matcher->fill_mask(seq.token_mask);
-    for (size_t w = 0; w < allowed.size() && w < seq.token_mask.size(); ++w) seq.token_mask[w] &= allowed[w];
+    // Written in place: this step's ScheduledSeq already points at the mask's storage.
+    mask_jobs_.push_back({seq.matcher.get(), seq.token_mask, seq.request->allowed_mask});
   }
+  if (mask_jobs_.empty()) {
+    scheduler_->set_pending_masks(nullptr);
+    return;
+  }
+  if (!mask_builder_) {
+    // Half the cores at most: the engine thread, and the CPU backend's pool where it runs, need
+    // the rest. A cached mask is a 16 KB copy at a 128k vocabulary, so a few threads suffice.
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    mask_builder_ = std::make_unique<engine::MaskBuilder>(std::clamp(cores / 2, 1, 8));
+  }
+  mask_builder_->start(mask_jobs_);
+  masks_pending_ = true;
+  scheduler_->set_pending_masks(mask_builder_.get());
+}
+
+// The fence stays in the batch's output: a runner thread may still read it (batches in flight),
+// and waiting on a finished fence returns at once.
+void EngineCore::wait_token_masks() {
+  if (!masks_pending_) return;
+  masks_pending_ = false;
+  mask_builder_->wait();
 }
 
 void EngineCore::process_new_tokens(const std::vector<engine::NewToken>& new_tokens,

@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/mask_builder.h"
 #include "engine/output_processor.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
@@ -81,9 +82,11 @@ class EngineCore {
   void count_scheduled_tokens(const engine::SchedulerOutput& batch);
   // Speculative decoding: drafts for every running sequence in decode, before schedule().
   void propose_drafts();
-  // Structured output and allowed_token_ids: the allowed-token mask of every scheduled seq that
-  // samples this step.
-  void fill_token_masks(const engine::SchedulerOutput& batch);
+  // Structured output and allowed_token_ids: starts building the allowed-token mask of every
+  // scheduled seq that samples this step on the mask pool, and marks the batch's masks pending
+  // (the runner waits for them before sampling, so they are built while the forward pass runs).
+  void start_token_masks(const engine::SchedulerOutput& batch);
+  void wait_token_masks();
   void set_token_controls(engine::Request& req) const;
   void finish_request(engine::Request& req);
   // Schedules and submits one batch; false when there was nothing to run.
@@ -122,6 +125,9 @@ class EngineCore {
   EngineStats stats_;  // counters and latency samples; gauges are filled on read
   engine::StatsLogger stats_logger_;
   std::vector<engine::NewToken> new_tokens_;  // reused every step
+  std::vector<engine::MaskJob> mask_jobs_;    // reused every step
+  std::unique_ptr<engine::MaskBuilder> mask_builder_;  // made on the first step with a mask
+  bool masks_pending_ = false;
 };
 
 }  // namespace pagellm

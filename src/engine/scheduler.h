@@ -73,6 +73,11 @@ class Scheduler {
   // is not in flight and stays valid until the next schedule() call. Throws pagellm::Error
   // (kInternal) when max_batches_in_flight batches are in flight already.
   const SchedulerOutput& schedule();
+  // Marks the output schedule() just returned as having its allowed-token masks still being built
+  // (null: ready); see SchedulerOutput::pending_masks.
+  void set_pending_masks(const MaskFence* fence) {
+    (in_flight_.empty() ? out_ : in_flight_.back().out).pending_masks = fence;
+  }
   // The sequences behind the last schedule()'s output, in its order.
   std::span<Sequence* const> scheduled_seqs() const { return last_scheduled_; }
   // Applies the runner's results to the sequences of the oldest batch in flight (advances

@@ -42,6 +42,15 @@ struct ScheduledSeq {
   std::span<const float> draft_probs;  // [num_spec_tokens, vocab] the draft's q; empty = point masses
 };
 
+// Allowed-token masks that may still be in the making when the runner starts: EngineCore builds
+// them on a thread pool while the forward pass runs, since only the sampler reads them.
+class MaskFence {
+ public:
+  virtual ~MaskFence() = default;
+  // Returns once every allowed_token_mask of the step is written; rethrows a failure to build one.
+  virtual void wait() const = 0;
+};
+
 // A runner applies the block operations in this order, each list in order, before computing any
 // token: swap out, swap in, copy. (A block freed by a swap-out may be reused in the same step by a
 // swap-in or as a copy destination; copies read blocks that stay referenced.)
@@ -51,7 +60,14 @@ struct SchedulerOutput {
   std::vector<std::pair<int32_t, int32_t>> blocks_to_copy;  // copy-on-write: (src, dst) KV blocks
   std::vector<std::pair<int32_t, int32_t>> blocks_to_swap_out;  // (device block, host block)
   std::vector<std::pair<int32_t, int32_t>> blocks_to_swap_in;   // (host block, device block)
+  // Set while the masks are being built: a runner calls wait_for_masks() before it reads any
+  // allowed_token_mask (reading one earlier is a data race). Null: they are ready.
+  const MaskFence* pending_masks = nullptr;
 };
+
+inline void wait_for_masks(const SchedulerOutput& batch) {
+  if (batch.pending_masks != nullptr) batch.pending_masks->wait();
+}
 
 struct ModelRunnerOutput {
   // Per scheduled seq, in SchedulerOutput order; -1 where needs_sample was false.

@@ -308,6 +308,7 @@ engine::ModelRunnerOutput CpuRunner::sample(Job& job) {
     out.spec_token_ids.resize(batch.seqs.size());
     out.spec_logprobs.resize(batch.seqs.size());
   }
+  engine::wait_for_masks(batch);  // built while the forward pass ran
   // Groups belong to distinct seqs and sample_token / verify_drafts are pure functions of their
   // rows (their scratch is thread-local), so the groups are sampled in parallel. A row's token
   // never depends on the split. Exceptions are carried back to this thread.

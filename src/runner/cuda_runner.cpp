@@ -598,8 +598,8 @@ void CudaRunner::Impl::compute_logits(int first, int num_rows) {
 void CudaRunner::Impl::upload_sample_ids(const std::vector<int32_t>& ids) {
   if (ids.empty()) return;
   if (ids.size() > sample_ids_capacity) {
-    // Only reached between steps: every step ends with a stream synchronize, so the old buffers
-    // are idle.
+    // The old buffers are idle: only the sampler reads them, and every step ends with a stream
+    // synchronize. (Called after the forward pass is queued, the frees below wait for it.)
     const size_t cap = std::max(ids.size(), 2 * sample_ids_capacity);
     if (sample_ids_host) cudaFreeHost(sample_ids_host);
     sample_ids_host = nullptr;

@@ -72,6 +72,8 @@ struct SampleInputs {
   std::vector<int32_t> ids;           // [sum of list lengths]
 };
 
+// The masks' words are left out (their place reserved): they may still be in the making, and
+// upload_sample_inputs puts them in once they are ready.
 SampleInputs pack_rows(const engine::SchedulerOutput& batch, const std::vector<LogitsRow>& rows,
                        int vocab) {
   SampleInputs in;
@@ -79,12 +81,22 @@ SampleInputs pack_rows(const engine::SchedulerOutput& batch, const std::vector<L
   for (const LogitsRow& row : rows) {
     const engine::ScheduledSeq& seq = batch.seqs[row.seq];
     if (row.sample)
-      in.rows.push_back(pack_sample_row(seq, in.ids));
+      in.rows.push_back(pack_sample_row(seq, in.ids, /*copy_mask=*/false));
     else
       in.rows.push_back(
           pack_score_row(seq, seq.prompt_token_ids[size_t(row.position) + 1], vocab));
   }
   return in;
+}
+
+// Called once the step's forward pass is queued: waits for the allowed-token masks (built on the
+// host meanwhile), puts them into the id lists and uploads those on the stream, ahead of sampling.
+void upload_sample_inputs(CudaRunner::Impl& m, const engine::SchedulerOutput& batch,
+                          const std::vector<LogitsRow>& rows, SampleInputs& in) {
+  engine::wait_for_masks(batch);
+  for (size_t r = 0; r < rows.size(); ++r)
+    if (rows[r].sample) put_sample_mask(batch.seqs[rows[r].seq], in.rows[r], in.ids);
+  m.upload_sample_ids(in.ids);
 }
 
 // Applies the step's block operations on the runner stream, in SchedulerOutput's order (swap out,
@@ -254,7 +266,6 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
         m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables, f.table_lens, shape.num_splits);
     for (int r = 0; r < b; ++r) m.host<int32_t>(m.lay.rows)[r] = r;
     m.upload_inputs();
-    if (sample) m.upload_sample_ids(sin.ids);
     const auto graph = m.graphs.find(b);
     if (graph != m.graphs.end() && !m.kv_scales_pending) {
       check(cudaGraphLaunch(graph->second, m.stream), "launching a decode graph");
@@ -263,6 +274,7 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
       m.kv_scales_pending = false;  // this step's K/V set them (graphs read them from then on)
       m.compute_logits(0, b);
     }
+    if (sample) upload_sample_inputs(m, batch, f.rows, sin);
     fetch(0, num_rows);
     return result;
   }
@@ -270,9 +282,9 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
       m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables, f.table_lens, 0);
   for (int r = 0; r < num_rows; ++r) m.host<int32_t>(m.lay.rows)[r] = f.rows[size_t(r)].row;
   m.upload_inputs();
-  if (sample) m.upload_sample_ids(sin.ids);
   m.forward(st, m.kv_pool.get());
   m.kv_scales_pending = false;
+  if (sample) upload_sample_inputs(m, batch, f.rows, sin);
   if (m.leader && std::any_of(f.pool.begin(), f.pool.end(), [](auto& p) { return p.second > 0; }))
     result.pooled = download_pooled(m, f);
   for (int first = 0; first < num_rows; first += m.max_seqs) {

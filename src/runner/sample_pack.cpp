@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
 #include <limits>
 
 #include "common/error.h"
@@ -25,7 +26,8 @@ void append(std::vector<int32_t>& ids, std::span<const int32_t> list) {
 
 }  // namespace
 
-cuda::SampleRow pack_sample_row(const engine::ScheduledSeq& seq, std::vector<int32_t>& ids) {
+cuda::SampleRow pack_sample_row(const engine::ScheduledSeq& seq, std::vector<int32_t>& ids,
+                                bool copy_mask) {
   if (seq.params == nullptr)
     throw_error(ErrorKind::kInternal,
                 "gpu sampler: seq " + std::to_string(seq.seq_id) + " has no sampling params");
@@ -64,10 +66,23 @@ cuda::SampleRow pack_sample_row(const engine::ScheduledSeq& seq, std::vector<int
   if (!seq.allowed_token_mask.empty()) {
     row.mask_begin = checked_size(ids.size());
     row.num_mask_words = checked_size(seq.allowed_token_mask.size());
-    for (uint32_t word : seq.allowed_token_mask) ids.push_back(static_cast<int32_t>(word));
+    ids.resize(ids.size() + seq.allowed_token_mask.size());
+    if (copy_mask) put_sample_mask(seq, row, ids);
   }
   checked_size(ids.size());
   return row;
+}
+
+void put_sample_mask(const engine::ScheduledSeq& seq, const cuda::SampleRow& row,
+                     std::vector<int32_t>& ids) {
+  if (row.num_mask_words == 0) return;
+  if (size_t(row.num_mask_words) != seq.allowed_token_mask.size() ||
+      size_t(row.mask_begin) + size_t(row.num_mask_words) > ids.size())
+    throw_error(ErrorKind::kInternal, "gpu sampler: seq " + std::to_string(seq.seq_id) +
+                                          "'s mask does not fit the place packed for it");
+  // Same bits as int32 (the kernel reads the words through the id list's int32 view).
+  std::memcpy(ids.data() + row.mask_begin, seq.allowed_token_mask.data(),
+              seq.allowed_token_mask.size_bytes());
 }
 
 cuda::SampleRow pack_score_row(const engine::ScheduledSeq& seq, int32_t next_token, int vocab) {

@@ -16,8 +16,14 @@ namespace pagellm::runner {
 // then the prompt ids when a repetition penalty is set, then the output ids when any penalty is
 // set, then the logit_bias (id, float bits) pairs, then the structured-output mask words when the
 // seq has one) and records where they start;
-// u = engine::sample_uniform(seed, num output tokens).
-cuda::SampleRow pack_sample_row(const engine::ScheduledSeq& seq, std::vector<int32_t>& ids);
+// u = engine::sample_uniform(seed, num output tokens). copy_mask false: the mask words' place is
+// reserved (zeros) and put_sample_mask fills it later, once the masks are built (wait_for_masks).
+cuda::SampleRow pack_sample_row(const engine::ScheduledSeq& seq, std::vector<int32_t>& ids,
+                                bool copy_mask = true);
+// Copies seq's mask words into the place pack_sample_row reserved for them in `ids` (row: what
+// pack_sample_row returned for seq). Nothing when the row has no mask.
+void put_sample_mask(const engine::ScheduledSeq& seq, const cuda::SampleRow& row,
+                     std::vector<int32_t>& ids);
 
 // A prompt-logprob row: the raw logprob of `next_token` and the seq's prompt_logprobs top-N.
 // Throws if next_token is outside [0, vocab).

@@ -30,13 +30,13 @@ Automaton::Automaton(std::shared_ptr<const Grammar> grammar, size_t max_states)
     alternatives_.push_back(grammar_->alternatives(int32_t(r)));
   }
   std::vector<Stack> start;
-  for (uint32_t pos : alternatives_[size_t(grammar_->root)]) expand(Stack{pos}, start);
+  for (uint32_t pos : alternatives_[size_t(grammar_->root)]) expand(Stack{pos}, start, truncated_);
   std::sort(start.begin(), start.end());
   start.erase(std::unique(start.begin(), start.end()), start.end());
   intern(std::move(start));
 }
 
-void Automaton::expand(Stack stack, std::vector<Stack>& out) {
+void Automaton::expand(Stack stack, std::vector<Stack>& out, bool& truncated) const {
   const Grammar& g = *grammar_;
   // Worklist instead of recursion: rule chains may be long. `seen` stops epsilon cycles (a
   // nullable repetition, a tail-recursive rule) from expanding the same stack forever.
@@ -45,7 +45,10 @@ void Automaton::expand(Stack stack, std::vector<Stack>& out) {
   while (!work.empty()) {
     Stack s = std::move(work.back());
     work.pop_back();
-    if (s.size() > kMaxDepth || out.size() >= kMaxStacks) continue;
+    if (s.size() > kMaxDepth || out.size() >= kMaxStacks) {
+      truncated = true;
+      continue;
+    }
     if (!seen.insert(s).second) continue;
     if (s.empty()) {
       out.push_back(std::move(s));
@@ -72,21 +75,36 @@ void Automaton::expand(Stack stack, std::vector<Stack>& out) {
   }
 }
 
-int32_t Automaton::intern(std::vector<Stack> stacks) {
-  const uint64_t h = hash_stacks(stacks);
-  auto [lo, hi] = by_hash_.equal_range(h);
+uint64_t Automaton::hash(const Stacks& stacks) { return hash_stacks(stacks); }
+
+int32_t Automaton::find(const Stacks& stacks) const {
+  auto [lo, hi] = by_hash_.equal_range(hash_stacks(stacks));
   for (auto it = lo; it != hi; ++it) {
     if (states_[size_t(it->second)].stacks == stacks) return it->second;
   }
-  if (states_.size() >= max_states_) return kDead;
-  State st;
+  return kUnknown;
+}
+
+ByteSet Automaton::next_bytes_of(const Stacks& stacks) const {
+  ByteSet next;
   for (const Stack& s : stacks) {
-    if (s.empty()) {
-      st.accepting = true;
-    } else {
-      st.next.merge(grammar_->byte_sets[grammar_->elements[s.back()].value]);
-    }
+    if (!s.empty()) next.merge(grammar_->byte_sets[grammar_->elements[s.back()].value]);
   }
+  return next;
+}
+
+int32_t Automaton::intern(std::vector<Stack> stacks) {
+  const int32_t known = find(stacks);
+  if (known != kUnknown) return known;
+  if (states_.size() >= max_states_) {
+    truncated_ = true;
+    return kDead;
+  }
+  const uint64_t h = hash_stacks(stacks);
+  State st;
+  st.next = next_bytes_of(stacks);
+  st.accepting =
+      std::any_of(stacks.begin(), stacks.end(), [](const Stack& s) { return s.empty(); });
   st.stacks = std::move(stacks);
   states_.push_back(std::move(st));
   const int32_t id = int32_t(states_.size() - 1);
@@ -99,21 +117,52 @@ int32_t Automaton::step(int32_t state, uint8_t byte) {
   const uint64_t key = (uint64_t(uint32_t(state)) << 8) | byte;
   auto it = transitions_.find(key);
   if (it != transitions_.end()) return it->second;
+  std::vector<Stack> out = successor(states_[size_t(state)].stacks, byte, truncated_);
+  const int32_t id = out.empty() ? kDead : intern(std::move(out));
+  transitions_.emplace(key, id);
+  return id;
+}
+
+Automaton::Stacks Automaton::successor(const Stacks& stacks, uint8_t byte, bool& truncated) const {
   const Grammar& g = *grammar_;
-  std::vector<Stack> out;
-  for (const Stack& s : states_[size_t(state)].stacks) {
+  Stacks out;
+  for (const Stack& s : stacks) {
     if (s.empty()) continue;
     const uint32_t pos = s.back();
     if (!g.byte_sets[g.elements[pos].value].test(byte)) continue;
     Stack next = s;
     next.back() = pos + 1;
-    expand(std::move(next), out);
+    expand(std::move(next), out, truncated);
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
-  const int32_t id = out.empty() ? kDead : intern(std::move(out));
-  transitions_.emplace(key, id);
-  return id;
+  return out;
+}
+
+int32_t Automaton::known_step(int32_t state, uint8_t byte) const {
+  if (!states_[size_t(state)].next.test(byte)) return kDead;
+  auto it = transitions_.find((uint64_t(uint32_t(state)) << 8) | byte);
+  return it == transitions_.end() ? kUnknown : it->second;
+}
+
+int32_t Automaton::mask_class(int32_t state, uint32_t window) {
+  State& st = states_[size_t(state)];
+  if (st.mask_class >= 0) return st.mask_class;
+  if (grammar_->counts.empty()) return st.mask_class = state;  // no counts: a class per state
+  std::vector<Stack> canon = st.stacks;
+  for (Stack& s : canon)
+    for (uint32_t& pos : s) pos = grammar_->canonical(pos, window);
+  std::sort(canon.begin(), canon.end());
+  canon.erase(std::unique(canon.begin(), canon.end()), canon.end());
+  const uint64_t h = hash_stacks(canon);
+  auto [lo, hi] = class_by_hash_.equal_range(h);
+  for (auto it = lo; it != hi; ++it) {
+    if (classes_[size_t(it->second)] == canon) return st.mask_class = it->second;
+  }
+  classes_.push_back(std::move(canon));
+  st.mask_class = int32_t(classes_.size() - 1);
+  class_by_hash_.emplace(h, st.mask_class);
+  return st.mask_class;
 }
 
 }  // namespace pagellm::structured

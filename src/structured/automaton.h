@@ -5,7 +5,8 @@
 // never backtracks. States are interned and byte transitions memoized: for a regular grammar this
 // is a lazily built DFA; for a recursive one, the states that generation actually visits.
 //
-// Not thread-safe: the owner (CompiledGrammar) serializes access.
+// Not thread-safe: the owner (CompiledGrammar) serializes writers; the const members may run
+// concurrently with each other.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,7 @@ namespace pagellm::structured {
 class Automaton {
  public:
   static constexpr int32_t kDead = -1;
+  static constexpr int32_t kUnknown = -2;  // known_step: the transition is not built yet
   // Stacks per state and positions per stack beyond which stacks are dropped (ambiguous or
   // deeply nested input; a dropped stack only narrows what may follow).
   static constexpr size_t kMaxStacks = 4096;
@@ -34,21 +36,55 @@ class Automaton {
   int32_t initial() const { return 0; }
   // The state after reading `byte` in `state`, or kDead.
   int32_t step(int32_t state, uint8_t byte);
+  // step() without building anything: kUnknown where the transition is not memoized yet.
+  int32_t known_step(int32_t state, uint8_t byte) const;
+  // States whose stacks are equal once every counting position is replaced by its canonical one
+  // (Grammar::canonical with `window`) share a class: they accept the same byte strings of up to
+  // `window` bytes, hence the same tokens of up to `window` bytes. Pass the same window every time.
+  // While nothing was truncated (see truncated()), a mask may be kept per class.
+  int32_t mask_class(int32_t state, uint32_t window);
+  // mask_class() if already computed, else -1.
+  int32_t known_class(int32_t state) const { return states_[size_t(state)].mask_class; }
+  // A cap was hit (stacks dropped, or a state refused because the automaton is full): states of
+  // one class may no longer behave alike, so masks must be kept per state from then on.
+  bool truncated() const { return truncated_; }
+  void mark_truncated() { truncated_ = true; }
+
+  // For walks that must not build states (several threads walking at once, see matcher.cpp):
+  using Stack = std::vector<uint32_t>;
+  using Stacks = std::vector<Stack>;
+  const Stacks& stacks(int32_t state) const { return states_[size_t(state)].stacks; }
+  // The sorted, unique stacks after reading `byte` from `stacks` (empty: dead); sets `truncated`
+  // where a cap dropped stacks. Reads the grammar only.
+  Stacks successor(const Stacks& stacks, uint8_t byte, bool& truncated) const;
+  // The id of the built state with exactly `stacks`, or kUnknown.
+  int32_t find(const Stacks& stacks) const;
+  // The bytes some stack can read next.
+  ByteSet next_bytes_of(const Stacks& stacks) const;
+  // What such a walk found, added: the state with `stacks` (kDead when the automaton is full),
+  // and a transition step() would have made (kept only if none is memoized yet).
+  int32_t add_state(Stacks stacks) { return intern(std::move(stacks)); }
+  void add_transition(int32_t from, uint8_t byte, int32_t to) {
+    transitions_.emplace((uint64_t(uint32_t(from)) << 8) | byte, to);
+  }
+  static uint64_t hash(const Stacks& stacks);
   bool accepting(int32_t state) const { return states_[size_t(state)].accepting; }
   // Bytes that some stack of `state` can read next (empty: nothing may follow).
   const ByteSet& next_bytes(int32_t state) const { return states_[size_t(state)].next; }
   size_t num_states() const { return states_.size(); }
+  size_t max_states() const { return max_states_; }
   const Grammar& grammar() const { return *grammar_; }
 
  private:
-  using Stack = std::vector<uint32_t>;
   struct State {
     std::vector<Stack> stacks;  // sorted, unique
     ByteSet next;
     bool accepting = false;
+    int32_t mask_class = -1;
   };
-  // Expands `stack` until every resulting stack's top is a byte-set element (or it is empty).
-  void expand(Stack stack, std::vector<Stack>& out);
+  // Expands `stack` until every resulting stack's top is a byte-set element (or it is empty);
+  // sets `truncated` where a cap dropped stacks.
+  void expand(Stack stack, std::vector<Stack>& out, bool& truncated) const;
   // The id of `stacks`, a new one if it is new; kDead when new and the automaton is full.
   int32_t intern(std::vector<Stack> stacks);
 
@@ -58,6 +94,9 @@ class Automaton {
   std::vector<State> states_;
   std::unordered_multimap<uint64_t, int32_t> by_hash_;
   std::unordered_map<uint64_t, int32_t> transitions_;  // (state << 8 | byte) -> state
+  std::vector<std::vector<Stack>> classes_;            // canonical stacks of each mask class
+  std::unordered_multimap<uint64_t, int32_t> class_by_hash_;
+  bool truncated_ = false;
 };
 
 }  // namespace pagellm::structured

@@ -242,6 +242,7 @@ int32_t GrammarBuilder::repeat_rule(Grammar& g, const Expr& e,
     pending[static_cast<size_t>(id)] = std::move(body);
     return id;
   };
+  Repetition rep{x.value, 0, e.min, {}};
   std::vector<Element> head(static_cast<size_t>(e.min), x);
   if (e.max < 0) {  // R ::= x R | ε ; head R
     const int32_t r = static_cast<int32_t>(names_.size());
@@ -250,14 +251,18 @@ int32_t GrammarBuilder::repeat_rule(Grammar& g, const Expr& e,
     head.push_back(Element{Element::kRef, uint32_t(r)});
   } else if (e.max > e.min) {  // R1 ::= x | ε ; Rk ::= x R(k-1) | ε
     int32_t prev = make({x, Element{Element::kAlt, 0}, Element{Element::kEnd, 0}});
+    rep.chain.push_back(prev);
     for (int32_t k = 1; k < e.max - e.min; ++k) {
       prev = make({x, Element{Element::kRef, uint32_t(prev)}, Element{Element::kAlt, 0},
                    Element{Element::kEnd, 0}});
+      rep.chain.push_back(prev);
     }
     head.push_back(Element{Element::kRef, uint32_t(prev)});
   }
   head.push_back(Element{Element::kEnd, 0});
-  return make(std::move(head));
+  rep.head = make(std::move(head));
+  repetitions_.push_back(std::move(rep));
+  return rep.head;
 }
 
 // The rule id standing for `e` (a named rule for a reference, else an aux rule).
@@ -316,6 +321,7 @@ Grammar GrammarBuilder::build(int32_t root) {
   g.rule_names = names_;
   g.root = root;
   check_grammar(g);
+  add_counting_runs(g);
   return g;
 }
 
@@ -376,6 +382,33 @@ std::vector<bool> productive_rules(const Grammar& g) {
 }
 
 }  // namespace
+
+void GrammarBuilder::add_counting_runs(Grammar& g) const {
+  const std::vector<bool> nullable = nullable_rules(g);
+  auto add_run = [&g](std::vector<uint32_t> by_dist) {
+    if (by_dist.size() < 3) return;  // distances 1 and 2 only: nothing to merge
+    if (g.counts.empty()) g.counts.resize(g.elements.size());
+    const uint32_t run = uint32_t(g.runs.size());
+    for (uint32_t d = 1; d < by_dist.size(); ++d) g.counts[by_dist[d]] = {run, d};
+    g.runs.push_back(std::move(by_dist));
+  };
+  for (const Repetition& rep : repetitions_) {
+    // An x that may read nothing could repeat without reading a byte: its count is not bounded
+    // by the bytes ahead, so its positions stay distinct.
+    if (nullable[rep.item]) continue;
+    // Head position start + j (x number j + 1 next) still needs min - j x.
+    const uint32_t start = g.rule_start[size_t(rep.head)];
+    std::vector<uint32_t> head(size_t(rep.min) + 1);
+    for (int32_t d = 0; d <= rep.min; ++d) head[size_t(d)] = start + uint32_t(rep.min - d);
+    add_run(std::move(head));
+    // In R_k, the return point after its x (the reference to R_(k-1)) allows k - 1 more.
+    std::vector<uint32_t> chain(rep.chain.size());
+    for (size_t k = 2; k <= rep.chain.size(); ++k)
+      chain[k - 1] = g.rule_start[size_t(rep.chain[k - 1])] + 1;
+    if (!chain.empty()) chain[0] = g.rule_start[size_t(rep.chain[0])] + 1;
+    add_run(std::move(chain));
+  }
+}
 
 void check_grammar(const Grammar& g) {
   const size_t n = g.rule_start.size();

@@ -9,6 +9,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -90,6 +91,29 @@ struct Grammar {
   std::vector<std::string> rule_names;
   int32_t root = 0;
 
+  // Bounded repetitions x{m,n} whose x never matches the empty string lower to positions that
+  // differ only in a count: in the head "x x ... x" how many x are still needed, in the chain of
+  // "R_k ::= x R_(k-1) | ε" how many more are allowed. Such a position is in a counting run;
+  // runs[r][d] is run r's position at distance d (d >= 1), and counts[pos] says which run and
+  // distance pos has. Two positions of one run whose distances both exceed w + 1 behave alike for
+  // the next w bytes (each x reads at least one byte, so the count cannot run out), which lets
+  // masks be shared between counts far from the bound (canonical()).
+  static constexpr uint32_t kNoRun = std::numeric_limits<uint32_t>::max();
+  struct Count {
+    uint32_t run = kNoRun;
+    uint32_t dist = 0;
+  };
+  std::vector<Count> counts;                // [elements.size()], or empty when there are no runs
+  std::vector<std::vector<uint32_t>> runs;  // [num_runs][max distance + 1]
+
+  // The position that stands for `pos` when only the next `window` bytes matter: pos itself, or
+  // for a counting position farther than window + 1 from its bound, the run's position at
+  // distance window + 1.
+  uint32_t canonical(uint32_t pos, uint32_t window) const {
+    if (counts.empty() || counts[pos].run == kNoRun || counts[pos].dist <= window + 1) return pos;
+    return runs[counts[pos].run][window + 1];
+  }
+
   // True where an alternative's element sequence ends (kAlt or kEnd).
   bool is_end(uint32_t pos) const {
     return elements[pos].type == Element::kEnd || elements[pos].type == Element::kAlt;
@@ -134,6 +158,17 @@ class GrammarBuilder {
   int32_t aux_rule(Grammar& g, const ExprPtr& body, std::vector<std::vector<Element>>& pending);
   int32_t repeat_rule(Grammar& g, const Expr& e, std::vector<std::vector<Element>>& pending);
   void count(size_t num_elements);
+  // Fills g.counts and g.runs from the bounded repetitions lowered (after layout).
+  void add_counting_runs(Grammar& g) const;
+
+  // A bounded repetition as lowered by repeat_rule: x's rule, the head rule (min references to x
+  // first) and the chain rules R_1, R_2, ... (R_k allows k more x).
+  struct Repetition {
+    uint32_t item = 0;
+    int32_t head = 0;
+    int32_t min = 0;
+    std::vector<int32_t> chain;
+  };
 
   const Limits& limits_;
   Deadline& deadline_;
@@ -141,6 +176,7 @@ class GrammarBuilder {
   std::vector<ExprPtr> bodies_;
   std::unordered_map<std::string, int32_t> by_name_;
   std::unordered_map<const Expr*, int32_t> aux_of_;  // the rule made for a shared subexpression
+  std::vector<Repetition> repetitions_;
   size_t num_elements_ = 0;
 };
 

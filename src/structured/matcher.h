@@ -1,22 +1,34 @@
 // Token-level matching: a CompiledGrammar pairs a grammar's automaton with a vocabulary and turns
-// automaton states into allowed-token bitmasks (cached per state, since states repeat: inside a
-// JSON string, after each comma of an array...). A Matcher is one sequence's position in it.
+// automaton states into allowed-token bitmasks, cached per mask class (Automaton::mask_class):
+// states repeat (inside a JSON string, after each comma of an array...), and states that differ
+// only in a count far from its bound (a string's length under minLength / maxLength) share one
+// mask. A Matcher is one sequence's position in it.
+//
+// Thread-safe, and built for many matchers of one grammar working at once (the engine builds the
+// masks of a step in parallel): what is already built (memoized transitions, cached masks) is read
+// under a shared lock, and so are the vocabulary walks that make new masks (each keeps the states
+// it needs and the automaton lacks to itself); only adding a state, transition or mask takes the
+// lock exclusively, briefly. A mask being made is made once: other threads wanting it wait.
 //
 // Mask layout: uint32 words, token id t allowed iff words[t / 32] >> (t % 32) & 1.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "structured/automaton.h"
 #include "structured/vocab.h"
 
 namespace pagellm::structured {
+
+class WalkStates;  // matcher.cpp
 
 class CompiledGrammar {
  public:
@@ -27,24 +39,42 @@ class CompiledGrammar {
 
   const Vocab& vocab() const { return *vocab_; }
   int32_t initial_state() const { return 0; }
-  // Tokens whose bytes the grammar can read from `state` (EOS is the matcher's business).
-  void fill_mask(int32_t state, std::span<uint32_t> words);
+  // Tokens whose bytes the grammar can read from `state` (EOS is the matcher's business), into
+  // words [vocab().num_words()]. Returns whether any token is allowed.
+  bool fill_mask(int32_t state, std::span<uint32_t> words);
   // The state after reading `bytes`, or Automaton::kDead.
   int32_t advance(int32_t state, const std::string& bytes);
   bool accepting(int32_t state);
   // Nothing may follow: the match is complete.
   bool terminal(int32_t state);
   size_t num_states();
+  // Masks kept in the cache (one per mask class met, up to kMaskCacheBytes).
+  size_t num_cached_masks();
 
  private:
-  void compute_mask(int32_t state, std::span<uint32_t> words);
+  struct Mask {
+    std::vector<uint32_t> words;  // [vocab().num_words()]
+    bool any = false;             // some token is allowed
+  };
+  // Walks the vocabulary trie from `state` (shared lock held), keeping the states it needs that
+  // the automaton lacks in `walk`; returns whether any token is allowed.
+  bool compute_mask(int32_t state, std::span<uint32_t> words, WalkStates& walk) const;
+  // The mask cache's key of `state` (exclusive lock held): its class, or the state itself once
+  // the automaton is truncated.
+  uint64_t mask_key(int32_t state);
+  // The cached mask of `state`, or null. Needs the lock (shared or exclusive).
+  const Mask* cached_mask(int32_t state) const;
 
   std::shared_ptr<const Vocab> vocab_;
-  std::mutex mutex_;  // guards everything below (one engine thread per engine, but engines share)
+  // Guards everything below: shared to read what is built, exclusive to build.
+  mutable std::shared_mutex mutex_;
   Automaton automaton_;
-  std::unordered_map<int32_t, std::vector<uint32_t>> masks_;
+  // By mask class while the automaton is not truncated; by state (kPerState | state) after.
+  static constexpr uint64_t kPerState = uint64_t{1} << 32;
+  std::unordered_map<uint64_t, Mask> masks_;
   size_t mask_bytes_ = 0;
-  std::vector<int32_t> path_;  // [max trie depth + 1] scratch: state at each depth of the walk
+  std::unordered_set<uint64_t> building_;  // keys whose mask some thread is walking for
+  std::condition_variable_any built_;      // a walk ended
 };
 
 class Matcher {

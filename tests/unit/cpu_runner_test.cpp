@@ -74,6 +74,35 @@ TEST(CpuRunner, GreedyExecuteMatchesArgmaxAndPromptLogprobs) {
   }
 }
 
+// Masks may be built while the forward pass runs (EngineCore's MaskBuilder): the runner waits on
+// the batch's fence before it samples, and samples from the mask as it stands then.
+TEST(CpuRunner, WaitsForPendingMasksBeforeSampling) {
+  if (!std::filesystem::exists(kStories / "model.safetensors")) GTEST_SKIP();
+  auto m = load(kStories.string());
+  SamplingParams params;
+  params.temperature = 0.0f;
+  const int32_t vocab = static_cast<int32_t>(m.runner->config().vocab_size);
+  std::vector<uint32_t> mask(static_cast<size_t>(vocab + 31) / 32, 0u);  // nothing allowed yet
+  struct Fence : engine::MaskFence {
+    std::vector<uint32_t>* mask;
+    mutable int num_waits = 0;
+    void wait() const override {  // the mask is "built" now: only token 300 allowed
+      ++num_waits;
+      (*mask)[300 / 32] = 1u << (300 % 32);
+    }
+  } fence;
+  fence.mask = &mask;
+  TestSeq seq(0, 8, kPrompt);
+  engine::ScheduledSeq s = seq.schedule();
+  s.params = &params;
+  s.allowed_token_mask = mask;
+  engine::SchedulerOutput batch = make_batch({s});
+  batch.pending_masks = &fence;
+  const auto out = m.runner->execute(batch);
+  EXPECT_EQ(fence.num_waits, 1);
+  EXPECT_EQ(out.sampled_token_ids[0], 300);
+}
+
 TEST(CpuRunner, CopyOnWriteBlocksCarryTheCachedPrefix) {
   if (!std::filesystem::exists(kStories / "model.safetensors")) GTEST_SKIP();
   auto m = load(kStories.string(), 16, 4);

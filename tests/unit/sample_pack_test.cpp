@@ -88,6 +88,30 @@ TEST(SamplePack, StructuredOutputMaskWordsFollowTheIdLists) {
   EXPECT_EQ(pack_sample_row(seq.view(), none).num_mask_words, 0);
 }
 
+// The CUDA runner packs before the masks are built (they are made while the forward pass runs):
+// the words' place is reserved, then filled once they are ready.
+TEST(SamplePack, MaskWordsCanBePutInLater) {
+  Seq seq;
+  seq.params.logit_bias = {{3, 2.5f}};
+  std::vector<uint32_t> mask{0u, 0u, 0u};
+  engine::ScheduledSeq view = seq.view();
+  view.allowed_token_mask = mask;
+  std::vector<int32_t> ids{42};
+  const cuda::SampleRow row = pack_sample_row(view, ids, /*copy_mask=*/false);
+  EXPECT_EQ(row.mask_begin, 5);  // 1 + 2 banned + 1 bias pair
+  EXPECT_EQ(row.num_mask_words, 3);
+  ASSERT_EQ(ids.size(), 8u);
+  const std::vector<int32_t> before(ids.begin(), ids.begin() + 5);
+  mask = {0x1u, 0xFFFFFFFFu, 0x80000000u};  // the mask is built
+  put_sample_mask(view, row, ids);
+  EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.begin() + 5), before);
+  EXPECT_EQ(static_cast<uint32_t>(ids[5]), 0x1u);
+  EXPECT_EQ(static_cast<uint32_t>(ids[6]), 0xFFFFFFFFu);
+  EXPECT_EQ(static_cast<uint32_t>(ids[7]), 0x80000000u);
+  std::vector<int32_t> short_ids{1, 2};  // a row that does not belong to these lists
+  EXPECT_THROW(put_sample_mask(view, row, short_ids), Error);
+}
+
 TEST(SamplePack, RepetitionPenaltyPacksPromptThenOutputAsGiven) {
   Seq seq;
   seq.params.repetition_penalty = 1.2f;
