@@ -72,11 +72,24 @@ c = json.load(open(sys.argv[1]))
 c["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True}
 json.dump(c, open(sys.argv[1], "w"))
 PY
-  for q in bf16 fp8 int4; do
+  # W8A8-INT8: compressed-tensors int-quantized, per-channel int8 weights, per-token activations.
+  cp -r "$B/llama31-8b" "$B/llama31-8b-w8a8"
+  python3 - "$B/llama31-8b-w8a8/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+scheme = lambda strategy: {"num_bits": 8, "type": "int", "symmetric": True, "strategy": strategy,
+                           "dynamic": strategy == "token"}
+c["quantization_config"] = {"quant_method": "compressed-tensors", "format": "int-quantized",
+    "config_groups": {"group_0": {"targets": ["Linear"], "weights": scheme("channel"),
+                                  "input_activations": scheme("token")}}, "ignore": ["lm_head"]}
+json.dump(c, open(sys.argv[1], "w"))
+PY
+  for q in ${BENCH_QUANTS:-bf16 fp8 int4 w8a8}; do
     flags=()
     model=$B/llama31-8b
     [ $q = fp8 ] && flags=(--quantization fp8)
     [ $q = int4 ] && model=$B/llama31-8b-int4
+    [ $q = w8a8 ] && model=$B/llama31-8b-w8a8
     for shape in "prefill_64x1024 --num-prompts 64 --input-len 1024 --output-len 1" \
                  "1000x1024x128 --num-prompts 1000 --input-len 1024 --output-len 128"; do
       set -- $shape
