@@ -198,8 +198,8 @@ void test_gather(Suite& s, DType t, int m, int k) {
 void test_int8_linear(Suite& s, GemmContext* ctx, DType t, int m, int n, int k, int acc_rows,
                       bool bias) {
   char name[96];
-  std::snprintf(name, sizeof name, "w8a8 linear %s m=%d n=%d k=%d slices of %d%s", dname(t), m, n,
-                k, acc_rows, bias ? " bias" : "");
+  std::snprintf(name, sizeof name, "int w8a8 linear %s m=%d n=%d k=%d slices of %d%s", dname(t), m,
+                n, k, acc_rows, bias ? " bias" : "");
   if (!s.selected(name)) return;
   std::uniform_real_distribution<float> xd(-1.f, 1.f), sd(0.5f, 2.f);
   std::uniform_int_distribution<int> qd(-128, 127);
@@ -261,9 +261,9 @@ void int_suite(const std::string& filter, int& passed, int& failed) {
   struct Shape {
     int m, n, k, group;
   };
-  const Shape shapes[] = {{1, 1024, 4096, 128}, {1, 97, 64, 32},     {3, 1001, 384, 128},
-                          {8, 9000, 512, 128},  {9, 768, 1024, 1024}, {16, 4096, 14336, 128},
-                          {33, 512, 256, 32},   {64, 8448, 256, 64},  {65, 300, 512, 128},
+  const Shape shapes[] = {{1, 1024, 4096, 128},  {1, 97, 64, 32},      {3, 1001, 384, 128},
+                          {8, 9000, 512, 128},   {9, 768, 1024, 1024}, {16, 4096, 14336, 128},
+                          {33, 512, 256, 32},    {64, 8448, 256, 64},  {65, 300, 512, 128},
                           {300, 768, 1024, 128}, {1, 8448, 4096, 4096}};
   int i = 0;
   for (DType t : {DType::kBF16, DType::kF16})
@@ -330,21 +330,22 @@ void int_bench() {
       for (int m : {1, 4, 16, 32, 64}) {
         int next16 = 0;
         const double us16 = 1e3 * time_graph_ms([&](cudaStream_t st) {
-          CK(gemm(ctx,
-                  {DType::kBF16, x.ptr, wb[size_t(next16++ % copies16)].ptr, y.ptr, m, sh.n, sh.k,
-                   false},
-                  st));
-        });
+                              CK(gemm(ctx,
+                                      {DType::kBF16, x.ptr, wb[size_t(next16++ % copies16)].ptr,
+                                       y.ptr, m, sh.n, sh.k, false},
+                                      st));
+                            });
         // tiles 0: int_linear's choice; 1 and 2 pin the weight-only kernel's rows per block.
         for (int tiles : {0, 1, 2}) {
           int next = 0;
-          const double us = 1e3 * time_graph_ms([&](cudaStream_t st) {
-            const size_t c = size_t(next++ % copies);
-            IntLinearParams p;
-            p.bits = bits, p.x = x.ptr, p.wq = wq[c].ptr, p.scale = sc[c].ptr, p.y = y.ptr;
-            p.m = m, p.n = sh.n, p.k = sh.k, p.group_size = 128;
-            CK(tiles == 0 ? int_linear(ctx, p, st) : int_weight_only(p, st, tiles));
-          });
+          const double us =
+              1e3 * time_graph_ms([&](cudaStream_t st) {
+                const size_t c = size_t(next++ % copies);
+                IntLinearParams p;
+                p.bits = bits, p.x = x.ptr, p.wq = wq[c].ptr, p.scale = sc[c].ptr, p.y = y.ptr;
+                p.m = m, p.n = sh.n, p.k = sh.k, p.group_size = 128;
+                CK(tiles == 0 ? int_linear(ctx, p, st) : int_weight_only(p, st, tiles));
+              });
           const double bytes = double(wbytes) + double(groups) * 2;
           std::printf("%-15s %5d %4s/%d %9.1f %9.1f %7.2fx %6.1f%%\n", sh.name, m,
                       bits == 4 ? "int4" : "int8", tiles, us, us16, us16 / us,
