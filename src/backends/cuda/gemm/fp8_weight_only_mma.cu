@@ -17,6 +17,7 @@
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/fp8_convert.cuh"
 #include "backends/cuda/gemm/fp8_internal.h"
+#include "backends/cuda/gemm/mma.cuh"
 
 namespace pagellm::cuda {
 namespace {
@@ -26,25 +27,6 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kTiles = 2;                 // m16 weight tiles per block: 32 rows
 constexpr int kPieces = 4;                // 16-byte pieces per row per lane per chunk
 constexpr int kChunk = kPieces * 4 * 16;  // bytes of k per warp per iteration (256)
-
-// c += A (16x16, row) · B (16x8, col), fp32 accumulators.
-template <typename T>
-__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                         uint32_t a3, uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-}
 
 // grid: (ceil(n / 32), ceil(m / (8 * NT))); NT n8 tiles of activation rows (m <= 8 or <= 16).
 template <typename T, int NT>
