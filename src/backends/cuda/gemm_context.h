@@ -7,6 +7,7 @@
 #include <cublasLt.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <tuple>
 
@@ -51,5 +52,12 @@ struct LtDescs {
     if (op) cublasLtMatmulDescDestroy(op);
   }
 };
+
+// cuBLASLt heuristic's first choice for descriptors d, queried once per key and cached in
+// ctx->fp8_algos (also when cuBLASLt has none, so a rejected shape costs one query). ab_align and
+// c_align (bytes; 0: not stated) are the minimum alignments of A/B and of C/D the choice must take.
+// Shared by the FP8 (gemm/fp8_linear.cpp) and int8 (gemm/int8_linear.cu) GEMMs.
+const GemmContext::Fp8Algo& cached_lt_algo(GemmContext* ctx, const GemmContext::Fp8Key& key,
+                                           const LtDescs& d, uint32_t ab_align, uint32_t c_align);
 
 }  // namespace pagellm::cuda

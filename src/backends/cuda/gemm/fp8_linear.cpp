@@ -80,29 +80,37 @@ bool make_descs(const Fp8LinearParams& p, LtMode mode, LtDescs& d) {
          cublasLtMatrixLayoutCreate(&d.c, out_type, p.n, p.m, p.n) == CUBLAS_STATUS_SUCCESS;
 }
 
-// The heuristic's first choice for this call's shape, queried once and cached (also when cuBLASLt
-// has none, so that a rejected shape costs one query).
 const GemmContext::Fp8Algo& find_algo(GemmContext* ctx, const Fp8LinearParams& p, LtMode mode,
                                       const LtDescs& d) {
   const int y_align = alignment_of(p.y);
   const GemmContext::Fp8Key key{
       static_cast<int>(mode), static_cast<int>(p.dtype), p.m, p.n, p.k, p.bias != nullptr, y_align};
+  return cached_lt_algo(ctx, key, d, 16, static_cast<uint32_t>(y_align));
+}
+
+}  // namespace
+
+const GemmContext::Fp8Algo& cached_lt_algo(GemmContext* ctx, const GemmContext::Fp8Key& key,
+                                           const LtDescs& d, uint32_t ab_align, uint32_t c_align) {
   auto it = ctx->fp8_algos.find(key);
   if (it != ctx->fp8_algos.end()) return it->second;
   GemmContext::Fp8Algo found;
   cublasLtMatmulPreference_t pref = nullptr;
   if (cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS) {
-    const uint32_t ab_align = 16, c_align = static_cast<uint32_t>(y_align);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                          &ctx->workspace_bytes, sizeof ctx->workspace_bytes);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                         &ab_align, sizeof ab_align);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                         &ab_align, sizeof ab_align);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &c_align,
-                                         sizeof c_align);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &c_align,
-                                         sizeof c_align);
+    if (ab_align != 0) {
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                           &ab_align, sizeof ab_align);
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                           &ab_align, sizeof ab_align);
+    }
+    if (c_align != 0) {
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                           &c_align, sizeof c_align);
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                           &c_align, sizeof c_align);
+    }
     cublasLtMatmulHeuristicResult_t result;
     std::memset(&result, 0, sizeof result);
     int num_found = 0;
@@ -116,6 +124,8 @@ const GemmContext::Fp8Algo& find_algo(GemmContext* ctx, const Fp8LinearParams& p
   }
   return ctx->fp8_algos.emplace(key, found).first->second;
 }
+
+namespace {
 
 // Quantizes x per token into the scratch, then one cuBLASLt call (+ the scale kernel when
 // unscaled). cudaErrorNotSupported, before any launch, when cuBLASLt has no algorithm.

@@ -5,7 +5,6 @@
 #include <cublasLt.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/gemm/int_gemm.h"
@@ -68,25 +67,7 @@ bool make_descs(const Int8LinearParams& p, int rows, LtDescs& d) {
 const GemmContext::Fp8Algo& find_algo(GemmContext* ctx, const Int8LinearParams& p, int rows,
                                       const LtDescs& d) {
   const GemmContext::Fp8Key key{kInt8Mode, static_cast<int>(p.dtype), rows, p.n, p.k, false, 16};
-  auto it = ctx->fp8_algos.find(key);
-  if (it != ctx->fp8_algos.end()) return it->second;
-  GemmContext::Fp8Algo found;
-  cublasLtMatmulPreference_t pref = nullptr;
-  if (cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS) {
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                         &ctx->workspace_bytes, sizeof ctx->workspace_bytes);
-    cublasLtMatmulHeuristicResult_t result;
-    std::memset(&result, 0, sizeof result);
-    int num_found = 0;
-    if (cublasLtMatmulAlgoGetHeuristic(ctx->handle, d.op, d.a, d.b, d.c, d.c, pref, 1, &result,
-                                       &num_found) == CUBLAS_STATUS_SUCCESS &&
-        num_found > 0) {
-      found.found = true;
-      found.algo = result.algo;
-    }
-    cublasLtMatmulPreferenceDestroy(pref);
-  }
-  return ctx->fp8_algos.emplace(key, found).first->second;
+  return cached_lt_algo(ctx, key, d, 0, 0);
 }
 
 template <typename T>
