@@ -244,7 +244,8 @@ void CudaRunner::Impl::alloc_activations() {
     int8_acc = DevMem(std::min(T, kInt8AccRows) * size_t(widest_out) * 4, "int8 GEMM sums");
   }
   if (any_int && T > size_t(cuda::kIntWeightOnlyMaxRows))
-    int_w_work = DevMem(size_t(int_largest) * esz, "INT weights dequantized for prefill");
+    int_w_work = DevMem(size_t(int_largest) * esz,
+                        "INT weights dequantized for prefill, split-k sums for decode");
   if (any_int_perm)
     int_x_perm = DevMem(T * size_t(std::max({hidden, num_heads * head_dim, inter})) * esz,
                         "act-order activations");

@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -145,6 +146,25 @@ void test_linear(Suite& s, GemmContext* ctx, const IntSetup& c) {
   char detail[96];
   std::snprintf(detail, sizeof detail, "rel_l2 %.2e max_rel %.2e", e.rel_l2, e.max_rel);
   s.report(name, e.finite && e.max_rel < tol, detail);
+  std::vector<uint8_t> eager(yd.bytes), replay(yd.bytes);
+  CK(cudaMemcpy(eager.data(), yd.ptr, yd.bytes, cudaMemcpyDeviceToHost));
+
+  // The streaming kernel itself, with k split over blocks (scratch given) and without.
+  if (c.m <= kIntWeightOnlyMaxRows)
+    for (void* scratch : {work.ptr, static_cast<void*>(nullptr)}) {
+      IntLinearParams q = p;
+      q.w_work = scratch;
+      CK(cudaMemset(yd.ptr, 0xff, yd.bytes));
+      const cudaError_t err = int_weight_stream(q, nullptr);
+      if (err == cudaErrorNotSupported && !scratch && c.group < 64)
+        continue;  // int_linear's fallback
+      CK(err);
+      CK(cudaDeviceSynchronize());
+      const Err es = compare(download(yd, c.dtype, ref.size()), ref);
+      std::snprintf(detail, sizeof detail, "rel_l2 %.2e max_rel %.2e", es.rel_l2, es.max_rel);
+      s.report(name_of(c, scratch ? "stream" : "stream unsplit"), es.finite && es.max_rel < tol,
+               detail);
+    }
 
   // The dequantized weight, bit-exact, and a graph replay equal to the eager call.
   if (c.m != 1) return;
@@ -152,8 +172,6 @@ void test_linear(Suite& s, GemmContext* ctx, const IntSetup& c) {
   CK(int_dequantize_weight(p, deq.ptr, nullptr));
   CK(cudaDeviceSynchronize());
   s.report(name_of(c, "dequantize"), download(deq, c.dtype, wd.size()) == wd, "bit-exact");
-  std::vector<uint8_t> eager(yd.bytes), replay(yd.bytes);
-  CK(cudaMemcpy(eager.data(), yd.ptr, yd.bytes, cudaMemcpyDeviceToHost));
   cudaStream_t stream;
   CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph;
@@ -261,9 +279,10 @@ void int_suite(const std::string& filter, int& passed, int& failed) {
   struct Shape {
     int m, n, k, group;
   };
-  const Shape shapes[] = {{1, 1024, 4096, 128},  {1, 97, 64, 32},      {3, 1001, 384, 128},
-                          {8, 9000, 512, 128},   {9, 768, 1024, 1024}, {16, 4096, 14336, 128},
-                          {33, 512, 256, 32},    {64, 8448, 256, 64},  {65, 300, 512, 128},
+  const Shape shapes[] = {{1, 1024, 4096, 128},  {1, 97, 64, 32},       {3, 1001, 384, 128},
+                          {8, 9000, 512, 128},   {9, 768, 1024, 1024},  {16, 4096, 14336, 128},
+                          {33, 512, 256, 32},    {64, 8448, 256, 64},   {65, 300, 512, 128},
+                          {64, 4096, 4096, 128}, {24, 2000, 14336, 32}, {40, 257, 1120, 32},
                           {300, 768, 1024, 128}, {1, 8448, 4096, 4096}};
   int i = 0;
   for (DType t : {DType::kBF16, DType::kF16})
@@ -306,7 +325,11 @@ void int_bench() {
                           {"o 4096x4096", 4096, 4096},
                           {"gu 28672x4096", 28672, 4096},
                           {"down 4096x14336", 4096, 14336}};
+  // PAGELLM_INT_BENCH_SHAPE / _M restrict the run to one shape (name prefix) and one m (profiling).
+  const char* only_shape = std::getenv("PAGELLM_INT_BENCH_SHAPE");
+  const char* only_m = std::getenv("PAGELLM_INT_BENCH_M");
   for (const Shape& sh : shapes) {
+    if (only_shape && std::string(sh.name).rfind(only_shape, 0) != 0) continue;
     const size_t w16 = size_t(sh.n) * sh.k * 2;
     const int copies16 = int((size_t(512) << 20) / w16 + 1);
     std::vector<DevMem> wb(static_cast<size_t>(copies16));
@@ -315,7 +338,7 @@ void int_bench() {
       fill_random(wb[size_t(c)].ptr, int64_t(sh.n) * sh.k, 300 + c, 0.05);
     }
     const int max_m = 64;
-    DevMem x(size_t(max_m) * sh.k * 2), y(size_t(max_m) * sh.n * 2);
+    DevMem x(size_t(max_m) * sh.k * 2), y(size_t(max_m) * sh.n * 2), work(w16);
     fill_random(x.ptr, int64_t(max_m) * sh.k, 12, 1.0);
     for (int bits : {4, 8}) {
       const size_t wbytes = size_t(sh.n) * sh.k * bits / 8, groups = size_t(sh.n) * sh.k / 128;
@@ -328,6 +351,7 @@ void int_bench() {
         CK(fill_constant(DType::kBF16, sc[size_t(c)].ptr, int64_t(groups), 0.01f, nullptr));
       }
       for (int m : {1, 4, 16, 32, 64}) {
+        if (only_m && std::atoi(only_m) != m) continue;
         int next16 = 0;
         const double us16 = 1e3 * time_graph_ms([&](cudaStream_t st) {
                               CK(gemm(ctx,
@@ -335,15 +359,16 @@ void int_bench() {
                                        y.ptr, m, sh.n, sh.k, false},
                                       st));
                             });
-        // tiles 0: int_linear's choice; 1 and 2 pin the weight-only kernel's rows per block.
-        for (int tiles : {0, 1, 2}) {
+        // tiles 0: int_linear's choice; 1 and 2 pin the register kernel's rows per block, 3 the
+        // streaming kernel (with its k split: the scratch is given).
+        for (int tiles : {0, 1, 2, 3}) {
           int next = 0;
           const double us =
               1e3 * time_graph_ms([&](cudaStream_t st) {
                 const size_t c = size_t(next++ % copies);
                 IntLinearParams p;
                 p.bits = bits, p.x = x.ptr, p.wq = wq[c].ptr, p.scale = sc[c].ptr, p.y = y.ptr;
-                p.m = m, p.n = sh.n, p.k = sh.k, p.group_size = 128;
+                p.m = m, p.n = sh.n, p.k = sh.k, p.group_size = 128, p.w_work = work.ptr;
                 CK(tiles == 0 ? int_linear(ctx, p, st) : int_weight_only(p, st, tiles));
               });
           const double bytes = double(wbytes) + double(groups) * 2;

@@ -53,9 +53,17 @@ constexpr int kIntWeightOnlyMaxRows = 64;
 // Graph-capturable. cudaErrorInvalidValue for shapes or pointers outside the contract above.
 cudaError_t int_linear(GemmContext* ctx, const IntLinearParams& p, cudaStream_t stream);
 
-// The weight-only kernel for any m (tests and benchmarks pin it); `tiles` pins the weight rows per
-// block (1: 16 rows, with the next chunk prefetched; 2: 32 rows; 0: by bits and m, as int_linear).
+// The weight-only kernels for any m (tests and benchmarks pin them); `tiles` pins the kernel: the
+// register kernel with 1 (16 weight rows per block, the next chunk prefetched) or 2 (32 rows), 3
+// the streaming kernel (int_weight_stream), 0 as int_linear chooses.
 cudaError_t int_weight_only(const IntLinearParams& p, cudaStream_t stream, int tiles = 0);
+
+// The streaming kernel for m <= kIntWeightOnlyMaxRows (gemm/int_weight_stream.cu): weights and
+// activations through a cp.async pipeline, each weight dequantized once for all m rows; k split
+// over blocks where n gives too few, the fp32 partial sums then in p.w_work (none: no split).
+// cudaErrorNotSupported where its shared memory cannot hold the group constants (small groups at
+// large k) or they are not 16-byte aligned.
+cudaError_t int_weight_stream(const IntLinearParams& p, cudaStream_t stream);
 
 // out [n, k] of p.dtype = the dequantized weight of p (x, y, m unused).
 cudaError_t int_dequantize_weight(const IntLinearParams& p, void* out, cudaStream_t stream);

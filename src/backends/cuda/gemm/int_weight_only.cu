@@ -1,123 +1,44 @@
 // INT4 / INT8 weight-only linear (gemm/int_gemm.h): the packed weight is read once, dequantized in
 // registers and multiplied on tensor cores (mma.sync m16n8k16, fp32 accumulation) against up to 16
 // activation rows per block; larger m runs the weight once per 16 rows with those blocks next to
-// each other in the grid, so that the re-reads come from L2.
+// each other in the grid, so that the re-reads come from L2. Past 16 rows (4 bits) or 32 (8 bits)
+// int_linear takes the streaming kernel instead (gemm/int_weight_stream.cu), which dequantizes
+// each weight once for all rows; this one stays the choice for small m, where its k split over a
+// block's warps gives every SM work.
 //
 // Layout (as gemm/fp8_weight_only_mma.cu): a block owns 16 * kTiles weight rows and splits k over
 // its 8 warps in 256-byte chunks of each row; lane (g = lane / 4, t = lane % 4) loads 16 contiguous
-// bytes of rows g and g + 8 of each tile per chunk piece: 32 columns at 4 bits, 16 at 8 bits, all in
-// one group (group sizes are multiples of 32). The mma's k order only has to agree between A and B,
-// so the lane's columns feed its own A slots of consecutive mmas, and B takes the activations at the
-// same columns. The integers are recovered exactly:
+// bytes of rows g and g + 8 of each tile per chunk piece: 32 columns at 4 bits, 16 at 8 bits, all
+// in one group (group sizes are multiples of 32). The mma's k order only has to agree between A and
+// B, so the lane's columns feed its own A slots of consecutive mmas, and B takes the activations at
+// the same columns. The integers are recovered exactly:
 //   4 bits: a mask puts nibbles i and i + 4 (adjacent columns) into the mantissas of a 16-bit pair
 //           of magic numbers (bf16 128 + q, f16 1024 + q), and one subtraction of (magic + z) gives
 //           the exact q - z;
-//   8 bits: a byte permutation builds f16 pairs 1024 + q, and the subtraction gives q - z exactly in
+//   8 bits: a byte permutation builds f16 pairs 1024 + q, and the subtraction gives q - z exactly
+//   in
 //           f16 (converted to bf16 for bf16 models, still exact).
 // Then either the mma takes q - z and its sums are scaled (LATE, below), or the pairs are scaled
 // first, each weight rounded once to the dtype (group sizes too small for one group per mma).
 #include <type_traits>
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/gemm/int_dequant.cuh"
 #include "backends/cuda/gemm/int_gemm.h"
 #include "backends/cuda/gemm/mma.cuh"
 
 namespace pagellm::cuda {
 namespace {
 
+using namespace intq;
+
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-
-template <typename T>
-using Pair = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
-
-template <typename T>
-__device__ __forceinline__ uint32_t as_u32(Pair<T> v) {
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-template <typename T>
-__device__ __forceinline__ Pair<T> as_pair(uint32_t v) {
-  return *reinterpret_cast<Pair<T>*>(&v);
-}
-
-// Columns per 16-byte piece.
-template <int BITS>
-constexpr int kVals = 128 / BITS;
-
-// The group constants of one weight row for one piece: scale pair, and for 4 bits (magic + z) in
-// T, for 8 bits 1024 + z in f16.
-template <typename T, int BITS>
-struct GroupConst {
-  uint32_t scale2;
-  uint32_t zero2;
-  float scale;
-};
-
-// A row's scale and zero point for one group, as stored (loaded together with the weights, so that
-// they are not a second memory round trip after them).
-template <typename T>
-struct RawGroup {
-  T scale;
-  int zero;
-};
 
 template <typename T, int BITS>
 __device__ __forceinline__ RawGroup<T> load_group(const IntLinearParams& p, int row, int group) {
   const int64_t at = int64_t{row} * (p.k / p.group_size) + group;
   return {static_cast<const T*>(p.scale)[at], p.zero ? int{p.zero[at]} : 1 << (BITS - 1)};
-}
-
-template <typename T, int BITS>
-__device__ __forceinline__ GroupConst<T, BITS> group_const(const RawGroup<T>& r) {
-  const T s = r.scale;
-  const int z = r.zero;
-  GroupConst<T, BITS> gc;
-  gc.scale = to_float(s);
-  if constexpr (std::is_same_v<T, __half>) gc.scale2 = as_u32<T>(__half2(s, s));
-  else gc.scale2 = as_u32<T>(__nv_bfloat162(s, s));
-  if constexpr (BITS == 4) {
-    const T zm = from_float<T>(float((std::is_same_v<T, __half> ? 1024 : 128) + z));
-    if constexpr (std::is_same_v<T, __half>) gc.zero2 = as_u32<T>(__half2(zm, zm));
-    else gc.zero2 = as_u32<T>(__nv_bfloat162(zm, zm));
-  } else {
-    const __half zm = __float2half_rn(float(1024 + z));
-    gc.zero2 = as_u32<__half>(__half2(zm, zm));
-  }
-  return gc;
-}
-
-// 16 packed bytes -> kVals / 2 pairs of T (pair q = the piece's columns 2q, 2q + 1): the weights,
-// or with LATE the exact integers q - z (the scale is then applied to the mma's sums).
-template <typename T, int BITS, bool LATE>
-__device__ __forceinline__ void dequant_piece(const uint4& v, const GroupConst<T, BITS>& gc,
-                                              uint32_t (&pairs)[kVals<BITS> / 2]) {
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-  if constexpr (BITS == 4) {
-    constexpr uint32_t kMagic = std::is_same_v<T, __half> ? 0x64006400u : 0x43004300u;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t raw = ((words[i] >> (4 * j)) & 0x000f000fu) | kMagic;
-        const Pair<T> d = __hsub2(as_pair<T>(raw), as_pair<T>(gc.zero2));
-        pairs[4 * i + j] = LATE ? as_u32<T>(d) : as_u32<T>(__hmul2(d, as_pair<T>(gc.scale2)));
-      }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const uint32_t raw = __byte_perm(words[i], 0x64646464u, j == 0 ? 0x4140u : 0x4342u);
-        const __half2 d = __hsub2(as_pair<__half>(raw), as_pair<__half>(gc.zero2));
-        if constexpr (std::is_same_v<T, __half>) {
-          pairs[2 * i + j] = LATE ? as_u32<T>(d) : as_u32<T>(__hmul2(d, as_pair<T>(gc.scale2)));
-        } else {
-          const float2 f = __half22float2(d);  // |q - z| <= 255: exact in bf16
-          pairs[2 * i + j] = LATE ? as_u32<T>(__floats2bfloat162_rn(f.x, f.y))
-                                  : as_u32<T>(__floats2bfloat162_rn(f.x * gc.scale, f.y * gc.scale));
-        }
-      }
-  }
 }
 
 // grid: (ceil(m / (8 * NT)), ceil(n / (16 * TILES))): the m-slices of one weight tile are
@@ -287,11 +208,11 @@ __global__ void dequant_kernel(const __grid_constant__ IntLinearParams p, T* out
   const int row = int(i / pieces_per_row);
   const int piece = int(i % pieces_per_row);
   const int col = piece * kVals<BITS>;
-  const uint4 v =
-      *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.wq) + int64_t{row} * kb + piece * 16);
+  const uint4 v = *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.wq) +
+                                                  int64_t{row} * kb + piece * 16);
   uint32_t pairs[kVals<BITS> / 2];
-  dequant_piece<T, BITS, false>(v, group_const<T, BITS>(load_group<T, BITS>(p, row, col / p.group_size)),
-                                pairs);
+  dequant_piece<T, BITS, false>(
+      v, group_const<T, BITS>(load_group<T, BITS>(p, row, col / p.group_size)), pairs);
   uint4* dst = reinterpret_cast<uint4*>(out + int64_t{row} * p.k + col);
 #pragma unroll
   for (int q = 0; q < kVals<BITS> / 8; ++q)
@@ -306,6 +227,10 @@ __global__ void gather_kernel(const T* x, const int32_t* perm, T* out, int m, in
   out[i] = x[r * k + perm[i % k]];
 }
 
+// Where the streaming kernel goes first: past 16 rows at 4 bits, 32 at 8 (measured on H100 over
+// Llama-3.1-8B's projections, docs/PERF.md "INT4 / INT8 kernels").
+bool stream_kernel_first(const IntLinearParams& p) { return p.m > (p.bits == 4 ? 16 : 32); }
+
 bool valid(const IntLinearParams& p) {
   if (p.m < 0 || p.n <= 0 || p.k <= 0 || p.k % 32 != 0) return false;
   if (p.group_size <= 0 || p.group_size % 32 != 0 || p.k % p.group_size != 0) return false;
@@ -317,8 +242,13 @@ bool valid(const IntLinearParams& p) {
 }  // namespace
 
 cudaError_t int_weight_only(const IntLinearParams& p, cudaStream_t stream, int tiles) {
-  if (!valid(p) || tiles < 0 || tiles > 2) return cudaErrorInvalidValue;
+  if (!valid(p) || tiles < 0 || tiles > 3) return cudaErrorInvalidValue;
   if (p.m == 0) return cudaSuccess;
+  if (tiles == 3) return int_weight_stream(p, stream);
+  if (tiles == 0 && p.m <= kIntWeightOnlyMaxRows && stream_kernel_first(p)) {
+    const cudaError_t err = int_weight_stream(p, stream);
+    if (err != cudaErrorNotSupported) return err;
+  }
   if (p.dtype == DType::kBF16)
     return p.bits == 4 ? launch_for_shape<__nv_bfloat16, 4>(p, tiles, stream)
                        : launch_for_shape<__nv_bfloat16, 8>(p, tiles, stream);
@@ -335,12 +265,16 @@ cudaError_t int_dequantize_weight(const IntLinearParams& p, void* out, cudaStrea
   const dim3 grid(unsigned((pieces + threads - 1) / threads));
   if (p.dtype == DType::kBF16) {
     auto* o = static_cast<__nv_bfloat16*>(out);
-    if (p.bits == 4) dequant_kernel<__nv_bfloat16, 4><<<grid, threads, 0, stream>>>(p, o);
-    else dequant_kernel<__nv_bfloat16, 8><<<grid, threads, 0, stream>>>(p, o);
+    if (p.bits == 4)
+      dequant_kernel<__nv_bfloat16, 4><<<grid, threads, 0, stream>>>(p, o);
+    else
+      dequant_kernel<__nv_bfloat16, 8><<<grid, threads, 0, stream>>>(p, o);
   } else if (p.dtype == DType::kF16) {
     auto* o = static_cast<__half*>(out);
-    if (p.bits == 4) dequant_kernel<__half, 4><<<grid, threads, 0, stream>>>(p, o);
-    else dequant_kernel<__half, 8><<<grid, threads, 0, stream>>>(p, o);
+    if (p.bits == 4)
+      dequant_kernel<__half, 4><<<grid, threads, 0, stream>>>(p, o);
+    else
+      dequant_kernel<__half, 8><<<grid, threads, 0, stream>>>(p, o);
   } else {
     return cudaErrorInvalidValue;
   }
@@ -368,7 +302,7 @@ cudaError_t int_gather_columns(DType dtype, const void* x, const int32_t* perm, 
 cudaError_t int_linear(GemmContext* ctx, const IntLinearParams& p, cudaStream_t stream) {
   if (!ctx || !valid(p)) return cudaErrorInvalidValue;
   if (p.m == 0) return cudaSuccess;
-  if (p.m <= kIntWeightOnlyMaxRows || !p.w_work) return int_weight_only(p, stream);
+  if (p.m <= kIntWeightOnlyMaxRows || !p.w_work) return int_weight_only(p, stream, 0);
   cudaError_t err = int_dequantize_weight(p, p.w_work, stream);
   if (err != cudaSuccess) return err;
   const GemmParams g{p.dtype, p.x, p.w_work, p.y, p.m, p.n, p.k, false, p.bias};

@@ -1,0 +1,102 @@
+// Dequantization of packed INT4 / INT8 weights in registers (the layout of gemm/int_gemm.h),
+// shared by the weight-only kernels (gemm/int_weight_only.cu: k split over a block's warps;
+// gemm/int_weight_stream.cu: weights and activations staged through a cp.async pipeline).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "backends/cuda/common.cuh"
+
+namespace pagellm::cuda::intq {
+
+template <typename T>
+using Pair = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+
+template <typename T>
+__device__ __forceinline__ uint32_t as_u32(Pair<T> v) {
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+template <typename T>
+__device__ __forceinline__ Pair<T> as_pair(uint32_t v) {
+  return *reinterpret_cast<Pair<T>*>(&v);
+}
+
+// Columns per 16-byte piece.
+template <int BITS>
+constexpr int kVals = 128 / BITS;
+
+// The group constants of one weight row for one piece: scale pair, and for 4 bits (magic + z) in
+// T, for 8 bits 1024 + z in f16.
+template <typename T, int BITS>
+struct GroupConst {
+  uint32_t scale2;
+  uint32_t zero2;
+  float scale;
+};
+
+// A row's scale and zero point for one group, as stored (loaded together with the weights, so that
+// they are not a second memory round trip after them).
+template <typename T>
+struct RawGroup {
+  T scale;
+  int zero;
+};
+
+template <typename T, int BITS>
+__device__ __forceinline__ GroupConst<T, BITS> group_const(const RawGroup<T>& r) {
+  const T s = r.scale;
+  const int z = r.zero;
+  GroupConst<T, BITS> gc;
+  gc.scale = to_float(s);
+  if constexpr (std::is_same_v<T, __half>) gc.scale2 = as_u32<T>(__half2(s, s));
+  else gc.scale2 = as_u32<T>(__nv_bfloat162(s, s));
+  if constexpr (BITS == 4) {
+    const T zm = from_float<T>(float((std::is_same_v<T, __half> ? 1024 : 128) + z));
+    if constexpr (std::is_same_v<T, __half>) gc.zero2 = as_u32<T>(__half2(zm, zm));
+    else gc.zero2 = as_u32<T>(__nv_bfloat162(zm, zm));
+  } else {
+    const __half zm = __float2half_rn(float(1024 + z));
+    gc.zero2 = as_u32<__half>(__half2(zm, zm));
+  }
+  return gc;
+}
+
+// 16 packed bytes -> kVals / 2 pairs of T (pair q = the piece's columns 2q, 2q + 1): the weights,
+// or with LATE the exact integers q - z (the scale is then applied to the mma's sums).
+template <typename T, int BITS, bool LATE>
+__device__ __forceinline__ void dequant_piece(const uint4& v, const GroupConst<T, BITS>& gc,
+                                              uint32_t (&pairs)[kVals<BITS> / 2]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+  if constexpr (BITS == 4) {
+    constexpr uint32_t kMagic = std::is_same_v<T, __half> ? 0x64006400u : 0x43004300u;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t raw = ((words[i] >> (4 * j)) & 0x000f000fu) | kMagic;
+        const Pair<T> d = __hsub2(as_pair<T>(raw), as_pair<T>(gc.zero2));
+        pairs[4 * i + j] = LATE ? as_u32<T>(d) : as_u32<T>(__hmul2(d, as_pair<T>(gc.scale2)));
+      }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const uint32_t raw = __byte_perm(words[i], 0x64646464u, j == 0 ? 0x4140u : 0x4342u);
+        const __half2 d = __hsub2(as_pair<__half>(raw), as_pair<__half>(gc.zero2));
+        if constexpr (std::is_same_v<T, __half>) {
+          pairs[2 * i + j] = LATE ? as_u32<T>(d) : as_u32<T>(__hmul2(d, as_pair<T>(gc.scale2)));
+        } else {
+          const float2 f = __half22float2(d);  // |q - z| <= 255: exact in bf16
+          pairs[2 * i + j] = LATE ? as_u32<T>(__floats2bfloat162_rn(f.x, f.y))
+                                  : as_u32<T>(__floats2bfloat162_rn(f.x * gc.scale, f.y * gc.scale));
+        }
+      }
+  }
+}
+
+}  // namespace pagellm::cuda::intq
