@@ -27,6 +27,9 @@ namespace pagellm::cuda {
 // set_programmatic_launch(true) turns it on where the GPU has it (sm_90+; refused elsewhere).
 bool programmatic_launch();
 void set_programmatic_launch(bool on);
+// The current device's SM count (cached per device; 132 if the query fails), for grids sized to
+// the GPU (persistent weight streams, k splits).
+int sm_count();
 
 // ---- embedding.cu ------------------------------------------------------------------------------
 struct EmbeddingParams {

@@ -1,4 +1,5 @@
-// The programmatic-dependent-launch switch shared by every launcher (common.cuh: launch_kernel).
+// The programmatic-dependent-launch switch shared by every launcher (common.cuh: launch_kernel),
+// and the SM count that sizes persistent grids.
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -36,6 +37,19 @@ bool programmatic_launch() {
 
 void set_programmatic_launch(bool on) {
   pdl_state().store(on && device_supports_pdl() ? 1 : 0, std::memory_order_relaxed);
+}
+
+int sm_count() {
+  static std::atomic<int> count[64] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 132;
+  std::atomic<int>& slot = count[device & 63];
+  int c = slot.load(std::memory_order_relaxed);
+  if (c > 0) return c;
+  if (cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || c <= 0)
+    return 132;
+  slot.store(c, std::memory_order_relaxed);
+  return c;
 }
 
 }  // namespace pagellm::cuda

@@ -20,6 +20,7 @@
 //           f16 (converted to bf16 for bf16 models, still exact).
 // Then either the mma takes q - z and its sums are scaled (LATE, below), or the pairs are scaled
 // first, each weight rounded once to the dtype (group sizes too small for one group per mma).
+#include <algorithm>
 #include <type_traits>
 
 #include "backends/cuda/common.cuh"
@@ -41,116 +42,64 @@ __device__ __forceinline__ RawGroup<T> load_group(const IntLinearParams& p, int 
   return {static_cast<const T*>(p.scale)[at], p.zero ? int{p.zero[at]} : 1 << (BITS - 1)};
 }
 
-// grid: (ceil(m / (8 * NT)), ceil(n / (16 * TILES))): the m-slices of one weight tile are
-// neighbours, so a weight read for the first slice is in L2 for the others.
-// LATE: every mma's 16 k-slots lie in one group (the lanes of a piece round cover 128 columns at
-// 4 bits, 64 at 8: group sizes that are multiples of those), so the mma multiplies the exact
-// integers q - z and each round's sums are scaled once, in fp32, instead of every weight.
-// PREFETCH: the next chunk's weights and group constants are loaded before the current one is
-// multiplied (one-tile blocks, whose registers allow the second buffer).
-template <typename T, int BITS, int TILES, int NT, bool LATE>
-__global__ void __launch_bounds__(kThreads, TILES == 1 && NT == 1 ? 2 : 1)
-    int_mma_kernel(const __grid_constant__ IntLinearParams p) {
+// The products of one chunk of the lane's rows (dequantized from `wv` with the group constants
+// `gr`) with the activations at the same columns, added into c.
+template <typename T, int BITS, int TILES, int NT, bool LATE, int PIECES>
+__device__ __forceinline__ void multiply_chunk(const IntLinearParams& p, int kb, int chunk,
+                                               const uint4 (&wv)[TILES][2][PIECES],
+                                               const RawGroup<T> (&gr)[TILES][2][PIECES],
+                                               const T* const (&x)[NT], float (&c)[TILES][NT][4]) {
   constexpr int kV = kVals<BITS>;
-  constexpr bool kPrefetch = TILES == 1;
-  // 16-byte pieces per row per lane per chunk: 2 where the next chunk is prefetched (so that a
-  // 4096-column row gives each warp two chunks to overlap), else 4.
-  constexpr int kPieces = kPrefetch ? 2 : 4;
-  constexpr int kChunk = kPieces * 4 * 16;  // bytes of a row per warp per iteration
-  __shared__ float partial[kWarps][TILES][NT][4][32];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = lane >> 2, t = lane & 3;
-  const int row0 = blockIdx.y * (16 * TILES);
-  const int m0 = blockIdx.x * (8 * NT);
-  const int kb = p.k * BITS / 8;  // bytes of a packed row
-  const uint8_t* w[TILES][2];
-  int rows[TILES][2];
+  const int t = (threadIdx.x & 31) & 3;
 #pragma unroll
-  for (int tile = 0; tile < TILES; ++tile)
+  for (int u = 0; u < PIECES; ++u) {
+    if (chunk + u * 64 >= kb) break;  // warp-uniform: whole pieces only (k % 32 == 0)
+    const int col = (chunk + u * 64 + t * 16) * (8 / BITS);
+    uint32_t lo[TILES][kV / 2], hi[TILES][kV / 2];  // rows g and g + 8 of each tile
+    float s_lo[TILES], s_hi[TILES];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      rows[tile][h] = min(row0 + 16 * tile + 8 * h + g, p.n - 1);
-      w[tile][h] = static_cast<const uint8_t*>(p.wq) + int64_t{rows[tile][h]} * kb;
-    }
-  const T* x[NT];  // activation row m0 + 8 * nt + g (rows past m re-read row m - 1, discarded)
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-    x[nt] = static_cast<const T*>(p.x) + int64_t{min(m0 + 8 * nt + g, p.m - 1)} * p.k;
-  float c[TILES][NT][4] = {};
-
-  struct Chunk {
-    uint4 w[TILES][2][kPieces];
-    RawGroup<T> g[TILES][2][kPieces];
-  };
-  Chunk a, next;
-  auto load_weights = [&](int chunk, Chunk& buf) {
-#pragma unroll
-    for (int u = 0; u < kPieces; ++u) {
-      const int off = chunk + u * 64 + t * 16;
-      const int group = min(off, kb - 16) * (8 / BITS) / p.group_size;
-#pragma unroll
-      for (int tile = 0; tile < TILES; ++tile)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          buf.w[tile][h][u] = off < kb ? __ldcs(reinterpret_cast<const uint4*>(w[tile][h] + off))
-                                       : make_uint4(0, 0, 0, 0);
-          buf.g[tile][h][u] = load_group<T, BITS>(p, rows[tile][h], group);
-        }
-    }
-  };
-  constexpr int kStride = kWarps * kChunk;
-  const int first_chunk = warp * kChunk;
-  if (first_chunk < kb) load_weights(first_chunk, a);
-  pdl_wait();
-  pdl_launch_dependents();
-  for (int chunk = first_chunk; chunk < kb; chunk += kStride) {
-    if constexpr (kPrefetch) {
-      if (chunk + kStride < kb) load_weights(chunk + kStride, next);
-    } else if (chunk != first_chunk) {
-      load_weights(chunk, a);
+    for (int tile = 0; tile < TILES; ++tile) {
+      const GroupConst<T, BITS> gl = group_const<T, BITS>(gr[tile][0][u]);
+      const GroupConst<T, BITS> gh = group_const<T, BITS>(gr[tile][1][u]);
+      dequant_piece<T, BITS, LATE>(wv[tile][0][u], gl, lo[tile]);
+      dequant_piece<T, BITS, LATE>(wv[tile][1][u], gh, hi[tile]);
+      s_lo[tile] = gl.scale, s_hi[tile] = gh.scale;
     }
 #pragma unroll
-    for (int u = 0; u < kPieces; ++u) {
-      if (chunk + u * 64 >= kb) break;  // warp-uniform: whole pieces only (k % 32 == 0)
-      const int col = (chunk + u * 64 + t * 16) * (8 / BITS);
-      uint32_t lo[TILES][kV / 2], hi[TILES][kV / 2];  // rows g and g + 8 of each tile
-      float s_lo[TILES], s_hi[TILES];
+    for (int nt = 0; nt < NT; ++nt) {
+      uint32_t b[kV / 2];  // activation pairs at the lane's columns
+#pragma unroll
+      for (int v = 0; v < kV / 8; ++v) {
+        const uint4 q = *reinterpret_cast<const uint4*>(x[nt] + col + 8 * v);
+        b[4 * v] = q.x, b[4 * v + 1] = q.y, b[4 * v + 2] = q.z, b[4 * v + 3] = q.w;
+      }
 #pragma unroll
       for (int tile = 0; tile < TILES; ++tile) {
-        const GroupConst<T, BITS> gl = group_const<T, BITS>(a.g[tile][0][u]);
-        const GroupConst<T, BITS> gh = group_const<T, BITS>(a.g[tile][1][u]);
-        dequant_piece<T, BITS, LATE>(a.w[tile][0][u], gl, lo[tile]);
-        dequant_piece<T, BITS, LATE>(a.w[tile][1][u], gh, hi[tile]);
-        s_lo[tile] = gl.scale, s_hi[tile] = gh.scale;
-      }
+        float d[4] = {};
+        float(&acc)[4] = LATE ? d : c[tile][nt];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        uint32_t b[kV / 2];  // activation pairs at the lane's columns
-#pragma unroll
-        for (int v = 0; v < kV / 8; ++v) {
-          const uint4 q = *reinterpret_cast<const uint4*>(x[nt] + col + 8 * v);
-          b[4 * v] = q.x, b[4 * v + 1] = q.y, b[4 * v + 2] = q.z, b[4 * v + 3] = q.w;
-        }
-#pragma unroll
-        for (int tile = 0; tile < TILES; ++tile) {
-          float d[4] = {};
-          float(&acc)[4] = LATE ? d : c[tile][nt];
-#pragma unroll
-          for (int j = 0; j < kV / 4; ++j)
-            mma16816<T>(acc, lo[tile][2 * j], hi[tile][2 * j], lo[tile][2 * j + 1],
-                        hi[tile][2 * j + 1], b[2 * j], b[2 * j + 1]);
-          if constexpr (LATE) {
-            c[tile][nt][0] = fmaf(d[0], s_lo[tile], c[tile][nt][0]);
-            c[tile][nt][1] = fmaf(d[1], s_lo[tile], c[tile][nt][1]);
-            c[tile][nt][2] = fmaf(d[2], s_hi[tile], c[tile][nt][2]);
-            c[tile][nt][3] = fmaf(d[3], s_hi[tile], c[tile][nt][3]);
-          }
+        for (int j = 0; j < kV / 4; ++j)
+          mma16816<T>(acc, lo[tile][2 * j], hi[tile][2 * j], lo[tile][2 * j + 1],
+                      hi[tile][2 * j + 1], b[2 * j], b[2 * j + 1]);
+        if constexpr (LATE) {
+          c[tile][nt][0] = fmaf(d[0], s_lo[tile], c[tile][nt][0]);
+          c[tile][nt][1] = fmaf(d[1], s_lo[tile], c[tile][nt][1]);
+          c[tile][nt][2] = fmaf(d[2], s_hi[tile], c[tile][nt][2]);
+          c[tile][nt][3] = fmaf(d[3], s_hi[tile], c[tile][nt][3]);
         }
       }
     }
-    if constexpr (kPrefetch) a = next;
   }
+}
 
+// Sums the warps' partial products of the weight tile at row0 and stores them (+ bias).
+template <typename T, int TILES, int NT>
+__device__ __forceinline__ void reduce_and_store(const IntLinearParams& p, int row0, int m0,
+                                                 const float (&c)[TILES][NT][4],
+                                                 float (&partial)[kWarps][TILES][NT][4][32]) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  __syncthreads();  // the previous tile's partial sums are read
 #pragma unroll
   for (int tile = 0; tile < TILES; ++tile)
 #pragma unroll
@@ -176,9 +125,90 @@ __global__ void __launch_bounds__(kThreads, TILES == 1 && NT == 1 ? 2 : 1)
   }
 }
 
+// grid: (ceil(m / (8 * NT)), up to ceil(n / (16 * TILES))): the m-slices of one weight tile are
+// neighbours, so a weight read for the first slice is in L2 for the others.
+// LATE: every mma's 16 k-slots lie in one group (the lanes of a piece round cover 128 columns at
+// 4 bits, 64 at 8: group sizes that are multiples of those), so the mma multiplies the exact
+// integers q - z and each round's sums are scaled once, in fp32, instead of every weight.
+// PREFETCH: the next chunk's weights and group constants are loaded before the current one is
+// multiplied (one-tile blocks, whose registers allow the second buffer).
+template <typename T, int BITS, int TILES, int NT, bool LATE>
+__global__ void __launch_bounds__(kThreads, TILES == 1 ? 2 : 1)
+    int_mma_kernel(const __grid_constant__ IntLinearParams p) {
+  constexpr bool kPrefetch = TILES == 1;
+  // 16-byte pieces per row per lane per chunk: 2 where the next chunk is prefetched (so that a
+  // 4096-column row gives each warp two chunks to overlap), else 4.
+  constexpr int kPieces = kPrefetch ? 2 : 4;
+  constexpr int kChunk = kPieces * 4 * 16;  // bytes of a row per warp per iteration
+  __shared__ float partial[kWarps][TILES][NT][4][32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int m0 = blockIdx.x * (8 * NT);
+  const int kb = p.k * BITS / 8;  // bytes of a packed row
+  const T* x[NT];  // activation row m0 + 8 * nt + g (rows past m re-read row m - 1, discarded)
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+    x[nt] = static_cast<const T*>(p.x) + int64_t{min(m0 + 8 * nt + g, p.m - 1)} * p.k;
+
+  struct Chunk {
+    uint4 w[TILES][2][kPieces];
+    RawGroup<T> g[TILES][2][kPieces];
+  };
+  // The chunk at byte `chunk` of the rows of the weight tile starting at row0.
+  auto load_weights = [&](int row0, int chunk, Chunk& buf) {
+#pragma unroll
+    for (int tile = 0; tile < TILES; ++tile)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = min(row0 + 16 * tile + 8 * h + g, p.n - 1);
+        const uint8_t* w = static_cast<const uint8_t*>(p.wq) + int64_t{row} * kb;
+#pragma unroll
+        for (int u = 0; u < kPieces; ++u) {
+          const int off = chunk + u * 64 + t * 16;
+          const int group = min(off, kb - 16) * (8 / BITS) / p.group_size;
+          buf.w[tile][h][u] =
+              off < kb ? __ldcs(reinterpret_cast<const uint4*>(w + off)) : make_uint4(0, 0, 0, 0);
+          buf.g[tile][h][u] = load_group<T, BITS>(p, row, group);
+        }
+      }
+  };
+  // The block walks weight tiles blockIdx.y, + gridDim.y, ...: where the grid is smaller than the
+  // tile count, each warp's prefetch runs on from one tile's last chunk to the next tile's first,
+  // so that no block waits on a cold start after the first.
+  constexpr int kStride = kWarps * kChunk;
+  const int tile_stride = gridDim.y * (16 * TILES);
+  const int first_row0 = blockIdx.y * (16 * TILES);
+  const int first_chunk = warp * kChunk;
+  Chunk a, next;
+  if (first_chunk < kb) load_weights(first_row0, first_chunk, a);
+  pdl_wait();
+  pdl_launch_dependents();
+  for (int row0 = first_row0; row0 < p.n; row0 += tile_stride) {
+    float c[TILES][NT][4] = {};
+    for (int chunk = first_chunk; chunk < kb; chunk += kStride) {
+      if constexpr (kPrefetch) {
+        const bool last = chunk + kStride >= kb;
+        if (!last)
+          load_weights(row0, chunk + kStride, next);
+        else if (row0 + tile_stride < p.n)
+          load_weights(row0 + tile_stride, first_chunk, next);
+      } else if (chunk != first_chunk || row0 != first_row0) {
+        load_weights(row0, chunk, a);
+      }
+      multiply_chunk<T, BITS, TILES, NT, LATE, kPieces>(p, kb, chunk, a.w, a.g, x, c);
+      if constexpr (kPrefetch) a = next;
+    }
+    reduce_and_store<T, TILES, NT>(p, row0, m0, c, partial);
+  }
+}
+
+// The one-tile, one-slice kernel (m <= 8) runs a persistent grid of two blocks per SM (its
+// occupancy), each walking several weight tiles; the others one block per tile.
 template <typename T, int BITS, int TILES, int NT>
 cudaError_t launch_mma(const IntLinearParams& p, cudaStream_t stream) {
-  const dim3 grid((p.m + 8 * NT - 1) / (8 * NT), (p.n + 16 * TILES - 1) / (16 * TILES));
+  const int tiles = (p.n + 16 * TILES - 1) / (16 * TILES);
+  const int blocks = TILES == 1 && NT == 1 ? std::min(tiles, 2 * sm_count()) : tiles;
+  const dim3 grid((p.m + 8 * NT - 1) / (8 * NT), blocks);
   if (p.group_size % (BITS == 4 ? 128 : 64) == 0)
     return launch_kernel(int_mma_kernel<T, BITS, TILES, NT, true>, grid, kThreads, 0, stream, p);
   return launch_kernel(int_mma_kernel<T, BITS, TILES, NT, false>, grid, kThreads, 0, stream, p);

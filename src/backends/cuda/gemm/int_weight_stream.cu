@@ -279,16 +279,6 @@ __global__ void sum_splits_kernel(const __grid_constant__ IntLinearParams p, con
   static_cast<T*>(p.y)[i] = from_float<T>(sum);
 }
 
-int sm_count() {
-  static int count[64] = {};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return 132;
-  int& c = count[device & 63];
-  if (c == 0 && cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-    c = 132;
-  return c;
-}
-
 // The geometry of `want` k slices (fewer where the steps do not divide).
 StreamGeometry slice_geometry(const IntLinearParams& p, int bits, int stage, int blocks_per_sm,
                               int want) {
@@ -310,9 +300,9 @@ StreamGeometry slice_geometry(const IntLinearParams& p, int bits, int stage, int
 
 // The k split with the least modelled traffic: the weight bytes over the fraction of the GPU's
 // block slots the grid keeps busy, plus the partial sums written and read back (8 bytes per
-// output and slice, counted at a quarter: they stay in L2), among splits whose slices' group constants leave room for two pipeline
-// stages; at most 16 slices of >= 4 steps, their partial sums within the scratch (p.w_work holds
-// n * k 16-bit values), none without it.
+// output and slice, counted at a quarter: they stay in L2), among splits whose slices' group
+// constants leave room for two pipeline stages; at most 16 slices of >= 4 steps, their partial sums
+// within the scratch (p.w_work holds n * k 16-bit values), none without it.
 StreamGeometry choose_geometry(const IntLinearParams& p, int bits, int stage, int blocks_per_sm) {
   const int total_steps = (p.k * bits / 8 + kStepBytes - 1) / kStepBytes;
   const int blocks_n = (p.n + kRows - 1) / kRows;
