@@ -28,21 +28,12 @@ class WalkStates {
 
   // As Automaton::step.
   int32_t step(int32_t state, uint8_t byte) {
-    if (!(state >= 0 ? a_.next_bytes(state) : local(state).next).test(byte))
-      return Automaton::kDead;
-    if (state >= 0) {
-      const int32_t next = a_.known_step(state, byte);
-      if (next != Automaton::kUnknown) return next;
-    }
     const uint64_t key = (uint64_t(uint32_t(state)) << 8) | byte;
-    auto it = transitions_.find(key);
-    if (it != transitions_.end()) return it->second;
-    Automaton::Stacks next =
-        a_.successor(state >= 0 ? a_.stacks(state) : local(state).stacks, byte, truncated_);
-    int32_t id = next.empty() ? Automaton::kDead : a_.find(next);
-    if (id == Automaton::kUnknown) id = intern(std::move(next));
-    transitions_.emplace(key, id);
-    return id;
+    Recent& slot = recent_[(key * 0x9e3779b97f4a7c15ULL) >> (64 - kRecentBits)];
+    if (slot.key == key) return slot.to;
+    const int32_t to = find_or_build(state, byte, key);
+    slot = {key, to};
+    return to;
   }
   bool truncated() const { return truncated_; }
 
@@ -64,6 +55,24 @@ class WalkStates {
   }
 
  private:
+  // step() past the recent transitions: the automaton's, this walk's, or a new one.
+  int32_t find_or_build(int32_t state, uint8_t byte, uint64_t key) {
+    if (!(state >= 0 ? a_.next_bytes(state) : local(state).next).test(byte))
+      return Automaton::kDead;
+    if (state >= 0) {
+      const int32_t next = a_.known_step(state, byte);
+      if (next != Automaton::kUnknown) return next;
+    }
+    auto it = transitions_.find(key);
+    if (it != transitions_.end()) return it->second;
+    Automaton::Stacks next =
+        a_.successor(state >= 0 ? a_.stacks(state) : local(state).stacks, byte, truncated_);
+    int32_t id = next.empty() ? Automaton::kDead : a_.find(next);
+    if (id == Automaton::kUnknown) id = intern(std::move(next));
+    transitions_.emplace(key, id);
+    return id;
+  }
+
   static constexpr int32_t kFirstLocal = -3;  // below kDead and kUnknown
   struct Local {
     Automaton::Stacks stacks;
@@ -87,6 +96,15 @@ class WalkStates {
     by_hash_.emplace(h, id);
     return id;
   }
+
+  // The walk's recent transitions, direct-mapped: a trie walk asks the same few states (a string's
+  // body) for the same bytes over and over, and this is cheaper than the automaton's hash map.
+  static constexpr int kRecentBits = 12;
+  struct Recent {
+    uint64_t key = ~uint64_t{0};  // (state << 8 | byte); never a real key (states are 32-bit)
+    int32_t to = 0;
+  };
+  std::vector<Recent> recent_ = std::vector<Recent>(size_t{1} << kRecentBits);
 
   const Automaton& a_;
   size_t max_local_;  // the automaton's room left: a walk never goes past its cap
