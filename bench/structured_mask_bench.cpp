@@ -7,11 +7,13 @@
 //   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGELLM_BENCH=ON
 //   cmake --build build -j1 --target structured_mask_bench
 //   ./build/structured_mask_bench --tokenizer DIR [--vocab 128256] [--eos 128001,128009]
-//       [--seqs 64] [--steps 128] [--threads 0] [--forward-ms 0] [--schema NAME|JSON]...
+//       [--seqs 64] [--steps 128] [--threads 0] [--forward-ms 0] [--reuse-far-masks 1]
+//       [--schema NAME|JSON]...
 // --threads 0: the serial loop (Matcher::fill_mask per sequence, one thread); N > 0: the engine's
 // MaskBuilder with N threads. --forward-ms F (with N > 0): the step sleeps F ms between start()
 // and wait(), as the engine thread does while the GPU runs the forward pass; "exposed" is then the
-// time wait() still blocks, the mask time the step sees.
+// time wait() still blocks, the mask time the step sees. --reuse-far-masks 0: every new mask walks
+// the whole vocabulary trie (as before near-bound masks were built from their far class's).
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -62,6 +64,7 @@ struct Options {
   int steps = 128;
   int threads = 0;
   double forward_ms = 0;
+  bool reuse_far_masks = true;
   std::vector<std::string> schemas;
 };
 
@@ -99,7 +102,12 @@ void run_schema(const Options& opt, const std::shared_ptr<const structured::Voca
   StructuredOutputs spec;
   spec.json = named_schema(schema);
   const auto t0 = Clock::now();
-  std::shared_ptr<structured::CompiledGrammar> grammar = compiler.compile(spec);
+  std::shared_ptr<structured::CompiledGrammar> grammar =
+      opt.reuse_far_masks
+          ? compiler.compile(spec)
+          : std::make_shared<structured::CompiledGrammar>(
+                std::make_shared<const structured::Grammar>(structured::build_grammar(spec, {})),
+                vocab, false);
   const double compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   const size_t n = size_t(opt.seqs);
   std::vector<std::unique_ptr<structured::Matcher>> matchers(n);
@@ -147,6 +155,14 @@ void run_schema(const Options& opt, const std::shared_ptr<const structured::Voca
       wall.mean, wall.p50, wall.p90, wall.max, step_ms.front(), cpu.mean, cpu.p50, cpu.p90, cpu.max,
       grammar->num_states(), grammar->num_cached_masks(), (unsigned long long)restarts,
       (unsigned long long)checksum);
+  const structured::CompiledGrammar::MaskStats ms = grammar->mask_stats();
+  std::printf(
+      "  new masks (CPU ms): %zu whole-trie walks, mean %.3f, total %.1f; %zu from a far class's "
+      "mask, mean %.3f, total %.1f\n",
+      ms.num_full_walks, ms.num_full_walks ? ms.full_walk_cpu_ms / double(ms.num_full_walks) : 0.0,
+      ms.full_walk_cpu_ms, ms.num_partial_walks,
+      ms.num_partial_walks ? ms.partial_walk_cpu_ms / double(ms.num_partial_walks) : 0.0,
+      ms.partial_walk_cpu_ms);
   if (!exposed_ms.empty()) {
     const Summary exposed = summarize(exposed_ms);
     std::printf(
@@ -188,6 +204,8 @@ int main(int argc, char** argv) {
       opt.threads = std::stoi(value);
     else if (key == "--forward-ms")
       opt.forward_ms = std::stod(value);
+    else if (key == "--reuse-far-masks")
+      opt.reuse_far_masks = value != "0";
     else if (key == "--schema")
       opt.schemas.push_back(value);
     else {

@@ -1,6 +1,7 @@
 #include "structured/automaton.h"
 
 #include <algorithm>
+#include <limits>
 #include <unordered_set>
 
 namespace pagellm::structured {
@@ -155,14 +156,43 @@ int32_t Automaton::mask_class(int32_t state, uint32_t window) {
   std::sort(canon.begin(), canon.end());
   canon.erase(std::unique(canon.begin(), canon.end()), canon.end());
   const uint64_t h = hash_stacks(canon);
-  auto [lo, hi] = class_by_hash_.equal_range(h);
-  for (auto it = lo; it != hi; ++it) {
-    if (classes_[size_t(it->second)] == canon) return st.mask_class = it->second;
-  }
+  const int32_t known = find_class(canon, h);
+  if (known >= 0) return st.mask_class = known;
   classes_.push_back(std::move(canon));
   st.mask_class = int32_t(classes_.size() - 1);
   class_by_hash_.emplace(h, st.mask_class);
   return st.mask_class;
+}
+
+int32_t Automaton::find_class(const Stacks& canon, uint64_t hash) const {
+  auto [lo, hi] = class_by_hash_.equal_range(hash);
+  for (auto it = lo; it != hi; ++it) {
+    if (classes_[size_t(it->second)] == canon) return it->second;
+  }
+  return -1;
+}
+
+Automaton::FarClass Automaton::far_class(int32_t state, uint32_t window) const {
+  const Grammar& g = *grammar_;
+  if (g.counts.empty()) return {};
+  uint32_t nearest = std::numeric_limits<uint32_t>::max();  // the smallest distance moved
+  std::vector<Stack> far = states_[size_t(state)].stacks;
+  for (Stack& s : far) {
+    for (uint32_t& pos : s) {
+      pos = g.canonical(pos, window);
+      const Grammar::Count c = g.counts[pos];
+      if (c.run == Grammar::kNoRun) continue;
+      const std::vector<uint32_t>& run = g.runs[c.run];
+      const uint32_t far_dist = std::min<uint32_t>(window + 1, uint32_t(run.size() - 1));
+      if (c.dist >= far_dist) continue;
+      nearest = std::min(nearest, c.dist);
+      pos = run[far_dist];
+    }
+  }
+  if (nearest == std::numeric_limits<uint32_t>::max() || nearest <= 2) return {};
+  std::sort(far.begin(), far.end());
+  far.erase(std::unique(far.begin(), far.end()), far.end());
+  return {find_class(far, hash_stacks(far)), nearest - 2};
 }
 
 }  // namespace pagellm::structured

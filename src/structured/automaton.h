@@ -43,6 +43,17 @@ class Automaton {
   // `window` bytes, hence the same tokens of up to `window` bytes. Pass the same window every time.
   // While nothing was truncated (see truncated()), a mask may be kept per class.
   int32_t mask_class(int32_t state, uint32_t window);
+  // A class that agrees with `state`'s on all short byte strings, for a state whose counts are
+  // near their bounds: the class of its stacks with every count within window + 1 of its bound
+  // moved to the run's farthest distance up to window + 1 (where the class's counts already are,
+  // far from the bound). By Grammar::canonical, the two accept the same byte strings of up to
+  // `horizon` = (the smallest distance moved) - 2 bytes, so the far class's mask holds for every
+  // token that short. cls is -1 when no such class was met yet, nothing moves or the horizon is 0.
+  struct FarClass {
+    int32_t cls = -1;
+    uint32_t horizon = 0;
+  };
+  FarClass far_class(int32_t state, uint32_t window) const;
   // mask_class() if already computed, else -1.
   int32_t known_class(int32_t state) const { return states_[size_t(state)].mask_class; }
   // A cap was hit (stacks dropped, or a state refused because the automaton is full): states of
@@ -87,6 +98,8 @@ class Automaton {
   void expand(Stack stack, std::vector<Stack>& out, bool& truncated) const;
   // The id of `stacks`, a new one if it is new; kDead when new and the automaton is full.
   int32_t intern(std::vector<Stack> stacks);
+  // The class with canonical stacks `canon` (sorted, unique), or -1.
+  int32_t find_class(const Stacks& canon, uint64_t hash) const;
 
   std::shared_ptr<const Grammar> grammar_;
   size_t max_states_;

@@ -1,10 +1,22 @@
 #include "structured/matcher.h"
 
 #include <algorithm>
+#include <ctime>
 #include <mutex>
 #include <optional>
 
 namespace pagellm::structured {
+namespace {
+
+// CPU time of the calling thread: a walk runs on one thread, and on a loaded machine its wall time
+// also counts the time other work held the core.
+double thread_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
+}
+
+}  // namespace
 
 // A vocabulary walk's view of the automaton: its built states (read under the shared lock) plus
 // the states this walk reaches that are not built yet, kept here with ids kFirstLocal - k, so that
@@ -16,21 +28,12 @@ class WalkStates {
 
   // As Automaton::step.
   int32_t step(int32_t state, uint8_t byte) {
-    if (!(state >= 0 ? a_.next_bytes(state) : local(state).next).test(byte))
-      return Automaton::kDead;
-    if (state >= 0) {
-      const int32_t next = a_.known_step(state, byte);
-      if (next != Automaton::kUnknown) return next;
-    }
     const uint64_t key = (uint64_t(uint32_t(state)) << 8) | byte;
-    auto it = transitions_.find(key);
-    if (it != transitions_.end()) return it->second;
-    Automaton::Stacks next =
-        a_.successor(state >= 0 ? a_.stacks(state) : local(state).stacks, byte, truncated_);
-    int32_t id = next.empty() ? Automaton::kDead : a_.find(next);
-    if (id == Automaton::kUnknown) id = intern(std::move(next));
-    transitions_.emplace(key, id);
-    return id;
+    Recent& slot = recent_[(key * 0x9e3779b97f4a7c15ULL) >> (64 - kRecentBits)];
+    if (slot.key == key) return slot.to;
+    const int32_t to = find_or_build(state, byte, key);
+    slot = {key, to};
+    return to;
   }
   bool truncated() const { return truncated_; }
 
@@ -52,6 +55,24 @@ class WalkStates {
   }
 
  private:
+  // step() past the recent transitions: the automaton's, this walk's, or a new one.
+  int32_t find_or_build(int32_t state, uint8_t byte, uint64_t key) {
+    if (!(state >= 0 ? a_.next_bytes(state) : local(state).next).test(byte))
+      return Automaton::kDead;
+    if (state >= 0) {
+      const int32_t next = a_.known_step(state, byte);
+      if (next != Automaton::kUnknown) return next;
+    }
+    auto it = transitions_.find(key);
+    if (it != transitions_.end()) return it->second;
+    Automaton::Stacks next =
+        a_.successor(state >= 0 ? a_.stacks(state) : local(state).stacks, byte, truncated_);
+    int32_t id = next.empty() ? Automaton::kDead : a_.find(next);
+    if (id == Automaton::kUnknown) id = intern(std::move(next));
+    transitions_.emplace(key, id);
+    return id;
+  }
+
   static constexpr int32_t kFirstLocal = -3;  // below kDead and kUnknown
   struct Local {
     Automaton::Stacks stacks;
@@ -76,6 +97,15 @@ class WalkStates {
     return id;
   }
 
+  // The walk's recent transitions, direct-mapped: a trie walk asks the same few states (a string's
+  // body) for the same bytes over and over, and this is cheaper than the automaton's hash map.
+  static constexpr int kRecentBits = 12;
+  struct Recent {
+    uint64_t key = ~uint64_t{0};  // (state << 8 | byte); never a real key (states are 32-bit)
+    int32_t to = 0;
+  };
+  std::vector<Recent> recent_ = std::vector<Recent>(size_t{1} << kRecentBits);
+
   const Automaton& a_;
   size_t max_local_;  // the automaton's room left: a walk never goes past its cap
   std::vector<Local> local_;
@@ -85,34 +115,59 @@ class WalkStates {
 };
 
 CompiledGrammar::CompiledGrammar(std::shared_ptr<const Grammar> grammar,
-                                 std::shared_ptr<const Vocab> vocab)
-    : vocab_(std::move(vocab)), automaton_(std::move(grammar)) {}
+                                 std::shared_ptr<const Vocab> vocab, bool reuse_far_masks)
+    : vocab_(std::move(vocab)), reuse_far_masks_(reuse_far_masks), automaton_(std::move(grammar)) {}
 
 bool CompiledGrammar::compute_mask(int32_t state, std::span<uint32_t> words,
                                    WalkStates& walk) const {
   std::fill(words.begin(), words.end(), 0u);
+  return walk_longer_than(0, state, words, walk);
+}
+
+bool CompiledGrammar::walk_longer_than(uint32_t horizon, int32_t state, std::span<uint32_t> words,
+                                       WalkStates& walk) const {
   bool any = false;
   const std::vector<Vocab::Node>& nodes = vocab_->nodes();
   const std::vector<int32_t>& ids = vocab_->token_ids();
   std::vector<int32_t> path(vocab_->max_depth() + 1);  // the state at each depth of the walk
   path[0] = state;
-  // Preorder walk of the vocabulary trie; a rejected byte skips the node's whole subtree.
+  // Preorder walk of the vocabulary trie; a rejected byte skips the node's whole subtree, and so
+  // does a subtree without a token longer than the horizon.
   for (size_t i = 1; i < nodes.size();) {
     const Vocab::Node& n = nodes[i];
+    if (n.max_len <= horizon) {
+      i = n.subtree_end;
+      continue;
+    }
     const int32_t to = walk.step(path[n.depth - 1], n.byte);
     if (to == Automaton::kDead) {
       i = n.subtree_end;
       continue;
     }
     path[n.depth] = to;
-    any = any || n.tokens_begin < n.tokens_end;
-    for (uint32_t k = n.tokens_begin; k < n.tokens_end; ++k) {
-      const uint32_t t = uint32_t(ids[k]);
-      words[t >> 5] |= 1u << (t & 31);
+    if (n.depth > horizon) {
+      any = any || n.tokens_begin < n.tokens_end;
+      for (uint32_t k = n.tokens_begin; k < n.tokens_end; ++k) {
+        const uint32_t t = uint32_t(ids[k]);
+        words[t >> 5] |= 1u << (t & 31);
+      }
     }
     ++i;
   }
   return any;
+}
+
+bool CompiledGrammar::compute_from_far_mask(int32_t state, const Mask& far, uint32_t horizon,
+                                            std::span<uint32_t> words, WalkStates& walk) const {
+  std::copy(far.words.begin(), far.words.end(), words.begin());
+  for (int32_t t : vocab_->tokens_longer_than(horizon)) words[size_t(t) >> 5] &= ~(1u << (t & 31));
+  walk_longer_than(horizon, state, words, walk);
+  return std::any_of(words.begin(), words.end(), [](uint32_t w) { return w != 0; });
+}
+
+const CompiledGrammar::Mask* CompiledGrammar::cached_class_mask(int32_t cls) const {
+  auto it = masks_.find(uint64_t(uint32_t(cls)));
+  return it == masks_.end() ? nullptr : &it->second;
 }
 
 const CompiledGrammar::Mask* CompiledGrammar::cached_mask(int32_t state) const {
@@ -152,12 +207,30 @@ bool CompiledGrammar::fill_mask(int32_t state, std::span<uint32_t> words) {
       built_.wait(lock);
     }
   }
-  bool any = false;
+  return build_mask(state, key, words);
+}
+
+bool CompiledGrammar::walk_for_mask(int32_t state, std::span<uint32_t> words, WalkStates& walk,
+                                    bool& partial) const {
+  const Mask* far = nullptr;
+  Automaton::FarClass fc;
+  if (reuse_far_masks_ && !automaton_.truncated()) {
+    fc = automaton_.far_class(state, vocab_->max_depth());
+    if (fc.cls >= 0) far = cached_class_mask(fc.cls);
+  }
+  partial = far != nullptr;
+  return partial ? compute_from_far_mask(state, *far, fc.horizon, words, walk)
+                 : compute_mask(state, words, walk);
+}
+
+bool CompiledGrammar::build_mask(int32_t state, uint64_t key, std::span<uint32_t> words) {
+  bool any = false, partial = false;
   std::optional<WalkStates> walk;
+  const double t0 = thread_cpu_ms();
   try {
     std::shared_lock lock(mutex_);
     walk.emplace(automaton_);
-    any = compute_mask(state, words, *walk);
+    any = walk_for_mask(state, words, *walk, partial);
   } catch (...) {  // the key is free again, for the next thread that wants it
     {
       std::unique_lock lock(mutex_);
@@ -166,9 +239,12 @@ bool CompiledGrammar::fill_mask(int32_t state, std::span<uint32_t> words) {
     built_.notify_all();
     throw;
   }
+  const double ms = thread_cpu_ms() - t0;
   {
     std::unique_lock lock(mutex_);
     building_.erase(key);
+    (partial ? stats_.num_partial_walks : stats_.num_full_walks) += 1;
+    (partial ? stats_.partial_walk_cpu_ms : stats_.full_walk_cpu_ms) += ms;
     // A walk that hit a cap, or one the automaton was truncated under meanwhile, made a mask
     // that holds for this state only.
     if (walk->truncated()) automaton_.mark_truncated();
@@ -213,6 +289,11 @@ bool CompiledGrammar::terminal(int32_t state) {
 size_t CompiledGrammar::num_states() {
   std::shared_lock lock(mutex_);
   return automaton_.num_states();
+}
+
+CompiledGrammar::MaskStats CompiledGrammar::mask_stats() {
+  std::shared_lock lock(mutex_);
+  return stats_;
 }
 
 size_t CompiledGrammar::num_cached_masks() {

@@ -53,6 +53,36 @@ Vocab::Vocab(std::vector<std::string> token_bytes, std::vector<int32_t> eos_ids,
     nodes_[path.back()].subtree_end = uint32_t(nodes_.size());
     path.pop_back();
   }
+  index_lengths();
+}
+
+void Vocab::index_lengths() {
+  // In preorder a node's parent is the last node seen one level up; children come after their
+  // parent, so a reverse pass sees every subtree before its root.
+  std::vector<uint32_t> parent(nodes_.size()), last_at_depth(max_depth_ + 1, 0);
+  for (size_t i = 1; i < nodes_.size(); ++i) {
+    parent[i] = last_at_depth[nodes_[i].depth - 1];
+    last_at_depth[nodes_[i].depth] = uint32_t(i);
+  }
+  for (size_t i = nodes_.size(); i-- > 1;) {
+    Node& n = nodes_[i];
+    if (n.tokens_begin < n.tokens_end) n.max_len = std::max(n.max_len, n.depth);
+    Node& up = nodes_[parent[i]];
+    up.max_len = std::max(up.max_len, n.max_len);
+  }
+  by_length_ = token_ids_;
+  std::stable_sort(by_length_.begin(), by_length_.end(), [&](int32_t a, int32_t b) {
+    return bytes_[size_t(a)].size() > bytes_[size_t(b)].size();
+  });
+  num_longer_than_.assign(max_depth_ + 1, 0);
+  for (int32_t id : by_length_) {
+    for (size_t len = 0; len < bytes_[size_t(id)].size(); ++len) ++num_longer_than_[len];
+  }
+}
+
+std::span<const int32_t> Vocab::tokens_longer_than(uint32_t len) const {
+  if (len >= num_longer_than_.size()) return {};
+  return std::span<const int32_t>(by_length_).first(num_longer_than_[len]);
 }
 
 const std::string& Vocab::bytes(int32_t id) const {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@ class Vocab {
     uint32_t subtree_end = 0;   // preorder index just past this node's subtree
     uint32_t tokens_begin = 0;  // tokens whose bytes end here: token_ids()[begin, end)
     uint32_t tokens_end = 0;
+    uint32_t max_len = 0;  // bytes of the longest token in this subtree
   };
 
   // token_bytes[id]: the token's bytes; empty for ids never allowed (special, unused). The mask
@@ -42,13 +44,20 @@ class Vocab {
   const std::vector<Node>& nodes() const { return nodes_; }
   const std::vector<int32_t>& token_ids() const { return token_ids_; }
   uint32_t max_depth() const { return max_depth_; }
+  // The tokens (of the trie) more than `len` bytes long, in no particular order.
+  std::span<const int32_t> tokens_longer_than(uint32_t len) const;
 
  private:
+  // Fills Node::max_len and the by-length index (after the trie is built).
+  void index_lengths();
+
   std::vector<std::string> bytes_;
   std::vector<int32_t> eos_ids_;
   size_t vocab_size_;
-  std::vector<Node> nodes_;         // preorder; nodes_[0] is the root (empty prefix)
-  std::vector<int32_t> token_ids_;  // grouped by trie node
+  std::vector<Node> nodes_;                // preorder; nodes_[0] is the root (empty prefix)
+  std::vector<int32_t> token_ids_;         // grouped by trie node
+  std::vector<int32_t> by_length_;         // the trie's tokens, longest first
+  std::vector<uint32_t> num_longer_than_;  // [max_depth_ + 1] tokens longer than each length
   uint32_t max_depth_ = 0;
 };
 
