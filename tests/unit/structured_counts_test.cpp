@@ -12,30 +12,13 @@
 #include "engine/mask_builder.h"
 #include "structured/automaton.h"
 #include "structured/compiler.h"
+#include "structured_test_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagellm::structured {
 namespace {
 
-const std::string kPycode = std::string(PAGELLM_SHARED_DIR) + "/models/pycode-25M";
-
-const std::shared_ptr<const Vocab>& pycode_vocab() {
-  static const auto v = [] {
-    auto tok = tok::Tokenizer::from_dir(kPycode);
-    return Vocab::from_tokenizer(*tok, {*tok->eos_token_id()}, size_t(tok->vocab_size()));
-  }();
-  return v;
-}
-
-StructuredOutputs json_spec(const std::string& schema) {
-  StructuredOutputs s;
-  s.json = schema;
-  return s;
-}
-
-bool bit(std::span<const uint32_t> mask, int32_t t) {
-  return (mask[size_t(t) / 32] >> (t % 32)) & 1;
-}
+using namespace test;
 
 // Every bit of m's mask against probing each token (EOS: allowed iff the text may end here).
 void expect_exact_mask(const Matcher& m, const Vocab& v, const std::string& where) {

@@ -10,40 +10,13 @@
 #include <random>
 
 #include "structured/compiler.h"
+#include "structured_test_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagellm::structured {
 namespace {
 
-const std::string kPycode = std::string(PAGELLM_SHARED_DIR) + "/models/pycode-25M";
-
-const std::shared_ptr<const Vocab>& pycode_vocab() {
-  static const auto v = [] {
-    auto tok = tok::Tokenizer::from_dir(kPycode);
-    return Vocab::from_tokenizer(*tok, {*tok->eos_token_id()}, size_t(tok->vocab_size()));
-  }();
-  return v;
-}
-
-bool bit(std::span<const uint32_t> mask, int32_t t) {
-  return (mask[size_t(t) / 32] >> (t % 32)) & 1;
-}
-
-StructuredOutputs json_spec(const std::string& schema) {
-  StructuredOutputs s;
-  s.json = schema;
-  return s;
-}
-StructuredOutputs regex_spec(const std::string& re) {
-  StructuredOutputs s;
-  s.regex = re;
-  return s;
-}
-StructuredOutputs gbnf_spec(const std::string& grammar) {
-  StructuredOutputs s;
-  s.grammar = grammar;
-  return s;
-}
+using namespace test;
 
 struct Compared {
   CompiledGrammar::MaskStats stats;  // of the grammar with the reuse
@@ -172,7 +145,7 @@ TEST(StructuredFarMasks, GbnfRepetitions) {
   const std::string grammar = R"g(root ::= "<" [a-z ]{50,220} ">" item{2,40}
 item ::= "(" [0-9]+ ")"
 )g";
-  const Compared c = compare_walks(pycode_vocab(), gbnf_spec(grammar), 3, 400);
+  const Compared c = compare_walks(pycode_vocab(), grammar_spec(grammar), 3, 400);
   EXPECT_GT(c.stats.num_partial_walks, 0u) << c.num_masks << " masks compared";
 }
 

@@ -11,25 +11,12 @@
 #include "common/error.h"
 #include "structured/automaton.h"
 #include "structured/compiler.h"
+#include "structured_test_util.h"
 
 namespace pagellm::structured {
 namespace {
 
-StructuredOutputs json_spec(const std::string& schema) {
-  StructuredOutputs s;
-  s.json = schema;
-  return s;
-}
-StructuredOutputs regex_spec(const std::string& re) {
-  StructuredOutputs s;
-  s.regex = re;
-  return s;
-}
-StructuredOutputs grammar_spec(const std::string& g) {
-  StructuredOutputs s;
-  s.grammar = g;
-  return s;
-}
+using namespace test;
 
 class Accepts {
  public:

@@ -10,33 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include "structured/compiler.h"
+#include "structured_test_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagellm::structured {
 namespace {
 
-const std::string kPycode = std::string(PAGELLM_SHARED_DIR) + "/models/pycode-25M";
-const std::string kStories = std::string(PAGELLM_SHARED_DIR) + "/models/stories260K";
-
-std::shared_ptr<const Vocab> load_vocab(const std::string& dir) {
-  auto tok = tok::Tokenizer::from_dir(dir);
-  return Vocab::from_tokenizer(*tok, {*tok->eos_token_id()}, size_t(tok->vocab_size()));
-}
-
-const std::shared_ptr<const Vocab>& pycode_vocab() {
-  static const auto v = load_vocab(kPycode);
-  return v;
-}
-
-bool bit(const std::vector<uint32_t>& mask, int32_t t) {
-  return (mask[size_t(t) / 32] >> (t % 32)) & 1;
-}
-
-StructuredOutputs json_spec(const std::string& schema) {
-  StructuredOutputs s;
-  s.json = schema;
-  return s;
-}
+using namespace test;
 
 TEST(StructuredVocab, DecodesSentencePieceAndByteFallbackTokens) {
   auto tok = tok::Tokenizer::from_dir(kPycode);
