@@ -202,13 +202,15 @@ __global__ void __launch_bounds__(kThreads, TILES == 1 ? 2 : 1)
   }
 }
 
-// The one-tile, one-slice kernel (m <= 8) runs a persistent grid of two blocks per SM (its
-// occupancy), each walking several weight tiles; the others one block per tile.
+// The one-tile kernels (whose prefetch runs across tiles) take a persistent grid of two blocks
+// per SM (their occupancy) over all activation slices, each block walking several weight tiles;
+// the two-tile kernel one block per tile.
 template <typename T, int BITS, int TILES, int NT>
 cudaError_t launch_mma(const IntLinearParams& p, cudaStream_t stream) {
   const int tiles = (p.n + 16 * TILES - 1) / (16 * TILES);
-  const int blocks = TILES == 1 && NT == 1 ? std::min(tiles, 2 * sm_count()) : tiles;
-  const dim3 grid((p.m + 8 * NT - 1) / (8 * NT), blocks);
+  const int slices = (p.m + 8 * NT - 1) / (8 * NT);
+  const int blocks = TILES == 1 ? std::min(tiles, std::max(1, 2 * sm_count() / slices)) : tiles;
+  const dim3 grid(slices, blocks);
   if (p.group_size % (BITS == 4 ? 128 : 64) == 0)
     return launch_kernel(int_mma_kernel<T, BITS, TILES, NT, true>, grid, kThreads, 0, stream, p);
   return launch_kernel(int_mma_kernel<T, BITS, TILES, NT, false>, grid, kThreads, 0, stream, p);
