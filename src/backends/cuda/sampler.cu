@@ -587,8 +587,8 @@ __device__ int sample_row(Smem& s, const SampleRow& r, const float* x, float* w,
   return draw(s, w, vocab, total, r.u);
 }
 
-// Step 3's logit_bias, before the penalties. The CPU bans first, but a banned id is -inf either way;
-// the ids are distinct (SamplingParams::validate), so each thread owns its entries.
+// Step 3's logit_bias, before the penalties. The CPU bans first, but a banned id is -inf either
+// way; the ids are distinct (SamplingParams::validate), so each thread owns its entries.
 __device__ void apply_bias(const SampleRow& r, const int32_t* ids, float* x, int vocab) {
   if (r.num_bias == 0) return;
   const int32_t* pairs = ids + r.bias_begin;  // [num_bias, 2] (id, bias bits)
@@ -670,6 +670,60 @@ __device__ int fallback_token(Smem& s, const int32_t* banned, int num_banned, co
   return best != INT_MAX ? best : allowed != INT_MAX ? allowed : 0;
 }
 
+// 16-byte vectors per thread and iteration where the row allows them (the first two passes read
+// the whole row; one block per row keeps only a few loads in flight per thread otherwise).
+__device__ __forceinline__ bool vector_row(const void* a, const void* b, int vocab) {
+  return vocab % 8 == 0 &&
+         ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) & 15) == 0;
+}
+
+// x[i] = the clean logit i, or -inf where the mask disallows it; (m, m_id) the thread's best.
+template <typename T>
+__device__ __forceinline__ void load_clean_row(const T* logits, float* x, int vocab,
+                                               const uint32_t* mask, int num_mask_words, float& m,
+                                               int& m_id) {
+  auto take = [&](float raw, int i) {
+    float v = clean(raw);
+    if (!mask_allows(mask, num_mask_words, i)) v = -INFINITY;
+    if (better(v, i, m, m_id)) m = v, m_id = i;
+    return v;
+  };
+  if (vector_row(logits, x, vocab)) {
+    constexpr int kVec = 16 / sizeof(T);
+#pragma unroll 4
+    for (int c = threadIdx.x; c < vocab / kVec; c += kThreads) {
+      float f[kVec];
+      load16(logits + c * kVec, f);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) f[e] = take(f[e], c * kVec + e);
+#pragma unroll
+      for (int q = 0; q < kVec / 4; ++q)
+        reinterpret_cast<float4*>(x + c * kVec)[q] =
+            make_float4(f[4 * q], f[4 * q + 1], f[4 * q + 2], f[4 * q + 3]);
+    }
+    return;
+  }
+#pragma unroll 4
+  for (int i = threadIdx.x; i < vocab; i += kThreads) x[i] = take(to_float(logits[i]), i);
+}
+
+// The thread's share of sum(exp(x[i] - m)) in double.
+__device__ __forceinline__ double exp_sum(const float* x, int vocab, float m) {
+  double sum = 0.0;
+  if (vector_row(x, x, vocab)) {
+#pragma unroll 4
+    for (int c = threadIdx.x; c < vocab / 4; c += kThreads) {
+      const float4 v = reinterpret_cast<const float4*>(x)[c];
+      sum += double(expf(v.x - m)) + double(expf(v.y - m)) + double(expf(v.z - m)) +
+             double(expf(v.w - m));
+    }
+    return sum;
+  }
+#pragma unroll 4
+  for (int i = threadIdx.x; i < vocab; i += kThreads) sum += double(expf(x[i] - m));
+  return sum;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant__ SampleParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -681,26 +735,17 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
   float* w = p.weights + int64_t(blockIdx.x) * vocab;                               // [vocab]
   SampleOutput& out = p.out[blockIdx.x];
 
-  // Step 0: the structured-output mask (as the CPU sampler: disallowed ids are -inf from the start).
+  // Step 0: the structured-output mask (as the CPU sampler: disallowed ids are -inf from the
+  // start).
   const uint32_t* mask = p.ids && r.num_mask_words > 0
                              ? reinterpret_cast<const uint32_t*>(p.ids + r.mask_begin)
                              : nullptr;
   // Steps 1-2: the clean raw row, its log-sum-exp and the raw top-N.
   float m = -INFINITY;
   int m_id = INT_MAX;
-#pragma unroll 4
-  for (int i = threadIdx.x; i < vocab; i += kThreads) {
-    float v = clean(to_float(logits[i]));
-    if (!mask_allows(mask, r.num_mask_words, i)) v = -INFINITY;
-    x[i] = v;
-    if (better(v, i, m, m_id)) m = v, m_id = i;
-  }
+  load_clean_row(logits, x, vocab, mask, r.num_mask_words, m, m_id);
   block_argmax(m, m_id, s);
-  double sum = 0.0;
-  if (m > -INFINITY) {
-#pragma unroll 4
-    for (int i = threadIdx.x; i < vocab; i += kThreads) sum += double(expf(x[i] - m));
-  }
+  double sum = m > -INFINITY ? exp_sum(x, vocab, m) : 0.0;
   sum = block_sum(sum, s);
   const double lse = m > -INFINITY ? double(m) + log(sum) : -INFINITY;
   auto logprob = [&](float raw) { return m > -INFINITY ? float(double(raw) - lse) : -INFINITY; };
