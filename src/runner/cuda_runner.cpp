@@ -257,6 +257,9 @@ void CudaRunner::Impl::alloc_activations() {
   // Split partials: items * splits <= items + 2 * num_sms (see plan_attention) for any plan.
   attn_ws = DevMem((T + 2 * size_t(num_sms) + 64) * 4 * num_heads * (head_dim + 1) * sizeof(float),
                    "attention workspace");
+  // The split blocks' merge counters (items <= T): zero at first, run_attention leaves them so.
+  attn_counters = DevMem(T * num_heads * sizeof(unsigned), "attention split counters");
+  check(cudaMemset(attn_counters.get(), 0, attn_counters.bytes()), "clearing the split counters");
   auto align = [](size_t v) { return (v + 15) / 16 * 16; };
   size_t off = 0;
   auto take = [&](size_t bytes) {
@@ -370,7 +373,10 @@ CudaRunner::Impl::Staged CudaRunner::Impl::stage(
   s.plan.num_splits = ph.num_splits;
   s.plan.tile_items = dev<int32_t>(lay.tile_items);
   s.plan.num_tile_items = int(ph.tile_items.size() / 2);
-  if (ph.workspace_bytes > attn_ws.bytes()) internal("attention workspace too small");
+  s.plan.split_counters = attn_counters.as<unsigned>();
+  if (ph.workspace_bytes > attn_ws.bytes() ||
+      ph.split_counters * sizeof(unsigned) > attn_counters.bytes())
+    internal("attention workspace too small");
   return s;
 }
 
@@ -474,7 +480,6 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
     rp.num_kv_heads = num_kv_heads;
     rp.head_dim = head_dim;
     rp.q_token_stride = rp.k_token_stride = qkv_width;
-    check(cuda::rope(rp, stream), "rope");
     unsigned char* k_cache = static_cast<unsigned char*>(pool) + size_t(l) * 2 * layer_bytes;
     unsigned char* v_cache = k_cache + layer_bytes;
     cuda::KvCacheWriteParams kw;
@@ -493,9 +498,13 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
     kw.head_dim = head_dim;
     kw.num_slots = int64_t(num_blocks) * opt.block_size;
     kw.key_token_stride = kw.value_token_stride = qkv_width;
-    if (kv_scales_pending)
+    if (kv_scales_pending) {  // the scales come from the rotated keys, before the write
+      check(cuda::rope(rp, stream), "rope");
       check(cuda::compute_kv_scales(kw, k_scale, k_scale + 1, stream), "kv cache scales");
-    check(cuda::write_kv_cache(kw, stream), "kv cache write");
+      check(cuda::write_kv_cache(kw, stream), "kv cache write");
+    } else {
+      check(cuda::rope_and_write_kv_cache(rp, kw, stream), "rope and kv cache write");
+    }
     cuda::AttentionParams ap;
     ap.dtype = dt;
     ap.kv_dtype = kv_dt;

@@ -161,6 +161,7 @@ struct CudaRunner::Impl {
   DevMem x_logits_shard;    // [max_seqs, vocab_shard] this rank's LM-head columns (TP only)
   DevMem x_logits_gather;   // [tp_size, max_seqs, vocab_shard] all ranks' columns (TP only)
   DevMem attn_ws;           // split-KV partials
+  DevMem attn_counters;     // split-KV merge counters (zero between steps)
   DevMem x_sample_work;     // [max_seqs, vocab] fp32 sampler scratch: penalized logits
   DevMem x_sample_weights;  // [max_seqs, vocab] fp32 sampler scratch: flags, then weights
   DevMem x_sample_out;      // [max_seqs] cuda::SampleOutput

@@ -143,10 +143,13 @@ double bench_attention(const AttnBench& c, double* kv_bytes, double* flops, int*
   BK(cudaMalloc(&d_si, std::max<size_t>(4, ph.split_items.size() * 4)));
   BK(cudaMalloc(&d_ti, std::max<size_t>(4, ph.tile_items.size() * 4)));
   if (ph.workspace_bytes) BK(cudaMalloc(&ws, ph.workspace_bytes));
+  unsigned* counters = nullptr;  // the split blocks' merge counters start at zero
+  BK(cudaMalloc(&counters, std::max<size_t>(4, ph.split_counters * 4)));
+  BK(cudaMemset(counters, 0, std::max<size_t>(4, ph.split_counters * 4)));
   BK(cudaMemcpy(d_si, ph.split_items.data(), ph.split_items.size() * 4, cudaMemcpyHostToDevice));
   BK(cudaMemcpy(d_ti, ph.tile_items.data(), ph.tile_items.size() * 4, cudaMemcpyHostToDevice));
   AttentionPlan plan{d_si, int(ph.split_items.size() / 2), ph.num_splits, d_ti,
-                     int(ph.tile_items.size() / 2)};
+                     int(ph.tile_items.size() / 2), counters};
   const double ms = time_ms([&] { BK(run_attention(p, plan, ws, nullptr)); });
   *kv_bytes = 2.0 * c.batch * double(c.ctx) * row * double(kv_elem);
   // Causal: each query row attends to (ctx - q_len + i + 1) keys; QK and PV are 2·D flops per key.
@@ -157,7 +160,7 @@ double bench_attention(const AttnBench& c, double* kv_bytes, double* flops, int*
   for (void* ptr :
        {q, kc, vc, out, static_cast<void*>(d_qsl), static_cast<void*>(d_lens),
         static_cast<void*>(d_table), static_cast<void*>(d_si), static_cast<void*>(d_ti), ws,
-        static_cast<void*>(scales)})
+        static_cast<void*>(counters), static_cast<void*>(scales)})
     if (ptr) cudaFree(ptr);
   return ms;
 }

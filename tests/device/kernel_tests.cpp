@@ -261,6 +261,8 @@ void test_attention(const AttnCase& c) {
   AttentionPlanHost ph;
   CK(plan_attention(p, s.qsl.data(), s.seq_lens.data(), g_num_sms, c.fixed_splits, &ph));
   DevBuf si(ph.split_items.size() * 4), ti(ph.tile_items.size() * 4), ws(ph.workspace_bytes);
+  DevBuf counters(ph.split_counters * 4);
+  CK(cudaMemset(counters.ptr, 0, counters.bytes));  // the split counters start at zero
   upload_raw(si, ph.split_items);
   upload_raw(ti, ph.tile_items);
   AttentionPlan plan;
@@ -269,6 +271,7 @@ void test_attention(const AttnCase& c) {
   plan.num_splits = ph.num_splits;
   plan.tile_items = static_cast<int32_t*>(ti.ptr);
   plan.num_tile_items = static_cast<int>(ph.tile_items.size() / 2);
+  plan.split_counters = static_cast<unsigned*>(counters.ptr);
   CK(run_attention(p, plan, ws.ptr, nullptr));
   CK(cudaDeviceSynchronize());
   std::vector<float> got = download(out, c.dtype, out_n);
@@ -286,6 +289,14 @@ void test_attention(const AttnCase& c) {
                      " x" + std::to_string(plan.num_splits) + ", tiles " +
                      std::to_string(plan.num_tile_items) + "]";
   check(full, got, ref, tol_for(c.dtype, true));
+  if (plan.num_splits > 1) {
+    // The split blocks' counters must be back at zero: a second call with the same counters merges
+    // every head again, to the same bits.
+    out.poison();
+    CK(run_attention(p, plan, ws.ptr, nullptr));
+    CK(cudaDeviceSynchronize());
+    check(full + " again, same counters", download(out, c.dtype, out_n), got, Tol{0.0, 0.0});
+  }
 }
 
 std::vector<int> pick(std::initializer_list<int> choices, int n) {

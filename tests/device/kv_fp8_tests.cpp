@@ -1,9 +1,11 @@
-// The FP8 KV cache's kernels (backends/cuda/kv_cache.cu, attention/ over FP8 caches) against host
-// references; the attention kernels' numerics over random FP8 caches are in kernel_tests.cpp
+// The KV cache's writes (backends/cuda/kv_cache.cu, the fused rope + write of rope.cu) and the FP8
+// KV cache's kernels (attention/ over FP8 caches) against host references; the attention kernels' numerics over random FP8 caches are in kernel_tests.cpp
 // (attention_suite, "kv=e4m3" / "kv=e5m2"):
 //  - write_kv_cache into an FP8 cache: every code bit-exact with common/fp8.h's encoding of
 //    x * (1 / scale), padding tokens skipped; compute_kv_scales = 2 * amax / fp8_max over the
 //    tokens with a slot;
+//  - rope_and_write_kv_cache: q, k and both caches bit for bit as rope() then write_kv_cache()
+//    leave them, for 16-bit, f32 and FP8 caches, vectorized and scalar rows;
 //  - every FP8 code decoded exactly by each attention path (tile prefill, tensor-core decode,
 //    CUDA-core decode): a query that sees one key gets that key's V row back, code for code.
 #include <cuda_runtime.h>
@@ -181,12 +183,77 @@ void test_codes(Suite& s, DType t, DType fp8, bool prefill, bool tensor_cores) {
            wrong ? std::to_string(wrong) + " values differ" : "all codes exact");
 }
 
+
+// The runner's layout: q, k and v of a token in one row of (heads + 2 kv_heads) * d elements.
+void test_rope_write(Suite& s, DType t, DType cache, int tokens, int heads, int kv_heads, int d) {
+  char name[128];
+  std::snprintf(name, sizeof name, "rope_and_write_kv_cache %s -> %s tokens=%d H=%d/%d D=%d",
+                dname(t), cache == t ? dname(t) : fp8_name(cache), tokens, heads, kv_heads, d);
+  if (!s.selected(name)) return;
+  const int width = (heads + 2 * kv_heads) * d;
+  const size_t row = size_t(kv_heads) * d, slots = size_t(tokens) + 5;
+  const size_t cache_bytes = slots * row * (cache == t ? dsize(t) : 1);
+  const std::vector<uint8_t> qkv = encode(t, random_values(t, size_t(tokens) * width, 3.f));
+  std::vector<int32_t> pos(static_cast<size_t>(tokens));
+  std::uniform_int_distribution<int> dp(0, 131071);
+  for (auto& x : pos) x = dp(g_kv_rng);
+  std::vector<int64_t> slot(slots);
+  std::iota(slot.begin(), slot.end(), 0);
+  std::shuffle(slot.begin(), slot.end(), g_kv_rng);
+  slot.resize(size_t(tokens));
+  slot[size_t(tokens / 2)] = -1;  // a padding token: rotated, not stored
+  std::vector<uint8_t> init(cache_bytes);
+  std::uniform_int_distribution<int> db(0, 255);
+  for (auto& b : init) b = uint8_t(db(g_kv_rng));
+  std::vector<float> inv(size_t(d / 2));
+  rope_inv_freq(d, 500000.0, RopeScalingSpec{}, inv.data());
+  DevMem pb, sb, fb, scb, table(size_t(65536) * d * dsize(t));
+  upload_vec(pb, pos);
+  upload_vec(sb, slot);
+  upload_vec(fb, inv);
+  upload_vec(scb, std::vector<float>{3.f / 224.f, 0.5f / 200.f});
+  CK(rope_cos_sin_cache(t, static_cast<const float*>(fb.ptr), d, 65536, table.ptr, nullptr));
+  std::vector<uint8_t> got[2][3];  // [unfused, fused][qkv, k cache, v cache]
+  for (int fused = 0; fused < 2; ++fused) {
+    DevMem xb, kcb, vcb;
+    upload_vec(xb, qkv);
+    upload_vec(kcb, init);
+    upload_vec(vcb, init);
+    RopeParams rp;
+    rp.dtype = t, rp.q = xb.ptr, rp.k = static_cast<uint8_t*>(xb.ptr) + heads * d * dsize(t);
+    rp.positions = static_cast<int32_t*>(pb.ptr), rp.inv_freq = static_cast<float*>(fb.ptr);
+    rp.cos_sin = table.ptr, rp.cache_rows = 65536;  // positions past it: computed
+    rp.num_tokens = tokens, rp.num_heads = heads, rp.num_kv_heads = kv_heads, rp.head_dim = d;
+    rp.q_token_stride = rp.k_token_stride = width;
+    KvCacheWriteParams kw;
+    kw.dtype = t, kw.cache_dtype = cache;
+    kw.k_scale = cache == t ? nullptr : static_cast<const float*>(scb.ptr);
+    kw.v_scale = kw.k_scale ? kw.k_scale + 1 : nullptr;
+    kw.key = rp.k, kw.value = static_cast<uint8_t*>(rp.k) + kv_heads * d * dsize(t);
+    kw.k_cache = kcb.ptr, kw.v_cache = vcb.ptr, kw.slot_mapping = static_cast<int64_t*>(sb.ptr);
+    kw.num_tokens = tokens, kw.num_kv_heads = kv_heads, kw.head_dim = d;
+    kw.num_slots = int64_t(slots), kw.key_token_stride = kw.value_token_stride = width;
+    if (fused) {
+      CK(rope_and_write_kv_cache(rp, kw, nullptr));
+    } else {
+      CK(rope(rp, nullptr));
+      CK(write_kv_cache(kw, nullptr));
+    }
+    CK(cudaDeviceSynchronize());
+    got[fused][0] = download_vec<uint8_t>(xb, qkv.size());
+    got[fused][1] = download_vec<uint8_t>(kcb, cache_bytes);
+    got[fused][2] = download_vec<uint8_t>(vcb, cache_bytes);
+  }
+  const bool same = got[0][0] == got[1][0] && got[0][1] == got[1][1] && got[0][2] == got[1][2];
+  const bool wrote = got[1][1] != init && got[1][2] != init;
+  s.report(name, same && wrote, same ? (wrote ? "bit-exact" : "cache untouched") : "DIFFER");
+}
 }  // namespace
 
 void kv_fp8_suite(const std::string& filter, int& passed, int& failed) {
   Suite s;
   s.filter = filter;
-  std::printf("== fp8 KV cache (write, scales, decoding every code)\n");
+  std::printf("== KV cache writes (fused rope + write; FP8: scales, decoding every code)\n");
   for (DType t : {DType::kBF16, DType::kF16}) {
     for (DType fp8 : {DType::kF8E4M3, DType::kF8E5M2}) {
       test_write(s, t, fp8, 77, 8, 128);
@@ -194,6 +261,13 @@ void kv_fp8_suite(const std::string& filter, int& passed, int& failed) {
       test_codes(s, t, fp8, true, true);
       test_codes(s, t, fp8, false, true);
       test_codes(s, t, fp8, false, false);
+    }
+  }
+  for (DType t : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (DType cache : {t, DType::kF8E4M3, DType::kF8E5M2}) {
+      if (t == DType::kF32 && cache != t) continue;  // FP8 caches serve 16-bit models
+      test_rope_write(s, t, cache, 77, 32, 8, 128);
+      test_rope_write(s, t, cache, 9, 6, 3, 12);  // 36-element rows: the scalar V stores
     }
   }
   passed += s.passed;

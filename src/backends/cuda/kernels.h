@@ -146,6 +146,12 @@ struct KvCacheWriteParams {
 };
 cudaError_t write_kv_cache(const KvCacheWriteParams& p, cudaStream_t stream);
 
+// rope() and write_kv_cache() in one launch (one kernel fewer per layer of a decode step): kv.key
+// must be rope.k with the same token stride, shapes and dtype; the cache receives the rotated k,
+// bit for bit what rope() then write_kv_cache() store.
+cudaError_t rope_and_write_kv_cache(const RopeParams& rope, const KvCacheWriteParams& kv,
+                                    cudaStream_t stream);
+
 // --calculate-kv-scales: *k_scale = 2 * max(amax(key rows), 1e-6) / fp8_max(cache_dtype) over the
 // tokens with a valid slot (likewise *v_scale from value), so values up to twice the first batch's
 // largest fit the FP8 range. Reads p's key / value / slot_mapping / strides; writes nothing else.
@@ -192,6 +198,7 @@ struct AttentionPlanHost {
   std::vector<int32_t> tile_items;   // [num_tile_items, 2]: (seq, first query row of the tile)
   int num_splits = 1;                // KV splits per split item; each splits its own context evenly
   std::size_t workspace_bytes = 0;   // device scratch for split partials (0 when num_splits == 1)
+  std::size_t split_counters = 0;    // u32 counters AttentionPlan::split_counters must hold
 };
 
 // Device view of a plan.
@@ -201,6 +208,11 @@ struct AttentionPlan {
   int num_splits = 1;
   const int32_t* tile_items = nullptr;  // device [num_tile_items, 2]
   int num_tile_items = 0;
+  // Device u32 counters of the split blocks' in-kernel merge, at least the plan's split_counters
+  // (needed when num_splits > 1). Zero them once when allocated (cudaMemset): every call leaves
+  // them at zero again. Calls sharing them run one after another (one stream). They live apart
+  // from the workspace, whose layout changes with each call's shape.
+  unsigned* split_counters = nullptr;
 };
 
 // Query rows per tile of the tile kernel.

@@ -1,35 +1,9 @@
 // Writes new K/V rows into the paged cache through the slot mapping, in the model dtype or, for an
 // FP8 cache, quantized with the per-tensor scales.
-#include "backends/cuda/common.cuh"
-#include "backends/cuda/fp8_convert.cuh"
+#include "backends/cuda/kv_store.cuh"
 
 namespace pagellm::cuda {
 namespace {
-
-// Stores VEC elements of one K or V row into the cache row, converting to the cache's type S.
-template <typename T, typename S, int VEC>
-__device__ __forceinline__ void store_elems(const T* src, S* dst, float inv_scale) {
-  if constexpr (std::is_same_v<S, T>) {
-    if constexpr (VEC > 1) {
-      *reinterpret_cast<Vec16<T>*>(dst) = *reinterpret_cast<const Vec16<T>*>(src);
-    } else {
-      *dst = *src;
-    }
-  } else if constexpr (VEC > 1) {
-    static_assert(VEC == 8, "16 bytes of a 16-bit dtype become 8 FP8 codes");
-    float f[VEC];
-    load16(src, f);
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      w[i] = float2_to_fp8x2<kFp8Interp<S>>(f[2 * i] * inv_scale, f[2 * i + 1] * inv_scale);
-    *reinterpret_cast<uint2*>(dst) = make_uint2(w[0] | w[1] << 16, w[2] | w[3] << 16);
-  } else {
-    const __nv_fp8_storage_t code =
-        __nv_cvt_float_to_fp8(to_float(*src) * inv_scale, __NV_SATFINITE, kFp8Interp<S>);
-    *reinterpret_cast<__nv_fp8_storage_t*>(dst) = code;
-  }
-}
 
 // One block per token; threads cover num_kv_heads * head_dim in VEC-wide pieces. The cache row of a
 // slot is contiguous ([num_kv_heads, head_dim]) because of the [block, offset, head, dim] layout.
@@ -62,10 +36,8 @@ template <typename T, typename S>
 cudaError_t launch_write(const KvCacheWriteParams& p, cudaStream_t stream) {
   constexpr int kVec = Vec16<T>::kSize;
   const int row = p.num_kv_heads * p.head_dim;
-  const bool vec = row % kVec == 0 && p.key_token_stride % kVec == 0 &&
-                   p.value_token_stride % kVec == 0 && aligned16(p.key) && aligned16(p.value) &&
-                   aligned16(p.k_cache) && aligned16(p.v_cache) &&
-                   (!kIsFp8<S> || kVec == 8);
+  const bool vec = row % kVec == 0 && p.key_token_stride % kVec == 0 && aligned16(p.key) &&
+                   kv_value_vectorizable<T, S>(p);
   const int threads = 128;
   if constexpr (!kIsFp8<S> || kVec == 8)
     if (vec) return launch_kernel(write_kv_cache_kernel<T, S, kVec>, p.num_tokens, threads, 0, stream, p);

@@ -2,12 +2,55 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backends/cuda/common.cuh"
+#include "backends/cuda/kv_store.cuh"
 
 namespace pagellm::cuda {
 namespace {
 
 constexpr int kRopeThreads = 128;
+
+// The (cos, sin) of pair i at a token's position, rounded to T: from the table when the position
+// is inside it, else computed.
+template <typename T>
+struct RopeAngle {
+  const T* cached;  // the position's [head_dim] row of the table, or null
+  float pos;
+  __device__ RopeAngle(const RopeParams& p, int position)
+      : cached(p.cos_sin && position >= 0 && position < p.cache_rows
+                   ? static_cast<const T*>(p.cos_sin) + int64_t{position} * p.head_dim
+                   : nullptr),
+        pos(static_cast<float>(position)) {}
+  __device__ void at(const RopeParams& p, int i, float* c, float* s) const {
+    if (cached) {
+      *c = to_float(cached[i]);
+      *s = to_float(cached[p.head_dim / 2 + i]);
+    } else {
+      const float angle = pos * p.inv_freq[i];
+      *c = round_to<T>(cosf(angle));
+      *s = round_to<T>(sinf(angle));
+    }
+  }
+};
+
+// Rotates the pair (x[i], x[i + half]) in place; the rotated values are left in *r1, *r2.
+template <typename T>
+__device__ __forceinline__ void rotate_pair(T* x, int i, int half, float c, float s, T* r1, T* r2) {
+  const float x1 = to_float(x[i]);
+  const float x2 = to_float(x[i + half]);
+  *r1 = from_float<T>(round_to<T>(x1 * c) - round_to<T>(x2 * s));
+  *r2 = from_float<T>(round_to<T>(x2 * c) + round_to<T>(x1 * s));
+  x[i] = *r1;
+  x[i + half] = *r2;
+}
+
+// The head row of pair index j (q heads first, then k heads) of token t.
+template <typename T>
+__device__ __forceinline__ T* pair_row(const RopeParams& p, int64_t t, int head) {
+  return head < p.num_heads
+             ? static_cast<T*>(p.q) + t * p.q_token_stride + static_cast<int64_t>(head) * p.head_dim
+             : static_cast<T*>(p.k) + t * p.k_token_stride +
+                   static_cast<int64_t>(head - p.num_heads) * p.head_dim;  // [head_dim]
+}
 
 // grid: (num_tokens, ceil(pairs / kRopeThreads)); each thread rotates one (x[i], x[i + half]) pair
 // of a q or k head (one memory round trip per thread: a loop over the token's pairs made this a
@@ -20,33 +63,51 @@ __global__ void rope_kernel(const __grid_constant__ RopeParams p) {
   pdl_wait();
   const int64_t t = blockIdx.x;
   const int half = p.head_dim / 2;
-  const int position = p.positions[t];
-  const float pos = static_cast<float>(position);
-  const T* cached = p.cos_sin && position >= 0 && position < p.cache_rows
-                        ? static_cast<const T*>(p.cos_sin) + int64_t{position} * p.head_dim
-                        : nullptr;
+  const RopeAngle<T> angle(p, p.positions[t]);
   const int num_pairs = (p.num_heads + p.num_kv_heads) * half;
   for (int j = blockIdx.y * blockDim.x + threadIdx.x; j < num_pairs; j += gridDim.y * blockDim.x) {
-    const int head = j / half;
-    const int i = j % half;
-    T* x =
-        head < p.num_heads
-            ? static_cast<T*>(p.q) + t * p.q_token_stride + static_cast<int64_t>(head) * p.head_dim
-            : static_cast<T*>(p.k) + t * p.k_token_stride +
-                  static_cast<int64_t>(head - p.num_heads) * p.head_dim;  // [head_dim]
     float c, s;
-    if (cached) {
-      c = to_float(cached[i]);
-      s = to_float(cached[half + i]);
-    } else {
-      const float angle = pos * p.inv_freq[i];
-      c = round_to<T>(cosf(angle));
-      s = round_to<T>(sinf(angle));
+    angle.at(p, j % half, &c, &s);
+    T r1, r2;
+    rotate_pair(pair_row<T>(p, t, j / half), j % half, half, c, s, &r1, &r2);
+  }
+}
+
+// rope_kernel and write_kv_cache in one launch: threads past the q and k pairs copy the token's V
+// row into the cache VEC elements at a time, and each rotated k pair is also stored in the cache
+// (the bits write_kv_cache would store from the rotated k).
+template <typename T, typename S, int VEC>
+__global__ void rope_write_kv_kernel(const __grid_constant__ RopeParams p,
+                                     const __grid_constant__ KvCacheWriteParams kv) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const int64_t t = blockIdx.x;
+  const int half = p.head_dim / 2;
+  const int64_t slot = kv.slot_mapping[t];
+  const bool store = slot >= 0 && slot < kv.num_slots;
+  const int row = p.num_kv_heads * p.head_dim;
+  const int q_pairs = p.num_heads * half;
+  const int num_pairs = q_pairs + p.num_kv_heads * half;
+  const int work = num_pairs + (store ? row / VEC : 0);
+  const RopeAngle<T> angle(p, p.positions[t]);
+  for (int j = blockIdx.y * blockDim.x + threadIdx.x; j < work; j += gridDim.y * blockDim.x) {
+    if (j >= num_pairs) {  // a piece of the V row
+      const int i = (j - num_pairs) * VEC;
+      store_elems<T, S, VEC>(static_cast<const T*>(kv.value) + t * kv.value_token_stride + i,
+                             static_cast<S*>(kv.v_cache) + slot * row + i,
+                             kIsFp8<S> && kv.v_scale ? 1.f / *kv.v_scale : 1.f);
+      continue;
     }
-    const float x1 = to_float(x[i]);
-    const float x2 = to_float(x[i + half]);
-    x[i] = from_float<T>(round_to<T>(x1 * c) - round_to<T>(x2 * s));
-    x[i + half] = from_float<T>(round_to<T>(x2 * c) + round_to<T>(x1 * s));
+    const int i = j % half;
+    float c, s;
+    angle.at(p, i, &c, &s);
+    T r[2];
+    rotate_pair(pair_row<T>(p, t, j / half), i, half, c, s, &r[0], &r[1]);
+    if (j < q_pairs || !store) continue;
+    S* kc = static_cast<S*>(kv.k_cache) + slot * row + (j / half - p.num_heads) * p.head_dim;
+    const float inv = kIsFp8<S> && kv.k_scale ? 1.f / *kv.k_scale : 1.f;
+    store_elems<T, S, 1>(&r[0], kc + i, inv);
+    store_elems<T, S, 1>(&r[1], kc + i + half, inv);
   }
 }
 
@@ -77,20 +138,74 @@ cudaError_t rope_cos_sin_cache(DType dtype, const float* inv_freq, int head_dim,
   });
 }
 
-cudaError_t rope(const RopeParams& in, cudaStream_t stream) {
-  RopeParams p = in;
+namespace {
+
+// Fills the default token strides; false when the shapes or pointers are unusable.
+bool prepare_rope(RopeParams& p) {
   if (p.num_tokens < 0 || p.num_heads < 0 || p.num_kv_heads < 0 || p.head_dim <= 0 ||
       p.head_dim % 2 != 0)
-    return cudaErrorInvalidValue;
-  if (p.num_tokens == 0) return cudaSuccess;
-  if (!p.positions || !p.inv_freq || (p.num_heads > 0 && !p.q) || (p.num_kv_heads > 0 && !p.k))
-    return cudaErrorInvalidValue;
+    return false;
+  if (p.num_tokens > 0 && (!p.positions || !p.inv_freq || (p.num_heads > 0 && !p.q) ||
+                           (p.num_kv_heads > 0 && !p.k)))
+    return false;
   if (p.q_token_stride == 0) p.q_token_stride = static_cast<int64_t>(p.num_heads) * p.head_dim;
   if (p.k_token_stride == 0) p.k_token_stride = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
+  return true;
+}
+
+dim3 rope_grid(int num_tokens, int items) {
+  return dim3(num_tokens, std::min((items + kRopeThreads - 1) / kRopeThreads, 65535));
+}
+
+template <typename T, typename S>
+cudaError_t launch_rope_write(const RopeParams& p, const KvCacheWriteParams& kv,
+                              cudaStream_t stream) {
+  constexpr int kVec = Vec16<T>::kSize;
+  const int pairs = (p.num_heads + p.num_kv_heads) * (p.head_dim / 2);
+  const int row = p.num_kv_heads * p.head_dim;
+  if constexpr (!kIsFp8<S> || kVec == 8) {
+    if (kv_value_vectorizable<T, S>(kv))
+      return launch_kernel(rope_write_kv_kernel<T, S, kVec>,
+                           rope_grid(p.num_tokens, pairs + row / kVec), kRopeThreads, 0, stream, p,
+                           kv);
+  }
+  return launch_kernel(rope_write_kv_kernel<T, S, 1>, rope_grid(p.num_tokens, pairs + row),
+                       kRopeThreads, 0, stream, p, kv);
+}
+
+}  // namespace
+
+cudaError_t rope(const RopeParams& in, cudaStream_t stream) {
+  RopeParams p = in;
+  if (!prepare_rope(p)) return cudaErrorInvalidValue;
+  if (p.num_tokens == 0) return cudaSuccess;
   return PAGELLM_DISPATCH_DTYPE(p.dtype, [&] {
     const int pairs = (p.num_heads + p.num_kv_heads) * (p.head_dim / 2);
-    const dim3 grid(p.num_tokens, std::min((pairs + kRopeThreads - 1) / kRopeThreads, 65535));
-    return launch_kernel(rope_kernel<scalar_t>, grid, kRopeThreads, 0, stream, p);
+    return launch_kernel(rope_kernel<scalar_t>, rope_grid(p.num_tokens, pairs), kRopeThreads, 0,
+                         stream, p);
+  });
+}
+
+cudaError_t rope_and_write_kv_cache(const RopeParams& rope_in, const KvCacheWriteParams& kv_in,
+                                    cudaStream_t stream) {
+  RopeParams p = rope_in;
+  KvCacheWriteParams kv = kv_in;
+  if (!prepare_rope(p) || p.num_kv_heads == 0) return cudaErrorInvalidValue;
+  if (kv.key_token_stride == 0) kv.key_token_stride = int64_t{kv.num_kv_heads} * kv.head_dim;
+  if (kv.value_token_stride == 0) kv.value_token_stride = int64_t{kv.num_kv_heads} * kv.head_dim;
+  // The cache takes the rotated k: the write must describe the same rows.
+  if (kv.key != p.k || kv.key_token_stride != p.k_token_stride || kv.dtype != p.dtype ||
+      kv.num_tokens != p.num_tokens || kv.num_kv_heads != p.num_kv_heads ||
+      kv.head_dim != p.head_dim || (kv.cache_dtype != kv.dtype && !is_fp8(kv.cache_dtype)))
+    return cudaErrorInvalidValue;
+  if (p.num_tokens == 0) return cudaSuccess;
+  if (!kv.value || !kv.k_cache || !kv.v_cache || !kv.slot_mapping) return cudaErrorInvalidValue;
+  return PAGELLM_DISPATCH_DTYPE(p.dtype, [&] {
+    if (kv.cache_dtype == DType::kF8E4M3)
+      return launch_rope_write<scalar_t, __nv_fp8_e4m3>(p, kv, stream);
+    if (kv.cache_dtype == DType::kF8E5M2)
+      return launch_rope_write<scalar_t, __nv_fp8_e5m2>(p, kv, stream);
+    return launch_rope_write<scalar_t, scalar_t>(p, kv, stream);
   });
 }
 

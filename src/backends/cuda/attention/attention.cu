@@ -99,18 +99,21 @@ cudaError_t plan_attention(const AttentionParams& p, const int32_t* query_start_
   if (fixed_num_splits > 0) {
     splits = fixed_num_splits;
   } else if (num_items > 0) {
-    // Enough blocks for ~2 waves, but no split shorter than 128 keys.
+    // At most 2 blocks per SM (one wave of the tensor-core decode kernel, whose shared memory
+    // allows two: a second, partial wave cost more than fewer, longer splits, and the split merge
+    // runs in the last block of each group), but no split shorter than 128 keys.
     const int group = p.num_heads / p.num_kv_heads;
     const bool fast = attention::split_kv_fast_head_dim(p.head_dim);
     const int g_tile = attention::split_kv_head_tile(group, fast);
     const int64_t base = int64_t{num_items} * p.num_kv_heads * ((group + g_tile - 1) / g_tile);
-    const int64_t want = (2 * int64_t{std::max(num_sms, 1)} + base - 1) / base;
+    const int64_t want = 2 * int64_t{std::max(num_sms, 1)} / base;
     const int64_t cap = std::max(1, (max_split_ctx + 127) / 128);
     splits = static_cast<int>(std::clamp<int64_t>(want, 1, std::min<int64_t>(cap, attention::kCombineMaxSplits)));
   }
   out->num_splits = splits;
   out->workspace_bytes =
       splits > 1 ? size_t(num_items) * p.num_heads * splits * (p.head_dim + 1) * sizeof(float) : 0;
+  out->split_counters = splits > 1 ? size_t(num_items) * p.num_heads : 0;
   return cudaSuccess;
 }
 
@@ -130,7 +133,8 @@ cudaError_t run_attention(const AttentionParams& in, const AttentionPlan& plan, 
     if (err != cudaSuccess) return err;
   }
   if (plan.num_split_items > 0) {
-    if (!plan.split_items || (plan.num_splits > 1 && !workspace)) return cudaErrorInvalidValue;
+    if (!plan.split_items || (plan.num_splits > 1 && (!workspace || !plan.split_counters)))
+      return cudaErrorInvalidValue;
     float* partial_out = static_cast<float*>(workspace);  // [items, num_heads, splits, head_dim]
     float* partial_lse =                                  // [items, num_heads, splits]
         partial_out ? partial_out +

@@ -18,7 +18,7 @@ inline int split_kv_head_tile(int group_size, bool fast_path) {
 // Whether the split-KV kernel has its vectorized path for this head_dim (64 or 128).
 inline bool split_kv_fast_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
 constexpr int kMaxGenericHeadDim = 256;
-// The most splits per sequence the planner makes (the combine kernel keeps their weights in shared
+// The most splits per sequence the planner makes (the in-kernel merge keeps their weights in shared
 // memory).
 constexpr int kCombineMaxSplits = 256;
 
@@ -37,9 +37,11 @@ inline bool tile_supported(DType dtype, int head_dim) {
 // Process-wide switch of the tensor-core GQA decode path (benchmarks compare both paths).
 bool decode_tensor_cores_enabled();
 
-// Split-KV kernel over plan.split_items (+ the combine kernel when num_splits > 1). partial_out:
-// [num_split_items, num_heads, num_splits, head_dim] f32, partial_lse: [num_split_items, num_heads,
-// num_splits] f32 (log2 domain); unused when num_splits == 1. T: the model's device type; KV: the
+// Split-KV kernel over plan.split_items; with num_splits > 1 the last block of each split group
+// merges the group (merge_splits_if_last, counting in plan.split_counters: one per split item and
+// grid row, at most num_heads per item). partial_out: [num_split_items, num_heads, num_splits,
+// head_dim] f32, partial_lse: [num_split_items, num_heads, num_splits] f32 (log2 domain); unused
+// when num_splits == 1. T: the model's device type; KV: the
 // cache's (T, __nv_fp8_e4m3 or __nv_fp8_e5m2).
 template <typename T, typename KV>
 cudaError_t launch_split_kv(const AttentionParams& p, const AttentionPlan& plan, float* partial_out,

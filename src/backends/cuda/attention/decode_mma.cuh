@@ -5,7 +5,7 @@
 // streams the cache. One block = (token, KV head, KV split); K/V tiles of 64 keys arrive through a
 // three-stage cp.async pipeline; warp w owns keys [16w, 16w + 16) of every tile with its own online
 // softmax state, and the four warps merge at the end. Partial results use the split-KV layout, so
-// the same combine kernel merges splits. FP8 caches: raw codes travel through a deeper pipeline
+// the same in-kernel merge joins splits. FP8 caches: raw codes travel through a deeper pipeline
 // (five stages: measured faster than three with either two or three blocks per SM), and each warp
 // converts its own 16 keys to T in a private [16, D] buffer, first the K rows for Q·Kᵀ, then the
 // V rows for P·V. This path streams at ~57% of the copy rate (the 16-bit one at ~95%); see
@@ -40,11 +40,13 @@ __device__ __forceinline__ void convert_warp_rows(const unsigned char* raw, T* b
   __syncwarp();
 }
 
-template <typename T, typename KV, int D>
+// SPLIT: num_splits > 1 (partial rows and the in-kernel merge). A compile-time choice: the merge
+// code in the unsplit kernel cost it 9% at batch 64 (ncu, docs/PERF.md).
+template <typename T, typename KV, int D, bool SPLIT>
 __global__ void __launch_bounds__(kTileThreads)
     decode_mma_kernel(const __grid_constant__ AttentionParams p,
                       const __grid_constant__ AttentionPlan plan, float* __restrict__ partial_out,
-                      float* __restrict__ partial_lse) {
+                      float* __restrict__ partial_lse, unsigned* __restrict__ counters) {
   pdl_launch_dependents();
   pdl_wait();
   constexpr bool kFp8 = kIsFp8<KV>;
@@ -183,7 +185,6 @@ __global__ void __launch_bounds__(kTileThreads)
     s_l[warp * 16 + g + 8] = l_b;
   }
   __syncthreads();
-  const bool split = plan.num_splits > 1;
   for (int i = tid; i < group * D; i += kTileThreads) {
     const int r = i / D, d = i % D;
     float mx = -INFINITY;
@@ -200,7 +201,7 @@ __global__ void __launch_bounds__(kTileThreads)
     }
     const float out_v = sum_l > 0.f ? sum_o * kv_scale<KV>(p.v_scale) / sum_l : 0.f;
     const int head = head0 + r;
-    if (!split) {
+    if constexpr (!SPLIT) {
       static_cast<T*>(p.out)[(static_cast<int64_t>(token) * p.num_heads + head) * D + d] =
           from_float<T>(out_v);
     } else {
@@ -210,6 +211,10 @@ __global__ void __launch_bounds__(kTileThreads)
       if (d == 0) partial_lse[row] = sum_l > 0.f ? mx + log2f(sum_l) : -INFINITY;
     }
   }
+  if constexpr (SPLIT)  // the split weights go where the K/V stages were
+    merge_splits_if_last<T>(p, plan, item, token, head0, group, partial_out, partial_lse,
+                            counters + int64_t{item} * gridDim.y + blockIdx.y,
+                            reinterpret_cast<float*>(s_kv));
 }
 
 template <typename T, typename KV, int D>
@@ -217,15 +222,18 @@ cudaError_t launch_decode_mma_config(const AttentionParams& p, const AttentionPl
                                      float* partial_out, float* partial_lse, cudaStream_t stream) {
   constexpr int kSmem = decode_mma_smem_bytes<KV, D>();
   static_assert(16 * D * 2 + 4 * 16 * D * 4 + 2 * 4 * 16 * 4 <= kSmem, "merge area fits");
-  const cudaError_t attr = allow_dynamic_smem<decode_mma_kernel<T, KV, D>>(kSmem);
+  static_assert(16 * D * 2 + kDecodeMmaMaxGroup * kCombineMaxSplits * 4 <= kSmem,
+                "split weights fit");
+  static_assert(kDecodeMmaMaxGroup <= kMergeMaxHeads, "merge_splits_if_last takes the group");
+  const bool split = plan.num_splits > 1;
+  auto* kernel = split ? decode_mma_kernel<T, KV, D, true> : decode_mma_kernel<T, KV, D, false>;
+  const cudaError_t attr = split ? allow_dynamic_smem<decode_mma_kernel<T, KV, D, true>>(kSmem)
+                                 : allow_dynamic_smem<decode_mma_kernel<T, KV, D, false>>(kSmem);
   if (attr != cudaSuccess) return attr;
   if (plan.num_splits > 65535 || p.num_kv_heads > 65535) return cudaErrorInvalidValue;
   dim3 grid(plan.num_split_items, p.num_kv_heads, plan.num_splits);
-  cudaError_t err = launch_kernel(decode_mma_kernel<T, KV, D>, grid, kTileThreads, kSmem, stream, p,
-                                  plan, partial_out, partial_lse);
-  if (err == cudaSuccess && plan.num_splits > 1)
-    err = launch_split_kv_combine<T>(p, plan, partial_out, partial_lse, stream);
-  return err;
+  return launch_kernel(kernel, grid, kTileThreads, kSmem, stream, p, plan, partial_out,
+                       partial_lse, plan.split_counters);
 }
 
 // Whether launch_decode_mma serves this call (else the CUDA-core split-KV kernel does).

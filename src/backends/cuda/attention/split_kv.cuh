@@ -19,6 +19,8 @@ namespace pagellm::cuda::attention {
 constexpr int kSplitKvThreads = 128;
 constexpr int kSplitKvWarps = kSplitKvThreads / 32;
 constexpr float kLog2e = 1.4426950408889634f;
+// The most query heads one block merges (the tensor-core decode kernel's largest GQA group).
+constexpr int kMergeMaxHeads = 16;
 
 // A "key group" of LANES lanes holds one key row: lane l owns ELEMS elements, contiguous at
 // l * ELEMS (CONTIG, 16-byte loads, head_dim == LANES * ELEMS) or strided at l + 32 * e (generic:
@@ -66,14 +68,95 @@ struct RowAccess {
   }
 };
 
-// grid: (num_split_items, num_kv_heads * head chunks, num_splits); block: 128 threads.
+// The split merge, run by the block that finishes last among the num_splits blocks of one (item,
+// head group): a separate combine kernel cost a launch and, at batch 1, a chain of dependent loads
+// per layer. Every block calls this after writing its partial rows; after a barrier, thread 0
+// fences (release: the rows the barrier ordered before it become visible first) and adds one to the
+// group's counter; the block that sees num_splits - 1 fences again (acquire), merges heads
+// [head0, head0 + num_g) into p.out and puts the counter back to 0 for the next launch (every other
+// block of the group has counted by then). The partial rows are read with __ldcg: written by other
+// blocks of this launch, they must not come from this SM's L1. s_w: shared scratch of at least
+// num_g * num_splits floats, free once the block's own rows are written. Sums run in split order.
+template <typename T>
+__device__ void merge_splits_if_last(const AttentionParams& p, const AttentionPlan& plan, int item,
+                                     int token, int head0, int num_g,
+                                     const float* __restrict__ partial_out,
+                                     const float* __restrict__ partial_lse, unsigned* counter,
+                                     float* s_w) {
+  __shared__ bool s_last;
+  __shared__ float s_sum[kMergeMaxHeads];
+  __syncthreads();
+  const int num_splits = plan.num_splits;
+  if (threadIdx.x == 0) {
+    __threadfence();
+    s_last = atomicAdd(counter, 1u) == unsigned(num_splits - 1);
+    if (s_last) {
+      __threadfence();
+      *counter = 0u;
+    }
+  }
+  __syncthreads();
+  if (!s_last) return;
+  const int64_t row0 = (static_cast<int64_t>(item) * p.num_heads + head0) * num_splits;
+  // One warp per head: the max of the split lse, then the split weights and their sum.
+  const int lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
+  for (int g = threadIdx.x >> 5; g < num_g; g += nwarps) {
+    const float* lse = partial_lse + row0 + int64_t{g} * num_splits;
+    float mx = -INFINITY;
+    for (int s = lane; s < num_splits; s += 32) mx = fmaxf(mx, __ldcg(lse + s));
+    mx = warp_max(mx);
+    float sum = 0.f;
+    for (int s = lane; s < num_splits; s += 32) {
+      const float v = __ldcg(lse + s);
+      const float w = mx == -INFINITY || v == -INFINITY ? 0.f : exp2f(v - mx);
+      s_w[g * num_splits + s] = w;
+      sum += w;
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) s_sum[g] = sum;
+  }
+  __syncthreads();
+  // Outputs four dimensions per thread where head_dim allows (16-byte partial loads).
+  const int vec = p.head_dim % 4 == 0 ? 4 : 1;
+  const int per_head = p.head_dim / vec;
+  for (int i = threadIdx.x; i < num_g * per_head; i += blockDim.x) {
+    const int g = i / per_head, d = (i % per_head) * vec;
+    const float* part = partial_out + (row0 + int64_t{g} * num_splits) * p.head_dim + d;
+    const float* w = s_w + g * num_splits;
+    float o[4] = {0.f, 0.f, 0.f, 0.f};
+    if (vec == 4) {
+#pragma unroll 8
+      for (int s = 0; s < num_splits; ++s) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(part + int64_t{s} * p.head_dim));
+        if (w[s] != 0.f) {
+          o[0] += w[s] * v.x, o[1] += w[s] * v.y;
+          o[2] += w[s] * v.z, o[3] += w[s] * v.w;
+        }
+      }
+    } else {
+#pragma unroll 8
+      for (int s = 0; s < num_splits; ++s) {
+        const float v = __ldcg(part + int64_t{s} * p.head_dim);
+        if (w[s] != 0.f) o[0] += w[s] * v;
+      }
+    }
+    const float sum = s_sum[g];
+    T* out = static_cast<T*>(p.out) +
+             (static_cast<int64_t>(token) * p.num_heads + head0 + g) * p.head_dim + d;
+    for (int e = 0; e < vec; ++e) out[e] = from_float<T>(sum > 0.f ? o[e] / sum : 0.f);
+  }
+}
+
+// grid: (num_split_items, num_kv_heads * head chunks, num_splits); block: 128 threads. SPLIT:
+// num_splits > 1 (partial rows and the in-kernel merge), compiled apart so that the unsplit kernel
+// carries no merge code (it slowed the tensor-core decode kernel by 9%, docs/PERF.md).
 // Keys are dealt round-robin to the block's key groups, U keys per group per iteration so that 2U
 // 16-byte loads are in flight per lane before the first use.
-template <typename T, typename KV, int LANES, int ELEMS, bool CONTIG, int G_TILE>
+template <typename T, typename KV, int LANES, int ELEMS, bool CONTIG, int G_TILE, bool SPLIT>
 __global__ void __launch_bounds__(kSplitKvThreads)
     split_kv_kernel(const __grid_constant__ AttentionParams p,
                     const __grid_constant__ AttentionPlan plan, float* __restrict__ partial_out,
-                    float* __restrict__ partial_lse) {
+                    float* __restrict__ partial_lse, unsigned* __restrict__ counters) {
   pdl_launch_dependents();
   pdl_wait();
   using Row = RowAccess<T, LANES, ELEMS, CONTIG>;
@@ -83,7 +166,11 @@ __global__ void __launch_bounds__(kSplitKvThreads)
   constexpr int kDims = Row::kDims;
   __shared__ float s_m[kSplitKvWarps][G_TILE];
   __shared__ float s_l[kSplitKvWarps][G_TILE];
-  __shared__ float s_acc[kSplitKvWarps][G_TILE][kDims];
+  // The warps' accumulators, then the split weights of merge_splits_if_last.
+  constexpr int kAccFloats = kSplitKvWarps * G_TILE * kDims;
+  constexpr int kMergeFloats = SPLIT ? G_TILE * kCombineMaxSplits : 0;
+  __shared__ float s_acc_raw[kAccFloats > kMergeFloats ? kAccFloats : kMergeFloats];
+  auto s_acc = reinterpret_cast<float(*)[G_TILE][kDims]>(s_acc_raw);
 
   const int item = blockIdx.x;
   const int token = plan.split_items[2 * item];
@@ -220,7 +307,6 @@ __global__ void __launch_bounds__(kSplitKvThreads)
   }
   __syncthreads();
 
-  const bool split = plan.num_splits > 1;
   for (int i = threadIdx.x; i < G_TILE * kDims; i += kSplitKvThreads) {
     const int g = i / kDims;
     const int d = i % kDims;
@@ -239,7 +325,7 @@ __global__ void __launch_bounds__(kSplitKvThreads)
     }
     const float o = sum_l > 0.f ? sum_a * vscale / sum_l : 0.f;
     const int head = head0 + g;
-    if (!split) {
+    if constexpr (!SPLIT) {
       T* out =
           static_cast<T*>(p.out) + (static_cast<int64_t>(token) * p.num_heads + head) * p.head_dim;
       out[d] = from_float<T>(o);
@@ -250,60 +336,9 @@ __global__ void __launch_bounds__(kSplitKvThreads)
       if (d == 0) partial_lse[row] = sum_l > 0.f ? mx + log2f(sum_l) : -INFINITY;
     }
   }
-}
-
-// Merges the splits of one (item, head): grid (num_split_items, num_heads), block 128. The split
-// weights are computed once, in parallel, into shared memory, and each output dimension's sum runs
-// over independent loads (a loop re-reading each split's lse per dimension made this a chain of
-// dependent loads as long as the split count). Sums keep the split order.
-template <typename T>
-__global__ void __launch_bounds__(128)
-    split_kv_combine_kernel(const __grid_constant__ AttentionParams p,
-                            const __grid_constant__ AttentionPlan plan,
-                            const float* __restrict__ partial_out,
-                            const float* __restrict__ partial_lse) {
-  pdl_launch_dependents();
-  pdl_wait();
-  __shared__ float s_weight[kCombineMaxSplits];
-  __shared__ float s_red[32];
-  const int item = blockIdx.x;
-  const int head = blockIdx.y;
-  const int token = plan.split_items[2 * item];
-  const int num_splits = min(plan.num_splits, kCombineMaxSplits);  // the launcher checks
-  const int64_t row0 = (static_cast<int64_t>(item) * p.num_heads + head) * num_splits;
-  const float* lse = partial_lse + row0;  // [num_splits]
-  float mx = -INFINITY;
-  for (int s = threadIdx.x; s < num_splits; s += blockDim.x) mx = fmaxf(mx, lse[s]);
-  mx = warp_max(mx);
-  if ((threadIdx.x & 31) == 0) s_red[threadIdx.x >> 5] = mx;
-  __syncthreads();
-  mx = s_red[0];
-  for (int w = 1; w < int(blockDim.x >> 5); ++w) mx = fmaxf(mx, s_red[w]);
-  for (int s = threadIdx.x; s < num_splits; s += blockDim.x)
-    s_weight[s] = mx == -INFINITY || lse[s] == -INFINITY ? 0.f : exp2f(lse[s] - mx);
-  __syncthreads();
-  float wsum = 0.f;
-  for (int s = 0; s < num_splits; ++s) wsum += s_weight[s];
-  T* out = static_cast<T*>(p.out) + (static_cast<int64_t>(token) * p.num_heads + head) * p.head_dim;
-  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
-    const float* part = partial_out + row0 * p.head_dim + d;
-    float o = 0.f;
-#pragma unroll 8
-    for (int s = 0; s < num_splits; ++s) {
-      const float v = part[int64_t{s} * p.head_dim];
-      if (s_weight[s] != 0.f) o += s_weight[s] * v;
-    }
-    out[d] = from_float<T>(wsum > 0.f ? o / wsum : 0.f);
-  }
-}
-
-template <typename T>
-cudaError_t launch_split_kv_combine(const AttentionParams& p, const AttentionPlan& plan,
-                                   const float* partial_out, const float* partial_lse,
-                                   cudaStream_t stream) {
-  if (plan.num_splits > kCombineMaxSplits) return cudaErrorInvalidValue;
-  return launch_kernel(split_kv_combine_kernel<T>, dim3(plan.num_split_items, p.num_heads), 128, 0,
-                       stream, p, plan, partial_out, partial_lse);
+  if constexpr (SPLIT)
+    merge_splits_if_last<T>(p, plan, item, token, head0, num_g, partial_out, partial_lse,
+                            counters + int64_t{item} * gridDim.y + blockIdx.y, s_acc_raw);
 }
 
 template <typename T, typename KV, int LANES, int ELEMS, bool CONTIG, int G_TILE>
@@ -313,11 +348,10 @@ cudaError_t launch_split_kv_config(const AttentionParams& p, const AttentionPlan
   const int num_chunks = (group_size + G_TILE - 1) / G_TILE;
   if (plan.num_splits > 65535 || p.num_kv_heads * num_chunks > 65535) return cudaErrorInvalidValue;
   dim3 grid(plan.num_split_items, p.num_kv_heads * num_chunks, plan.num_splits);
-  cudaError_t err = launch_kernel(split_kv_kernel<T, KV, LANES, ELEMS, CONTIG, G_TILE>, grid,
-                                  kSplitKvThreads, 0, stream, p, plan, partial_out, partial_lse);
-  if (err == cudaSuccess && plan.num_splits > 1)
-    err = launch_split_kv_combine<T>(p, plan, partial_out, partial_lse, stream);
-  return err;
+  auto* kernel = plan.num_splits > 1 ? split_kv_kernel<T, KV, LANES, ELEMS, CONTIG, G_TILE, true>
+                                     : split_kv_kernel<T, KV, LANES, ELEMS, CONTIG, G_TILE, false>;
+  return launch_kernel(kernel, grid, kSplitKvThreads, 0, stream, p, plan, partial_out, partial_lse,
+                       plan.split_counters);
 }
 
 template <typename T, typename KV>

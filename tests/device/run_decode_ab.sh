@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# A change to the decode step measured against the build before it, on one GPU machine, from a
+# bundle made by make_bundle.sh with the earlier build's cuda_runner_check added as
+# cuda_runner_check.base(.gz):
+#   bash BUNDLE/run_decode_ab.sh BUNDLE [RUNNER_CHECK_FLAGS...]   (default: --fp8 --int4)
+# 1. ceilings (cuda_probe); 2. every kernel test; 3. the engine check (graphs vs eager, batched vs
+# solo, preemption, prefix caching); 4. the runner check with the flags (GPU vs CPU runner, then
+# Llama-3.1-8B decode at batch 1 / 16 / 64); 5. per-kernel ncu times (below); 6. decode figures
+# only, base and new alternating twice, so that both see the same clocks. Logs in $OUT; the
+# summary is printed last (the device tool returns only 8 files).
+set -uo pipefail
+SRC=$(cd "${1:?usage: run_decode_ab.sh BUNDLE [FLAGS...]}" && pwd)
+shift
+FLAGS=("$@")
+[ ${#FLAGS[@]} -eq 0 ] && FLAGS=(--fp8 --int4)
+. "$SRC/unpack_bundle.sh"
+timeout 120 "$B/cuda_probe" > "$LOGS/probe.log" 2>&1
+say "probe: $(grep -iE 'copy|gemm|tflop|GB/s' "$LOGS/probe.log" | tr '\n' ' ' | cut -c1-400)"
+timeout 400 "$B/cuda_kernel_tests" > "$LOGS/kernel_tests.log" 2>&1
+say "kernel tests (exit $?): $(grep -E '^kernel tests:' "$LOGS/kernel_tests.log")"
+grep -E "FAIL" "$LOGS/kernel_tests.log" | cut -c1-200 | head -20 | tee -a "$SUMMARY"
+timeout 300 "$B/cuda_engine_check" "$B/models" --device cuda > "$LOGS/engine_check.log" 2>&1
+say "engine check (exit $?): $(grep -iE 'passed|failed' "$LOGS/engine_check.log" | tail -1)"
+grep -E "FAIL" "$LOGS/engine_check.log" | cut -c1-200 | head -20 | tee -a "$SUMMARY"
+timeout 420 "$B/cuda_runner_check" "$B/models" "${FLAGS[@]}" > "$LOGS/runner_check.log" 2>&1
+say "runner check ${FLAGS[*]} (exit $?):"
+grep -E "FAIL|runner checks:|tok/s|copy" "$LOGS/runner_check.log" | head -30 | tee -a "$SUMMARY"
+# Per-kernel time of the attention and rope / KV-write kernels of decode steps (Nsight Compute,
+# base clocks, cold caches) for the new build at the batches in NCU_BATCHES (default 16 8 1).
+# --launch-skip lands past the prefill and graph capture of `--perf-only --batch N`.
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+for bs in ${NCU_BATCHES:-16 8 1}; do
+  timeout 150 "$NCU" --csv --metrics gpu__time_duration.sum \
+    --kernel-name regex:"decode_mma|split_kv|rope|write_kv|combine" --launch-skip 3500 \
+    --launch-count 128 "$B/cuda_runner_check" "$B/models" --perf-only --batch "$bs" \
+    > "$LOGS/ncu_$bs.csv" 2>/dev/null
+  say "ncu batch $bs: $(python3 -c '
+import collections, csv, io, sys
+rows = list(csv.DictReader(io.StringIO("".join(l for l in open(sys.argv[1]) if l.startswith("\"")))))
+agg = collections.defaultdict(lambda: [0, 0.0])
+for r in rows:
+    k = r["Kernel Name"].split("(")[0].replace("void ", "").split("::")[-1][:24] + r["Grid Size"]
+    agg[k][0] += 1
+    agg[k][1] += float(r["Metric Value"].replace(",", "")) / 1000.0
+print("; ".join("%s n=%d %.2f us" % (k, n, us / n) for k, (n, us) in agg.items()))
+' "$LOGS/ncu_$bs.csv")"
+done
+for round in 1 2; do
+  for which in base new; do
+    bin=$B/cuda_runner_check
+    [ $which = base ] && bin=$B/cuda_runner_check.base
+    [ -x "$bin" ] || continue
+    timeout 300 "$bin" "$B/models" --perf-only "${FLAGS[@]}" > "$LOGS/perf_${which}_$round.log" 2>&1
+    say "perf $which, round $round (exit $?):"
+    grep -E "tok/s|copy" "$LOGS/perf_${which}_$round.log" | awk '{print $1, $4, $7}' |
+      tr '\n' ' ' | tee -a "$SUMMARY"
+    echo | tee -a "$SUMMARY"
+  done
+done
+echo "==== summary"
+cat "$SUMMARY"
