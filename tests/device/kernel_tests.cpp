@@ -351,6 +351,7 @@ void attention_suite() {
     test_attention({t, 8, 1, 64, 16, {1, 1}, {8191, 4000}, 0, "decode ctx8191 G8"});
     test_attention({t, 16, 4, 128, 32, {1, 1, 1}, {8191, 17, 1}, 0, "decode ctx8191"});
     test_attention({t, 16, 4, 128, 16, {1, 1, 1}, {1, 17, 100}, 64, "decode empty splits"});
+    test_attention({t, 32, 8, 128, 16, {1, 1, 1}, {300, 2000, 129}, 16, "decode active splits"});
     test_attention({t, 8, 4, 8, 16, {1, 1, 1, 1}, {1, 15, 16, 256}, 0, "decode stories-shape"});
     test_attention({t, 12, 12, 96, 16, {1, 1}, {300, 31}, 0, "decode generic D96"});
     test_attention({t, 32, 2, 128, 16, {1, 1, 1}, {3000, 64, 65}, 0, "decode G16"});

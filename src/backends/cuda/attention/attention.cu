@@ -107,7 +107,8 @@ cudaError_t plan_attention(const AttentionParams& p, const int32_t* query_start_
     const int g_tile = attention::split_kv_head_tile(group, fast);
     const int64_t base = int64_t{num_items} * p.num_kv_heads * ((group + g_tile - 1) / g_tile);
     const int64_t want = 2 * int64_t{std::max(num_sms, 1)} / base;
-    const int64_t cap = std::max(1, (max_split_ctx + 127) / 128);
+    const int64_t cap = std::max(1, (max_split_ctx + attention::kMinSplitKeys - 1) /
+                                        attention::kMinSplitKeys);
     splits = static_cast<int>(std::clamp<int64_t>(want, 1, std::min<int64_t>(cap, attention::kCombineMaxSplits)));
   }
   out->num_splits = splits;

@@ -21,6 +21,8 @@ constexpr int kMaxGenericHeadDim = 256;
 // The most splits per sequence the planner makes (the in-kernel merge keeps their weights in shared
 // memory).
 constexpr int kCombineMaxSplits = 256;
+// The fewest keys a split gets where the context allows (planner and kernels).
+constexpr int kMinSplitKeys = 128;
 
 // Whether the CUDA kernels read this cache dtype with this model dtype: the model dtype itself, or
 // FP8 (e4m3 / e5m2) with bf16 / f16 models.

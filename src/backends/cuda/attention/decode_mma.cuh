@@ -65,7 +65,9 @@ __global__ void __launch_bounds__(kTileThreads)
   const int kv_head = blockIdx.y;
   const int head0 = kv_head * group;
   const int n_keys = p.seq_lens[seq] - (p.query_start_loc[seq + 1] - token) + 1;
-  const int per_split = (n_keys + plan.num_splits - 1) / plan.num_splits;
+  const int splits = SPLIT ? active_splits(n_keys, plan.num_splits) : 1;
+  if (blockIdx.z >= splits) return;  // the whole block
+  const int per_split = (n_keys + splits - 1) / splits;
   const int k_begin = blockIdx.z * per_split;
   const int k_end = min(n_keys, k_begin + per_split);
   const int n_tiles = k_end > k_begin ? (k_end - k_begin + kTileN - 1) / kTileN : 0;
@@ -212,7 +214,7 @@ __global__ void __launch_bounds__(kTileThreads)
     }
   }
   if constexpr (SPLIT)  // the split weights go where the K/V stages were
-    merge_splits_if_last<T>(p, plan, item, token, head0, group, partial_out, partial_lse,
+    merge_splits_if_last<T>(p, plan, item, token, head0, group, splits, partial_out, partial_lse,
                             counters + int64_t{item} * gridDim.y + blockIdx.y,
                             reinterpret_cast<float*>(s_kv));
 }

@@ -22,6 +22,13 @@ constexpr float kLog2e = 1.4426950408889634f;
 // The most query heads one block merges (the tensor-core decode kernel's largest GQA group).
 constexpr int kMergeMaxHeads = 16;
 
+// The splits of a token with n_keys keys that do work: the plan's count, or fewer so that each
+// has at least kMinSplitKeys keys (graphs fix the count for the longest context, and at short
+// contexts the blocks past these exit at once; the merge then reads fewer partial rows).
+__device__ __forceinline__ int active_splits(int n_keys, int num_splits) {
+  return max(1, min(num_splits, (n_keys + kMinSplitKeys - 1) / kMinSplitKeys));
+}
+
 // A "key group" of LANES lanes holds one key row: lane l owns ELEMS elements, contiguous at
 // l * ELEMS (CONTIG, 16-byte loads, head_dim == LANES * ELEMS) or strided at l + 32 * e (generic:
 // LANES == 32, elements past head_dim read as 0).
@@ -68,28 +75,28 @@ struct RowAccess {
   }
 };
 
-// The split merge, run by the block that finishes last among the num_splits blocks of one (item,
-// head group): a separate combine kernel cost a launch and, at batch 1, a chain of dependent loads
-// per layer. Every block calls this after writing its partial rows; after a barrier, thread 0
-// fences (release: the rows the barrier ordered before it become visible first) and adds one to the
-// group's counter; the block that sees num_splits - 1 fences again (acquire), merges heads
+// The split merge, run by the block that finishes last among the `splits` active blocks of one
+// (item, head group): a separate combine kernel cost a launch and, at batch 1, a chain of dependent
+// loads per layer. Every active block calls this after writing its partial rows; after a barrier,
+// thread 0 fences (release: the rows the barrier ordered before it become visible first) and adds
+// one to the group's counter; the block that sees splits - 1 fences again (acquire), merges heads
 // [head0, head0 + num_g) into p.out and puts the counter back to 0 for the next launch (every other
 // block of the group has counted by then). The partial rows are read with __ldcg: written by other
 // blocks of this launch, they must not come from this SM's L1. s_w: shared scratch of at least
-// num_g * num_splits floats, free once the block's own rows are written. Sums run in split order.
+// num_g * splits floats, free once the block's own rows are written. Sums run in split order.
 template <typename T>
 __device__ void merge_splits_if_last(const AttentionParams& p, const AttentionPlan& plan, int item,
-                                     int token, int head0, int num_g,
+                                     int token, int head0, int num_g, int splits,
                                      const float* __restrict__ partial_out,
                                      const float* __restrict__ partial_lse, unsigned* counter,
                                      float* s_w) {
   __shared__ bool s_last;
   __shared__ float s_sum[kMergeMaxHeads];
   __syncthreads();
-  const int num_splits = plan.num_splits;
+  const int num_splits = plan.num_splits;  // the partial rows' stride
   if (threadIdx.x == 0) {
     __threadfence();
-    s_last = atomicAdd(counter, 1u) == unsigned(num_splits - 1);
+    s_last = atomicAdd(counter, 1u) == unsigned(splits - 1);
     if (s_last) {
       __threadfence();
       *counter = 0u;
@@ -103,13 +110,13 @@ __device__ void merge_splits_if_last(const AttentionParams& p, const AttentionPl
   for (int g = threadIdx.x >> 5; g < num_g; g += nwarps) {
     const float* lse = partial_lse + row0 + int64_t{g} * num_splits;
     float mx = -INFINITY;
-    for (int s = lane; s < num_splits; s += 32) mx = fmaxf(mx, __ldcg(lse + s));
+    for (int s = lane; s < splits; s += 32) mx = fmaxf(mx, __ldcg(lse + s));
     mx = warp_max(mx);
     float sum = 0.f;
-    for (int s = lane; s < num_splits; s += 32) {
+    for (int s = lane; s < splits; s += 32) {
       const float v = __ldcg(lse + s);
       const float w = mx == -INFINITY || v == -INFINITY ? 0.f : exp2f(v - mx);
-      s_w[g * num_splits + s] = w;
+      s_w[g * splits + s] = w;
       sum += w;
     }
     sum = warp_sum(sum);
@@ -122,11 +129,11 @@ __device__ void merge_splits_if_last(const AttentionParams& p, const AttentionPl
   for (int i = threadIdx.x; i < num_g * per_head; i += blockDim.x) {
     const int g = i / per_head, d = (i % per_head) * vec;
     const float* part = partial_out + (row0 + int64_t{g} * num_splits) * p.head_dim + d;
-    const float* w = s_w + g * num_splits;
+    const float* w = s_w + g * splits;
     float o[4] = {0.f, 0.f, 0.f, 0.f};
     if (vec == 4) {
 #pragma unroll 8
-      for (int s = 0; s < num_splits; ++s) {
+      for (int s = 0; s < splits; ++s) {
         const float4 v = __ldcg(reinterpret_cast<const float4*>(part + int64_t{s} * p.head_dim));
         if (w[s] != 0.f) {
           o[0] += w[s] * v.x, o[1] += w[s] * v.y;
@@ -135,7 +142,7 @@ __device__ void merge_splits_if_last(const AttentionParams& p, const AttentionPl
       }
     } else {
 #pragma unroll 8
-      for (int s = 0; s < num_splits; ++s) {
+      for (int s = 0; s < splits; ++s) {
         const float v = __ldcg(part + int64_t{s} * p.head_dim);
         if (w[s] != 0.f) o[0] += w[s] * v;
       }
@@ -183,7 +190,9 @@ __global__ void __launch_bounds__(kSplitKvThreads)
 
   // Causal range of this token, then this block's share of it.
   const int n_keys = p.seq_lens[seq] - (p.query_start_loc[seq + 1] - token) + 1;
-  const int per_split = (n_keys + plan.num_splits - 1) / plan.num_splits;
+  const int splits = SPLIT ? active_splits(n_keys, plan.num_splits) : 1;
+  if (blockIdx.z >= splits) return;  // the whole block
+  const int per_split = (n_keys + splits - 1) / splits;
   const int k_begin = blockIdx.z * per_split;
   const int k_end = min(n_keys, k_begin + per_split);
 
@@ -337,7 +346,7 @@ __global__ void __launch_bounds__(kSplitKvThreads)
     }
   }
   if constexpr (SPLIT)
-    merge_splits_if_last<T>(p, plan, item, token, head0, num_g, partial_out, partial_lse,
+    merge_splits_if_last<T>(p, plan, item, token, head0, num_g, splits, partial_out, partial_lse,
                             counters + int64_t{item} * gridDim.y + blockIdx.y, s_acc_raw);
 }
 
