@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The multi-GPU runs of issues 10 (two GPUs) and 17 (four), from a bundle made by
 # make_multi_gpu_bundle.sh, in parts that each fit one device call:
-#   bash BUNDLE/run_multi_gpu.sh BUNDLE basics | hf | big | fused | four | four70 | four70tput | fourproc | ppflight
+#   bash BUNDLE/run_multi_gpu.sh BUNDLE basics | hf | big | fused | four | four70 | four70tput | four70decode | fourproc | ppflight
 # basics: ceilings (copy bandwidth + bf16 GEMM rate per GPU, NCCL bus bandwidth); pycode-25M greedy
 #         TP=2 / PP=2 / two processes (TCP rendezvous and mpirun) against TP=1; failure paths (a rank
 #         that fails or hangs, a worker process killed under `serve`); Llama-3.1-8B shapes batch-1
@@ -10,12 +10,13 @@
 #         TP=1 / TP=2 / PP=2.
 # big:    Llama-3.1-70B shapes (dummy bf16): TP=2 batch-1 decode, bench throughput
 #         1000 x (1024 in, 128 out), PP=2 vs TP=2 at 256 requests.
-# four, four70, four70tput: the four-GPU runs (see each function); fourproc: four_processes alone.
+# four, four70, four70tput, four70decode: the four-GPU runs (see each function); fourproc:
+# four_processes alone.
 # ppflight: batches in flight (issue 10, two GPUs; see the function).
 # $OUT gets summary.txt and logs.tar.xz only (the device tool returns at most 8 files).
 set -uo pipefail
-SRC=$(cd "${1:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|fourproc|ppflight[_check|_tput]}" && pwd)
-PART=${2:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|fourproc|ppflight[_check|_tput]}
+SRC=$(cd "${1:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|four70decode|fourproc|ppflight[_check|_tput]}" && pwd)
+PART=${2:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|four70decode|fourproc|ppflight[_check|_tput]}
 OUTDIR=${OUT:-./device-logs}
 LOGS=/tmp/mgpu-logs
 rm -rf "$LOGS" && mkdir -p "$LOGS" "$OUTDIR"
@@ -306,6 +307,12 @@ four70() {
   tput_70b tp4_1000 1000 1024 128 240 --tensor-parallel-size 4
 }
 
+# 70B batch-1 decode only, TP=4 beside TP=2, with the ceilings (a short call after a decode change).
+four70decode() {
+  ceilings 64
+  decode_70b "tp4:--tensor-parallel-size 4" "tp2:--tensor-parallel-size 2"
+}
+
 # Part 3: pycode-25M over four processes; the same 1000 x (1024, 128) at TP=2 (the scaling
 # baseline, same machine), then 256 x (128, 128) at TP=4, PP=4 and TP=2 x PP=2.
 four70tput() {
@@ -356,6 +363,7 @@ case $PART in
   four) four ;;
   four70) four70 ;;
   four70tput) four70tput ;;
+  four70decode) four70decode ;;
   fused) fused ;;
   basics) basics ;;
   hf) hf ;;
