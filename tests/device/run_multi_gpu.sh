@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The multi-GPU runs of issues 10 (two GPUs) and 17 (four), from a bundle made by
 # make_multi_gpu_bundle.sh, in parts that each fit one device call:
-#   bash BUNDLE/run_multi_gpu.sh BUNDLE basics | hf | big | fused | four | four70 | four70tput | four70decode | fourproc | ppflight
+#   bash BUNDLE/run_multi_gpu.sh BUNDLE basics | hf | big | fused | four | four70 | four70tput |
+#        four70decode | fourproc | ppflight
 # basics: ceilings (copy bandwidth + bf16 GEMM rate per GPU, NCCL bus bandwidth); pycode-25M greedy
 #         TP=2 / PP=2 / two processes (TCP rendezvous and mpirun) against TP=1; failure paths (a rank
 #         that fails or hangs, a worker process killed under `serve`); Llama-3.1-8B shapes batch-1
