@@ -90,18 +90,12 @@ cudaError_t compute_kv_scales(const KvCacheWriteParams& in, float* k_scale, floa
 
 cudaError_t write_kv_cache(const KvCacheWriteParams& in, cudaStream_t stream) {
   KvCacheWriteParams p = in;
-  if (p.num_tokens < 0 || p.num_kv_heads <= 0 || p.head_dim <= 0) return cudaErrorInvalidValue;
-  if (p.cache_dtype != p.dtype && !is_fp8(p.cache_dtype)) return cudaErrorInvalidValue;
+  if (!prepare_kv_write(p)) return cudaErrorInvalidValue;
   if (p.num_tokens == 0) return cudaSuccess;
-  if (!p.key || !p.value || !p.k_cache || !p.v_cache || !p.slot_mapping)
-    return cudaErrorInvalidValue;
-  const int row = p.num_kv_heads * p.head_dim;
-  if (p.key_token_stride == 0) p.key_token_stride = row;
-  if (p.value_token_stride == 0) p.value_token_stride = row;
   return PAGELLM_DISPATCH_DTYPE(p.dtype, [&] {
-    if (p.cache_dtype == DType::kF8E4M3) return launch_write<scalar_t, __nv_fp8_e4m3>(p, stream);
-    if (p.cache_dtype == DType::kF8E5M2) return launch_write<scalar_t, __nv_fp8_e5m2>(p, stream);
-    return launch_write<scalar_t, scalar_t>(p, stream);
+    return with_cache_type<scalar_t>(p.cache_dtype, [&](auto* cache_elem) {
+      return launch_write<scalar_t, std::remove_pointer_t<decltype(cache_elem)>>(p, stream);
+    });
   });
 }
 

@@ -2,6 +2,8 @@
 // rope_and_write_kv_cache: the model dtype copied, or FP8 codes of x / scale.
 #pragma once
 
+#include <type_traits>
+
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/fp8_convert.cuh"
 
@@ -30,6 +32,29 @@ __device__ __forceinline__ void store_elems(const T* src, S* dst, float inv_scal
         __nv_cvt_float_to_fp8(to_float(*src) * inv_scale, __NV_SATFINITE, kFp8Interp<S>);
     *reinterpret_cast<__nv_fp8_storage_t*>(dst) = code;
   }
+}
+
+// Fills a write's default token strides; false when its shapes or dtypes are unusable, or, with
+// tokens to write, a pointer is missing. Shared by write_kv_cache and rope_and_write_kv_cache.
+inline bool prepare_kv_write(KvCacheWriteParams& p) {
+  if (p.num_tokens < 0 || p.num_kv_heads <= 0 || p.head_dim <= 0) return false;
+  if (p.cache_dtype != p.dtype && !is_fp8(p.cache_dtype)) return false;
+  if (p.num_tokens > 0 &&
+      (!p.key || !p.value || !p.k_cache || !p.v_cache || !p.slot_mapping))
+    return false;
+  const int row = p.num_kv_heads * p.head_dim;
+  if (p.key_token_stride == 0) p.key_token_stride = row;
+  if (p.value_token_stride == 0) p.value_token_stride = row;
+  return true;
+}
+
+// f(static_cast<S*>(nullptr)) with S the cache's element type for model type T: T itself, or the
+// FP8 code of cache_dtype.
+template <typename T, typename F>
+cudaError_t with_cache_type(DType cache_dtype, F&& f) {
+  if (cache_dtype == DType::kF8E4M3) return f(static_cast<__nv_fp8_e4m3*>(nullptr));
+  if (cache_dtype == DType::kF8E5M2) return f(static_cast<__nv_fp8_e5m2*>(nullptr));
+  return f(static_cast<T*>(nullptr));
 }
 
 // Whether the value rows and both caches take VEC-wide (16-byte source) stores.

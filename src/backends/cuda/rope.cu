@@ -89,13 +89,15 @@ __global__ void rope_write_kv_kernel(const __grid_constant__ RopeParams p,
   const int q_pairs = p.num_heads * half;
   const int num_pairs = q_pairs + p.num_kv_heads * half;
   const int work = num_pairs + (store ? row / VEC : 0);
+  // x / scale as x * (1 / scale), as write_kv_cache stores it.
+  const float inv_k = kIsFp8<S> && kv.k_scale ? 1.f / *kv.k_scale : 1.f;
+  const float inv_v = kIsFp8<S> && kv.v_scale ? 1.f / *kv.v_scale : 1.f;
   const RopeAngle<T> angle(p, p.positions[t]);
   for (int j = blockIdx.y * blockDim.x + threadIdx.x; j < work; j += gridDim.y * blockDim.x) {
     if (j >= num_pairs) {  // a piece of the V row
       const int i = (j - num_pairs) * VEC;
       store_elems<T, S, VEC>(static_cast<const T*>(kv.value) + t * kv.value_token_stride + i,
-                             static_cast<S*>(kv.v_cache) + slot * row + i,
-                             kIsFp8<S> && kv.v_scale ? 1.f / *kv.v_scale : 1.f);
+                             static_cast<S*>(kv.v_cache) + slot * row + i, inv_v);
       continue;
     }
     const int i = j % half;
@@ -105,9 +107,8 @@ __global__ void rope_write_kv_kernel(const __grid_constant__ RopeParams p,
     rotate_pair(pair_row<T>(p, t, j / half), i, half, c, s, &r[0], &r[1]);
     if (j < q_pairs || !store) continue;
     S* kc = static_cast<S*>(kv.k_cache) + slot * row + (j / half - p.num_heads) * p.head_dim;
-    const float inv = kIsFp8<S> && kv.k_scale ? 1.f / *kv.k_scale : 1.f;
-    store_elems<T, S, 1>(&r[0], kc + i, inv);
-    store_elems<T, S, 1>(&r[1], kc + i + half, inv);
+    store_elems<T, S, 1>(&r[0], kc + i, inv_k);
+    store_elems<T, S, 1>(&r[1], kc + i + half, inv_k);
   }
 }
 
@@ -190,22 +191,18 @@ cudaError_t rope_and_write_kv_cache(const RopeParams& rope_in, const KvCacheWrit
                                     cudaStream_t stream) {
   RopeParams p = rope_in;
   KvCacheWriteParams kv = kv_in;
-  if (!prepare_rope(p) || p.num_kv_heads == 0) return cudaErrorInvalidValue;
-  if (kv.key_token_stride == 0) kv.key_token_stride = int64_t{kv.num_kv_heads} * kv.head_dim;
-  if (kv.value_token_stride == 0) kv.value_token_stride = int64_t{kv.num_kv_heads} * kv.head_dim;
+  if (!prepare_rope(p) || !prepare_kv_write(kv)) return cudaErrorInvalidValue;
   // The cache takes the rotated k: the write must describe the same rows.
   if (kv.key != p.k || kv.key_token_stride != p.k_token_stride || kv.dtype != p.dtype ||
       kv.num_tokens != p.num_tokens || kv.num_kv_heads != p.num_kv_heads ||
-      kv.head_dim != p.head_dim || (kv.cache_dtype != kv.dtype && !is_fp8(kv.cache_dtype)))
+      kv.head_dim != p.head_dim)
     return cudaErrorInvalidValue;
   if (p.num_tokens == 0) return cudaSuccess;
-  if (!kv.value || !kv.k_cache || !kv.v_cache || !kv.slot_mapping) return cudaErrorInvalidValue;
   return PAGELLM_DISPATCH_DTYPE(p.dtype, [&] {
-    if (kv.cache_dtype == DType::kF8E4M3)
-      return launch_rope_write<scalar_t, __nv_fp8_e4m3>(p, kv, stream);
-    if (kv.cache_dtype == DType::kF8E5M2)
-      return launch_rope_write<scalar_t, __nv_fp8_e5m2>(p, kv, stream);
-    return launch_rope_write<scalar_t, scalar_t>(p, kv, stream);
+    return with_cache_type<scalar_t>(kv.cache_dtype, [&](auto* cache_elem) {
+      return launch_rope_write<scalar_t, std::remove_pointer_t<decltype(cache_elem)>>(p, kv,
+                                                                                      stream);
+    });
   });
 }
 

@@ -5,6 +5,7 @@
 
 #include <cfloat>
 #include <climits>
+#include <type_traits>
 
 #include "backends/cuda/common.cuh"
 
@@ -90,23 +91,22 @@ struct Pred {
 
 // ---- block-wide reductions (every thread gets the result) --------------------------------------
 
-__device__ double block_sum(double v, Smem& s) {
+// V: double (the masses, in s.red_d) or int (counts, in s.red_i); warps summed in order.
+template <typename V>
+__device__ V block_sum(V v, Smem& s) {
+  static_assert(std::is_same_v<V, double> || std::is_same_v<V, int>, "double or int sums");
+  V* red;
+  if constexpr (std::is_same_v<V, double>) {
+    red = s.red_d;
+  } else {
+    red = s.red_i;
+  }
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   __syncthreads();
-  if ((threadIdx.x & 31) == 0) s.red_d[threadIdx.x >> 5] = v;
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
   __syncthreads();
-  double t = 0.0;
-  for (int w = 0; w < kWarps; ++w) t += s.red_d[w];
-  return t;
-}
-
-__device__ int block_sum(int v, Smem& s) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) s.red_i[threadIdx.x >> 5] = v;
-  __syncthreads();
-  int t = 0;
-  for (int w = 0; w < kWarps; ++w) t += s.red_i[w];
+  V t = 0;
+  for (int w = 0; w < kWarps; ++w) t += red[w];
   return t;
 }
 

@@ -43,8 +43,8 @@ bool decode_tensor_cores_enabled();
 // merges the group (merge_splits_if_last, counting in plan.split_counters: one per split item and
 // grid row, at most num_heads per item). partial_out: [num_split_items, num_heads, num_splits,
 // head_dim] f32, partial_lse: [num_split_items, num_heads, num_splits] f32 (log2 domain); unused
-// when num_splits == 1. T: the model's device type; KV: the
-// cache's (T, __nv_fp8_e4m3 or __nv_fp8_e5m2).
+// when num_splits == 1. T: the model's device type; KV: the cache's (T, __nv_fp8_e4m3 or
+// __nv_fp8_e5m2).
 template <typename T, typename KV>
 cudaError_t launch_split_kv(const AttentionParams& p, const AttentionPlan& plan, float* partial_out,
                             float* partial_lse, cudaStream_t stream);
