@@ -68,6 +68,7 @@ add_executable(cuda_kernel_tests ${CMAKE_SOURCE_DIR}/tests/device/kernel_tests.c
                                  ${CMAKE_SOURCE_DIR}/tests/device/sampler_tests.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/fp8_tests.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/kv_fp8_tests.cpp
+                                 ${CMAKE_SOURCE_DIR}/tests/device/fp8_fused_tests.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/fp8_bench.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/int_tests.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/kernel_bench.cu

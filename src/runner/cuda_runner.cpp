@@ -392,14 +392,37 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
   const float eps = float(config.rms_norm_eps);
   const size_t layer_bytes = size_t(num_blocks) * block_bytes;  // one layer's K (or V)
   auto at = [&](const DevMem& m, size_t elems) { return m.as<unsigned char>() + elems * esz; };
-  auto norm = [&](const void* x, void* residual, const DevMem& w, void* out) {
-    cuda::RmsNormParams p{dt, x, residual, w.get(), out, n, hidden, eps};
+  // With q on, the normed rows go only to q (the next FP8 projection's quantized input).
+  auto norm = [&](const void* x, void* residual, const DevMem& w, void* out,
+                  const cuda::Fp8Out& q = {}) {
+    cuda::RmsNormParams p{dt, x, residual, w.get(), q.on() ? nullptr : out, n, hidden, eps};
+    p.fp8 = q;
     check(cuda::rms_norm(p, stream), "rms_norm");
   };
-  // A projection: 16-bit through cuBLASLt, or FP8 (gemm/fp8_gemm.h) when the layer has scales.
+  auto fp8_params = [&](const void* x, const DevMem& w, const Fp8Scales& f, void* y,
+                        int out_features, int in_features, const void* b) {
+    cuda::Fp8LinearParams p;
+    p.dtype = dt, p.x = x, p.wq = w.get(), p.w_scale = f.scale.as<float>(), p.y = y, p.bias = b;
+    p.m = n, p.n = out_features, p.k = in_features, p.w_block = f.block;
+    p.xq_work = fp8_xq.get(), p.x_scale_work = fp8_xscale.as<float>();
+    return p;
+  };
+  auto bias_of = [](const DevMem* bias) { return bias && bias->get() ? bias->get() : nullptr; };
+  // Where RMSNorm, writing an FP8 projection's input, quantizes it for the projection
+  // (gemm/fp8_gemm.h x_quantized): on the tensor-core path; off, fp8_linear does.
+  auto fused_fp8_input = [&](const DevMem& w, const Fp8Scales& f, void* y, int out_features,
+                             int in_features, const DevMem* bias) -> cuda::Fp8Out {
+    if (!f.on() ||
+        !cuda::fp8_linear_quantizes_x(
+            this->gemm, fp8_params(nullptr, w, f, y, out_features, in_features, bias_of(bias))))
+      return {};
+    return {fp8_xq.get(), fp8_xscale.as<float>(), f.block};
+  };
+  // A projection: 16-bit through cuBLASLt, or FP8 (gemm/fp8_gemm.h) when the layer has scales;
+  // x_quantized: its FP8 input is already in the scratch (fused_fp8_input).
   auto gemm = [&](const void* x, const DevMem& w, const Fp8Scales& f, const IntScales& iq, void* y,
-                  int out_features, int in_features, const DevMem* bias) {
-    const void* b = bias && bias->get() ? bias->get() : nullptr;
+                  int out_features, int in_features, const DevMem* bias, bool x_quantized = false) {
+    const void* b = bias_of(bias);
     if (iq.w8a8) {
       cuda::Int8LinearParams p;
       p.dtype = dt, p.x = x, p.wq = w.as<int8_t>(), p.w_scale = iq.scale.as<float>(), p.y = y;
@@ -426,10 +449,8 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
       return;
     }
     if (f.on()) {
-      cuda::Fp8LinearParams p;
-      p.dtype = dt, p.x = x, p.wq = w.get(), p.w_scale = f.scale.as<float>(), p.y = y, p.bias = b;
-      p.m = n, p.n = out_features, p.k = in_features, p.w_block = f.block;
-      p.xq_work = fp8_xq.get(), p.x_scale_work = fp8_xscale.as<float>();
+      cuda::Fp8LinearParams p = fp8_params(x, w, f, y, out_features, in_features, b);
+      p.x_quantized = x_quantized;
       check(cuda::fp8_linear(this->gemm, p, stream), "fp8 linear");
       return;
     }
@@ -439,23 +460,34 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
   // x_proj's all-reduce over the tensor-parallel ranks, then x_hidden += x_proj and x_normed =
   // RMSNorm(x_hidden): one fused kernel where the communicator has one (the one-shot NVLink
   // all-reduce), else the all-reduce and the fused add + norm.
-  auto all_reduce_add_norm = [&](const DevMem& w_norm) {
+  // Returns whether the norm wrote q (see norm).
+  auto all_reduce_add_norm = [&](const DevMem& w_norm, const cuda::Fp8Out& q = {}) {
     if (opt.shard.tp_size > 1 &&
         opt.tp->all_reduce_add_rms_norm(x_proj.get(), x_hidden.get(), w_norm.get(), x_normed.get(),
                                         n, hidden, eps, dt, stream))
-      return;
+      return false;
     all_reduce_proj(n);
-    norm(x_proj.get(), x_hidden.get(), w_norm, x_normed.get());
+    norm(x_proj.get(), x_hidden.get(), w_norm, x_normed.get(), q);
+    return q.on();
   };
+  // The FP8 input of layer l's qkv projection, for the norm before it.
+  auto qkv_fp8_input = [&](int l) {
+    const LayerWeights& w = layers[size_t(l)];
+    return fused_fp8_input(w.qkv, w.qkv_fp8, x_qkv.get(), qkv_width, hidden, &w.qkv_bias);
+  };
+  bool qkv_quantized = false;  // the input norm wrote layer l's qkv input as FP8
   stage_input(n);
   for (int l = 0; l < num_layers; ++l) {
     const LayerWeights& w = layers[size_t(l)];
     // Later layers' input norm was fused into the previous layer's last all-reduce.
-    if (l == 0 && opt.shard.first_stage())
-      norm(x_hidden.get(), nullptr, w.input_norm, x_normed.get());
-    else if (l == 0)
-      norm(x_proj.get(), x_hidden.get(), w.input_norm, x_normed.get());
-    gemm(x_normed.get(), w.qkv, w.qkv_fp8, w.qkv_int, x_qkv.get(), qkv_width, hidden, &w.qkv_bias);
+    if (l == 0) {
+      const cuda::Fp8Out q = qkv_fp8_input(0);
+      norm(opt.shard.first_stage() ? x_hidden.get() : x_proj.get(),
+           opt.shard.first_stage() ? nullptr : x_hidden.get(), w.input_norm, x_normed.get(), q);
+      qkv_quantized = q.on();
+    }
+    gemm(x_normed.get(), w.qkv, w.qkv_fp8, w.qkv_int, x_qkv.get(), qkv_width, hidden, &w.qkv_bias,
+         qkv_quantized);
     void* q = x_qkv.get();
     void* k = at(x_qkv, size_t(num_heads) * head_dim);
     void* v = at(x_qkv, size_t(num_heads + num_kv_heads) * head_dim);
@@ -529,14 +561,18 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
     check(cuda::run_attention(ap, s.plan, attn_ws.get(), stream), "attention");
     gemm(x_attn.get(), w.o_proj, w.o_proj_fp8, w.o_proj_int, x_proj.get(), hidden,
          num_heads * head_dim, nullptr);
-    all_reduce_add_norm(w.post_norm);
+    const bool gate_up_quantized = all_reduce_add_norm(
+        w.post_norm,
+        fused_fp8_input(w.gate_up, w.gate_up_fp8, x_gate_up.get(), 2 * inter, hidden, nullptr));
     gemm(x_normed.get(), w.gate_up, w.gate_up_fp8, w.gate_up_int, x_gate_up.get(), 2 * inter,
-         hidden, nullptr);
+         hidden, nullptr, gate_up_quantized);
+    // SiLU-and-mul leaves the down projection's quantization to fp8_linear: fused, one block per
+    // row (for the row's scale) ran no faster than the two kernels (docs/PERF.md).
     check(cuda::silu_and_mul({dt, x_gate_up.get(), x_act.get(), n, inter}, stream), "silu_and_mul");
     gemm(x_act.get(), w.down, w.down_fp8, w.down_int, x_proj.get(), hidden, inter, nullptr);
     // The next norm: the next layer's input norm, or the final norm at the end of the last stage.
     if (l + 1 < num_layers)
-      all_reduce_add_norm(layers[size_t(l) + 1].input_norm);
+      qkv_quantized = all_reduce_add_norm(layers[size_t(l) + 1].input_norm, qkv_fp8_input(l + 1));
     else if (opt.shard.last_stage())
       all_reduce_add_norm(final_norm);
     else

@@ -716,6 +716,8 @@ void sampler_suite(const std::string& filter, int& passed, int& failed);  // sam
 void sampler_bench();                                                     // sampler_tests.cpp
 void fp8_suite(const std::string& filter, int& passed, int& failed);      // fp8_tests.cpp
 void kv_fp8_suite(const std::string& filter, int& passed, int& failed);   // kv_fp8_tests.cpp
+void fp8_fused_suite(const std::string& filter, int& passed, int& failed);  // fp8_fused_tests.cpp
+void fp8_fused_bench();                                                     // fp8_fused_tests.cpp
 void fp8_bench();                                                         // fp8_bench.cpp
 void int_suite(const std::string& filter, int& passed, int& failed);      // int_tests.cpp
 void int_bench();                                                         // int_tests.cpp
@@ -725,7 +727,7 @@ void int_bench();                                                         // int
 int main(int argc, char** argv) {
   using namespace pagellm::cuda::test;
   bool bench = false, tests = true, sampler_only_bench = false, fp8_only_bench = false,
-       int_only_bench = false;
+       int_only_bench = false, fused_only_bench = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--filter" && i + 1 < argc)
@@ -742,13 +744,16 @@ int main(int argc, char** argv) {
     } else if (a == "--fp8-bench-only") {
       fp8_only_bench = true;
       tests = false;
+    } else if (a == "--fp8-fused-bench-only") {
+      fused_only_bench = true;
+      tests = false;
     } else if (a == "--int-bench-only") {
       int_only_bench = true;
       tests = false;
     } else {
       std::fprintf(stderr,
                    "usage: %s [--filter SUBSTRING] [--bench | --bench-only] [--sampler-bench] "
-                   "[--fp8-bench | --fp8-bench-only] [--int-bench-only]\n",
+                   "[--fp8-bench | --fp8-bench-only] [--fp8-fused-bench-only] [--int-bench-only]\n",
                    argv[0]);
       return 2;
     }
@@ -766,6 +771,7 @@ int main(int argc, char** argv) {
     sampler_suite(g_filter, g_passed, g_failed);
     fp8_suite(g_filter, g_passed, g_failed);
     kv_fp8_suite(g_filter, g_passed, g_failed);
+    fp8_fused_suite(g_filter, g_passed, g_failed);
     int_suite(g_filter, g_passed, g_failed);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -775,5 +781,6 @@ int main(int argc, char** argv) {
   if (bench || sampler_only_bench) sampler_bench();
   if (bench || fp8_only_bench) fp8_bench();
   if (bench || int_only_bench) int_bench();
+  if (bench || fused_only_bench) fp8_fused_bench();
   return g_failed == 0 ? 0 : 1;
 }

@@ -98,6 +98,18 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return warp_sum(total);
 }
 
+// Max over a block of at most 1024 threads; every thread gets the result. `scratch`: 32 floats.
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  v = warp_max(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int num_warps = (blockDim.x + 31) >> 5;
+  return warp_max(lane < num_warps ? scratch[lane] : 0.f);
+}
+
 inline size_t element_size(DType dtype) { return dtype_size(dtype); }
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }

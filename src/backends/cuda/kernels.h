@@ -46,10 +46,23 @@ struct EmbeddingParams {
 };
 cudaError_t embedding(const EmbeddingParams& p, cudaStream_t stream);
 
+// An FP8 (e4m3) copy of a kernel's output rows for the FP8 GEMM that reads them next: the dynamic
+// activation quantization of fp8_linear (gemm/fp8_gemm.h: QuantizeFp8Params, Fp8LinearParams::
+// x_quantized) done by the kernel that writes the activation (RMSNorm), with the same bytes and
+// scales as quantize_fp8_per_token on its 16-bit output. q [rows, cols] codes (16-byte aligned); scale
+// [rows], or with group 128 one per 128-column group, [cols / 128, rows] (cols a multiple of 128).
+struct Fp8Out {
+  void* q = nullptr;
+  float* scale = nullptr;
+  int group = 0;  // 0: one scale per row; 128: per 128-column group
+  bool on() const { return q != nullptr; }
+};
+
 // ---- norm.cu -----------------------------------------------------------------------------------
 // With `residual`: residual = x + residual (rounded to dtype), out = rmsnorm(residual) * weight.
 // Without: out = rmsnorm(x) * weight. `out` may alias `x`. Also used per head (Qwen3 q/k norm) with
-// num_rows = num_tokens * num_heads and hidden = head_dim.
+// num_rows = num_tokens * num_heads and hidden = head_dim. With fp8 on (contiguous rows, hidden a
+// multiple of 16), the normed rows are also quantized into it, and `out` may be null (not written).
 struct RmsNormParams {
   DType dtype = DType::kBF16;
   const void* x = nullptr;       // [num_rows, hidden]
@@ -64,6 +77,7 @@ struct RmsNormParams {
   // 0 = contiguous rows.
   int rows_per_group = 0;
   int64_t group_stride = 0;
+  Fp8Out fp8{};
 };
 cudaError_t rms_norm(const RmsNormParams& p, cudaStream_t stream);
 

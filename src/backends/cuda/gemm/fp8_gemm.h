@@ -93,6 +93,10 @@ struct Fp8LinearParams {
   int w_block = 0;                // 0: per-channel scales; kFp8Block: 128x128 block scales
   void* xq_work = nullptr;        // [m, k] e4m3 scratch
   float* x_scale_work = nullptr;  // [m] (or [k / 128, m]) scratch
+  // The kernel that wrote x also quantized it into xq_work / x_scale_work (kernels.h Fp8Out, with
+  // per-128-column-group scales for w_block): only for a p that fp8_linear_quantizes_x accepts,
+  // and x is then not read (it may be null).
+  bool x_quantized = false;
 };
 
 // Largest m that takes the weight-only path (measured on H100, docs/PERF.md "FP8 GEMM kernels"):
@@ -109,6 +113,11 @@ constexpr int kFp8BlockWeightOnlyMaxRows = 3;
 // so prefill there runs well below the GEMM rate (not yet run on an sm_80 GPU). Shapes cuBLASLt's
 // FP8 kernels reject (odd n, say, or m < 4 with block scales) take the same path.
 cudaError_t fp8_linear(GemmContext* ctx, const Fp8LinearParams& p, cudaStream_t stream);
+
+// Whether fp8_linear(ctx, p) takes a tensor-core path, where it quantizes x into the scratch first
+// (so the kernel writing x may do that instead: Fp8LinearParams::x_quantized). Host-side and
+// graph-safe; the first question for a shape queries cuBLASLt once (then cached), like the call.
+bool fp8_linear_quantizes_x(GemmContext* ctx, const Fp8LinearParams& p);
 
 // Pins fp8_linear's path (tests and benchmarks); kAuto chooses by m and the GPU as above. A pinned
 // tensor-core path that cuBLASLt cannot run returns cudaErrorNotSupported.

@@ -80,12 +80,14 @@ bool make_descs(const Fp8LinearParams& p, LtMode mode, LtDescs& d) {
          cublasLtMatrixLayoutCreate(&d.c, out_type, p.n, p.m, p.n) == CUBLAS_STATUS_SUCCESS;
 }
 
+GemmContext::Fp8Key algo_key(const Fp8LinearParams& p, LtMode mode) {
+  return {static_cast<int>(mode), static_cast<int>(p.dtype), p.m, p.n, p.k,
+          p.bias != nullptr,      alignment_of(p.y)};
+}
+
 const GemmContext::Fp8Algo& find_algo(GemmContext* ctx, const Fp8LinearParams& p, LtMode mode,
                                       const LtDescs& d) {
-  const int y_align = alignment_of(p.y);
-  const GemmContext::Fp8Key key{
-      static_cast<int>(mode), static_cast<int>(p.dtype), p.m, p.n, p.k, p.bias != nullptr, y_align};
-  return cached_lt_algo(ctx, key, d, 16, static_cast<uint32_t>(y_align));
+  return cached_lt_algo(ctx, algo_key(p, mode), d, 16, static_cast<uint32_t>(alignment_of(p.y)));
 }
 
 }  // namespace
@@ -127,25 +129,51 @@ const GemmContext::Fp8Algo& cached_lt_algo(GemmContext* ctx, const GemmContext::
 
 namespace {
 
-// Quantizes x per token into the scratch, then one cuBLASLt call (+ the scale kernel when
-// unscaled). cudaErrorNotSupported, before any launch, when cuBLASLt has no algorithm.
+// Whether the tensor-core path can take p in `mode`: FP8 tensor cores, aligned scratch and bias.
+bool tensor_core_fits(GemmContext* ctx, const Fp8LinearParams& p, LtMode mode) {
+  if (!p.xq_work || !p.x_scale_work || !aligned16(p.xq_work)) return false;
+  if (sm_version(ctx) < 89) return false;
+  // cuBLASLt's bias epilogue wants an aligned vector; the scale kernel takes any.
+  return !(mode == LtMode::kScaled && p.bias && !aligned16(p.bias));
+}
+
+// The cuBLASLt algorithm for p in `mode` (descriptors made into d), or null when that path cannot
+// run (tensor_core_fits, or no algorithm for the shape).
+const GemmContext::Fp8Algo* tensor_core_algo(GemmContext* ctx, const Fp8LinearParams& p,
+                                             LtMode mode, LtDescs& d) {
+  if (!tensor_core_fits(ctx, p, mode) || !make_descs(p, mode, d)) return nullptr;
+  const GemmContext::Fp8Algo& algo = find_algo(ctx, p, mode, d);
+  return algo.found ? &algo : nullptr;
+}
+
+// The same question without descriptors once the shape's answer is cached (a host-side check per
+// call: fp8_linear asks it before it runs).
+bool tensor_core_runs(GemmContext* ctx, const Fp8LinearParams& p, LtMode mode) {
+  if (!tensor_core_fits(ctx, p, mode)) return false;
+  const auto it = ctx->fp8_algos.find(algo_key(p, mode));
+  if (it != ctx->fp8_algos.end()) return it->second.found;
+  LtDescs d;
+  return tensor_core_algo(ctx, p, mode, d) != nullptr;
+}
+
+// Quantizes x per token into the scratch (unless the kernel that wrote x did: p.x_quantized), then
+// one cuBLASLt call (+ the scale kernel when unscaled). cudaErrorNotSupported, before any launch,
+// when cuBLASLt has no algorithm.
 cudaError_t run_tensor_core(GemmContext* ctx, const Fp8LinearParams& p, LtMode mode,
                             cudaStream_t stream) {
   if (!p.xq_work || !p.x_scale_work || !aligned16(p.xq_work)) return cudaErrorInvalidValue;
-  if (sm_version(ctx) < 89) return cudaErrorNotSupported;
-  // cuBLASLt's bias epilogue wants an aligned vector; the scale kernel takes any.
-  if (mode == LtMode::kScaled && p.bias && !aligned16(p.bias)) return cudaErrorNotSupported;
   LtDescs d;
-  if (!make_descs(p, mode, d)) return cudaErrorNotSupported;
-  const GemmContext::Fp8Algo& algo = find_algo(ctx, p, mode, d);
-  if (!algo.found) return cudaErrorNotSupported;
-  QuantizeFp8Params q{p.dtype, p.x, p.xq_work, p.x_scale_work, p.m, p.k};
-  if (mode == LtMode::kBlock) q.group_size = kFp8Block;
-  cudaError_t err = quantize_fp8_per_token(q, stream);
-  if (err != cudaSuccess) return err;
+  const GemmContext::Fp8Algo* algo = tensor_core_algo(ctx, p, mode, d);
+  if (!algo) return cudaErrorNotSupported;
+  if (!p.x_quantized) {
+    QuantizeFp8Params q{p.dtype, p.x, p.xq_work, p.x_scale_work, p.m, p.k};
+    if (mode == LtMode::kBlock) q.group_size = kFp8Block;
+    const cudaError_t err = quantize_fp8_per_token(q, stream);
+    if (err != cudaSuccess) return err;
+  }
   const float alpha = 1.f, beta = 0.f;
   if (cublasLtMatmul(ctx->handle, d.op, &alpha, p.wq, d.a, p.xq_work, d.b, &beta, p.y, d.c, p.y,
-                     d.c, &algo.algo, ctx->workspace, ctx->workspace_bytes,
+                     d.c, &algo->algo, ctx->workspace, ctx->workspace_bytes,
                      stream) != CUBLAS_STATUS_SUCCESS)
     return cudaErrorUnknown;
   if (mode == LtMode::kUnscaled) return fp8_scale_output(p, stream);
@@ -159,33 +187,68 @@ void fp8_linear_set_path(GemmContext* ctx, Fp8Path path) {
   if (ctx) ctx->fp8_path = static_cast<int>(path);
 }
 
-cudaError_t fp8_linear(GemmContext* ctx, const Fp8LinearParams& p, cudaStream_t stream) {
-  if (!ctx || p.m < 0 || p.n <= 0 || p.k <= 0 || p.k % 16 != 0) return cudaErrorInvalidValue;
-  if (p.m == 0) return cudaSuccess;
-  if (!p.x || !p.wq || !p.w_scale || !p.y || !aligned16(p.x) || !aligned16(p.wq))
-    return cudaErrorInvalidValue;
-  if (p.w_block != 0 && (p.w_block != kFp8Block || p.k % kFp8Block != 0))
-    return cudaErrorInvalidValue;
-  if (p.dtype == DType::kF32) return cudaErrorNotSupported;
+namespace {
+
+// The path fp8_linear takes for p (auto: by m, the GPU and what cuBLASLt accepts).
+enum class Taken { kWeightOnly, kScaled, kUnscaled, kNone };
+
+Taken path_for(GemmContext* ctx, const Fp8LinearParams& p) {
   const bool blocked = p.w_block != 0;
   const LtMode scaled = blocked ? LtMode::kBlock : LtMode::kScaled;
   switch (static_cast<Fp8Path>(ctx->fp8_path)) {
     case Fp8Path::kWeightOnly:
-      return fp8_weight_only(p, 0, stream);
+      return Taken::kWeightOnly;
     case Fp8Path::kScaledGemm:
-      return run_tensor_core(ctx, p, scaled, stream);
+      return Taken::kScaled;
     case Fp8Path::kGemmThenScale:
-      return blocked ? cudaErrorNotSupported : run_tensor_core(ctx, p, LtMode::kUnscaled, stream);
+      return blocked ? Taken::kNone : Taken::kUnscaled;
     case Fp8Path::kAuto:
       break;
   }
   const int weight_only_max = blocked ? kFp8BlockWeightOnlyMaxRows : kFp8WeightOnlyMaxRows;
-  if (p.m <= weight_only_max || sm_version(ctx) < 89) return fp8_weight_only(p, 0, stream);
-  cudaError_t err = run_tensor_core(ctx, p, scaled, stream);
-  if (err == cudaErrorNotSupported && !blocked)
-    err = run_tensor_core(ctx, p, LtMode::kUnscaled, stream);
-  if (err == cudaErrorNotSupported) err = fp8_weight_only(p, 0, stream);
-  return err;
+  if (p.m <= weight_only_max || sm_version(ctx) < 89) return Taken::kWeightOnly;
+  if (tensor_core_runs(ctx, p, scaled)) return Taken::kScaled;
+  if (!blocked && tensor_core_runs(ctx, p, LtMode::kUnscaled)) return Taken::kUnscaled;
+  return Taken::kWeightOnly;
+}
+
+}  // namespace
+
+bool fp8_linear_quantizes_x(GemmContext* ctx, const Fp8LinearParams& p) {
+  if (!ctx || p.m <= 0 || p.n <= 0 || p.k <= 0 || p.k % 16 != 0 || p.dtype == DType::kF32)
+    return false;
+  switch (path_for(ctx, p)) {
+    case Taken::kScaled:
+      return tensor_core_runs(ctx, p, p.w_block ? LtMode::kBlock : LtMode::kScaled);
+    case Taken::kUnscaled:
+      return tensor_core_runs(ctx, p, LtMode::kUnscaled);
+    default:
+      return false;
+  }
+}
+
+cudaError_t fp8_linear(GemmContext* ctx, const Fp8LinearParams& p, cudaStream_t stream) {
+  if (!ctx || p.m < 0 || p.n <= 0 || p.k <= 0 || p.k % 16 != 0) return cudaErrorInvalidValue;
+  if (p.m == 0) return cudaSuccess;
+  if (!p.wq || !p.w_scale || !p.y || !aligned16(p.wq)) return cudaErrorInvalidValue;
+  if (!p.x_quantized && (!p.x || !aligned16(p.x))) return cudaErrorInvalidValue;
+  if (p.w_block != 0 && (p.w_block != kFp8Block || p.k % kFp8Block != 0))
+    return cudaErrorInvalidValue;
+  if (p.dtype == DType::kF32) return cudaErrorNotSupported;
+  const LtMode scaled = p.w_block != 0 ? LtMode::kBlock : LtMode::kScaled;
+  switch (path_for(ctx, p)) {
+    case Taken::kScaled:
+      return run_tensor_core(ctx, p, scaled, stream);
+    case Taken::kUnscaled:
+      return run_tensor_core(ctx, p, LtMode::kUnscaled, stream);
+    case Taken::kNone:
+      return cudaErrorNotSupported;
+    case Taken::kWeightOnly:
+      break;
+  }
+  // The weight-only kernels read the 16-bit x: a pre-quantized x alone cannot take them.
+  if (p.x_quantized) return cudaErrorInvalidValue;
+  return fp8_weight_only(p, 0, stream);
 }
 
 }  // namespace pagellm::cuda

@@ -8,28 +8,13 @@
 #include <algorithm>
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/fp8_act_quant.cuh"
 #include "backends/cuda/gemm/fp8_internal.h"
 
 namespace pagellm::cuda {
 namespace {
 
 constexpr int kQuantThreads = 256;
-
-// Max over a block of at most 1024 threads; every thread gets the result. `scratch`: 32 floats.
-__device__ __forceinline__ float block_max(float v, float* scratch) {
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  v = warp_max(v);
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  const int num_warps = (blockDim.x + 31) >> 5;
-  return warp_max(lane < num_warps ? scratch[lane] : 0.f);
-}
-
-// Two floats to two e4m3 bytes (low byte = a): round to nearest even, saturate to ±448, NaN kept.
-__device__ __forceinline__ uint32_t to_e4m3x2(float a, float b) {
-  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
-}
 
 // grid: one block per row. x [num_rows, k], xq [num_rows, k], scale [num_rows]; k % 8 == 0.
 template <typename T>
@@ -41,26 +26,18 @@ __global__ void __launch_bounds__(kQuantThreads)
   const T* xr = x + row * k;
   uint8_t* qr = xq + row * k;
   const int num_vec = k / 8;  // 8 elements = 16 bytes in, 8 bytes out
-  // fmaxf drops NaN, as std::fmax does in the host reference: a NaN element becomes a NaN code
-  // below without poisoning the row's scale.
   float amax = 0.f;
   for (int v = threadIdx.x; v < num_vec; v += kQuantThreads) {
     float f[8];
     load16(xr + v * 8, f);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(f[e]));
+    amax = abs_max(f, amax);
   }
-  amax = block_max(amax, scratch);
-  // IEEE divisions (not a reciprocal multiply) so that the host reference reproduces every byte.
-  const float s = fmaxf(amax, kFp8MinAmax) / kFp8Max;
+  const float s = fp8_act_scale(block_max(amax, scratch));
   if (threadIdx.x == 0) scale[row] = s;
   for (int v = threadIdx.x; v < num_vec; v += kQuantThreads) {
     float f[8];
     load16(xr + v * 8, f);
-    uint2 out;
-    out.x = to_e4m3x2(f[0] / s, f[1] / s) | to_e4m3x2(f[2] / s, f[3] / s) << 16;
-    out.y = to_e4m3x2(f[4] / s, f[5] / s) | to_e4m3x2(f[6] / s, f[7] / s) << 16;
-    *reinterpret_cast<uint2*>(qr + v * 8) = out;
+    store_e4m3(qr + v * 8, f, s);
   }
 }
 
@@ -79,18 +56,13 @@ __global__ void __launch_bounds__(kQuantThreads)
   const int64_t offset = row * k + g * kFp8Block + (threadIdx.x & 15) * 8;
   float f[8] = {};
   if (valid) load16(x + offset, f);
-  float amax = 0.f;
-#pragma unroll
-  for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(f[e]));
+  float amax = abs_max(f);
 #pragma unroll
   for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
   if (!valid) return;
-  const float s = fmaxf(amax, kFp8MinAmax) / kFp8Max;
+  const float s = fp8_act_scale(amax);
   if ((threadIdx.x & 15) == 0) scale[int64_t{g} * m + row] = s;
-  uint2 out;
-  out.x = to_e4m3x2(f[0] / s, f[1] / s) | to_e4m3x2(f[2] / s, f[3] / s) << 16;
-  out.y = to_e4m3x2(f[4] / s, f[5] / s) | to_e4m3x2(f[6] / s, f[7] / s) << 16;
-  *reinterpret_cast<uint2*>(xq + offset) = out;
+  store_e4m3(xq + offset, f, s);
 }
 
 cudaError_t quantize_groups(DType dtype, const void* x, int m, int k, void* xq, float* scale,
@@ -189,8 +161,8 @@ cudaError_t dequantize_fp8_blocks(const Fp8BlockDequantParams& p, cudaStream_t s
   const int blocks = int(std::min<int64_t>(needed, 8192));
   const auto* wq = static_cast<const uint8_t*>(p.wq);
   if (p.dtype == DType::kBF16)
-    dequantize_blocks_kernel<<<blocks, threads, 0, stream>>>(
-        wq, p.scale, static_cast<__nv_bfloat16*>(p.out), p);
+    dequantize_blocks_kernel<<<blocks, threads, 0, stream>>>(wq, p.scale,
+                                                             static_cast<__nv_bfloat16*>(p.out), p);
   else if (p.dtype == DType::kF16)
     dequantize_blocks_kernel<<<blocks, threads, 0, stream>>>(wq, p.scale,
                                                              static_cast<__half*>(p.out), p);
