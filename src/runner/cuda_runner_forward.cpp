@@ -1,0 +1,237 @@
+// CudaRunner::Impl::forward: one step's forward pass enqueued on the runner's stream (embedding or
+// the previous stage's hidden states, then every layer: norms, projections, RoPE and the KV write,
+// attention, the MLP, the tensor-parallel all-reduces), graph-capturable.
+#include <cmath>
+
+#include "backends/cuda/gemm/fp8_gemm.h"
+#include "backends/cuda/gemm/int_gemm.h"
+#include "backends/cuda/kernels.h"
+#include "runner/cuda_runner_impl.h"
+
+namespace pagellm::runner {
+
+// Enqueues the whole forward pass of a staged step on `stream` (graph-capturable: no sync, no
+// allocation). Leaves the final-normed hidden states in x_normed.
+void CudaRunner::Impl::forward(const Staged& s, void* pool) {
+  const int n = s.num_tokens;
+  const float eps = float(config.rms_norm_eps);
+  const size_t layer_bytes = size_t(num_blocks) * block_bytes;  // one layer's K (or V)
+  auto at = [&](const DevMem& m, size_t elems) { return m.as<unsigned char>() + elems * esz; };
+  // With q on, the normed rows go only to q (the next FP8 projection's quantized input).
+  auto norm = [&](const void* x, void* residual, const DevMem& w, void* out,
+                  const cuda::Fp8Out& q = {}) {
+    cuda::RmsNormParams p{dt, x, residual, w.get(), q.on() ? nullptr : out, n, hidden, eps};
+    p.fp8 = q;
+    check(cuda::rms_norm(p, stream), "rms_norm");
+  };
+  auto fp8_params = [&](const void* x, const DevMem& w, const Fp8Scales& f, void* y,
+                        int out_features, int in_features, const void* b) {
+    cuda::Fp8LinearParams p;
+    p.dtype = dt, p.x = x, p.wq = w.get(), p.w_scale = f.scale.as<float>(), p.y = y, p.bias = b;
+    p.m = n, p.n = out_features, p.k = in_features, p.w_block = f.block;
+    p.xq_work = fp8_xq.get(), p.x_scale_work = fp8_xscale.as<float>();
+    return p;
+  };
+  auto bias_of = [](const DevMem* bias) { return bias && bias->get() ? bias->get() : nullptr; };
+  // Where RMSNorm, writing an FP8 projection's input, quantizes it for the projection
+  // (gemm/fp8_gemm.h x_quantized): on the tensor-core path; off, fp8_linear does.
+  auto fused_fp8_input = [&](const DevMem& w, const Fp8Scales& f, void* y, int out_features,
+                             int in_features, const DevMem* bias) -> cuda::Fp8Out {
+    if (!f.on() ||
+        !cuda::fp8_linear_quantizes_x(
+            this->gemm, fp8_params(nullptr, w, f, y, out_features, in_features, bias_of(bias))))
+      return {};
+    return {fp8_xq.get(), fp8_xscale.as<float>(), f.block};
+  };
+  // A projection: 16-bit through cuBLASLt, or FP8 (gemm/fp8_gemm.h) when the layer has scales;
+  // x_quantized: its FP8 input is already in the scratch (fused_fp8_input).
+  auto gemm = [&](const void* x, const DevMem& w, const Fp8Scales& f, const IntScales& iq, void* y,
+                  int out_features, int in_features, const DevMem* bias, bool x_quantized = false) {
+    const void* b = bias_of(bias);
+    if (iq.w8a8) {
+      cuda::Int8LinearParams p;
+      p.dtype = dt, p.x = x, p.wq = w.as<int8_t>(), p.w_scale = iq.scale.as<float>(), p.y = y;
+      p.bias = b, p.m = n, p.n = out_features, p.k = in_features;
+      p.xq_work = int8_xq.as<int8_t>(), p.x_scale_work = int8_xscale.as<float>();
+      p.acc_work = int8_acc.as<int32_t>(),
+      p.acc_rows = int(std::min<int64_t>(max_tokens, kInt8AccRows));
+      check(cuda::int8_linear(this->gemm, p, stream), "int8 linear");
+      return;
+    }
+    if (iq.on()) {
+      if (iq.perm.get()) {
+        check(cuda::int_gather_columns(dt, x, iq.perm.as<int32_t>(), int_x_perm.get(), n,
+                                       in_features, stream),
+              "act-order gather");
+        x = int_x_perm.get();
+      }
+      cuda::IntLinearParams p;
+      p.dtype = dt, p.bits = iq.bits, p.x = x, p.wq = w.get(), p.scale = iq.scale.get();
+      p.zero = iq.zero.as<uint8_t>(), p.y = y, p.bias = b;
+      p.m = n, p.n = out_features, p.k = in_features, p.group_size = iq.group_size;
+      p.w_work = int_w_work.get();
+      check(cuda::int_linear(this->gemm, p, stream), "int linear");
+      return;
+    }
+    if (f.on()) {
+      cuda::Fp8LinearParams p = fp8_params(x, w, f, y, out_features, in_features, b);
+      p.x_quantized = x_quantized;
+      check(cuda::fp8_linear(this->gemm, p, stream), "fp8 linear");
+      return;
+    }
+    cuda::GemmParams p{dt, x, w.get(), y, n, out_features, in_features, false, b};
+    check(cuda::gemm(this->gemm, p, stream), "gemm");
+  };
+  // x_proj's all-reduce over the tensor-parallel ranks, then x_hidden += x_proj and x_normed =
+  // RMSNorm(x_hidden): one fused kernel where the communicator has one (the one-shot NVLink
+  // all-reduce), else the all-reduce and the fused add + norm.
+  // Returns whether the norm wrote q (see norm).
+  auto all_reduce_add_norm = [&](const DevMem& w_norm, const cuda::Fp8Out& q = {}) {
+    if (opt.shard.tp_size > 1 &&
+        opt.tp->all_reduce_add_rms_norm(x_proj.get(), x_hidden.get(), w_norm.get(), x_normed.get(),
+                                        n, hidden, eps, dt, stream))
+      return false;
+    all_reduce_proj(n);
+    norm(x_proj.get(), x_hidden.get(), w_norm, x_normed.get(), q);
+    return q.on();
+  };
+  // The FP8 input of layer l's qkv projection, for the norm before it.
+  auto qkv_fp8_input = [&](int l) {
+    const LayerWeights& w = layers[size_t(l)];
+    return fused_fp8_input(w.qkv, w.qkv_fp8, x_qkv.get(), qkv_width, hidden, &w.qkv_bias);
+  };
+  bool qkv_quantized = false;  // the input norm wrote layer l's qkv input as FP8
+  stage_input(n);
+  for (int l = 0; l < num_layers; ++l) {
+    const LayerWeights& w = layers[size_t(l)];
+    // Later layers' input norm was fused into the previous layer's last all-reduce.
+    if (l == 0) {
+      const cuda::Fp8Out q = qkv_fp8_input(0);
+      norm(opt.shard.first_stage() ? x_hidden.get() : x_proj.get(),
+           opt.shard.first_stage() ? nullptr : x_hidden.get(), w.input_norm, x_normed.get(), q);
+      qkv_quantized = q.on();
+    }
+    gemm(x_normed.get(), w.qkv, w.qkv_fp8, w.qkv_int, x_qkv.get(), qkv_width, hidden, &w.qkv_bias,
+         qkv_quantized);
+    void* q = x_qkv.get();
+    void* k = at(x_qkv, size_t(num_heads) * head_dim);
+    void* v = at(x_qkv, size_t(num_heads + num_kv_heads) * head_dim);
+    if (config.qk_norm) {
+      cuda::RmsNormParams qn{dt,       q,   nullptr,   w.q_norm.get(), q, n * num_heads,
+                             head_dim, eps, num_heads, qkv_width};
+      cuda::RmsNormParams kn{dt,       k,   nullptr,      w.k_norm.get(), k, n * num_kv_heads,
+                             head_dim, eps, num_kv_heads, qkv_width};
+      check(cuda::rms_norm(qn, stream), "q norm");
+      check(cuda::rms_norm(kn, stream), "k norm");
+    }
+    cuda::RopeParams rp;
+    rp.dtype = dt;
+    rp.q = q;
+    rp.k = k;
+    rp.positions = dev<int32_t>(lay.positions);
+    rp.inv_freq = inv_freq.as<float>();
+    rp.cos_sin = rope_cache.get();
+    rp.cache_rows = opt.max_model_len;
+    rp.num_tokens = n;
+    rp.num_heads = num_heads;
+    rp.num_kv_heads = num_kv_heads;
+    rp.head_dim = head_dim;
+    rp.q_token_stride = rp.k_token_stride = qkv_width;
+    unsigned char* k_cache = static_cast<unsigned char*>(pool) + size_t(l) * 2 * layer_bytes;
+    unsigned char* v_cache = k_cache + layer_bytes;
+    cuda::KvCacheWriteParams kw;
+    kw.dtype = dt;
+    kw.cache_dtype = kv_dt;
+    float* k_scale = is_fp8(kv_dt) ? kv_scales.as<float>() + 2 * l : nullptr;
+    kw.k_scale = k_scale;
+    kw.v_scale = k_scale ? k_scale + 1 : nullptr;
+    kw.key = k;
+    kw.value = v;
+    kw.k_cache = k_cache;
+    kw.v_cache = v_cache;
+    kw.slot_mapping = dev<int64_t>(lay.slots);
+    kw.num_tokens = n;
+    kw.num_kv_heads = num_kv_heads;
+    kw.head_dim = head_dim;
+    kw.num_slots = int64_t(num_blocks) * opt.block_size;
+    kw.key_token_stride = kw.value_token_stride = qkv_width;
+    if (kv_scales_pending) {  // the scales come from the rotated keys, before the write
+      check(cuda::rope(rp, stream), "rope");
+      check(cuda::compute_kv_scales(kw, k_scale, k_scale + 1, stream), "kv cache scales");
+      check(cuda::write_kv_cache(kw, stream), "kv cache write");
+    } else {
+      check(cuda::rope_and_write_kv_cache(rp, kw, stream), "rope and kv cache write");
+    }
+    cuda::AttentionParams ap;
+    ap.dtype = dt;
+    ap.kv_dtype = kv_dt;
+    ap.k_scale = kw.k_scale;
+    ap.v_scale = kw.v_scale;
+    ap.q = q;
+    ap.k_cache = k_cache;
+    ap.v_cache = v_cache;
+    ap.out = x_attn.get();
+    ap.query_start_loc = dev<int32_t>(lay.qsl);
+    ap.seq_lens = dev<int32_t>(lay.seq_lens);
+    ap.block_tables = dev<int32_t>(lay.tables);
+    ap.num_seqs = s.num_seqs;
+    ap.num_tokens = n;
+    ap.num_heads = num_heads;
+    ap.num_kv_heads = num_kv_heads;
+    ap.head_dim = head_dim;
+    ap.block_size = opt.block_size;
+    ap.max_blocks_per_seq = max_blocks;
+    ap.q_token_stride = qkv_width;
+    ap.scale = 1.f / std::sqrt(float(head_dim));
+    check(cuda::run_attention(ap, s.plan, attn_ws.get(), stream), "attention");
+    gemm(x_attn.get(), w.o_proj, w.o_proj_fp8, w.o_proj_int, x_proj.get(), hidden,
+         num_heads * head_dim, nullptr);
+    const bool gate_up_quantized = all_reduce_add_norm(
+        w.post_norm,
+        fused_fp8_input(w.gate_up, w.gate_up_fp8, x_gate_up.get(), 2 * inter, hidden, nullptr));
+    gemm(x_normed.get(), w.gate_up, w.gate_up_fp8, w.gate_up_int, x_gate_up.get(), 2 * inter,
+         hidden, nullptr, gate_up_quantized);
+    // SiLU-and-mul leaves the down projection's quantization to fp8_linear: fused, one block per
+    // row (for the row's scale) ran no faster than the two kernels (docs/PERF.md).
+    check(cuda::silu_and_mul({dt, x_gate_up.get(), x_act.get(), n, inter}, stream), "silu_and_mul");
+    gemm(x_act.get(), w.down, w.down_fp8, w.down_int, x_proj.get(), hidden, inter, nullptr);
+    // The next norm: the next layer's input norm, or the final norm at the end of the last stage.
+    if (l + 1 < num_layers)
+      qkv_quantized = all_reduce_add_norm(layers[size_t(l) + 1].input_norm, qkv_fp8_input(l + 1));
+    else if (opt.shard.last_stage())
+      all_reduce_add_norm(final_norm);
+    else
+      all_reduce_proj(n);  // sent on as two halves below
+  }
+  if (opt.shard.last_stage()) return;
+  // The last residual add is fused into the next stage's first norm: send both halves.
+  const int next = (opt.shard.pp_rank + 1) * opt.shard.tp_size + opt.shard.tp_rank;
+  opt.world->send(x_hidden.get(), size_t(n) * hidden, dt, next, stream);
+  opt.world->send(x_proj.get(), size_t(n) * hidden, dt, next, stream);
+}
+
+void CudaRunner::Impl::stage_input(int n) {
+  if (!opt.shard.first_stage()) {
+    const int prev = (opt.shard.pp_rank - 1) * opt.shard.tp_size + opt.shard.tp_rank;
+    opt.world->recv(x_hidden.get(), size_t(n) * hidden, dt, prev, stream);
+    opt.world->recv(x_proj.get(), size_t(n) * hidden, dt, prev, stream);
+    return;
+  }
+  // Vocab-parallel: ids outside the rank's rows give zero rows; the sum over ranks is exact.
+  cuda::EmbeddingParams p{dt,
+                          dev<int32_t>(lay.token_ids),
+                          embed.get(),
+                          x_hidden.get(),
+                          n,
+                          hidden,
+                          int(geo.vocab),
+                          int(geo.vocab_begin)};
+  check(cuda::embedding(p, stream), "embedding");
+  if (opt.shard.tp_size > 1) opt.tp->all_reduce_sum(x_hidden.get(), size_t(n) * hidden, dt, stream);
+}
+
+void CudaRunner::Impl::all_reduce_proj(int n) {
+  if (opt.shard.tp_size > 1) opt.tp->all_reduce_sum(x_proj.get(), size_t(n) * hidden, dt, stream);
+}
+
+}  // namespace pagellm::runner
