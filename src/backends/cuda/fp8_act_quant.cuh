@@ -1,7 +1,7 @@
 // Dynamic FP8 (e4m3) activation quantization on the device: the arithmetic of
-// quantize_fp8_per_token (gemm/fp8_gemm.h), shared by that kernel and by the kernels that write an
-// activation and quantize it on the way out (RMSNorm, SiLU-and-mul: kernels.h Fp8Out), so that the
-// fused and the separate paths give the same bytes and scales.
+// quantize_fp8_per_token (gemm/fp8_gemm.h), shared by that kernel and by the kernel that writes an
+// activation and quantizes it on the way out (RMSNorm: kernels.h Fp8Out), so that the fused and the
+// separate paths give the same bytes and scales.
 #pragma once
 
 #include <cuda_fp8.h>
