@@ -44,7 +44,7 @@ void add_engine_flags(CLI::App& app, EngineArgs& args) {
   app.add_option_function<std::string>(
       "--speculative-config",
       [&args](const std::string& text) { args.speculative = SpeculativeConfig::from_json(text); },
-      "speculative decoding (CPU): '{\"method\": \"ngram\" | \"draft_model\", "
+      "speculative decoding: '{\"method\": \"ngram\" | \"draft_model\", "
       "\"num_speculative_tokens\": K, \"prompt_lookup_min\": N, \"prompt_lookup_max\": N, "
       "\"model\": DRAFT_DIR}'");
   app.add_option("--revision", args.revision, "Hub id: branch, tag or commit (default: main)");

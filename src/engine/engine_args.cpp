@@ -61,8 +61,6 @@ void EngineArgs::validate() const {
   require(data_parallel_size == 1 || nnodes == 1,
           "--data-parallel-size: replicas run in one process; not with --nnodes > 1");
   speculative.validate();
-  if (speculative.enabled() && device == "cuda")
-    unsupported("--speculative-config: speculative decoding runs on the CPU backend only in this build");
   require(!speculative.enabled() || runner != "pooling",
           "--speculative-config: a pooling engine (--runner pooling) generates nothing to speculate on");
 }

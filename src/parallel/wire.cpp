@@ -170,6 +170,7 @@ std::vector<unsigned char> encode_step(const engine::SchedulerOutput& step) {
     w.u8(s.needs_sample ? 1 : 0);
     w.u8(static_cast<uint8_t>(s.pooling));  // every rank takes the same (non-graph) path for it
     w.i32(s.prompt_logprobs);
+    w.i32(s.num_spec_tokens);  // every rank computes the logits of the same rows
     w.ints(s.token_ids);
     w.ints(s.block_table);
     w.ints(s.prompt_token_ids);
@@ -185,8 +186,8 @@ std::unique_ptr<DecodedStep> decode_step(const std::vector<unsigned char>& messa
   out.blocks_to_copy = r.pairs();
   out.blocks_to_swap_out = r.pairs();
   out.blocks_to_swap_in = r.pairs();
-  // Each seq takes at least 8 + 4 + 1 + 1 + 4 + 3 * 8 bytes.
-  const uint64_t num_seqs = r.count(42);
+  // Each seq takes at least 8 + 4 + 1 + 1 + 4 + 4 + 3 * 8 bytes.
+  const uint64_t num_seqs = r.count(46);
   for (uint64_t i = 0; i < num_seqs; ++i) {
     engine::ScheduledSeq s;
     s.seq_id = r.i64();
@@ -198,8 +199,12 @@ std::unique_ptr<DecodedStep> decode_step(const std::vector<unsigned char>& messa
     if (pooling > static_cast<uint8_t>(PoolingType::kMean)) bad("unknown pooling type");
     s.pooling = static_cast<PoolingType>(pooling);
     s.prompt_logprobs = r.i32();
-    if (s.num_computed_tokens < 0 || s.prompt_logprobs < 0) bad("negative position or count");
+    s.num_spec_tokens = r.i32();
+    if (s.num_computed_tokens < 0 || s.prompt_logprobs < 0 || s.num_spec_tokens < 0)
+      bad("negative position or count");
     s.token_ids = d->storage.emplace_back(r.ints());
+    if (s.num_spec_tokens > 0 && (!s.needs_sample || size_t(s.num_spec_tokens) >= s.token_ids.size()))
+      bad("draft tokens outside a sampled row");
     s.block_table = d->storage.emplace_back(r.ints());
     s.prompt_token_ids = d->storage.emplace_back(r.ints());
     s.params = &d->params;

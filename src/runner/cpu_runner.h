@@ -54,8 +54,8 @@ class CpuRunner : public ModelRunner {
   engine::ModelRunnerOutput wait_next() override;
 
   // The forward pass of execute() without sampling: per scheduled seq, the logits [vocab] of its
-  // last scheduled token when needs_sample is set (empty otherwise). For tests and benchmarks.
-  std::vector<std::vector<float>> execute_logits(const engine::SchedulerOutput& batch);
+  // last scheduled token when needs_sample is set (empty otherwise).
+  std::vector<std::vector<float>> execute_logits(const engine::SchedulerOutput& batch) override;
 
   // Bytes of KV cache per block (all layers, K and V) of one rank with this local config (the
   // whole model without parallelism): for sizing the pool.

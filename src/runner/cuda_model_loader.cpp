@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <thread>
 
@@ -70,6 +71,36 @@ CudaRunnerOptions cuda_options(const EngineArgs& args, const LoadedModel& m) {
   return o;
 }
 
+// With a draft model (--speculative-config "draft_model"), the draft's runner is created right
+// after this one on its first GPU (spec/draft_proposer.cpp), with a KV pool of as many tokens as
+// ours: its room is kept out of our KV budget. The weights are counted from the draft's config;
+// activations get a generous bound (every buffer of a full step, twice) and 512 MiB covers the
+// cuBLAS workspace and the draft's CUDA graphs.
+void keep_room_for_draft(const EngineArgs& args, CudaRunnerOptions& o) {
+  if (args.speculative.method != "draft_model") return;
+  if (args.data_parallel_size > 1)
+    unsupported("--speculative-config: a draft model with --data-parallel-size > 1 on cuda is not "
+                "supported yet (use ngram, or one replica)");
+  const std::filesystem::path dir(args.speculative.model);
+  if (!std::filesystem::exists(dir / "config.json")) return;  // the draft's loader says so
+  const io::ModelConfig d = io::load_model_config(dir);
+  DType dt = d.torch_dtype;
+  if (args.dtype != "auto") dt = o.dtype;
+  const int64_t esz = int64_t(dtype_size(dt));
+  const int64_t heads = std::max<int64_t>(d.num_attention_heads, 1);
+  const int64_t head_dim = d.head_dim > 0 ? d.head_dim : d.hidden_size / heads;
+  const int64_t qkv = (heads + 2 * d.num_key_value_heads) * head_dim;
+  const int64_t per_layer = d.hidden_size * (qkv + heads * head_dim) +
+                            3 * d.hidden_size * d.intermediate_size + 2 * d.hidden_size;
+  const int64_t params = d.num_hidden_layers * per_layer +
+                         d.vocab_size * d.hidden_size * (d.tie_word_embeddings ? 1 : 2);
+  const int64_t tokens = std::max(args.max_num_batched_tokens, args.max_num_seqs);
+  const int64_t activations = tokens * (4 * d.hidden_size + qkv + 3 * d.intermediate_size) * esz +
+                              int64_t(args.max_num_seqs) * d.vocab_size * (esz + 4);
+  o.draft_fixed_bytes = size_t(params * esz + 2 * activations + (int64_t{512} << 20));
+  o.draft_kv_bytes_per_token = size_t(2 * d.num_hidden_layers * d.num_key_value_heads * head_dim * esz);
+}
+
 // The FP8 KV cache's startup line: its scales and what the same memory holds in the model dtype.
 void log_kv_cache(const EngineArgs& args, const CudaRunnerOptions& o, const ModelRunner& runner,
                   bool checkpoint_scales) {
@@ -123,6 +154,7 @@ LoadedModel load_cuda_model(const EngineArgs& args, LoadedModel m, const paralle
   const int first_device = plan.first_device + args.data_parallel_rank * tp * pp;
   CudaRunnerOptions o = cuda_options(args, m);
   o.device = first_device;
+  keep_room_for_draft(args, o);
   std::unique_ptr<ModelRunner> runner;
   bool kv_scales = false;
   {

@@ -67,7 +67,7 @@ class ParallelCudaRunner : public ModelRunner {
   void submit(const engine::SchedulerOutput& batch) override;
   engine::ModelRunnerOutput wait_next() override;
   bool healthy() const override { return !aborting_.load(); }
-  std::vector<std::vector<float>> execute_logits(const engine::SchedulerOutput& batch);
+  std::vector<std::vector<float>> execute_logits(const engine::SchedulerOutput& batch) override;
   // The first local rank's startup costs (weights are per rank: its slice).
   const CudaStartupStats& startup_stats() const { return ranks_[0]->startup_stats(); }
   int num_ranks() const { return int(ranks_.size()); }

@@ -514,9 +514,11 @@ void CudaRunner::Impl::profile_and_alloc_kv() {
   check(cudaMemGetInfo(&free_bytes, &total_bytes), "reading free memory");
   int64_t blocks = opt.num_kv_blocks;
   if (blocks <= 0) {
-    const double budget =
-        opt.gpu_memory_utilization * double(total_bytes) - double(total_bytes - free_bytes);
-    blocks = budget > 0 ? int64_t(budget / double(per_block_all_layers)) : 0;
+    const double budget = opt.gpu_memory_utilization * double(total_bytes) -
+                          double(total_bytes - free_bytes) - double(opt.draft_fixed_bytes);
+    const double per_block =
+        double(per_block_all_layers) + double(opt.draft_kv_bytes_per_token) * double(bs);
+    blocks = budget > 0 ? int64_t(budget / per_block) : 0;
   }
   blocks = std::min<int64_t>(blocks, INT32_MAX / 2 / bs);
   // Every rank agrees (on the minimum) before any can fail, so none waits for a failed peer.

@@ -28,6 +28,11 @@ struct CudaRunnerOptions {
   int block_size = 16;
   double gpu_memory_utilization = 0.9;
   int num_kv_blocks = 0;  // > 0: use exactly this many blocks instead of profiling
+  // Room left on this GPU for a speculative draft model's runner, created after this one
+  // (cuda_model_loader): its weights and activations, and per token of this runner's KV pool the
+  // bytes of the draft's (the draft holds as many tokens). Profiling only.
+  size_t draft_fixed_bytes = 0;
+  size_t draft_kv_bytes_per_token = 0;
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;
   int max_model_len = 0;  // 0 = config.max_position_embeddings
@@ -84,8 +89,8 @@ class CudaRunner : public ModelRunner {
   engine::ModelRunnerOutput execute(const engine::SchedulerOutput& batch) override;
 
   // The forward pass of execute() without sampling: per seq, the fp32 logits [vocab] of its last
-  // scheduled token when needs_sample is set (empty otherwise). For tests and benchmarks.
-  std::vector<std::vector<float>> execute_logits(const engine::SchedulerOutput& batch);
+  // scheduled token when needs_sample is set (empty otherwise).
+  std::vector<std::vector<float>> execute_logits(const engine::SchedulerOutput& batch) override;
 
   const CudaStartupStats& startup_stats() const;
 

@@ -1,15 +1,20 @@
 // CudaRunner::execute: flattening a SchedulerOutput into the step inputs, running it (decode-only
 // steps padded to a graph size and replayed from its graph, or run eagerly on the same shapes under
 // --enforce-eager; other steps eagerly), and sampling every row on the GPU (cuda::sample, the CPU
-// sampler's pipeline): only (token, logprob, top-N) per row comes back to the host.
+// sampler's pipeline): only (token, logprob, top-N) per row comes back to the host. Speculative
+// rows (1 + k positions of a seq with drafts) are the exception: their logits come back and the
+// drafts are verified on the host by spec::verify_drafts, the code the CPU runner uses.
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <mutex>
 #include <span>
 
 #include "common/thread_pool.h"
 #include "runner/block_ops.h"
 #include "runner/cuda_runner_impl.h"
 #include "runner/sample_pack.h"
+#include "spec/rejection_sampler.h"
 
 namespace pagellm::runner {
 
@@ -21,6 +26,7 @@ struct LogitsRow {
   size_t seq = 0;        // index into batch.seqs
   int32_t position = 0;  // the row's position in its sequence
   bool sample = false;   // the seq's sampling row (else a prompt-logprobs row)
+  bool spec = false;     // one of a speculating seq's 1 + k rows: verified on the host
 };
 
 struct Flat {
@@ -35,10 +41,11 @@ struct Flat {
 };
 
 // What a step brings back: the logits of every row (execute_logits), or the GPU sampler's answer
-// per row (execute).
+// per row and the logits of the speculative rows, which come last in the row order (execute).
 struct StepResult {
-  std::vector<float> logits;                // [rows, vocab] fp32; logits steps only
-  std::vector<cuda::SampleOutput> sampled;  // [rows] sampling steps only
+  std::vector<float> logits;                // [rows, vocab] fp32; logits steps: every row, else
+                                            // the speculative rows
+  std::vector<cuda::SampleOutput> sampled;  // [rows] sampling steps only (not the speculative)
   std::vector<std::vector<float>> pooled;   // per seq: ModelRunnerOutput::pooled (leader only)
 };
 
@@ -74,7 +81,7 @@ struct SampleInputs {
 
 // The masks' words are left out (their place reserved): they may still be in the making, and
 // upload_sample_inputs puts them in once they are ready.
-SampleInputs pack_rows(const engine::SchedulerOutput& batch, const std::vector<LogitsRow>& rows,
+SampleInputs pack_rows(const engine::SchedulerOutput& batch, std::span<const LogitsRow> rows,
                        int vocab) {
   SampleInputs in;
   in.rows.reserve(rows.size());
@@ -92,7 +99,7 @@ SampleInputs pack_rows(const engine::SchedulerOutput& batch, const std::vector<L
 // Called once the step's forward pass is queued: waits for the allowed-token masks (built on the
 // host meanwhile), puts them into the id lists and uploads those on the stream, ahead of sampling.
 void upload_sample_inputs(CudaRunner::Impl& m, const engine::SchedulerOutput& batch,
-                          const std::vector<LogitsRow>& rows, SampleInputs& in) {
+                          std::span<const LogitsRow> rows, SampleInputs& in) {
   engine::wait_for_masks(batch);
   for (size_t r = 0; r < rows.size(); ++r)
     if (rows[r].sample) put_sample_mask(batch.seqs[rows[r].seq], in.rows[r], in.ids);
@@ -131,6 +138,38 @@ void apply_block_ops(CudaRunner::Impl& m, const engine::SchedulerOutput& batch) 
   }
 }
 
+// The speculating seqs' drafts, verified on the host against their logits rows (the speculative
+// rows come last in `rows`, in seq order, 1 + num_spec_tokens each; `logits` holds just them).
+// Seqs are verified in parallel: verify_drafts is a pure function of its rows.
+void verify_spec_rows(const engine::SchedulerOutput& batch, const std::vector<LogitsRow>& rows,
+                      std::vector<float>& logits, size_t vocab, engine::ModelRunnerOutput& out) {
+  const auto first_spec = std::find_if(rows.begin(), rows.end(), [](auto& r) { return r.spec; });
+  if (first_spec == rows.end()) return;
+  out.spec_token_ids.resize(batch.seqs.size());
+  out.spec_logprobs.resize(batch.seqs.size());
+  std::vector<std::pair<size_t, size_t>> groups;  // (seq, first logits row)
+  for (auto it = first_spec; it != rows.end(); it += batch.seqs[it->seq].num_spec_tokens + 1)
+    groups.emplace_back(it->seq, size_t(it - first_spec));
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  ThreadPool::global().parallel_for(groups.size(), [&](size_t begin, size_t end) {
+    try {
+      for (size_t g = begin; g < end; ++g) {
+        const auto [s, row] = groups[g];
+        const size_t n = size_t(batch.seqs[s].num_spec_tokens) + 1;
+        spec::VerifyResult v = spec::verify_drafts(
+            std::span<float>(logits).subspan(row * vocab, n * vocab), batch.seqs[s]);
+        out.spec_token_ids[s] = std::move(v.token_ids);
+        out.spec_logprobs[s] = std::move(v.logprobs);
+      }
+    } catch (...) {
+      std::lock_guard lock(error_mutex);
+      if (!error) error = std::current_exception();
+    }
+  });
+  if (error) std::rethrow_exception(error);
+}
+
 }  // namespace
 
 // Shared by execute and execute_logits: validates and flattens, copies blocks, runs the forward
@@ -143,6 +182,7 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
   sample = sample && m.leader;
   const int64_t bs = m.opt.block_size;
   Flat f;
+  std::vector<LogitsRow> spec_rows;  // appended to f.rows after the loop: they come last
   bool decode_only = true;
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
     const engine::ScheduledSeq& seq = batch.seqs[s];
@@ -179,7 +219,17 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
       for (int64_t i = 0; i < n && seq.num_computed_tokens + i + 1 < prompt_len; ++i)
         f.rows.push_back({int32_t(begin + i), s, int32_t(seq.num_computed_tokens + i), false});
     }
-    if (seq.needs_sample) f.rows.push_back({int32_t(begin + n - 1), s, int32_t(ctx - 1), true});
+    if (seq.num_spec_tokens < 0 || seq.num_spec_tokens >= n ||
+        (seq.num_spec_tokens > 0 && !seq.needs_sample))
+      internal("seq " + std::to_string(seq.seq_id) + " has " +
+               std::to_string(seq.num_spec_tokens) + " draft tokens in a row of " +
+               std::to_string(n));
+    if (seq.num_spec_tokens > 0) {  // the last verified token's row and each draft's
+      for (int64_t i = n - 1 - seq.num_spec_tokens; i < n; ++i)
+        spec_rows.push_back({int32_t(begin + i), s, int32_t(seq.num_computed_tokens + i), false, true});
+    } else if (seq.needs_sample) {
+      f.rows.push_back({int32_t(begin + n - 1), s, int32_t(ctx - 1), true});
+    }
     // kMean: every row of the step; kLast: the prompt's last row, on its final step.
     f.pool.push_back(seq.pooling == PoolingType::kMean ? std::pair{begin, int32_t(n)}
                      : seq.pooling == PoolingType::kLast && seq.needs_sample
@@ -188,18 +238,24 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
     decode_only = decode_only && n == 1 && seq.needs_sample && seq.pooling == PoolingType::kNone &&
                   !(with_prompt_rows && seq.prompt_logprobs > 0);
   }
+  // Rows [0, split) are the plain rows, the speculative ones follow. On a sampling step's leader
+  // the plain rows go through the GPU sampler (num_sampled), the rest come back as logits. Every
+  // rank cuts the logits chunks at the same rows (a tensor-parallel LM head gathers per chunk).
+  const int split = int(f.rows.size());
+  const int num_sampled = sample ? split : 0;
+  f.rows.insert(f.rows.end(), spec_rows.begin(), spec_rows.end());
   rows_out = f.rows;
   const int num_seqs = int(f.lens.size());
   const int num_rows = int(f.rows.size());
   const size_t row_bytes = size_t(m.vocab) * m.esz;
+  const std::span<const LogitsRow> sampled_rows(f.rows.data(), size_t(num_sampled));
   StepResult result;
   SampleInputs sin;
   if (sample) {
-    sin = pack_rows(batch, f.rows, m.vocab);
-    result.sampled.resize(size_t(num_rows));
-  } else if (m.leader) {
-    result.logits.resize(size_t(num_rows) * size_t(m.vocab));  // [num_rows, vocab]
+    sin = pack_rows(batch, sampled_rows, m.vocab);
+    result.sampled.resize(size_t(num_sampled));
   }
+  if (m.leader) result.logits.resize(size_t(num_rows - num_sampled) * size_t(m.vocab));
   std::vector<float>& logits = result.logits;
   if (num_seqs == 0) return result;
   // The first chunk's sampler rows ride with the step inputs (upload_inputs); later chunks of
@@ -208,14 +264,16 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
     std::memcpy(m.host<cuda::SampleRow>(m.lay.sample_rows), sin.rows.data() + first,
                 size_t(count) * sizeof(cuda::SampleRow));
   };
-  if (sample) put_sample_rows(0, std::min(num_rows, m.max_seqs));
+  if (sample) put_sample_rows(0, std::min(num_sampled, m.max_seqs));
 
+  // Rows [first, first + count) of x_logits' current chunk: sampled on the GPU below num_sampled,
+  // downloaded from there on.
   auto fetch = [&](int first, int count) {
     if (!m.leader) {
       check(cudaStreamSynchronize(m.stream), "running the step");
       return;
     }
-    if (sample) {
+    if (first < num_sampled) {
       if (first > 0) {
         put_sample_rows(first, count);
         check(cudaMemcpyAsync(m.dev<cuda::SampleRow>(m.lay.sample_rows),
@@ -232,7 +290,7 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
           "downloading logits");
     check(cudaStreamSynchronize(m.stream), "running the step");
     const size_t total = size_t(count) * size_t(m.vocab);
-    float* out = logits.data() + size_t(first) * size_t(m.vocab);
+    float* out = logits.data() + size_t(first - num_sampled) * size_t(m.vocab);
     if (m.dt == DType::kF32) {
       std::memcpy(out, m.logits_host, total * 4);
     } else {
@@ -274,7 +332,7 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
       m.kv_scales_pending = false;  // this step's K/V set them (graphs read them from then on)
       m.compute_logits(0, b);
     }
-    if (sample) upload_sample_inputs(m, batch, f.rows, sin);
+    if (sample) upload_sample_inputs(m, batch, sampled_rows, sin);
     fetch(0, num_rows);
     return result;
   }
@@ -284,13 +342,16 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
   m.upload_inputs();
   m.forward(st, m.kv_pool.get());
   m.kv_scales_pending = false;
-  if (sample) upload_sample_inputs(m, batch, f.rows, sin);
+  if (sample) upload_sample_inputs(m, batch, sampled_rows, sin);
   if (m.leader && std::any_of(f.pool.begin(), f.pool.end(), [](auto& p) { return p.second > 0; }))
     result.pooled = download_pooled(m, f);
-  for (int first = 0; first < num_rows; first += m.max_seqs) {
-    const int count = std::min(m.max_seqs, num_rows - first);
+  // Chunks of at most max_seqs rows (x_logits' size), none across split.
+  for (int first = 0; first < num_rows;) {
+    const int end = first < split ? split : num_rows;
+    const int count = std::min(m.max_seqs, end - first);
     m.compute_logits(first, count);
     fetch(first, count);
+    first += count;
   }
   if (num_rows == 0) check(cudaStreamSynchronize(m.stream), "running the step");
   return result;
@@ -300,10 +361,6 @@ engine::ModelRunnerOutput CudaRunner::execute(const engine::SchedulerOutput& bat
   for (const engine::ScheduledSeq& seq : batch.seqs) {
     if ((seq.needs_sample || seq.prompt_logprobs > 0) && seq.params == nullptr)
       internal("seq " + std::to_string(seq.seq_id) + " has no sampling params");
-    // EngineArgs::validate refuses --speculative-config with --device cuda; a draft row reaching
-    // this runner anyway must not be sampled as a plain row.
-    if (seq.num_spec_tokens > 0)
-      internal("speculative decoding runs on the CPU backend only in this build");
   }
   std::vector<LogitsRow> rows;
   StepResult step = run_step(*impl_, batch, true, true, rows);
@@ -313,8 +370,10 @@ engine::ModelRunnerOutput CudaRunner::execute(const engine::SchedulerOutput& bat
   out.prompt_logprobs.resize(batch.seqs.size());
   if (!impl_->leader) return out;
   out.pooled = std::move(step.pooled);
+  verify_spec_rows(batch, rows, step.logits, size_t(impl_->vocab), out);
   for (size_t r = 0; r < rows.size(); ++r) {
     const LogitsRow& row = rows[r];
+    if (row.spec) continue;
     TokenLogprobs lp = to_token_logprobs(step.sampled[r]);
     if (row.sample) {
       out.sampled_token_ids[row.seq] = lp.token_id;

@@ -4,6 +4,7 @@
 
 #include <deque>
 #include <memory>
+#include <vector>
 
 #include "common/error.h"
 
@@ -26,6 +27,14 @@ class ModelRunner {
   // Runs the forward pass for every scheduled token, writes their K/V into the cache through the
   // block tables, and samples the next token of each seq with needs_sample.
   virtual engine::ModelRunnerOutput execute(const engine::SchedulerOutput& batch) = 0;
+
+  // The forward pass of execute() without sampling: per scheduled seq, the fp32 logits [vocab] of
+  // its last scheduled token when needs_sample is set (empty otherwise). The draft model of
+  // speculative decoding (spec/draft_proposer.h) picks its tokens from them on the host.
+  virtual std::vector<std::vector<float>> execute_logits(const engine::SchedulerOutput& batch) {
+    (void)batch;
+    throw_error(ErrorKind::kUnsupported, "this model runner does not return logits");
+  }
 
   // Batches in flight (pipeline parallelism, vLLM's batch queue): submit() starts a batch and, on a
   // runner that overlaps batches, returns before it is done; wait_next() returns the output of the

@@ -55,20 +55,17 @@ void check_same_vocabulary(const std::filesystem::path& dir, const runner::Model
 }  // namespace
 
 DraftModelProposer::DraftModelProposer(std::unique_ptr<runner::ModelRunner> draft,
-                                       int num_speculative_tokens)
-    : owner_(std::move(draft)),
-      draft_(dynamic_cast<runner::CpuRunner*>(owner_.get())),
+                                       int num_speculative_tokens, int max_batch_tokens)
+    : draft_(std::move(draft)),
       k_(num_speculative_tokens),
-      vocab_(static_cast<int>(owner_->config().vocab_size)),
+      max_batch_tokens_(max_batch_tokens > 0 ? max_batch_tokens : std::numeric_limits<int>::max()),
+      vocab_(static_cast<int>(draft_->config().vocab_size)),
       max_positions_(
-          owner_->config().max_position_embeddings > 0
-              ? static_cast<int>(std::min<int64_t>(owner_->config().max_position_embeddings,
+          draft_->config().max_position_embeddings > 0
+              ? static_cast<int>(std::min<int64_t>(draft_->config().max_position_embeddings,
                                                    std::numeric_limits<int>::max()))
               : std::numeric_limits<int>::max()),
-      kv_(kv::KVCacheConfig{owner_->num_kv_blocks(), owner_->block_size(), false, 0}) {
-  if (draft_ == nullptr)
-    unsupported("--speculative-config: the draft model runs on the CPU backend only");
-}
+      kv_(kv::KVCacheConfig{draft_->num_kv_blocks(), draft_->block_size(), false, 0}) {}
 
 void DraftModelProposer::release(int64_t seq_id) {
   states_.erase(seq_id);
@@ -124,31 +121,29 @@ void DraftModelProposer::propose(std::span<const SpecCandidate> candidates) {
 }
 
 void DraftModelProposer::draft_step(std::vector<Active>& active, int step) {
-  engine::SchedulerOutput batch;
-  std::vector<size_t> index;  // [batch.seqs.size()] into active
-  for (size_t i = 0; i < active.size(); ++i) {
-    Active& a = active[i];
-    if (step >= a.num_drafts) continue;
-    const engine::Sequence& seq = *a.seq;
-    const int len = seq.num_tokens();
-    engine::ScheduledSeq s;
-    s.seq_id = seq.seq_id;
-    if (step == 0) {
-      s.token_ids = std::span<const int32_t>(seq.token_ids).subspan(static_cast<size_t>(a.begin));
-      s.num_computed_tokens = a.begin;
-    } else {
+  std::vector<size_t> index;  // the logits' seqs, by index into active
+  std::vector<std::vector<float>> logits;
+  if (step == 0) {
+    logits = feed_new_tokens(active, index);
+  } else {
+    engine::SchedulerOutput batch;
+    for (size_t i = 0; i < active.size(); ++i) {
+      Active& a = active[i];
+      if (step >= a.num_drafts) continue;
+      engine::ScheduledSeq s;
+      s.seq_id = a.seq->seq_id;
       s.token_ids = std::span<const int32_t>(&a.last, 1);
-      s.num_computed_tokens = len - 1 + step;
+      s.num_computed_tokens = a.seq->num_tokens() - 1 + step;
+      s.block_table = kv_.block_table(s.seq_id);
+      s.needs_sample = true;
+      s.params = &a.seq->request->params;
+      batch.num_scheduled_tokens += 1;
+      batch.seqs.push_back(s);
+      index.push_back(i);
     }
-    s.block_table = kv_.block_table(seq.seq_id);
-    s.needs_sample = true;
-    s.params = &seq.request->params;
-    batch.num_scheduled_tokens += static_cast<int32_t>(s.token_ids.size());
-    batch.seqs.push_back(s);
-    index.push_back(i);
+    if (batch.seqs.empty()) return;
+    logits = draft_->execute_logits(batch);
   }
-  if (batch.seqs.empty()) return;
-  std::vector<std::vector<float>> logits = draft_->execute_logits(batch);
   for (size_t j = 0; j < index.size(); ++j) {
     Active& a = active[index[j]];
     const int32_t token = choose(logits[j], a, step);
@@ -160,6 +155,48 @@ void DraftModelProposer::draft_step(std::vector<Active>& active, int step) {
     a.seq->spec_token_ids.push_back(token);
     a.last = token;
   }
+}
+
+std::vector<std::vector<float>> DraftModelProposer::feed_new_tokens(std::vector<Active>& active,
+                                                                    std::vector<size_t>& index) {
+  std::vector<std::vector<float>> out;  // [index.size()]
+  engine::SchedulerOutput batch;
+  std::vector<size_t> owner;  // per batch seq: its entry in out
+  auto run = [&] {
+    if (batch.seqs.empty()) return;
+    std::vector<std::vector<float>> logits = draft_->execute_logits(batch);
+    for (size_t j = 0; j < batch.seqs.size(); ++j)
+      if (batch.seqs[j].needs_sample) out[owner[j]] = std::move(logits.at(j));
+    batch = {};
+    owner.clear();
+  };
+  // A seq's tokens go in pieces that fill each batch to max_batch_tokens_; only the piece with its
+  // last token samples. A batch holds at most one piece of each seq.
+  for (size_t i = 0; i < active.size(); ++i) {
+    const Active& a = active[i];
+    if (a.num_drafts <= 0) continue;
+    index.push_back(i);
+    out.emplace_back();
+    const std::span<const int32_t> tokens(a.seq->token_ids);
+    for (size_t pos = static_cast<size_t>(a.begin); pos < tokens.size();) {
+      if (batch.num_scheduled_tokens >= max_batch_tokens_) run();
+      const size_t n = std::min(tokens.size() - pos,
+                                static_cast<size_t>(max_batch_tokens_ - batch.num_scheduled_tokens));
+      engine::ScheduledSeq s;
+      s.seq_id = a.seq->seq_id;
+      s.token_ids = tokens.subspan(pos, n);
+      s.num_computed_tokens = static_cast<int32_t>(pos);
+      s.block_table = kv_.block_table(s.seq_id);
+      s.needs_sample = pos + n == tokens.size();
+      s.params = &a.seq->request->params;
+      batch.num_scheduled_tokens += static_cast<int32_t>(n);
+      batch.seqs.push_back(s);
+      owner.push_back(out.size() - 1);
+      pos += n;
+    }
+  }
+  run();
+  return out;
 }
 
 int32_t DraftModelProposer::choose(std::span<float> logits, Active& a, int step) {
@@ -201,7 +238,7 @@ std::unique_ptr<Proposer> load_draft_proposer(const EngineArgs& args,
   da.quantization.clear();
   da.kv_cache_dtype = "auto";
   da.calculate_kv_scales = false;
-  da.device = "cpu";
+  da.device = args.device;  // on a GPU: the first of the target's (it left room for the draft)
   da.tensor_parallel_size = da.pipeline_parallel_size = da.data_parallel_size = 1;
   da.data_parallel_rank = 0;
   da.nnodes = 1;
@@ -211,7 +248,8 @@ std::unique_ptr<Proposer> load_draft_proposer(const EngineArgs& args,
   da.block_size = target.block_size();
   da.speculative = SpeculativeConfig{};
   runner::LoadedModel m = runner::load_model(da);
-  return std::make_unique<DraftModelProposer>(std::move(m.runner), sc.num_speculative_tokens);
+  return std::make_unique<DraftModelProposer>(std::move(m.runner), sc.num_speculative_tokens,
+                                              da.max_num_batched_tokens);
 }
 
 }  // namespace pagellm::spec

@@ -1,12 +1,13 @@
-// Draft-model speculation on the CPU: a smaller model with the target's vocabulary proposes k
-// tokens autoregressively per step.
+// Draft-model speculation: a smaller model with the target's vocabulary proposes k tokens
+// autoregressively per step, on the target's backend (the CPU, or the first GPU of the target's).
 //
-// KV design: the draft has its own CpuRunner with its own KV pool (as many blocks as the target's,
-// so it holds as many tokens) and its own KVCacheManager without prefix caching. The draft's KV is
+// KV design: the draft has its own runner with its own KV pool (as many blocks as the target's,
+// so it holds as many tokens; on a GPU the target left room for it, cuda_model_loader) and its own
+// KVCacheManager without prefix caching. The draft's KV is
 // independent of the target's blocks, so the target's scheduler, preemption, swapping and prefix
 // cache never need to know about it. Per sequence the proposer remembers which tokens the draft has
 // KV for (`fed`); a round feeds the draft what it lacks — the whole prompt on a sequence's first
-// round (the draft's "prefill"), afterwards the target's correction or bonus token (and the last
+// round (the draft's "prefill", in pieces of at most max_batch_tokens), afterwards the target's correction or bonus token (and the last
 // accepted draft) — then k - 1 single-token steps. Rejected drafts roll back for free: `fed` is cut
 // to its common prefix with the verified tokens and their slots are overwritten next round. When
 // the draft's pool runs out, the least recently used sequences' draft KV is dropped (they redo
@@ -19,15 +20,17 @@
 #include <vector>
 
 #include "kv/kv_cache_manager.h"
-#include "runner/cpu_runner.h"
+#include "runner/model_runner.h"
 #include "spec/proposer.h"
 
 namespace pagellm::spec {
 
 class DraftModelProposer : public Proposer {
  public:
-  // Takes a CPU runner of the draft (its pool's blocks are managed here).
-  DraftModelProposer(std::unique_ptr<runner::ModelRunner> draft, int num_speculative_tokens);
+  // Takes a runner of the draft (its pool's blocks are managed here) whose steps hold at most
+  // max_batch_tokens tokens (0: no limit).
+  DraftModelProposer(std::unique_ptr<runner::ModelRunner> draft, int num_speculative_tokens,
+                     int max_batch_tokens = 0);
 
   void propose(std::span<const SpecCandidate> candidates) override;
   void release(int64_t seq_id) override;
@@ -56,11 +59,15 @@ class DraftModelProposer : public Proposer {
   bool reserve(int64_t seq_id, std::span<const int32_t> tokens, int num_computed, int num_tokens);
   // One draft forward over `active` (those with step < num_drafts); samples draft number `step`.
   void draft_step(std::vector<Active>& active, int step);
+  // Step 0's forward: each active seq's tokens from `begin` on, in batches of at most
+  // max_batch_tokens_; returns the logits of each seq's last token, by index into active.
+  std::vector<std::vector<float>> feed_new_tokens(std::vector<Active>& active,
+                                                  std::vector<size_t>& index);
   int32_t choose(std::span<float> logits, Active& a, int step);
 
-  std::unique_ptr<runner::ModelRunner> owner_;
-  runner::CpuRunner* draft_ = nullptr;
+  std::unique_ptr<runner::ModelRunner> draft_;
   int k_;
+  int max_batch_tokens_;
   int vocab_;
   int max_positions_;
   kv::KVCacheManager kv_;

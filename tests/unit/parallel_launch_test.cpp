@@ -43,6 +43,7 @@ TEST(ParallelWire, StepRoundTripsAndBadMessagesAreRefused) {
   q.needs_sample = true;
   q.prompt_logprobs = 2;
   q.pooling = PoolingType::kMean;
+  q.num_spec_tokens = 2;  // the last two tokens are drafts
   s.seqs = {q};
   s.num_scheduled_tokens = 3;
   s.blocks_to_copy = {{1, 2}};
@@ -59,10 +60,18 @@ TEST(ParallelWire, StepRoundTripsAndBadMessagesAreRefused) {
   EXPECT_TRUE(r.needs_sample);
   EXPECT_EQ(r.prompt_logprobs, 2);
   EXPECT_EQ(r.pooling, PoolingType::kMean);
+  EXPECT_EQ(r.num_spec_tokens, 2);
   EXPECT_NE(r.params, nullptr);
   EXPECT_EQ(d->output.blocks_to_copy, s.blocks_to_copy);
   EXPECT_EQ(d->output.blocks_to_swap_out, s.blocks_to_swap_out);
   EXPECT_EQ(parallel::encode_step(d->output), m);
+
+  // As many drafts as tokens leaves no verified row: refused.
+  engine::SchedulerOutput all_drafts = s;
+  all_drafts.seqs[0].num_spec_tokens = 3;
+  EXPECT_NE(error_of([&] { parallel::decode_step(parallel::encode_step(all_drafts)); })
+                .find("draft tokens outside a sampled row"),
+            std::string::npos);
 
   auto truncated = m;
   truncated.resize(m.size() - 3);

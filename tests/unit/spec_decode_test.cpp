@@ -309,6 +309,25 @@ TEST(SpecDecode, SelfDraftingAcceptsEveryDraft) {
   for (const RequestOutput& o : spec.outputs) EXPECT_EQ(o.outputs[0].token_ids.size(), 60u);
 }
 
+// The draft's own prefill goes in pieces of at most --max-num-batched-tokens (a GPU runner's step
+// limit): pieces that split a prompt, and batches that mix pieces of several prompts, must leave
+// the draft's KV exactly as one piece would, so a self-drafting model still accepts every draft.
+TEST(SpecDecode, PiecewiseDraftPrefillAcceptsEveryDraftWhenSelfDrafting) {
+  EngineArgs a = base_args(kDraft);
+  a.speculative = draft(3);
+  a.max_num_batched_tokens = 7;  // every prompt is longer: the draft's prefill is cut
+  const auto prompts = code_prompts();
+  SamplingParams p = greedy(24);
+  p.ignore_eos = true;
+  const SpecRun spec = generate(a, prompts, std::vector<SamplingParams>(prompts.size(), p));
+  expect_consistent_counters(spec.stats, 3);
+  EXPECT_EQ(spec.stats.spec_num_accepted_tokens, spec.stats.spec_num_draft_tokens);
+  EngineArgs plain_args = base_args(kDraft);
+  plain_args.max_num_batched_tokens = 7;
+  expect_same_outputs(generate(plain_args, prompts, std::vector<SamplingParams>(prompts.size(), p)),
+                      spec);
+}
+
 // The draft's KV follows its sequences: held while they run (also through preemption), freed when
 // they finish or are aborted.
 TEST(SpecDecode, DraftKvIsReleasedWithItsSequences) {
