@@ -1,6 +1,7 @@
 // Engine configuration, the flags shared by `pagellm generate`, `serve` and `bench`.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -24,6 +25,15 @@ struct SpeculativeConfig {
   int prompt_lookup_min = 0;       // ngram: shortest n-gram matched (0 = default)
   int prompt_lookup_max = 0;       // ngram: longest n-gram matched (0 = default)
   std::string model;               // draft_model: the draft's folder
+  // No drafts in a step where more sequences than this are decoding (vLLM's key): verifying
+  // 1 + k tokens per sequence stops being nearly free once a step's tokens approach the GPU's
+  // compute bound. 0: the default, max(1, kDraftTokenBudget / (1 + k)) sequences.
+  int disable_by_batch_size = 0;
+  static constexpr int kDraftTokenBudget = 256;
+  int max_speculating_seqs() const {
+    return disable_by_batch_size > 0 ? disable_by_batch_size
+                                     : std::max(1, kDraftTokenBudget / (1 + num_speculative_tokens));
+  }
 
   bool enabled() const { return !method.empty(); }
   // Parses vLLM's JSON ('{"method": "ngram", "num_speculative_tokens": 4, ...}'; a "model" without

@@ -266,6 +266,9 @@ void EngineCore::propose_drafts() {
     // with every token, and allowed_token_ids (a mask too) are treated alike.
     if (seq->token_mask.empty() && seq->request->bad_words_token_ids.empty())
       spec_candidates_.push_back({seq, room});
+  // The adaptive switch: a batch this large decodes without drafts (their drafts, if any, were
+  // proposed for an earlier length and are ignored by the scheduler).
+  if (spec_candidates_.size() > size_t(args_.speculative.max_speculating_seqs())) return;
   if (!spec_candidates_.empty()) proposer_->propose(spec_candidates_);
 }
 

@@ -315,7 +315,7 @@ cuda::AttentionParams CudaRunner::Impl::planning_params(int num_tokens, int num_
   return ap;
 }
 
-CudaRunner::Impl::DecodeShape CudaRunner::Impl::decode_shape(int num_seqs) {
+CudaRunner::Impl::DecodeShape CudaRunner::Impl::decode_shape(int num_seqs, int q) {
   DecodeShape shape;
   for (int b : graph_batch_sizes(max_seqs)) {
     if (b >= num_seqs) {
@@ -323,18 +323,20 @@ CudaRunner::Impl::DecodeShape CudaRunner::Impl::decode_shape(int num_seqs) {
       break;
     }
   }
+  if (q > 1 && (shape.padded_seqs == 0 || int64_t(shape.padded_seqs) * q > max_seqs))
+    return DecodeShape{};
   if (shape.padded_seqs == 0 || num_seqs < 1)
     internal("decode batch of " + std::to_string(num_seqs) + " seqs exceeds max_num_seqs");
   const int b = shape.padded_seqs;
-  auto it = decode_splits.find(b);
+  auto it = decode_splits.find({b, q});
   if (it == decode_splits.end()) {
-    // Splits are fixed per padded size: chosen for the longest context such a step may see.
+    // Splits are fixed per shape: chosen for the longest context such a step may see.
     std::vector<int32_t> qsl(size_t(b) + 1), lens(size_t(b), opt.max_model_len);
-    for (int i = 0; i <= b; ++i) qsl[size_t(i)] = i;
+    for (int i = 0; i <= b; ++i) qsl[size_t(i)] = i * q;
     cuda::AttentionPlanHost ph;
-    check(cuda::plan_attention(planning_params(b, b), qsl.data(), lens.data(), num_sms, 0, &ph),
+    check(cuda::plan_attention(planning_params(b * q, b), qsl.data(), lens.data(), num_sms, 0, &ph),
           "planning decode attention");
-    it = decode_splits.emplace(b, ph.num_splits).first;
+    it = decode_splits.emplace(std::pair{b, q}, ph.num_splits).first;
   }
   shape.num_splits = it->second;
   return shape;
@@ -559,34 +561,38 @@ void CudaRunner::Impl::alloc_swap_pool() {
 }
 
 void CudaRunner::Impl::capture_graphs() {
-  for (int b : graph_batch_sizes(max_seqs)) {
-    const int splits = decode_shape(b).num_splits;
-    std::vector<int32_t> ids(size_t(b), 0), pos(size_t(b), 0), qsl(size_t(b) + 1),
-        lens(size_t(b), 1);
-    std::vector<int64_t> slots(size_t(b), -1);
-    const int32_t zero_block = 0;
-    std::vector<const int32_t*> tptr(size_t(b), &zero_block);
-    std::vector<int> tlen(size_t(b), 1);
-    for (int i = 0; i <= b; ++i) qsl[size_t(i)] = i;
-    Staged st = stage(ids, pos, slots, qsl, lens, tptr, tlen, splits);
-    for (int r = 0; r < b; ++r) host<int32_t>(lay.rows)[r] = r;
-    upload_inputs();
-    forward(st, kv_pool.get());  // warm-up outside the capture (cuBLASLt heuristics, attributes)
-    compute_logits(0, b);
-    check(cudaStreamSynchronize(stream), "graph warm-up");
-    cudaGraph_t graph = nullptr;
-    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
-          "beginning graph capture");
-    forward(st, kv_pool.get());
-    compute_logits(0, b);
-    check(cudaStreamEndCapture(stream, &graph), "ending graph capture");
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    check(err, "instantiating a decode graph");
-    graphs[b] = exec;
-  }
+  for (int b : graph_batch_sizes(max_seqs)) capture_graph(b, 1);
   stats.num_graphs = int(graphs.size());
+}
+
+void CudaRunner::Impl::capture_graph(int b, int q) {
+  if (opt.enforce_eager || graphs.count({b, q}) != 0) return;
+  const int splits = decode_shape(b, q).num_splits;
+  const int n = b * q;
+  std::vector<int32_t> ids(size_t(n), 0), pos(size_t(n), 0), qsl(size_t(b) + 1), lens(size_t(b), q);
+  std::vector<int64_t> slots(size_t(n), -1);
+  for (int t = 0; t < n; ++t) pos[size_t(t)] = t % q;
+  const int32_t zero_block = 0;
+  std::vector<const int32_t*> tptr(size_t(b), &zero_block);
+  std::vector<int> tlen(size_t(b), 1);
+  for (int i = 0; i <= b; ++i) qsl[size_t(i)] = i * q;
+  Staged st = stage(ids, pos, slots, qsl, lens, tptr, tlen, splits);
+  for (int r = 0; r < n; ++r) host<int32_t>(lay.rows)[r] = r;
+  upload_inputs();
+  forward(st, kv_pool.get());  // warm-up outside the capture (cuBLASLt heuristics, attributes)
+  compute_logits(0, n);
+  check(cudaStreamSynchronize(stream), "graph warm-up");
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+        "beginning graph capture");
+  forward(st, kv_pool.get());
+  compute_logits(0, n);
+  check(cudaStreamEndCapture(stream, &graph), "ending graph capture");
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  check(err, "instantiating a decode graph");
+  graphs[{b, q}] = exec;
 }
 
 // ---- CudaRunner --------------------------------------------------------------------------------

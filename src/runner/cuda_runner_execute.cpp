@@ -26,7 +26,9 @@ struct LogitsRow {
   size_t seq = 0;        // index into batch.seqs
   int32_t position = 0;  // the row's position in its sequence
   bool sample = false;   // the seq's sampling row (else a prompt-logprobs row)
-  bool spec = false;     // one of a speculating seq's 1 + k rows: verified on the host
+  bool spec = false;     // one of a speculating seq's 1 + k rows (draft_index j: after j drafts)
+  int32_t draft_index = 0;
+  int32_t host_index = -1;  // >= 0: the row's logits come back (StepResult::logits row)
 };
 
 struct Flat {
@@ -41,11 +43,10 @@ struct Flat {
 };
 
 // What a step brings back: the logits of every row (execute_logits), or the GPU sampler's answer
-// per row and the logits of the speculative rows, which come last in the row order (execute).
+// per row and the logits of the rows verified on the host (execute).
 struct StepResult {
-  std::vector<float> logits;                // [rows, vocab] fp32; logits steps: every row, else
-                                            // the speculative rows
-  std::vector<cuda::SampleOutput> sampled;  // [rows] sampling steps only (not the speculative)
+  std::vector<float> logits;                // [rows with a host_index, vocab] fp32
+  std::vector<cuda::SampleOutput> sampled;  // [rows] sampling steps only
   std::vector<std::vector<float>> pooled;   // per seq: ModelRunnerOutput::pooled (leader only)
 };
 
@@ -85,11 +86,16 @@ SampleInputs pack_rows(const engine::SchedulerOutput& batch, std::span<const Log
                        int vocab) {
   SampleInputs in;
   in.rows.reserve(rows.size());
+  std::vector<int32_t> output;  // position_context's extended output
   for (const LogitsRow& row : rows) {
     const engine::ScheduledSeq& seq = batch.seqs[row.seq];
-    if (row.sample)
+    if (row.sample) {
       in.rows.push_back(pack_sample_row(seq, in.ids, /*copy_mask=*/false));
-    else
+    } else if (row.spec) {  // the target's choice after draft_index drafts (never masked)
+      const auto drafts = seq.token_ids.last(size_t(seq.num_spec_tokens));
+      in.rows.push_back(
+          pack_sample_row(spec::position_context(seq, drafts, row.draft_index, output), in.ids));
+    } else
       in.rows.push_back(
           pack_score_row(seq, seq.prompt_token_ids[size_t(row.position) + 1], vocab));
   }
@@ -138,29 +144,84 @@ void apply_block_ops(CudaRunner::Impl& m, const engine::SchedulerOutput& batch) 
   }
 }
 
-// The speculating seqs' drafts, verified on the host against their logits rows (the speculative
-// rows come last in `rows`, in seq order, 1 + num_spec_tokens each; `logits` holds just them).
-// Seqs are verified in parallel: verify_drafts is a pure function of its rows.
+// The logits of a chunk's rows that have a host_index (chunk: the rows whose logits x_logits holds,
+// in order), into logits[host_index] as fp32. Synchronizes the stream.
+void download_host_rows(CudaRunner::Impl& m, std::span<const LogitsRow> chunk, size_t row_bytes,
+                        std::vector<float>& logits) {
+  std::vector<std::pair<size_t, int32_t>> wanted;  // (row in the chunk, host index)
+  for (size_t r = 0; r < chunk.size(); ++r)
+    if (chunk[r].host_index >= 0) wanted.emplace_back(r, chunk[r].host_index);
+  for (size_t i = 0; i < wanted.size();) {  // runs of consecutive rows in one copy each
+    size_t j = i + 1;
+    while (j < wanted.size() && wanted[j].first == wanted[j - 1].first + 1) ++j;
+    check(cudaMemcpyAsync(static_cast<uint8_t*>(m.logits_host) + wanted[i].first * row_bytes,
+                          m.x_logits.as<uint8_t>() + wanted[i].first * row_bytes,
+                          (j - i) * row_bytes, cudaMemcpyDeviceToHost, m.stream),
+          "downloading logits");
+    i = j;
+  }
+  check(cudaStreamSynchronize(m.stream), "running the step");
+  const size_t vocab = size_t(m.vocab);
+  ThreadPool::global().parallel_for(
+      wanted.size() * vocab,
+      [&](size_t b, size_t e) {
+        for (size_t i = b; i < e;) {  // the part of each row in [b, e)
+          const auto [r, host] = wanted[i / vocab];
+          const size_t c = i % vocab, len = std::min(e - i, vocab - c);
+          convert_to_f32(m.dt, static_cast<const uint8_t*>(m.logits_host) + r * row_bytes + c * m.esz,
+                         logits.data() + size_t(host) * vocab + c, len);
+          i += len;
+        }
+      },
+      size_t(1) << 16);
+}
+
+// Greedy verification from the GPU sampler's answers at a seq's 1 + k rows (answers[j]: the
+// target's choice after j drafts, in its position's context): accept draft j while it equals
+// answers[j], then append the target's token; the logprobs are each position's. What
+// spec::verify_drafts does for a greedy seq, without the logits leaving the GPU.
+spec::VerifyResult verify_greedy(const engine::ScheduledSeq& seq,
+                                 std::span<const cuda::SampleOutput> answers) {
+  const auto drafts = seq.token_ids.last(size_t(seq.num_spec_tokens));
+  spec::VerifyResult v;
+  for (size_t j = 0; j < answers.size(); ++j) {
+    v.logprobs.push_back(to_token_logprobs(answers[j]));
+    v.token_ids.push_back(v.logprobs.back().token_id);
+    if (j == drafts.size() || v.token_ids.back() != drafts[j]) break;
+  }
+  return v;
+}
+
+// The speculating seqs' drafts (their 1 + num_spec_tokens rows come last in `rows`, in seq order):
+// greedy seqs from the GPU sampler's answers, the others by spec::verify_drafts on their logits
+// (host_index rows of `logits`), in parallel: both are pure functions of their rows.
 void verify_spec_rows(const engine::SchedulerOutput& batch, const std::vector<LogitsRow>& rows,
-                      std::vector<float>& logits, size_t vocab, engine::ModelRunnerOutput& out) {
+                      StepResult& step, size_t vocab, engine::ModelRunnerOutput& out) {
   const auto first_spec = std::find_if(rows.begin(), rows.end(), [](auto& r) { return r.spec; });
   if (first_spec == rows.end()) return;
   out.spec_token_ids.resize(batch.seqs.size());
   out.spec_logprobs.resize(batch.seqs.size());
-  std::vector<std::pair<size_t, size_t>> groups;  // (seq, first logits row)
+  std::vector<size_t> groups;  // each seq's first row
   for (auto it = first_spec; it != rows.end(); it += batch.seqs[it->seq].num_spec_tokens + 1)
-    groups.emplace_back(it->seq, size_t(it - first_spec));
+    groups.push_back(size_t(it - rows.begin()));
+  std::vector<float>& logits = step.logits;  // verify_drafts modifies its rows
   std::exception_ptr error;
   std::mutex error_mutex;
   ThreadPool::global().parallel_for(groups.size(), [&](size_t begin, size_t end) {
     try {
       for (size_t g = begin; g < end; ++g) {
-        const auto [s, row] = groups[g];
-        const size_t n = size_t(batch.seqs[s].num_spec_tokens) + 1;
-        spec::VerifyResult v = spec::verify_drafts(
-            std::span<float>(logits).subspan(row * vocab, n * vocab), batch.seqs[s]);
-        out.spec_token_ids[s] = std::move(v.token_ids);
-        out.spec_logprobs[s] = std::move(v.logprobs);
+        const LogitsRow& first = rows[groups[g]];
+        const engine::ScheduledSeq& seq = batch.seqs[first.seq];
+        const size_t n = size_t(seq.num_spec_tokens) + 1;
+        spec::VerifyResult v =
+            first.host_index < 0
+                ? verify_greedy(seq, std::span<const cuda::SampleOutput>(step.sampled)
+                                         .subspan(groups[g], n))
+                : spec::verify_drafts(
+                      std::span<float>(logits).subspan(size_t(first.host_index) * vocab, n * vocab),
+                      seq);
+        out.spec_token_ids[first.seq] = std::move(v.token_ids);
+        out.spec_logprobs[first.seq] = std::move(v.logprobs);
       }
     } catch (...) {
       std::lock_guard lock(error_mutex);
@@ -168,6 +229,43 @@ void verify_spec_rows(const engine::SchedulerOutput& batch, const std::vector<Lo
     }
   });
   if (error) std::rethrow_exception(error);
+}
+
+// A step of num_seqs seqs of q tokens each (f, flattened), padded to shape.padded_seqs with seqs of
+// q tokens that write nothing and read block 0, then replayed from its graph (captured here on
+// first use when q > 1), or (--enforce-eager) run with the same kernels on the same shapes. Leaves
+// the logits of every row in x_logits (row r: token r).
+void run_graph_shape(CudaRunner::Impl& m, Flat& f, int q,
+                     const CudaRunner::Impl::DecodeShape& shape) {
+  const int num_seqs = int(f.lens.size());
+  const int b = shape.padded_seqs;
+  static const int32_t kZeroBlock = 0;
+  for (int i = num_seqs; i < b; ++i) {
+    for (int t = 0; t < q; ++t) {
+      f.ids.push_back(0);
+      f.pos.push_back(t);
+      f.slots.push_back(-1);
+    }
+    f.qsl.push_back((i + 1) * q);
+    f.lens.push_back(q);
+    f.tables.push_back(&kZeroBlock);
+    f.table_lens.push_back(1);
+  }
+  // A capture runs dummy steps: before this step's inputs are staged, and never while the FP8
+  // cache's scales wait for real keys.
+  if (q > 1 && !m.kv_scales_pending) m.capture_graph(b, q);
+  const CudaRunner::Impl::Staged st =
+      m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables, f.table_lens, shape.num_splits);
+  for (int r = 0; r < b * q; ++r) m.host<int32_t>(m.lay.rows)[r] = r;
+  m.upload_inputs();
+  const auto graph = m.graphs.find({b, q});
+  if (graph != m.graphs.end() && !m.kv_scales_pending) {
+    check(cudaGraphLaunch(graph->second, m.stream), "launching a decode graph");
+  } else {
+    m.forward(st, m.kv_pool.get());
+    m.kv_scales_pending = false;  // this step's K/V set them (graphs read them from then on)
+    m.compute_logits(0, b * q);
+  }
 }
 
 }  // namespace
@@ -184,6 +282,7 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
   Flat f;
   std::vector<LogitsRow> spec_rows;  // appended to f.rows after the loop: they come last
   bool decode_only = true;
+  int uniform_q = 0;  // > 0: every seq so far has this many tokens, all but the first drafts
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
     const engine::ScheduledSeq& seq = batch.seqs[s];
     const int64_t n = int64_t(seq.token_ids.size());
@@ -226,7 +325,8 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
                std::to_string(n));
     if (seq.num_spec_tokens > 0) {  // the last verified token's row and each draft's
       for (int64_t i = n - 1 - seq.num_spec_tokens; i < n; ++i)
-        spec_rows.push_back({int32_t(begin + i), s, int32_t(seq.num_computed_tokens + i), false, true});
+        spec_rows.push_back({int32_t(begin + i), s, int32_t(seq.num_computed_tokens + i), false,
+                             true, int32_t(i - (n - 1 - seq.num_spec_tokens))});
     } else if (seq.needs_sample) {
       f.rows.push_back({int32_t(begin + n - 1), s, int32_t(ctx - 1), true});
     }
@@ -235,45 +335,51 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
                      : seq.pooling == PoolingType::kLast && seq.needs_sample
                          ? std::pair{int32_t(begin + n - 1), 1}
                          : std::pair{0, 0});
-    decode_only = decode_only && n == 1 && seq.needs_sample && seq.pooling == PoolingType::kNone &&
-                  !(with_prompt_rows && seq.prompt_logprobs > 0);
+    const bool plain_row = seq.needs_sample && seq.pooling == PoolingType::kNone &&
+                           !(with_prompt_rows && seq.prompt_logprobs > 0);
+    decode_only = decode_only && n == 1 && plain_row;
+    // A verification step: every seq the last verified token and k drafts, the same k.
+    const bool verify_row = plain_row && seq.num_spec_tokens > 0 && n == seq.num_spec_tokens + 1;
+    uniform_q = verify_row && (s == 0 || uniform_q == int(n)) ? int(n) : 0;
   }
-  // Rows [0, split) are the plain rows, the speculative ones follow. On a sampling step's leader
-  // the plain rows go through the GPU sampler (num_sampled), the rest come back as logits. Every
-  // rank cuts the logits chunks at the same rows (a tensor-parallel LM head gathers per chunk).
-  const int split = int(f.rows.size());
-  const int num_sampled = sample ? split : 0;
+  // The speculative rows follow the plain ones, in the same order on every rank (a tensor-parallel
+  // LM head gathers each chunk's rows from every rank). On a sampling step's leader every row goes
+  // through the GPU sampler (a speculative row with its position's context: a greedy seq's drafts
+  // are verified from those answers); a row comes back as logits (host_index) on a logits step, and
+  // for a sampled seq's drafts, whose rejection sampling runs on the host.
   f.rows.insert(f.rows.end(), spec_rows.begin(), spec_rows.end());
+  int num_host = 0;
+  for (LogitsRow& row : f.rows)
+    if (m.leader && (!sample || (row.spec && !batch.seqs[row.seq].params->greedy())))
+      row.host_index = num_host++;
   rows_out = f.rows;
   const int num_seqs = int(f.lens.size());
   const int num_rows = int(f.rows.size());
   const size_t row_bytes = size_t(m.vocab) * m.esz;
-  const std::span<const LogitsRow> sampled_rows(f.rows.data(), size_t(num_sampled));
   StepResult result;
   SampleInputs sin;
   if (sample) {
-    sin = pack_rows(batch, sampled_rows, m.vocab);
-    result.sampled.resize(size_t(num_sampled));
+    sin = pack_rows(batch, f.rows, m.vocab);
+    result.sampled.resize(size_t(num_rows));
   }
-  if (m.leader) result.logits.resize(size_t(num_rows - num_sampled) * size_t(m.vocab));
-  std::vector<float>& logits = result.logits;
+  result.logits.resize(size_t(num_host) * size_t(m.vocab));
   if (num_seqs == 0) return result;
-  // The first chunk's sampler rows ride with the step inputs (upload_inputs); later chunks of
-  // prompt-logprob rows upload theirs in fetch (the previous fetch synchronized the stream).
+  // The first chunk's sampler rows ride with the step inputs (upload_inputs); later chunks
+  // upload theirs in fetch (the previous fetch synchronized the stream).
   auto put_sample_rows = [&](int first, int count) {
     std::memcpy(m.host<cuda::SampleRow>(m.lay.sample_rows), sin.rows.data() + first,
                 size_t(count) * sizeof(cuda::SampleRow));
   };
-  if (sample) put_sample_rows(0, std::min(num_sampled, m.max_seqs));
+  if (sample) put_sample_rows(0, std::min(num_rows, m.max_seqs));
 
-  // Rows [first, first + count) of x_logits' current chunk: sampled on the GPU below num_sampled,
-  // downloaded from there on.
+  // Rows [first, first + count), x_logits' current chunk: sampled on the GPU (sampling steps), and
+  // those with a host_index downloaded.
   auto fetch = [&](int first, int count) {
     if (!m.leader) {
       check(cudaStreamSynchronize(m.stream), "running the step");
       return;
     }
-    if (first < num_sampled) {
+    if (sample) {
       if (first > 0) {
         put_sample_rows(first, count);
         check(cudaMemcpyAsync(m.dev<cuda::SampleRow>(m.lay.sample_rows),
@@ -283,56 +389,19 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
               "uploading sampler rows");
       }
       m.sample_rows(count, result.sampled.data() + first);
-      return;
     }
-    check(cudaMemcpyAsync(m.logits_host, m.x_logits.get(), size_t(count) * row_bytes,
-                          cudaMemcpyDeviceToHost, m.stream),
-          "downloading logits");
-    check(cudaStreamSynchronize(m.stream), "running the step");
-    const size_t total = size_t(count) * size_t(m.vocab);
-    float* out = logits.data() + size_t(first - num_sampled) * size_t(m.vocab);
-    if (m.dt == DType::kF32) {
-      std::memcpy(out, m.logits_host, total * 4);
-    } else {
-      const auto* in = static_cast<const uint16_t*>(m.logits_host);
-      const bool bf16 = m.dt == DType::kBF16;
-      ThreadPool::global().parallel_for(
-          total,
-          [&](size_t b, size_t e) {
-            for (size_t i = b; i < e; ++i) out[i] = bf16 ? bf16_to_f32(in[i]) : f16_to_f32(in[i]);
-          },
-          size_t(1) << 16);
-    }
+    download_host_rows(m, std::span<const LogitsRow>(f.rows).subspan(size_t(first), size_t(count)),
+                       row_bytes, result.logits);
   };
 
-  if (decode_only) {
-    // Pad to the decode shape's batch size with 1-token seqs that write nothing and read block 0,
-    // then replay its graph, or (--enforce-eager) run the same kernels on the same shapes.
-    const CudaRunner::Impl::DecodeShape shape = m.decode_shape(num_seqs);
-    const int b = shape.padded_seqs;
-    static const int32_t kZeroBlock = 0;
-    for (int i = num_seqs; i < b; ++i) {
-      f.ids.push_back(0);
-      f.pos.push_back(0);
-      f.slots.push_back(-1);
-      f.qsl.push_back(i + 1);
-      f.lens.push_back(1);
-      f.tables.push_back(&kZeroBlock);
-      f.table_lens.push_back(1);
-    }
-    const CudaRunner::Impl::Staged st =
-        m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables, f.table_lens, shape.num_splits);
-    for (int r = 0; r < b; ++r) m.host<int32_t>(m.lay.rows)[r] = r;
-    m.upload_inputs();
-    const auto graph = m.graphs.find(b);
-    if (graph != m.graphs.end() && !m.kv_scales_pending) {
-      check(cudaGraphLaunch(graph->second, m.stream), "launching a decode graph");
-    } else {
-      m.forward(st, m.kv_pool.get());
-      m.kv_scales_pending = false;  // this step's K/V set them (graphs read them from then on)
-      m.compute_logits(0, b);
-    }
-    if (sample) upload_sample_inputs(m, batch, sampled_rows, sin);
+  // Decode steps (1 token per seq) and verification steps (every seq 1 + k tokens, k the same for
+  // all) take a graph shape.
+  const int q = decode_only ? 1 : uniform_q;
+  const CudaRunner::Impl::DecodeShape shape =
+      q > 0 ? m.decode_shape(num_seqs, q) : CudaRunner::Impl::DecodeShape{};
+  if (shape.padded_seqs > 0) {
+    run_graph_shape(m, f, q, shape);
+    if (sample) upload_sample_inputs(m, batch, f.rows, sin);
     fetch(0, num_rows);
     return result;
   }
@@ -342,16 +411,13 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
   m.upload_inputs();
   m.forward(st, m.kv_pool.get());
   m.kv_scales_pending = false;
-  if (sample) upload_sample_inputs(m, batch, sampled_rows, sin);
+  if (sample) upload_sample_inputs(m, batch, f.rows, sin);
   if (m.leader && std::any_of(f.pool.begin(), f.pool.end(), [](auto& p) { return p.second > 0; }))
     result.pooled = download_pooled(m, f);
-  // Chunks of at most max_seqs rows (x_logits' size), none across split.
-  for (int first = 0; first < num_rows;) {
-    const int end = first < split ? split : num_rows;
-    const int count = std::min(m.max_seqs, end - first);
+  for (int first = 0; first < num_rows; first += m.max_seqs) {
+    const int count = std::min(m.max_seqs, num_rows - first);
     m.compute_logits(first, count);
     fetch(first, count);
-    first += count;
   }
   if (num_rows == 0) check(cudaStreamSynchronize(m.stream), "running the step");
   return result;
@@ -370,7 +436,7 @@ engine::ModelRunnerOutput CudaRunner::execute(const engine::SchedulerOutput& bat
   out.prompt_logprobs.resize(batch.seqs.size());
   if (!impl_->leader) return out;
   out.pooled = std::move(step.pooled);
-  verify_spec_rows(batch, rows, step.logits, size_t(impl_->vocab), out);
+  verify_spec_rows(batch, rows, step, size_t(impl_->vocab), out);
   for (size_t r = 0; r < rows.size(); ++r) {
     const LogitsRow& row = rows[r];
     if (row.spec) continue;

@@ -193,8 +193,10 @@ struct CudaRunner::Impl {
   unsigned char* swap_pool = nullptr;
   int num_swap_blocks = 0;
 
-  std::map<int, cudaGraphExec_t> graphs;  // padded decode batch size -> graph
-  std::map<int, int> decode_splits;       // padded decode batch size -> its KV split count
+  // (padded batch size, tokens per seq) -> graph: decode steps (1 token per seq, captured at
+  // startup) and speculative verification steps (1 + k tokens per seq, captured on first use).
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs;
+  std::map<std::pair<int, int>, int> decode_splits;  // the same key -> its KV split count
 
   ~Impl() {
     for (auto& [b, g] : graphs) cudaGraphExecDestroy(g);
@@ -269,16 +271,21 @@ struct CudaRunner::Impl {
   // Allocates the pinned swap pool of opt.swap_space_gib (after block_bytes is known).
   void alloc_swap_pool();
   void capture_graphs();
+  // Captures the graph of b seqs of q tokens each (padding seqs: q tokens that write nothing and
+  // read block 0), unless it exists or --enforce-eager; before the step's own inputs are staged.
+  void capture_graph(int b, int q);
 
-  // The shape every decode-only step of num_seqs seqs runs with, graph or eager: the batch padded
-  // to the next graph size and the fixed KV split count chosen for that size at max_model_len.
-  // Sharing it makes --enforce-eager run the graphs' kernels on the graphs' shapes (same cuBLASLt
-  // algorithm for the same m, same split-KV partition), so both give identical tokens.
+  // The shape every step of num_seqs seqs of q tokens each (q = 1: decode; q > 1: speculative
+  // verification) runs with, graph or eager: the batch padded to the next graph size and the fixed
+  // KV split count chosen for that shape at max_model_len. Sharing it makes --enforce-eager run the
+  // graphs' kernels on the graphs' shapes (same cuBLASLt algorithm for the same m, same split-KV
+  // partition), so both give identical tokens. padded_seqs 0: no such shape (q > 1 and the padded
+  // batch's rows exceed max_num_seqs logits rows).
   struct DecodeShape {
     int padded_seqs = 0;
     int num_splits = 1;
   };
-  DecodeShape decode_shape(int num_seqs);
+  DecodeShape decode_shape(int num_seqs, int q = 1);
   cuda::AttentionParams planning_params(int num_tokens, int num_seqs) const;
 
   // Host-side staging of one step; returns the attention plan (device pointers filled).

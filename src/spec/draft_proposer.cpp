@@ -115,38 +115,53 @@ void DraftModelProposer::propose(std::span<const SpecCandidate> candidates) {
       continue;
     }
     st.fed.resize(keep);
-    active.push_back({&seq, &st, n, static_cast<int>(keep), -1});
+    active.push_back({&seq, &st, n, static_cast<int>(keep), -1, {}});
   }
   for (int step = 0; step < k_; ++step) draft_step(active, step);
 }
 
+engine::ScheduledSeq DraftModelProposer::draft_context(const Active& a, int step) {
+  const engine::Sequence& seq = *a.seq;
+  engine::ScheduledSeq base;
+  base.seq_id = seq.seq_id;
+  base.params = &seq.request->params;
+  base.seed = seq.seed;
+  base.prompt_token_ids = seq.prompt_ids();
+  base.output_token_ids = seq.output_ids();
+  base.banned_token_ids = seq.banned_token_ids;
+  return position_context(base, seq.spec_token_ids, step, a.output);
+}
+
 void DraftModelProposer::draft_step(std::vector<Active>& active, int step) {
-  std::vector<size_t> index;  // the logits' seqs, by index into active
-  std::vector<std::vector<float>> logits;
+  // All greedy: the draft's runner picks the tokens itself (on a GPU, its sampler: no logits leave
+  // it); otherwise the logits come back and choose() samples, keeping q for verification.
+  bool greedy = true;
+  for (const Active& a : active)
+    if (step < a.num_drafts) greedy = greedy && a.seq->request->params.greedy();
+  std::vector<size_t> index;  // the answers' seqs, by index into active
+  std::vector<Answer> answers;
   if (step == 0) {
-    logits = feed_new_tokens(active, index);
+    answers = feed_new_tokens(active, index, greedy);
   } else {
     engine::SchedulerOutput batch;
     for (size_t i = 0; i < active.size(); ++i) {
       Active& a = active[i];
       if (step >= a.num_drafts) continue;
-      engine::ScheduledSeq s;
-      s.seq_id = a.seq->seq_id;
+      engine::ScheduledSeq s = draft_context(a, step);
       s.token_ids = std::span<const int32_t>(&a.last, 1);
       s.num_computed_tokens = a.seq->num_tokens() - 1 + step;
       s.block_table = kv_.block_table(s.seq_id);
       s.needs_sample = true;
-      s.params = &a.seq->request->params;
       batch.num_scheduled_tokens += 1;
       batch.seqs.push_back(s);
       index.push_back(i);
     }
     if (batch.seqs.empty()) return;
-    logits = draft_->execute_logits(batch);
+    answers = run(batch, greedy);
   }
   for (size_t j = 0; j < index.size(); ++j) {
     Active& a = active[index[j]];
-    const int32_t token = choose(logits[j], a, step);
+    const int32_t token = greedy ? answers[j].token : choose(answers[j].logits, a, step);
     if (step == 0) {
       a.state->fed.assign(a.seq->token_ids.begin(), a.seq->token_ids.end());
     } else {
@@ -157,45 +172,56 @@ void DraftModelProposer::draft_step(std::vector<Active>& active, int step) {
   }
 }
 
-std::vector<std::vector<float>> DraftModelProposer::feed_new_tokens(std::vector<Active>& active,
-                                                                    std::vector<size_t>& index) {
-  std::vector<std::vector<float>> out;  // [index.size()]
+std::vector<DraftModelProposer::Answer> DraftModelProposer::run(const engine::SchedulerOutput& batch,
+                                                                bool greedy) {
+  std::vector<Answer> out(batch.seqs.size());
+  if (greedy) {
+    const engine::ModelRunnerOutput r = draft_->execute(batch);
+    for (size_t j = 0; j < out.size(); ++j) out[j].token = r.sampled_token_ids.at(j);
+  } else {
+    std::vector<std::vector<float>> logits = draft_->execute_logits(batch);
+    for (size_t j = 0; j < out.size(); ++j) out[j].logits = std::move(logits.at(j));
+  }
+  return out;
+}
+
+std::vector<DraftModelProposer::Answer> DraftModelProposer::feed_new_tokens(
+    std::vector<Active>& active, std::vector<size_t>& index, bool greedy) {
+  std::vector<Answer> out;  // [index.size()]
   engine::SchedulerOutput batch;
   std::vector<size_t> owner;  // per batch seq: its entry in out
-  auto run = [&] {
+  auto flush = [&] {
     if (batch.seqs.empty()) return;
-    std::vector<std::vector<float>> logits = draft_->execute_logits(batch);
+    std::vector<Answer> answers = run(batch, greedy);
     for (size_t j = 0; j < batch.seqs.size(); ++j)
-      if (batch.seqs[j].needs_sample) out[owner[j]] = std::move(logits.at(j));
+      if (batch.seqs[j].needs_sample) out[owner[j]] = std::move(answers[j]);
     batch = {};
     owner.clear();
   };
   // A seq's tokens go in pieces that fill each batch to max_batch_tokens_; only the piece with its
   // last token samples. A batch holds at most one piece of each seq.
   for (size_t i = 0; i < active.size(); ++i) {
-    const Active& a = active[i];
+    Active& a = active[i];
     if (a.num_drafts <= 0) continue;
     index.push_back(i);
     out.emplace_back();
     const std::span<const int32_t> tokens(a.seq->token_ids);
     for (size_t pos = static_cast<size_t>(a.begin); pos < tokens.size();) {
-      if (batch.num_scheduled_tokens >= max_batch_tokens_) run();
+      if (batch.num_scheduled_tokens >= max_batch_tokens_) flush();
       const size_t n = std::min(tokens.size() - pos,
                                 static_cast<size_t>(max_batch_tokens_ - batch.num_scheduled_tokens));
-      engine::ScheduledSeq s;
-      s.seq_id = a.seq->seq_id;
+      engine::ScheduledSeq s = draft_context(a, 0);
       s.token_ids = tokens.subspan(pos, n);
       s.num_computed_tokens = static_cast<int32_t>(pos);
       s.block_table = kv_.block_table(s.seq_id);
       s.needs_sample = pos + n == tokens.size();
-      s.params = &a.seq->request->params;
       batch.num_scheduled_tokens += static_cast<int32_t>(n);
       batch.seqs.push_back(s);
       owner.push_back(out.size() - 1);
       pos += n;
     }
   }
-  run();
+  flush();
   return out;
 }
 
@@ -205,17 +231,7 @@ int32_t DraftModelProposer::choose(std::span<float> logits, Active& a, int step)
     throw_error(ErrorKind::kInternal,
                 "draft model: logits row of " + std::to_string(logits.size()) + " entries");
   }
-  engine::ScheduledSeq base;
-  base.seq_id = seq.seq_id;
-  base.params = &seq.request->params;
-  base.seed = seq.seed;
-  base.prompt_token_ids = seq.prompt_ids();
-  base.output_token_ids = seq.output_ids();
-  base.banned_token_ids = seq.banned_token_ids;
-  const engine::ScheduledSeq ctx =
-      position_context(base, seq.spec_token_ids, step, output_scratch_);
-  // Greedy requests verify by equality: the draft's own greedy choice is the best proposal.
-  if (base.params->greedy()) return engine::sample_token(logits, ctx).token_id;
+  const engine::ScheduledSeq ctx = draft_context(a, step);
   probs_.resize(logits.size());
   engine::sampling_probs(logits, ctx, probs_);
   const int32_t token =

@@ -52,17 +52,30 @@ class DraftModelProposer : public Proposer {
     int num_drafts = 0;  // drafts to propose
     int begin = 0;       // first position fed in the first draft step
     int32_t last = -1;   // the token fed by the next single-token step
+    mutable std::vector<int32_t> output;  // draft_context's output extended by the drafts so far
+  };
+  // The draft's answer for one seq: its token (greedy steps) or its logits row.
+  struct Answer {
+    int32_t token = -1;
+    std::vector<float> logits;
   };
 
   // Makes room in the draft pool for positions [0, num_tokens) of `seq`, evicting the least
   // recently used sequences that are not in this round. False when it cannot.
   bool reserve(int64_t seq_id, std::span<const int32_t> tokens, int num_computed, int num_tokens);
-  // One draft forward over `active` (those with step < num_drafts); samples draft number `step`.
+  // One draft forward over `active` (those with step < num_drafts); picks draft number `step`.
   void draft_step(std::vector<Active>& active, int step);
   // Step 0's forward: each active seq's tokens from `begin` on, in batches of at most
-  // max_batch_tokens_; returns the logits of each seq's last token, by index into active.
-  std::vector<std::vector<float>> feed_new_tokens(std::vector<Active>& active,
-                                                  std::vector<size_t>& index);
+  // max_batch_tokens_; the answer for each seq's last token, by index into active.
+  std::vector<Answer> feed_new_tokens(std::vector<Active>& active, std::vector<size_t>& index,
+                                      bool greedy);
+  // One draft batch: greedy, the runner's own sampled tokens; else the logits rows.
+  std::vector<Answer> run(const engine::SchedulerOutput& batch, bool greedy);
+  // The sampling context of a's draft number `step`: its output extended by the drafts so far
+  // (spec::position_context; the extended output lives in a.output).
+  static engine::ScheduledSeq draft_context(const Active& a, int step);
+  // A sampled seq's draft from the logits row: drawn from the draft's distribution q, which is
+  // kept (spec_draft_probs) for the rejection sampler.
   int32_t choose(std::span<float> logits, Active& a, int step);
 
   std::unique_ptr<runner::ModelRunner> draft_;
@@ -73,7 +86,6 @@ class DraftModelProposer : public Proposer {
   kv::KVCacheManager kv_;
   std::unordered_map<int64_t, State> states_;
   uint64_t clock_ = 0;
-  std::vector<int32_t> output_scratch_;
   std::vector<float> probs_;  // [vocab]
 };
 

@@ -13,7 +13,8 @@ namespace {
 
 constexpr const char* kFlag = "--speculative-config: ";
 constexpr const char* kKeys =
-    "method, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max, model";
+    "method, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max, model, "
+    "disable_by_batch_size";
 
 [[noreturn]] void bad(const std::string& message) { invalid_argument(kFlag + message); }
 
@@ -50,6 +51,9 @@ SpeculativeConfig SpeculativeConfig::from_json(const std::string& json) {
       if (c.prompt_lookup_max < 1) bad("prompt_lookup_max must be >= 1, got " + value.dump());
     } else if (key == "model") {
       c.model = string_field(value, key);
+    } else if (key == "disable_by_batch_size") {
+      c.disable_by_batch_size = int_field(value, key);
+      if (c.disable_by_batch_size < 1) bad("disable_by_batch_size must be >= 1, got " + value.dump());
     } else {
       bad("unknown key '" + key + "' (supported: " + kKeys + ")");
     }

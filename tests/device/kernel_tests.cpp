@@ -377,6 +377,16 @@ void attention_suite() {
     test_attention({t, 8, 2, 128, 16, {512}, {8191}, 0, "chunk 512 after 7679 cached"});
     test_attention({t, 8, 8, 64, 32, {1000, 300}, {1000, 2300}, 0, "prefill 1000 + chunk 300"});
     test_attention({t, 32, 4, 128, 16, {130, 1, 2, 3}, {130, 5000, 2, 50}, 0, "mixed small q"});
+    // Speculative verification rows (1 + k tokens): split-KV items in small batches, tiles in
+    // large ones; the graph shapes' fixed split counts too.
+    for (int d : {64, 128}) {
+      test_attention({t, 32, 8, d, 16, {5}, {1000}, 0, "verify 1+4 b1"});
+      test_attention({t, 6, 2, d, 16, {2, 8, 5}, {40, 3000, 5}, 0, "verify 1+k b3"});
+      test_attention({t, 32, 8, d, 16, std::vector<int>(4, 5), pick({5, 17, 300, 2000}, 4), 8,
+                      "verify 1+4 b4 fixed splits"});
+      test_attention({t, 32, 8, d, 16, std::vector<int>(32, 5), pick({5, 17, 300, 2000}, 32), 0,
+                      "verify 1+4 b32 tiles"});
+    }
   }
   // FP8 caches (bf16 / f16 models): every kernel path (tile prefill, tensor-core GQA decode,
   // CUDA-core decode for MHA and generic head_dim), splits, chunked prefill.

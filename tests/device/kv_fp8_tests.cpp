@@ -113,13 +113,14 @@ void test_write(Suite& s, DType t, DType fp8, int tokens, int kv_heads, int d) {
 
 // Two seqs, 8 query heads over 2 KV heads, head_dim 128: the V row of key 0 of (seq, kv head)
 // holds codes (2 * seq + head) * 128 + d (mod 256: every code twice; NaN / inf codes become 0).
-// Decode: q_len 1, ctx 1. Prefill: q_len = ctx = 2 (the tile kernel), row 0 sees key 0 only.
+// Decode: q_len 1, ctx 1. Prefill: q_len = ctx = 9 (the tile kernel: rows longer than the split
+// path's short rows, see plan_attention), row 0 sees key 0 only.
 void test_codes(Suite& s, DType t, DType fp8, bool prefill, bool tensor_cores) {
   char name[128];
   std::snprintf(name, sizeof name, "attention %s kv=%s every code exact (%s)", dname(t),
                 fp8_name(fp8), prefill ? "tile prefill" : tensor_cores ? "mma decode" : "cuda-core decode");
   if (!s.selected(name)) return;
-  const int heads = 8, kv_heads = 2, d = 128, bs = 16, q_len = prefill ? 2 : 1;
+  const int heads = 8, kv_heads = 2, d = 128, bs = 16, q_len = prefill ? 9 : 1;
   const Fp8Format f = format_of(fp8);
   const size_t row = size_t(kv_heads) * d;
   std::vector<uint8_t> kc(2 * bs * row, 0), vc(2 * bs * row, 0);

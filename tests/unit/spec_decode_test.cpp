@@ -328,6 +328,30 @@ TEST(SpecDecode, PiecewiseDraftPrefillAcceptsEveryDraftWhenSelfDrafting) {
                       spec);
 }
 
+// The adaptive switch: no drafts while more than disable_by_batch_size sequences decode. Prompts
+// with different lengths finish one by one, so only the last two decode with drafts; the output
+// is the same either way.
+TEST(SpecDecode, LargeBatchesDecodeWithoutDrafts) {
+  const auto prompts = code_prompts();
+  std::vector<SamplingParams> params;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SamplingParams p = greedy(8 + 8 * static_cast<int>(i));
+    p.ignore_eos = true;
+    params.push_back(p);
+  }
+  EngineArgs a = base_args(kPycode);
+  a.speculative = ngram(3, 1, 3);
+  const SpecRun all = generate(a, prompts, params);
+  a.speculative.disable_by_batch_size = 2;
+  const SpecRun tail = generate(a, prompts, params);
+  expect_same_outputs(generate(base_args(kPycode), prompts, params), tail);
+  EXPECT_GT(tail.stats.spec_num_drafts, 0u);
+  EXPECT_LT(tail.stats.spec_num_drafts, all.stats.spec_num_drafts);
+  // Default: at most 256 / (1 + k) sequences speculate.
+  EXPECT_EQ(ngram(3, 1, 3).max_speculating_seqs(), 64);
+  EXPECT_EQ(ngram(16, 1, 3).max_speculating_seqs(), 15);
+}
+
 // The draft's KV follows its sequences: held while they run (also through preemption), freed when
 // they finish or are aborted.
 TEST(SpecDecode, DraftKvIsReleasedWithItsSequences) {
@@ -407,6 +431,7 @@ void expect_same_distribution(const std::string& model, const SpeculativeConfig&
   const SpecRun plain = generate(base_args(model), prompts, params);
   EngineArgs a = base_args(model);
   a.speculative = sc;
+  a.speculative.disable_by_batch_size = num_seeds;  // every seed's sequence speculates
   const SpecRun spec = generate(a, prompts, params);
   EXPECT_GT(spec.stats.spec_num_accepted_tokens, 0u);
   int num_different = 0;

@@ -51,6 +51,10 @@ TEST(SpecConfig, ParsesVllmJson) {
       SpeculativeConfig::from_json(R"({"model": "ngram", "num_speculative_tokens": 3})").method,
       "ngram");
   EXPECT_FALSE(SpeculativeConfig{}.enabled());
+  EXPECT_EQ(SpeculativeConfig::from_json(
+                R"({"method": "ngram", "num_speculative_tokens": 2, "disable_by_batch_size": 8})")
+                .max_speculating_seqs(),
+            8);
 }
 
 TEST(SpecConfig, BadConfigsGiveOneLineErrors) {
@@ -68,6 +72,8 @@ TEST(SpecConfig, BadConfigsGiveOneLineErrors) {
        "prompt_lookup_min must be >= 1"},
       {R"({"method": "draft_model", "num_speculative_tokens": 2})", "needs \"model\""},
       {R"({"method": "ngram", "num_speculative_tokens": 2, "tree": 1})", "unknown key 'tree'"},
+      {R"({"method": "ngram", "num_speculative_tokens": 2, "disable_by_batch_size": 0})",
+       "disable_by_batch_size must be >= 1, got 0"},
       {R"({"method": "ngram", "num_speculative_tokens": "4"})",
        "num_speculative_tokens must be an integer"},
       {R"([1, 2])", "expected a JSON object"},

@@ -72,6 +72,11 @@ cudaError_t plan_attention(const AttentionParams& p, const int32_t* query_start_
   out->split_items.clear();
   out->tile_items.clear();
   const bool tiles = tile_path(p);
+  // Short query rows (speculative verification: 1 + k tokens) in a small batch take the split-KV
+  // kernels, one item per token, whose splits spread each row's keys over many blocks; the tile
+  // kernel would give a row one block per KV head. Decided by the batch size alone, so that a
+  // graph shape always gets the same plan.
+  const bool split_short_rows = int64_t{p.num_seqs} * p.num_kv_heads < num_sms;
   int max_split_ctx = 0;
   for (int s = 0; s < p.num_seqs; ++s) {
     const int begin = query_start_loc_host[s];
@@ -80,7 +85,7 @@ cudaError_t plan_attention(const AttentionParams& p, const int32_t* query_start_
         (seq_lens_host[s] + p.block_size - 1) / p.block_size > p.max_blocks_per_seq)
       return cudaErrorInvalidValue;
     if (q_len == 0) continue;
-    if (tiles && q_len > 1) {
+    if (tiles && q_len > 1 && !(split_short_rows && q_len <= attention::kSplitMaxQueryRows)) {
       for (int r = 0; r < q_len; r += kAttentionTileRows) {
         out->tile_items.push_back(s);
         out->tile_items.push_back(r);

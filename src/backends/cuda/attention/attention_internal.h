@@ -21,6 +21,9 @@ constexpr int kMaxGenericHeadDim = 256;
 // The most splits per sequence the planner makes (the in-kernel merge keeps their weights in shared
 // memory).
 constexpr int kCombineMaxSplits = 256;
+// The longest query row the planner gives the split-KV kernels in small batches (see
+// plan_attention): speculative verification rows of up to 7 drafts.
+constexpr int kSplitMaxQueryRows = 8;
 // The fewest keys a split gets where the context allows (planner and kernels).
 constexpr int kMinSplitKeys = 128;
 
