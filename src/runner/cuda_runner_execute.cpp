@@ -268,6 +268,84 @@ void run_graph_shape(CudaRunner::Impl& m, Flat& f, int q,
   }
 }
 
+// Validates one seq of the step and appends its tokens, positions, slots and attention layout to f.
+void append_seq(const CudaRunner::Impl& m, const engine::ScheduledSeq& seq, Flat& f) {
+  const int64_t bs = m.opt.block_size;
+  const int64_t n = int64_t(seq.token_ids.size());
+  if (n == 0 || seq.num_computed_tokens < 0)
+    internal("seq " + std::to_string(seq.seq_id) + " has no tokens");
+  const int64_t ctx = seq.num_computed_tokens + n;
+  if (int64_t(seq.block_table.size()) * bs < ctx)
+    internal("block table of seq " + std::to_string(seq.seq_id) + " is too short");
+  if (ctx > int64_t(m.max_blocks) * bs)
+    invalid_argument("sequence of " + std::to_string(ctx) + " tokens exceeds the max model length " +
+                     std::to_string(m.opt.max_model_len));
+  for (int32_t b : seq.block_table)
+    if (b < 0 || b >= m.num_blocks)
+      internal("seq " + std::to_string(seq.seq_id) + " uses an invalid KV block");
+  if (seq.num_spec_tokens < 0 || seq.num_spec_tokens >= n ||
+      (seq.num_spec_tokens > 0 && !seq.needs_sample))
+    internal("seq " + std::to_string(seq.seq_id) + " has " + std::to_string(seq.num_spec_tokens) +
+             " draft tokens in a row of " + std::to_string(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t id = seq.token_ids[size_t(i)];
+    if (id < 0 || id >= m.vocab)
+      invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary (" +
+                       std::to_string(m.vocab) + ")");
+    const int64_t p = seq.num_computed_tokens + i;
+    f.ids.push_back(id);
+    f.pos.push_back(int32_t(p));
+    f.slots.push_back(int64_t(seq.block_table[size_t(p / bs)]) * bs + p % bs);
+  }
+  f.qsl.push_back(int32_t(f.ids.size()));
+  f.lens.push_back(int32_t(ctx));
+  f.tables.push_back(seq.block_table.data());
+  f.table_lens.push_back(int(seq.block_table.size()));
+}
+
+// Flattens the step (append_seq) and lists the rows whose logits it needs: the plain rows (prompt
+// logprobs, sampling) in seq order, then every speculating seq's 1 + k rows. graph_q: 1 for a decode
+// step, 1 + k for a verification step (every seq its last verified token and k drafts, the same k),
+// else 0.
+Flat flatten(const CudaRunner::Impl& m, const engine::SchedulerOutput& batch, bool with_prompt_rows,
+             int& graph_q) {
+  Flat f;
+  std::vector<LogitsRow> spec_rows;  // appended to f.rows after the loop: they come last
+  bool decode_only = true;
+  int uniform_q = 0;  // > 0: every seq so far has this many tokens, all but the first drafts
+  for (size_t s = 0; s < batch.seqs.size(); ++s) {
+    const engine::ScheduledSeq& seq = batch.seqs[s];
+    const int32_t n = int32_t(seq.token_ids.size());
+    const int32_t begin = int32_t(f.ids.size()), first_pos = seq.num_computed_tokens;
+    append_seq(m, seq, f);
+    if (with_prompt_rows && seq.prompt_logprobs > 0) {
+      const int32_t prompt_len = int32_t(seq.prompt_token_ids.size());
+      for (int32_t i = 0; i < n && first_pos + i + 1 < prompt_len; ++i)
+        f.rows.push_back({begin + i, s, first_pos + i, false});
+    }
+    const int32_t k = seq.num_spec_tokens;
+    if (k > 0) {  // the last verified token's row and each draft's
+      for (int32_t j = 0; j <= k; ++j)
+        spec_rows.push_back({begin + n - 1 - k + j, s, first_pos + n - 1 - k + j, false, true, j});
+    } else if (seq.needs_sample) {
+      f.rows.push_back({begin + n - 1, s, first_pos + n - 1, true});
+    }
+    // kMean: every row of the step; kLast: the prompt's last row, on its final step.
+    f.pool.push_back(seq.pooling == PoolingType::kMean ? std::pair{begin, n}
+                     : seq.pooling == PoolingType::kLast && seq.needs_sample
+                         ? std::pair{begin + n - 1, 1}
+                         : std::pair{0, 0});
+    const bool plain_row = seq.needs_sample && seq.pooling == PoolingType::kNone &&
+                           !(with_prompt_rows && seq.prompt_logprobs > 0);
+    decode_only = decode_only && n == 1 && plain_row;
+    const bool verify_row = plain_row && k > 0 && n == k + 1;
+    uniform_q = verify_row && (s == 0 || uniform_q == n) ? n : 0;
+  }
+  f.rows.insert(f.rows.end(), spec_rows.begin(), spec_rows.end());
+  graph_q = decode_only ? 1 : uniform_q;
+  return f;
+}
+
 }  // namespace
 
 // Shared by execute and execute_logits: validates and flattens, copies blocks, runs the forward
@@ -278,76 +356,13 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
   apply_block_ops(m, batch);
   // Ranks other than the leader run the same kernels and collectives but sample nothing.
   sample = sample && m.leader;
-  const int64_t bs = m.opt.block_size;
-  Flat f;
-  std::vector<LogitsRow> spec_rows;  // appended to f.rows after the loop: they come last
-  bool decode_only = true;
-  int uniform_q = 0;  // > 0: every seq so far has this many tokens, all but the first drafts
-  for (size_t s = 0; s < batch.seqs.size(); ++s) {
-    const engine::ScheduledSeq& seq = batch.seqs[s];
-    const int64_t n = int64_t(seq.token_ids.size());
-    const int32_t begin = int32_t(f.ids.size());
-    if (n == 0 || seq.num_computed_tokens < 0)
-      internal("seq " + std::to_string(seq.seq_id) + " has no tokens");
-    const int64_t ctx = seq.num_computed_tokens + n;
-    if (int64_t(seq.block_table.size()) * bs < ctx)
-      internal("block table of seq " + std::to_string(seq.seq_id) + " is too short");
-    if (ctx > int64_t(m.max_blocks) * bs)
-      invalid_argument("sequence of " + std::to_string(ctx) +
-                       " tokens exceeds the max model length " +
-                       std::to_string(m.opt.max_model_len));
-    for (int32_t b : seq.block_table)
-      if (b < 0 || b >= m.num_blocks)
-        internal("seq " + std::to_string(seq.seq_id) + " uses an invalid KV block");
-    for (int64_t i = 0; i < n; ++i) {
-      const int32_t id = seq.token_ids[size_t(i)];
-      if (id < 0 || id >= m.vocab)
-        invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary (" +
-                         std::to_string(m.vocab) + ")");
-      const int64_t p = seq.num_computed_tokens + i;
-      f.ids.push_back(id);
-      f.pos.push_back(int32_t(p));
-      f.slots.push_back(int64_t(seq.block_table[size_t(p / bs)]) * bs + p % bs);
-    }
-    f.qsl.push_back(int32_t(f.ids.size()));
-    f.lens.push_back(int32_t(ctx));
-    f.tables.push_back(seq.block_table.data());
-    f.table_lens.push_back(int(seq.block_table.size()));
-    if (with_prompt_rows && seq.prompt_logprobs > 0) {
-      const int64_t prompt_len = int64_t(seq.prompt_token_ids.size());
-      for (int64_t i = 0; i < n && seq.num_computed_tokens + i + 1 < prompt_len; ++i)
-        f.rows.push_back({int32_t(begin + i), s, int32_t(seq.num_computed_tokens + i), false});
-    }
-    if (seq.num_spec_tokens < 0 || seq.num_spec_tokens >= n ||
-        (seq.num_spec_tokens > 0 && !seq.needs_sample))
-      internal("seq " + std::to_string(seq.seq_id) + " has " +
-               std::to_string(seq.num_spec_tokens) + " draft tokens in a row of " +
-               std::to_string(n));
-    if (seq.num_spec_tokens > 0) {  // the last verified token's row and each draft's
-      for (int64_t i = n - 1 - seq.num_spec_tokens; i < n; ++i)
-        spec_rows.push_back({int32_t(begin + i), s, int32_t(seq.num_computed_tokens + i), false,
-                             true, int32_t(i - (n - 1 - seq.num_spec_tokens))});
-    } else if (seq.needs_sample) {
-      f.rows.push_back({int32_t(begin + n - 1), s, int32_t(ctx - 1), true});
-    }
-    // kMean: every row of the step; kLast: the prompt's last row, on its final step.
-    f.pool.push_back(seq.pooling == PoolingType::kMean ? std::pair{begin, int32_t(n)}
-                     : seq.pooling == PoolingType::kLast && seq.needs_sample
-                         ? std::pair{int32_t(begin + n - 1), 1}
-                         : std::pair{0, 0});
-    const bool plain_row = seq.needs_sample && seq.pooling == PoolingType::kNone &&
-                           !(with_prompt_rows && seq.prompt_logprobs > 0);
-    decode_only = decode_only && n == 1 && plain_row;
-    // A verification step: every seq the last verified token and k drafts, the same k.
-    const bool verify_row = plain_row && seq.num_spec_tokens > 0 && n == seq.num_spec_tokens + 1;
-    uniform_q = verify_row && (s == 0 || uniform_q == int(n)) ? int(n) : 0;
-  }
-  // The speculative rows follow the plain ones, in the same order on every rank (a tensor-parallel
-  // LM head gathers each chunk's rows from every rank). On a sampling step's leader every row goes
-  // through the GPU sampler (a speculative row with its position's context: a greedy seq's drafts
-  // are verified from those answers); a row comes back as logits (host_index) on a logits step, and
-  // for a sampled seq's drafts, whose rejection sampling runs on the host.
-  f.rows.insert(f.rows.end(), spec_rows.begin(), spec_rows.end());
+  int graph_q = 0;
+  Flat f = flatten(m, batch, with_prompt_rows, graph_q);
+  // The rows are in the same order on every rank (a tensor-parallel LM head gathers each chunk's
+  // rows from every rank). On a sampling step's leader every row goes through the GPU sampler (a
+  // speculative row with its position's context: a greedy seq's drafts are verified from those
+  // answers); a row comes back as logits (host_index) on a logits step, and for a sampled seq's
+  // drafts, whose rejection sampling runs on the host.
   int num_host = 0;
   for (LogitsRow& row : f.rows)
     if (m.leader && (!sample || (row.spec && !batch.seqs[row.seq].params->greedy())))
@@ -396,11 +411,10 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
 
   // Decode steps (1 token per seq) and verification steps (every seq 1 + k tokens, k the same for
   // all) take a graph shape.
-  const int q = decode_only ? 1 : uniform_q;
   const CudaRunner::Impl::DecodeShape shape =
-      q > 0 ? m.decode_shape(num_seqs, q) : CudaRunner::Impl::DecodeShape{};
+      graph_q > 0 ? m.decode_shape(num_seqs, graph_q) : CudaRunner::Impl::DecodeShape{};
   if (shape.padded_seqs > 0) {
-    run_graph_shape(m, f, q, shape);
+    run_graph_shape(m, f, graph_q, shape);
     if (sample) upload_sample_inputs(m, batch, f.rows, sin);
     fetch(0, num_rows);
     return result;
