@@ -17,7 +17,7 @@
 # $OUT gets summary.txt and logs.tar.xz only (the device tool returns at most 8 files).
 set -uo pipefail
 SRC=$(cd "${1:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|four70decode|fourproc|ppflight[_check|_tput]}" && pwd)
-PART=${2:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|four70decode|fourproc|ppflight[_check|_tput]}
+PART=${2:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|four70decode|fourproc|ppflight[_check|_tput]|tenrun}
 OUTDIR=${OUT:-./device-logs}
 LOGS=/tmp/mgpu-logs
 rm -rf "$LOGS" && mkdir -p "$LOGS" "$OUTDIR"
@@ -356,7 +356,17 @@ ppflight_tput() {
   tput_70b pp2one 256 128 128 150 --pipeline-parallel-size 2 --max-batches-in-flight 1
 }
 
+# Issue 10's two open figures in one call: 8B batch-1 decode, TP=2 against TP=1 (two rounds,
+# interleaved), and 70B shapes PP=2 against TP=2 at 256 concurrent requests.
+tenrun() {
+  ceilings 64
+  decode_8b "tp1:" "tp2:--tensor-parallel-size 2" "tp1b:" "tp2b:--tensor-parallel-size 2"
+  tput_70b tp2 256 128 128 200 --tensor-parallel-size 2
+  tput_70b pp2 256 128 128 200 --pipeline-parallel-size 2
+}
+
 case $PART in
+  tenrun) tenrun ;;
   ppflight) ppflight ;;
   ppflight_check) ppflight_check ;;
   ppflight_tput) ppflight_tput ;;
