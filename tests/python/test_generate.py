@@ -3,6 +3,7 @@ errors as Python exceptions, and Ctrl-C."""
 
 import _thread
 import math
+import signal
 import threading
 
 import pytest
@@ -160,9 +161,17 @@ def test_engine_errors_are_python_exceptions(llm, tmp_path):
     assert_no_kv_in_use(llm.get_stats())
 
 
-def test_ctrl_c_aborts_and_leaves_the_engine_usable(llm):
-    timer = threading.Timer(0.3, _thread.interrupt_main)
+def simulate_ctrl_c_after(seconds):
+    # A shell's background job starts with SIGINT ignored, and interrupt_main then does nothing:
+    # Python's own handler goes back in place first, as in an interactive session.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    timer = threading.Timer(seconds, _thread.interrupt_main)
     timer.start()
+    return timer
+
+
+def test_ctrl_c_aborts_and_leaves_the_engine_usable(llm):
+    timer = simulate_ctrl_c_after(0.3)
     with pytest.raises(KeyboardInterrupt):
         llm.generate([""] * 128, SamplingParams(temperature=1.0, max_tokens=500, ignore_eos=True),
                      use_tqdm=False)
@@ -215,8 +224,7 @@ def test_data_parallel_replicas_and_ctrl_c(llm):
     p = SamplingParams(temperature=0.7, seed=9, max_tokens=32)
     assert [o.outputs[0].token_ids for o in dp.generate(PROMPTS, p, use_tqdm=False)] == \
         [o.outputs[0].token_ids for o in llm.generate(PROMPTS, p, use_tqdm=False)]
-    timer = threading.Timer(0.3, _thread.interrupt_main)
-    timer.start()
+    timer = simulate_ctrl_c_after(0.3)
     with pytest.raises(KeyboardInterrupt):
         dp.generate([""] * 128, SamplingParams(max_tokens=500, ignore_eos=True), use_tqdm=False)
     timer.join()
