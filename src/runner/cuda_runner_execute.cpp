@@ -145,12 +145,13 @@ void apply_block_ops(CudaRunner::Impl& m, const engine::SchedulerOutput& batch) 
 }
 
 // The logits of a chunk's rows that have a host_index (chunk: the rows whose logits x_logits holds,
-// in order), into logits[host_index] as fp32. Synchronizes the stream.
+// in order), into logits[host_index] as fp32. Synchronizes the stream when there are any.
 void download_host_rows(CudaRunner::Impl& m, std::span<const LogitsRow> chunk, size_t row_bytes,
                         std::vector<float>& logits) {
   std::vector<std::pair<size_t, int32_t>> wanted;  // (row in the chunk, host index)
   for (size_t r = 0; r < chunk.size(); ++r)
     if (chunk[r].host_index >= 0) wanted.emplace_back(r, chunk[r].host_index);
+  if (wanted.empty()) return;  // a sampling chunk: sample_rows has synchronized already
   for (size_t i = 0; i < wanted.size();) {  // runs of consecutive rows in one copy each
     size_t j = i + 1;
     while (j < wanted.size() && wanted[j].first == wanted[j - 1].first + 1) ++j;

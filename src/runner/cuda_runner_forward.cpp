@@ -162,26 +162,16 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
     } else {
       check(cuda::rope_and_write_kv_cache(rp, kw, stream), "rope and kv cache write");
     }
-    cuda::AttentionParams ap;
-    ap.dtype = dt;
-    ap.kv_dtype = kv_dt;
+    // The step's shape as planned (planning_params), with this layer's buffers and the step inputs.
+    cuda::AttentionParams ap = planning_params(n, s.num_seqs);
     ap.k_scale = kw.k_scale;
     ap.v_scale = kw.v_scale;
     ap.q = q;
     ap.k_cache = k_cache;
     ap.v_cache = v_cache;
-    ap.out = x_attn.get();
     ap.query_start_loc = dev<int32_t>(lay.qsl);
     ap.seq_lens = dev<int32_t>(lay.seq_lens);
     ap.block_tables = dev<int32_t>(lay.tables);
-    ap.num_seqs = s.num_seqs;
-    ap.num_tokens = n;
-    ap.num_heads = num_heads;
-    ap.num_kv_heads = num_kv_heads;
-    ap.head_dim = head_dim;
-    ap.block_size = opt.block_size;
-    ap.max_blocks_per_seq = max_blocks;
-    ap.q_token_stride = qkv_width;
     ap.scale = 1.f / std::sqrt(float(head_dim));
     check(cuda::run_attention(ap, s.plan, attn_ws.get(), stream), "attention");
     gemm(x_attn.get(), w.o_proj, w.o_proj_fp8, w.o_proj_int, x_proj.get(), hidden,
