@@ -17,7 +17,8 @@ enum class PoolingType { kNone, kLast, kMean };
 //   ngram:       prompt lookup in the request's own tokens; prompt_lookup_min/max bound the n-gram
 //                length (vLLM's defaults: both 5 when neither is given, else the one given).
 //   draft_model: `model` is a smaller model folder with the target's vocabulary and tokenizer.
-// Speculation runs on the CPU backend only in this build.
+// Speculation runs on the CPU and CUDA backends (one target replica: data-parallel size 1 with a
+// draft model).
 struct SpeculativeConfig {
   static constexpr int kMaxSpeculativeTokens = 16;
   std::string method;              // "" (off) | "ngram" | "draft_model"

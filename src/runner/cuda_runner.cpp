@@ -441,6 +441,16 @@ void CudaRunner::Impl::upload_sample_ids(const std::vector<int32_t>& ids) {
 }
 
 void CudaRunner::Impl::sample_rows(int num_rows, cuda::SampleOutput* out) {
+  launch_sampler(num_rows);
+  check(cudaMemcpyAsync(sample_out_host, x_sample_out.get(),
+                        size_t(num_rows) * sizeof(cuda::SampleOutput), cudaMemcpyDeviceToHost,
+                        stream),
+        "downloading sampled tokens");
+  check(cudaStreamSynchronize(stream), "running the step");
+  std::copy_n(sample_out_host, num_rows, out);
+}
+
+void CudaRunner::Impl::launch_sampler(int num_rows) {
   cuda::SampleParams p;
   p.dtype = dt;
   p.logits = x_logits.get();
@@ -452,11 +462,6 @@ void CudaRunner::Impl::sample_rows(int num_rows, cuda::SampleOutput* out) {
   p.weights = x_sample_weights.as<float>();
   p.out = x_sample_out.as<cuda::SampleOutput>();
   check(cuda::sample(p, stream), "sampling");
-  check(cudaMemcpyAsync(sample_out_host, p.out, size_t(num_rows) * sizeof(cuda::SampleOutput),
-                        cudaMemcpyDeviceToHost, stream),
-        "downloading sampled tokens");
-  check(cudaStreamSynchronize(stream), "running the step");
-  std::copy_n(sample_out_host, num_rows, out);
 }
 
 void CudaRunner::Impl::init_kv_scales(const io::WeightStore* checkpoint) {

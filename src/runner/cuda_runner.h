@@ -92,6 +92,11 @@ class CudaRunner : public ModelRunner {
   // scheduled token when needs_sample is set (empty otherwise).
   std::vector<std::vector<float>> execute_logits(const engine::SchedulerOutput& batch) override;
 
+  // Greedy drafting with the answers kept on the GPU: every step's argmax feeds the next step's
+  // input on the device, one synchronization per chain (decode steps replay their graphs).
+  std::vector<std::vector<int32_t>> execute_greedy_chain(const engine::SchedulerOutput& batch,
+                                                         std::span<const int> steps) override;
+
   const CudaStartupStats& startup_stats() const;
 
   struct Impl;

@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <span>
 
 #include "common/thread_pool.h"
+#include "pagellm/engine_args.h"
 #include "runner/block_ops.h"
 #include "runner/cuda_runner_impl.h"
 #include "runner/sample_pack.h"
@@ -236,8 +238,10 @@ void verify_spec_rows(const engine::SchedulerOutput& batch, const std::vector<Lo
 // q tokens that write nothing and read block 0, then replayed from its graph (captured here on
 // first use when q > 1), or (--enforce-eager) run with the same kernels on the same shapes. Leaves
 // the logits of every row in x_logits (row r: token r).
-void run_graph_shape(CudaRunner::Impl& m, Flat& f, int q,
-                     const CudaRunner::Impl::DecodeShape& shape) {
+// after_upload (if set) runs once the inputs' upload is queued, before the forward pass. With
+// last_rows, x_logits' first rows are instead each seq's last token's (row i: seq i).
+void run_graph_shape(CudaRunner::Impl& m, Flat& f, int q, const CudaRunner::Impl::DecodeShape& shape,
+                     const std::function<void()>& after_upload = {}, bool last_rows = false) {
   const int num_seqs = int(f.lens.size());
   const int b = shape.padded_seqs;
   static const int32_t kZeroBlock = 0;
@@ -257,8 +261,10 @@ void run_graph_shape(CudaRunner::Impl& m, Flat& f, int q,
   if (q > 1 && !m.kv_scales_pending) m.capture_graph(b, q);
   const CudaRunner::Impl::Staged st =
       m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables, f.table_lens, shape.num_splits);
-  for (int r = 0; r < b * q; ++r) m.host<int32_t>(m.lay.rows)[r] = r;
+  for (int r = 0; r < b * q; ++r)
+    m.host<int32_t>(m.lay.rows)[r] = !last_rows ? r : r < b ? r * q + q - 1 : 0;
   m.upload_inputs();
+  if (after_upload) after_upload();
   const auto graph = m.graphs.find({b, q});
   if (graph != m.graphs.end() && !m.kv_scales_pending) {
     check(cudaGraphLaunch(graph->second, m.stream), "launching a decode graph");
@@ -475,6 +481,127 @@ std::vector<std::vector<float>> CudaRunner::execute_logits(const engine::Schedul
   for (size_t r = 0; r < rows.size(); ++r)
     out[rows[r].seq].assign(logits.begin() + ptrdiff_t(r * vocab),
                             logits.begin() + ptrdiff_t((r + 1) * vocab));
+  return out;
+}
+
+}  // namespace pagellm::runner
+
+// ---- greedy chains (the draft model's steps) ----------------------------------------------------
+
+namespace pagellm::runner {
+
+namespace {
+
+// Step j >= 1 of a greedy chain: seq i's input (its previous answer, put on the device after the
+// upload) at position after[i] + j - 1, after[i] being its context after step 0. A seq with all
+// its answers runs as a row that writes nothing and reads block 0.
+Flat chain_step(const CudaRunner::Impl& m, const engine::SchedulerOutput& batch,
+                std::span<const int> steps, const std::vector<int32_t>& after, int j) {
+  static const int32_t kZeroBlock = 0;
+  const int64_t bs = m.opt.block_size;
+  Flat f;
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    const engine::ScheduledSeq& seq = batch.seqs[i];
+    const bool live = j < steps[i];
+    const int64_t p = live ? int64_t(after[i]) + j - 1 : 0;
+    if (live && (p >= int64_t(seq.block_table.size()) * bs || p >= int64_t(m.max_blocks) * bs))
+      internal("greedy chain of seq " + std::to_string(seq.seq_id) + " runs past its block table");
+    f.ids.push_back(0);
+    f.pos.push_back(int32_t(p));
+    f.slots.push_back(live ? int64_t(seq.block_table[size_t(p / bs)]) * bs + p % bs : -1);
+    f.qsl.push_back(int32_t(i + 1));
+    f.lens.push_back(int32_t(p + 1));
+    f.tables.push_back(live ? seq.block_table.data() : &kZeroBlock);
+    f.table_lens.push_back(live ? int(seq.block_table.size()) : 1);
+  }
+  return f;
+}
+
+// Step 0 of a greedy chain: the batch as given; a graph shape when every seq has the same number
+// of tokens, at most 1 + kMaxSpeculativeTokens (a round's catch-up: the draft's rounds after the
+// first). `uploaded` runs once its inputs' upload is queued. Leaves row i's logits (seq i) in
+// x_logits.
+void chain_first_step(CudaRunner::Impl& m, const engine::SchedulerOutput& batch,
+                      const std::function<void()>& uploaded) {
+  const int n = int(batch.seqs.size());
+  int graph_q = 0;
+  Flat f = flatten(m, batch, false, graph_q);
+  const size_t q = batch.seqs[0].token_ids.size();
+  const bool uniform = q <= size_t(SpeculativeConfig::kMaxSpeculativeTokens + 1) &&
+                       std::all_of(batch.seqs.begin(), batch.seqs.end(),
+                                   [&](const auto& s) { return s.token_ids.size() == q; });
+  const CudaRunner::Impl::DecodeShape shape =
+      uniform ? m.decode_shape(n, int(q)) : CudaRunner::Impl::DecodeShape{};
+  if (shape.padded_seqs > 0) return run_graph_shape(m, f, int(q), shape, uploaded, true);
+  const CudaRunner::Impl::Staged st =
+      m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables, f.table_lens, 0);
+  for (int r = 0; r < n; ++r) m.host<int32_t>(m.lay.rows)[r] = f.rows[size_t(r)].row;
+  m.upload_inputs();
+  uploaded();
+  m.forward(st, m.kv_pool.get());
+  m.kv_scales_pending = false;
+  m.compute_logits(0, n);
+}
+
+}  // namespace
+
+std::vector<std::vector<int32_t>> CudaRunner::execute_greedy_chain(
+    const engine::SchedulerOutput& batch, std::span<const int> steps) {
+  Impl& m = *impl_;
+  // A parallel group would need every rank to follow the leader's answers: the host loop does.
+  if (m.opt.shard.tp_size > 1 || m.opt.shard.pp_size > 1)
+    return ModelRunner::execute_greedy_chain(batch, steps);
+  check_greedy_chain(batch, steps);
+  const int n = int(batch.seqs.size());
+  if (n == 0) return {};
+  const int max_steps = *std::max_element(steps.begin(), steps.end());
+  const size_t answer_bytes = size_t(max_steps) * size_t(n) * sizeof(int32_t);
+  if (n > m.max_seqs || answer_bytes > size_t(m.max_seqs) * size_t(m.vocab) * m.esz)
+    internal("greedy chain of " + std::to_string(n) + " seqs x " + std::to_string(max_steps) +
+             " steps exceeds the runner's limits");
+  if (m.chain_tokens.bytes() < answer_bytes) m.chain_tokens = DevMem(answer_bytes, "chain answers");
+  if (!m.inputs_uploaded)
+    check(cudaEventCreateWithFlags(&m.inputs_uploaded, cudaEventDisableTiming), "creating an event");
+  apply_block_ops(m, batch);
+  cuda::SampleRow argmax;
+  argmax.temperature = 0.f;
+  std::fill_n(m.host<cuda::SampleRow>(m.lay.sample_rows), n, argmax);  // uploaded with each step
+  int32_t* answers = m.chain_tokens.as<int32_t>();  // [max_steps, n]
+  auto uploaded = [&] { check(cudaEventRecord(m.inputs_uploaded, m.stream), "recording an event"); };
+  auto keep_answers = [&](int j) {
+    m.launch_sampler(n);
+    check(cudaMemcpy2DAsync(answers + size_t(j) * size_t(n), sizeof(int32_t), m.x_sample_out.get(),
+                            sizeof(cuda::SampleOutput), sizeof(int32_t), size_t(n),
+                            cudaMemcpyDeviceToDevice, m.stream),
+          "keeping a chain's answers");
+  };
+  chain_first_step(m, batch, uploaded);
+  keep_answers(0);
+  std::vector<int32_t> after(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const engine::ScheduledSeq& seq = batch.seqs[size_t(i)];
+    after[size_t(i)] = seq.num_computed_tokens + int32_t(seq.token_ids.size());
+  }
+  const Impl::DecodeShape shape = m.decode_shape(n, 1);
+  for (int j = 1; j < max_steps; ++j) {
+    Flat g = chain_step(m, batch, steps, after, j);
+    // The pinned inputs are rewritten only once the previous step's upload has read them.
+    check(cudaEventSynchronize(m.inputs_uploaded), "waiting for a step's upload");
+    run_graph_shape(m, g, 1, shape, [&] {
+      uploaded();
+      check(cudaMemcpyAsync(m.dev<int32_t>(m.lay.token_ids), answers + size_t(j - 1) * size_t(n),
+                            size_t(n) * sizeof(int32_t), cudaMemcpyDeviceToDevice, m.stream),
+            "feeding a chain's answers");
+    });
+    keep_answers(j);
+  }
+  auto* host = static_cast<int32_t*>(m.logits_host);
+  check(cudaMemcpyAsync(host, answers, answer_bytes, cudaMemcpyDeviceToHost, m.stream),
+        "downloading a chain's answers");
+  check(cudaStreamSynchronize(m.stream), "running a greedy chain");
+  std::vector<std::vector<int32_t>> out(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < steps[size_t(i)]; ++j) out[size_t(i)].push_back(host[size_t(j) * n + i]);
   return out;
 }
 

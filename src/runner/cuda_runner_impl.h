@@ -165,6 +165,10 @@ struct CudaRunner::Impl {
   DevMem x_sample_work;     // [max_seqs, vocab] fp32 sampler scratch: penalized logits
   DevMem x_sample_weights;  // [max_seqs, vocab] fp32 sampler scratch: flags, then weights
   DevMem x_sample_out;      // [max_seqs] cuda::SampleOutput
+  // Greedy chains (execute_greedy_chain): each step's answers [steps, seqs] int32, grown on
+  // demand, and the event after a step's input upload (the pinned inputs are rewritten after it).
+  DevMem chain_tokens;
+  cudaEvent_t inputs_uploaded = nullptr;
   cuda::SampleOutput* sample_out_host = nullptr;  // pinned [max_seqs]
   // The sampler's flat id lists (bans, penalties), grown on demand: pinned host + device copy.
   DevMem sample_ids_dev;               // [sample_ids_capacity] int32
@@ -200,6 +204,7 @@ struct CudaRunner::Impl {
 
   ~Impl() {
     for (auto& [b, g] : graphs) cudaGraphExecDestroy(g);
+    if (inputs_uploaded) cudaEventDestroy(inputs_uploaded);
     if (ints_host) cudaFreeHost(ints_host);
     if (logits_host) cudaFreeHost(logits_host);
     if (sample_out_host) cudaFreeHost(sample_out_host);
@@ -311,6 +316,8 @@ struct CudaRunner::Impl {
   // Samples / scores rows [0, num_rows) of x_logits with the SampleRows at lay.sample_rows (already
   // on the device) and returns the outputs (synchronizes the stream).
   void sample_rows(int num_rows, cuda::SampleOutput* out);
+  // Queues the sampler over rows [0, num_rows) of x_logits into x_sample_out (no synchronization).
+  void launch_sampler(int num_rows);
 };
 
 }  // namespace pagellm::runner

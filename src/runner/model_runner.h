@@ -2,8 +2,10 @@
 // above (scheduler, KV manager, sampling parameters, server) is shared.
 #pragma once
 
+#include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "common/error.h"
@@ -36,6 +38,15 @@ class ModelRunner {
     throw_error(ErrorKind::kUnsupported, "this model runner does not return logits");
   }
 
+  // Greedy drafting (the draft model of speculative decoding): runs `batch`, whose every seq has
+  // needs_sample, then single-token steps in which each seq's input is its previous answer at the
+  // next position, until seq i has steps[i] >= 1 answers. An answer is the argmax of the raw logits
+  // (no sampling parameters: verification applies them). The block tables must hold every position
+  // written. Returns the answers per seq. The default runs execute_logits() once per step; the
+  // CUDA runner keeps the answers on the GPU between steps and synchronizes once.
+  virtual std::vector<std::vector<int32_t>> execute_greedy_chain(
+      const engine::SchedulerOutput& batch, std::span<const int> steps);
+
   // Batches in flight (pipeline parallelism, vLLM's batch queue): submit() starts a batch and, on a
   // runner that overlaps batches, returns before it is done; wait_next() returns the output of the
   // oldest batch not yet collected (rethrowing its error; it is collected either way). A submitted
@@ -58,5 +69,9 @@ class ModelRunner {
  private:
   std::deque<engine::ModelRunnerOutput> done_;  // the default submit()'s outputs, oldest first
 };
+
+// Throws (kInternal) unless steps holds one count >= 1 per seq of batch and every seq is a plain
+// sampled row (needs_sample, no drafts, no pooling): what execute_greedy_chain takes.
+void check_greedy_chain(const engine::SchedulerOutput& batch, std::span<const int> steps);
 
 }  // namespace pagellm::runner

@@ -117,7 +117,40 @@ void DraftModelProposer::propose(std::span<const SpecCandidate> candidates) {
     st.fed.resize(keep);
     active.push_back({&seq, &st, n, static_cast<int>(keep), -1, {}});
   }
-  for (int step = 0; step < k_; ++step) draft_step(active, step);
+  if (!propose_greedy_chain(active))
+    for (int step = 0; step < k_; ++step) draft_step(active, step);
+}
+
+bool DraftModelProposer::propose_greedy_chain(std::vector<Active>& active) {
+  engine::SchedulerOutput batch;
+  std::vector<int> steps;
+  for (Active& a : active) {
+    if (!a.seq->request->params.greedy()) return false;
+    const std::span<const int32_t> tokens(a.seq->token_ids);
+    // A round feeds 1 new token after a rejection, 2 after all drafts passed: always 2 (the first
+    // one's KV rewritten as it was) gives every round the same shape, a CUDA graph's.
+    const int begin = std::min(a.begin, std::max(0, static_cast<int>(tokens.size()) - 2));
+    engine::ScheduledSeq s = draft_context(a, 0);
+    s.token_ids = tokens.subspan(static_cast<size_t>(begin));
+    s.num_computed_tokens = begin;
+    s.block_table = kv_.block_table(s.seq_id);
+    s.needs_sample = true;
+    batch.num_scheduled_tokens += static_cast<int32_t>(s.token_ids.size());
+    batch.seqs.push_back(s);
+    steps.push_back(a.num_drafts);
+  }
+  // A draft prefill longer than one step goes in pieces (draft_step).
+  if (batch.seqs.empty() || batch.num_scheduled_tokens > max_batch_tokens_) return false;
+  const std::vector<std::vector<int32_t>> answers = draft_->execute_greedy_chain(batch, steps);
+  for (size_t i = 0; i < active.size(); ++i) {
+    Active& a = active[i];
+    const std::vector<int32_t>& drafts = answers.at(i);
+    a.seq->spec_token_ids.assign(drafts.begin(), drafts.end());
+    // The draft now holds KV for the tokens and every draft but the last.
+    a.state->fed.assign(a.seq->token_ids.begin(), a.seq->token_ids.end());
+    a.state->fed.insert(a.state->fed.end(), drafts.begin(), drafts.end() - 1);
+  }
+  return true;
 }
 
 engine::ScheduledSeq DraftModelProposer::draft_context(const Active& a, int step) {

@@ -8,7 +8,10 @@
 // cache never need to know about it. Per sequence the proposer remembers which tokens the draft has
 // KV for (`fed`); a round feeds the draft what it lacks — the whole prompt on a sequence's first
 // round (the draft's "prefill", in pieces of at most max_batch_tokens), afterwards the target's correction or bonus token (and the last
-// accepted draft) — then k - 1 single-token steps. Rejected drafts roll back for free: `fed` is cut
+// accepted draft) — then k - 1 single-token steps. When every seq of the round is greedy and its
+// new tokens fit one step, the whole round is one ModelRunner::execute_greedy_chain (the draft's
+// argmax at each step; the CUDA runner feeds each answer to the next step on the GPU and
+// synchronizes once); otherwise each step is a runner call. Rejected drafts roll back for free: `fed` is cut
 // to its common prefix with the verified tokens and their slots are overwritten next round. When
 // the draft's pool runs out, the least recently used sequences' draft KV is dropped (they redo
 // their draft prefill later); a sequence that still does not fit gets no drafts that step.
@@ -63,6 +66,10 @@ class DraftModelProposer : public Proposer {
   // Makes room in the draft pool for positions [0, num_tokens) of `seq`, evicting the least
   // recently used sequences that are not in this round. False when it cannot.
   bool reserve(int64_t seq_id, std::span<const int32_t> tokens, int num_computed, int num_tokens);
+  // All of `active` greedy and their new tokens within one step: the drafts of every seq by one
+  // ModelRunner::execute_greedy_chain (the draft's argmax, on a GPU without a host round trip per
+  // draft token). False (nothing done) otherwise.
+  bool propose_greedy_chain(std::vector<Active>& active);
   // One draft forward over `active` (those with step < num_drafts); picks draft number `step`.
   void draft_step(std::vector<Active>& active, int step);
   // Step 0's forward: each active seq's tokens from `begin` on, in batches of at most

@@ -8,8 +8,10 @@
 #        speculative verification: greedy on the GPU sampler, sampled seqs on the host);
 # same:  pycode-25M greedy, 8 prompts x 128 tokens, no speculation / n-gram / draft model (graphs
 #        and eager): the token ids against no speculation;
-# speed: batch 1, 512 tokens ($TOKENS): tokens/s without speculation, with the draft (k = 2, 3, 4) and with
-#        n-gram on a code-editing prompt, acceptance per position;
+# speed: the runner's costs of a draft round (cuda_runner_check --draft-cost: the target's decode and
+#        verification steps, the draft's decode step and 4-step greedy chain); batch 1, 512 tokens
+#        ($TOKENS): tokens/s without speculation, with the draft (k = 2, 3, 4) and with n-gram on a
+#        code-editing prompt, acceptance per position;
 # cost:  Llama-3.1-8B shapes (dummy weights) at batch 1: the time of a verification step of
 #        1 + k tokens against a plain decode step (cuda_runner_check --spec-cost), and generate
 #        with n-gram drafts against without;
@@ -38,7 +40,7 @@ if stage check; then
   grep -E "FAIL" "$LOGS/kernel_tests.log" | cut -c1-200 | head -10 | tee -a "$SUMMARY"
   timeout 300 "$B/cuda_runner_check" "$B/models" --skip-perf > "$LOGS/runner_check.log" 2>&1
   say "runner check (exit $?): $(grep -E 'runner checks:' "$LOGS/runner_check.log")"
-  grep -E "speculative|FAIL" "$LOGS/runner_check.log" | cut -c1-250 | tee -a "$SUMMARY"
+  grep -E "speculative|greedy chains|FAIL" "$LOGS/runner_check.log" | cut -c1-250 | tee -a "$SUMMARY"
 fi
 spec_ngram='{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}'
 spec_draft() { echo "{\"method\": \"draft_model\", \"model\": \"$DRAFT\", \"num_speculative_tokens\": $1}"; }
@@ -95,6 +97,9 @@ one() {  # name model prompt flags...: tokens/s at batch 1 and the acceptance li
   say "$name (exit $?): $(grep -E 'generated' "$LOGS/one_$name.err" | sed 's/.*generated/generated/') | $(grep -E 'speculative decoding:.*drafts' "$LOGS/one_$name.err" | sed 's/.*speculative decoding: //')"
 }
 if stage speed; then
+  timeout 120 "$B/cuda_runner_check" "$B/models" --draft-cost "$TARGET" "$DRAFT" > "$LOGS/draft_cost.log" 2>&1
+  say "draft round costs (exit $?):"
+  grep -E "^(target|draft|a round)" "$LOGS/draft_cost.log" | tee -a "$SUMMARY"
   for prompt in $'import os\nimport sys\n\n\ndef main():\n' $'def parse_args(argv):\n'; do
     tag=$(echo "$prompt" | head -c 10 | tr -c 'a-z' '_')
     one "plain_$tag" "$TARGET" "$prompt"

@@ -32,16 +32,35 @@
 #include "quant/quant_config.h"
 #include "runner/cuda_runner.h"
 #include "runner/model_loader.h"
+#include "runner_check.h"
 
 namespace pagellm {
+
+io::ModelConfig llama31_8b() {
+  io::ModelConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.model_type = "llama";
+  c.vocab_size = 128256;
+  c.hidden_size = 4096;
+  c.intermediate_size = 14336;
+  c.num_hidden_layers = 32;
+  c.num_attention_heads = 32;
+  c.num_key_value_heads = 8;
+  c.head_dim = 128;
+  c.max_position_embeddings = 131072;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 500000.0;
+  c.rope_scaling.type = io::RopeScaling::Type::kLlama3;
+  c.rope_scaling.factor = 8.0;
+  c.rope_scaling.low_freq_factor = 1.0;
+  c.rope_scaling.high_freq_factor = 4.0;
+  c.rope_scaling.original_max_position_embeddings = 8192;
+  c.torch_dtype = DType::kBF16;
+  return c;
+}
+
 namespace {
 
-int g_failed = 0;
-
-void report(bool ok, const std::string& what) {
-  std::printf("  %s %s\n", ok ? "ok  " : "FAIL", what.c_str());
-  if (!ok) ++g_failed;
-}
 
 template <typename Runner>
 std::vector<int32_t> greedy(Runner& r, std::vector<int32_t> prompt, int n, int blocks_per_seq) {
@@ -149,108 +168,6 @@ bool same_run(const SampledRun& a, const SampledRun& b, std::string& detail) {
   return equal == total && bad_lp == 0 && !bad_prompt;
 }
 
-// Speculative verification through execute(): 6 seqs (even: greedy, seq 0 with 3 logprobs; odd:
-// seeded T 0.8 / top-k 40 with 5 logprobs, seq 3 with penalties) verify drafts of 1 to 4 tokens
-// over 6 rounds. Each round first verifies arbitrary drafts (mostly rejected), then, at the same
-// position, the tokens that came back (so greedy seqs accept runs of drafts), and advances by the
-// second answer. Returns every answer: the GPU runner (greedy on its sampler, sampled seqs' logits
-// on the host) must give the CPU runner's (spec::verify_drafts on every row).
-std::vector<std::vector<int32_t>> verify_rounds(runner::ModelRunner& r, bool uniform,
-                                                std::vector<std::vector<TokenLogprobs>>* logprobs) {
-  constexpr int kSeqs = 6, kRounds = 6;
-  std::vector<SamplingParams> params(kSeqs);
-  std::vector<testing::TestSeq> seqs;
-  std::vector<std::vector<int32_t>> prompts, answers;
-  for (int s = 0; s < kSeqs; ++s) {
-    SamplingParams& p = params[size_t(s)];
-    p.temperature = s % 2 ? 0.8f : 0.f;
-    p.top_k = s % 2 ? 40 : 0;
-    p.logprobs = s == 0 ? 3 : s % 2 ? 5 : 0;
-    if (s == 3) p.repetition_penalty = 1.1f, p.presence_penalty = 0.2f;
-    seqs.emplace_back(s, 6, std::vector<int32_t>{1, int32_t(50 + 7 * s), int32_t(300 + s)});
-    prompts.push_back(seqs.back().tokens);
-  }
-  auto run = [&](const std::vector<std::vector<int32_t>>& drafts) {
-    std::vector<engine::ScheduledSeq> sch;
-    std::vector<std::vector<int32_t>> outputs(kSeqs);
-    for (int s = 0; s < kSeqs; ++s) {
-      testing::TestSeq& q = seqs[size_t(s)];
-      q.tokens.insert(q.tokens.end(), drafts[size_t(s)].begin(), drafts[size_t(s)].end());
-      engine::ScheduledSeq x = q.schedule();
-      x.num_spec_tokens = int32_t(drafts[size_t(s)].size());
-      x.params = &params[size_t(s)];
-      x.seed = 2000 + uint64_t(s);
-      x.prompt_token_ids = prompts[size_t(s)];
-      outputs[size_t(s)].assign(q.tokens.begin() + ptrdiff_t(prompts[size_t(s)].size()),
-                                q.tokens.end() - ptrdiff_t(drafts[size_t(s)].size()));
-      x.output_token_ids = outputs[size_t(s)];
-      sch.push_back(x);
-    }
-    engine::ModelRunnerOutput out = r.execute(testing::make_batch(sch));
-    for (int s = 0; s < kSeqs; ++s) {
-      seqs[size_t(s)].tokens.resize(seqs[size_t(s)].tokens.size() - drafts[size_t(s)].size());
-      answers.push_back(drafts[size_t(s)].empty() ? std::vector<int32_t>{out.sampled_token_ids[size_t(s)]}
-                                                  : out.spec_token_ids.at(size_t(s)));
-      if (logprobs)
-        logprobs->push_back(drafts[size_t(s)].empty()
-                                ? std::vector<TokenLogprobs>{*out.sampled_logprobs[size_t(s)]}
-                                : out.spec_logprobs.at(size_t(s)));
-    }
-    return std::vector<std::vector<int32_t>>(answers.end() - kSeqs, answers.end());
-  };
-  run(std::vector<std::vector<int32_t>>(kSeqs));  // the prompts
-  for (int s = 0; s < kSeqs; ++s) seqs[size_t(s)].num_computed = 3;
-  for (int s = 0; s < kSeqs; ++s) seqs[size_t(s)].tokens.push_back(answers[size_t(s)][0]);
-  for (int round = 0; round < kRounds; ++round) {
-    std::vector<std::vector<int32_t>> drafts(kSeqs);
-    // Uniform: 3 drafts for every seq (a graph shape); else 1 to 4.
-    auto filler = [&](int s, int j) {
-      return int32_t((seqs[size_t(s)].tokens.back() * 31 + 17 * j + s) % 500);
-    };
-    for (int s = 0; s < kSeqs; ++s)
-      for (int j = 0; j < (uniform ? 3 : 1 + (round + s) % 4); ++j) drafts[size_t(s)].push_back(filler(s, j));
-    auto answers_as_drafts = run(drafts);  // a greedy seq accepts them all
-    for (int s = 0; uniform && s < kSeqs; ++s) {
-      auto& d = answers_as_drafts[size_t(s)];
-      d.resize(3, filler(s, 9));
-    }
-    const auto second = run(answers_as_drafts);
-    for (int s = 0; s < kSeqs; ++s) {
-      testing::TestSeq& q = seqs[size_t(s)];
-      // KV is valid through the last verified token and the accepted drafts.
-      q.num_computed = int32_t(q.tokens.size()) + int32_t(second[size_t(s)].size()) - 1;
-      q.tokens.insert(q.tokens.end(), second[size_t(s)].begin(), second[size_t(s)].end());
-    }
-  }
-  return answers;
-}
-
-void check_spec_verify(runner::ModelRunner& cpu, runner::ModelRunner& gpu, bool uniform,
-                       const std::string& mode) {
-  std::vector<std::vector<TokenLogprobs>> cpu_lp, gpu_lp;
-  const auto want = verify_rounds(cpu, uniform, &cpu_lp);
-  const auto got = verify_rounds(gpu, uniform, &gpu_lp);
-  size_t same = 0, accepted = 0, lp_bad = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    same += i < got.size() && want[i] == got[i];
-    accepted += want[i].size() - 1;
-    for (size_t t = 0; i < got.size() && t < std::min(cpu_lp[i].size(), gpu_lp[i].size()); ++t) {
-      const TokenLogprobs &a = cpu_lp[i][t], &b = gpu_lp[i][t];
-      bool ok = a.token_id == b.token_id && std::fabs(a.logprob - b.logprob) < 1e-4f &&
-                a.top.size() == b.top.size();
-      for (size_t k = 0; ok && k < a.top.size(); ++k)
-        ok = a.top[k].first == b.top[k].first && std::fabs(a.top[k].second - b.top[k].second) < 1e-4f;
-      lp_bad += !ok;
-    }
-  }
-  report(same == want.size() && got.size() == want.size() && lp_bad == 0 && accepted > 0,
-         mode + ": speculative verification (6 seqs, greedy and seeded T 0.8, " +
-             (uniform ? "3 drafts each: graph shapes" : "1-4 drafts") +
-             ", 13 steps) vs the CPU runner: " + std::to_string(same) + "/" + std::to_string(want.size()) +
-             " answers equal, " + std::to_string(accepted) + " drafts accepted, " +
-             std::to_string(lp_bad) + " logprob mismatches");
-}
-
 void check_stories(const std::filesystem::path& dir) {
   std::printf("== stories260K fp32 (GPU vs CPU runner vs llama2.c)\n");
   EngineArgs args;
@@ -309,6 +226,8 @@ void check_stories(const std::filesystem::path& dir) {
       so.max_num_seqs = 64;  // 8 padded seqs x 4 tokens of logits rows
       runner::CudaRunner spec_gpu(cpu.config, &store, so);
       check_spec_verify(*spec_cpu.runner, spec_gpu, uniform, eager ? "eager" : "graphs");
+      // 5 seqs x 2 catch-up tokens take the graph shape (8, 2): 16 logits rows.
+      if (uniform) check_greedy_chains(*spec_cpu.runner, spec_gpu, eager ? "eager" : "graphs");
     }
     {
       std::string detail;
@@ -484,28 +403,6 @@ double copy_bandwidth_gbs() {
   return 2.0 * bytes * 5 / (ms * 1e6);
 }
 
-io::ModelConfig llama31_8b() {
-  io::ModelConfig c;
-  c.architecture = "LlamaForCausalLM";
-  c.model_type = "llama";
-  c.vocab_size = 128256;
-  c.hidden_size = 4096;
-  c.intermediate_size = 14336;
-  c.num_hidden_layers = 32;
-  c.num_attention_heads = 32;
-  c.num_key_value_heads = 8;
-  c.head_dim = 128;
-  c.max_position_embeddings = 131072;
-  c.rms_norm_eps = 1e-5;
-  c.rope_theta = 500000.0;
-  c.rope_scaling.type = io::RopeScaling::Type::kLlama3;
-  c.rope_scaling.factor = 8.0;
-  c.rope_scaling.low_freq_factor = 1.0;
-  c.rope_scaling.high_freq_factor = 4.0;
-  c.rope_scaling.original_max_position_embeddings = 8192;
-  c.torch_dtype = DType::kBF16;
-  return c;
-}
 
 // Prefills `batch` prompts of prompt_len tokens, then times decode_steps greedy steps through
 // execute() (forward + logits download + host sampling). Returns tokens/s.
@@ -540,57 +437,6 @@ double decode_tokens_per_s(runner::CudaRunner& r, int batch, int prompt_len, int
   for (int i = 0; i < decode_steps; ++i) step(1);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return batch * decode_steps / s;
-}
-
-// The cost of a speculative verification step (issue 13): Llama-3.1-8B shapes (dummy bf16) at
-// batch 1 and context ~1,056, a plain decode step against a step verifying 1 + k drafts (greedy:
-// the GPU sampler answers every row; graphs), both repeated at the same position (the KV slots are
-// rewritten) so that the context stays fixed. Prints ms per step and the ratio.
-void perf_spec_cost() {
-  std::printf("== speculative verification cost, Llama-3.1-8B shapes, dummy bf16, batch 1\n");
-  runner::CudaRunnerOptions o;
-  o.dtype = DType::kBF16;
-  o.max_model_len = 8192;
-  o.max_num_seqs = 64;
-  o.max_num_batched_tokens = 2048;
-  runner::CudaRunner r(llama31_8b(), nullptr, o);
-  SamplingParams sp;
-  sp.temperature = 0.f;
-  std::vector<int32_t> prompt(1024);
-  for (size_t t = 0; t < prompt.size(); ++t) prompt[t] = int32_t((t * 7919) % 128000);
-  testing::TestSeq seq(0, 80, prompt);
-  auto run = [&](int k) {
-    auto x = seq.schedule();
-    x.params = &sp;
-    x.num_spec_tokens = k;
-    return r.execute(testing::make_batch({x}));
-  };
-  const auto first = run(0);  // the prompt
-  seq.num_computed = int32_t(seq.tokens.size());
-  seq.tokens.push_back(first.sampled_token_ids[0]);
-  for (int t = 0; t < 32; ++t) {  // context ~1,056
-    const auto out = run(0);
-    seq.num_computed = int32_t(seq.tokens.size());
-    seq.tokens.push_back(out.sampled_token_ids[0]);
-  }
-  auto ms_per_step = [&](int k) {
-    for (int j = 0; j < k; ++j) seq.tokens.push_back(int32_t(1000 + 37 * j));  // drafts
-    for (int i = 0; i < 5; ++i) run(k);  // warm-up (captures the verification graph)
-    const auto t0 = std::chrono::steady_clock::now();
-    constexpr int kSteps = 100;
-    for (int i = 0; i < kSteps; ++i) run(k);
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
-        kSteps;
-    seq.tokens.resize(seq.tokens.size() - size_t(k));
-    return ms;
-  };
-  const double plain = ms_per_step(0);
-  for (int k : {1, 2, 4, 7}) {
-    const double spec = ms_per_step(k);
-    std::printf("verify 1 + %d tokens: %.3f ms per step, plain decode %.3f ms: %.3fx\n", k, spec,
-                plain, spec / plain);
-  }
 }
 
 // Decode throughput on Llama-3.1-8B shapes against the HBM roofline of the weights the runner
@@ -686,13 +532,14 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: %s MODELS_DIR [--skip-perf] [--perf-only [--batch N] [--no-bf16]] [--spec-cost] [--fp8] [--int4] "
-                 "[--int8] [--kv-fp8] [--pdl]\n",
+                 "usage: %s MODELS_DIR [--skip-perf] [--perf-only [--batch N] [--no-bf16]] [--spec-cost] "
+                 "[--draft-cost TARGET_DIR DRAFT_DIR] [--fp8] [--int4] [--int8] [--kv-fp8] [--pdl]\n",
                  argv[0]);
     return 2;
   }
   bool skip_perf = false, perf_only = false, fp8_perf = false, kv_perf = false, bf16_perf = true;
   bool spec_cost = false;  // --spec-cost: only perf_spec_cost()
+  std::vector<std::string> draft_cost;  // --draft-cost TARGET DRAFT: only perf_draft_cost()
   std::vector<std::string> int_perf;  // --int4 / --int8
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
@@ -705,13 +552,15 @@ int main(int argc, char** argv) {
     // Programmatic dependent launch against the ordinary launches (the default).
     if (a == "--pdl") pagellm::cuda::set_programmatic_launch(true);
     bf16_perf = bf16_perf && a != "--no-bf16";
+    if (a == "--draft-cost" && i + 2 < argc) draft_cost = {argv[i + 1], argv[i + 2]}, i += 2;
     if (a == "--batch" && i + 1 < argc) pagellm::g_perf_batches = {std::atoi(argv[++i])};
   }
   std::printf("programmatic dependent launch: %s\n",
               pagellm::cuda::programmatic_launch() ? "on" : "off");
   try {
-    if (spec_cost) {
-      pagellm::perf_spec_cost();
+    if (spec_cost || !draft_cost.empty()) {
+      if (spec_cost) pagellm::perf_spec_cost();
+      if (!draft_cost.empty()) pagellm::perf_draft_cost(draft_cost[0], draft_cost[1]);
       return 0;
     }
     if (perf_only) {

@@ -74,6 +74,63 @@ TEST(CpuRunner, GreedyExecuteMatchesArgmaxAndPromptLogprobs) {
   }
 }
 
+// A greedy chain (the draft model's steps) gives per seq the tokens that greedy execute() gives
+// one step at a time: seqs with different step counts, a prefill and a 2-token catch-up step.
+TEST(CpuRunner, GreedyChainMatchesStepwiseGreedyExecute) {
+  if (!std::filesystem::exists(kStories / "model.safetensors")) GTEST_SKIP();
+  auto m = load(kStories.string(), 64);
+  SamplingParams params;
+  params.temperature = 0.0f;
+  const std::vector<int> steps = {4, 1, 3};
+  auto make_seqs = [&] {
+    std::vector<TestSeq> seqs = {TestSeq(0, 8, kPrompt), TestSeq(1, 8, {1, 403, 407}),
+                                 TestSeq(2, 8, {1, 275, 261, 378, 426})};
+    seqs[2].num_computed = 3;  // tokens 3 and 4 are new: a catch-up step
+    return seqs;
+  };
+  // Reference: seq 2's first 3 tokens' KV, then greedy execute() step by step.
+  std::vector<TestSeq> ref = make_seqs();
+  ref[2].num_computed = 0;
+  m.runner->execute_logits(make_batch({ref[2].schedule(3)}));
+  ref[2].num_computed = 3;
+  std::vector<std::vector<int32_t>> want(3);
+  for (int j = 0; j < 4; ++j) {
+    std::vector<engine::ScheduledSeq> batch;
+    std::vector<size_t> owner;
+    for (size_t i = 0; i < 3; ++i) {
+      if (j >= steps[i]) continue;
+      batch.push_back(ref[i].schedule());
+      batch.back().params = &params;
+      owner.push_back(i);
+    }
+    const auto out = m.runner->execute(make_batch(batch));
+    for (size_t b = 0; b < owner.size(); ++b) {
+      TestSeq& t = ref[owner[b]];
+      t.num_computed = static_cast<int32_t>(t.tokens.size());
+      t.tokens.push_back(out.sampled_token_ids[b]);
+      want[owner[b]].push_back(out.sampled_token_ids[b]);
+    }
+  }
+  // The chain, on blocks of its own (seq ids 3..5), with the same first 3 tokens of seq 2 cached.
+  std::vector<TestSeq> seqs = make_seqs();
+  std::vector<engine::ScheduledSeq> first;
+  for (size_t i = 0; i < 3; ++i) {
+    seqs[i] = TestSeq(int64_t(i) + 3, 8, seqs[i].tokens);
+    if (i == 2) {
+      m.runner->execute_logits(make_batch({seqs[2].schedule(3)}));
+      seqs[2].num_computed = 3;
+    }
+    first.push_back(seqs[i].schedule());
+    first.back().params = &params;
+  }
+  EXPECT_EQ(m.runner->execute_greedy_chain(make_batch(first), steps), want);
+  // Bad chains: a count per seq, each >= 1, on sampled rows.
+  EXPECT_THROW(m.runner->execute_greedy_chain(make_batch(first), std::vector<int>{1, 1}), Error);
+  EXPECT_THROW(m.runner->execute_greedy_chain(make_batch(first), std::vector<int>{1, 0, 1}), Error);
+  first[1].needs_sample = false;
+  EXPECT_THROW(m.runner->execute_greedy_chain(make_batch(first), std::vector<int>{1, 1, 1}), Error);
+}
+
 // Masks may be built while the forward pass runs (EngineCore's MaskBuilder): the runner waits on
 // the batch's fence before it samples, and samples from the mask as it stands then.
 TEST(CpuRunner, WaitsForPendingMasksBeforeSampling) {

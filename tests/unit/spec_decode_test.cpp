@@ -309,6 +309,25 @@ TEST(SpecDecode, SelfDraftingAcceptsEveryDraft) {
   for (const RequestOutput& o : spec.outputs) EXPECT_EQ(o.outputs[0].token_ids.size(), 60u);
 }
 
+// All greedy: each round's drafts come from one greedy chain (ModelRunner::execute_greedy_chain),
+// with fewer drafts for seqs near their max_tokens. Self-drafting still accepts every draft, and
+// the text is the one without speculation.
+TEST(SpecDecode, GreedyChainsAcceptEveryDraftWhenSelfDrafting) {
+  EngineArgs a = base_args(kDraft);
+  a.speculative = draft(4);
+  const auto prompts = code_prompts();
+  std::vector<SamplingParams> params;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SamplingParams p = greedy(int(21 + 2 * i));  // rounds of 5 tokens end short of max_tokens
+    p.ignore_eos = true;
+    params.push_back(p);
+  }
+  const SpecRun spec = generate(a, prompts, params);
+  expect_consistent_counters(spec.stats, 4);
+  EXPECT_EQ(spec.stats.spec_num_accepted_tokens, spec.stats.spec_num_draft_tokens);
+  expect_same_outputs(generate(base_args(kDraft), prompts, params), spec);
+}
+
 // The draft's own prefill goes in pieces of at most --max-num-batched-tokens (a GPU runner's step
 // limit): pieces that split a prompt, and batches that mix pieces of several prompts, must leave
 // the draft's KV exactly as one piece would, so a self-drafting model still accepts every draft.
