@@ -234,6 +234,20 @@ void verify_spec_rows(const engine::SchedulerOutput& batch, const std::vector<Lo
   if (error) std::rethrow_exception(error);
 }
 
+// Appends a padding seq of q tokens to f: it writes no KV and reads block 0.
+void append_padding_seq(Flat& f, int q) {
+  static const int32_t kZeroBlock = 0;
+  for (int t = 0; t < q; ++t) {
+    f.ids.push_back(0);
+    f.pos.push_back(t);
+    f.slots.push_back(-1);
+  }
+  f.qsl.push_back(f.qsl.back() + q);
+  f.lens.push_back(q);
+  f.tables.push_back(&kZeroBlock);
+  f.table_lens.push_back(1);
+}
+
 // A step of num_seqs seqs of q tokens each (f, flattened), padded to shape.padded_seqs with seqs of
 // q tokens that write nothing and read block 0, then replayed from its graph (captured here on
 // first use when q > 1), or (--enforce-eager) run with the same kernels on the same shapes. Leaves
@@ -244,18 +258,7 @@ void run_graph_shape(CudaRunner::Impl& m, Flat& f, int q, const CudaRunner::Impl
                      const std::function<void()>& after_upload = {}, bool last_rows = false) {
   const int num_seqs = int(f.lens.size());
   const int b = shape.padded_seqs;
-  static const int32_t kZeroBlock = 0;
-  for (int i = num_seqs; i < b; ++i) {
-    for (int t = 0; t < q; ++t) {
-      f.ids.push_back(0);
-      f.pos.push_back(t);
-      f.slots.push_back(-1);
-    }
-    f.qsl.push_back((i + 1) * q);
-    f.lens.push_back(q);
-    f.tables.push_back(&kZeroBlock);
-    f.table_lens.push_back(1);
-  }
+  for (int i = num_seqs; i < b; ++i) append_padding_seq(f, q);
   // A capture runs dummy steps: before this step's inputs are staged, and never while the FP8
   // cache's scales wait for real keys.
   if (q > 1 && !m.kv_scales_pending) m.capture_graph(b, q);
@@ -493,26 +496,21 @@ namespace pagellm::runner {
 namespace {
 
 // Step j >= 1 of a greedy chain: seq i's input (its previous answer, put on the device after the
-// upload) at position after[i] + j - 1, after[i] being its context after step 0. A seq with all
-// its answers runs as a row that writes nothing and reads block 0.
+// upload; 0 here) at position after[i] + j - 1, after[i] being its context after step 0. A seq
+// with all its answers runs as a padding seq.
 Flat chain_step(const CudaRunner::Impl& m, const engine::SchedulerOutput& batch,
                 std::span<const int> steps, const std::vector<int32_t>& after, int j) {
-  static const int32_t kZeroBlock = 0;
-  const int64_t bs = m.opt.block_size;
+  static const int32_t kPlaceholder = 0;
   Flat f;
   for (size_t i = 0; i < batch.seqs.size(); ++i) {
-    const engine::ScheduledSeq& seq = batch.seqs[i];
-    const bool live = j < steps[i];
-    const int64_t p = live ? int64_t(after[i]) + j - 1 : 0;
-    if (live && (p >= int64_t(seq.block_table.size()) * bs || p >= int64_t(m.max_blocks) * bs))
-      internal("greedy chain of seq " + std::to_string(seq.seq_id) + " runs past its block table");
-    f.ids.push_back(0);
-    f.pos.push_back(int32_t(p));
-    f.slots.push_back(live ? int64_t(seq.block_table[size_t(p / bs)]) * bs + p % bs : -1);
-    f.qsl.push_back(int32_t(i + 1));
-    f.lens.push_back(int32_t(p + 1));
-    f.tables.push_back(live ? seq.block_table.data() : &kZeroBlock);
-    f.table_lens.push_back(live ? int(seq.block_table.size()) : 1);
+    if (j >= steps[i]) {
+      append_padding_seq(f, 1);
+      continue;
+    }
+    engine::ScheduledSeq s = batch.seqs[i];
+    s.token_ids = std::span<const int32_t>(&kPlaceholder, 1);
+    s.num_computed_tokens = after[i] + j - 1;
+    append_seq(m, s, f);
   }
   return f;
 }
