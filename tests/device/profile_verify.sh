@@ -18,17 +18,5 @@ for cfg in plain ngram; do
     "$P" generate --device cuda --model "$T" --prompt "$pr" --temperature 0 --max-tokens 400 \
     --ignore-eos "${sc[@]}" > "$LOGS/ncu_$cfg.csv" 2> "$LOGS/ncu_$cfg.err"
   say "ncu $cfg (exit $?):"
-  python3 - "$LOGS/ncu_$cfg.csv" <<'PY' | tee -a "$SUMMARY"
-import collections, csv, io, sys
-lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
-rows = list(csv.DictReader(io.StringIO("".join(lines))))
-agg = collections.defaultdict(lambda: [0, 0.0])
-for r in rows:
-    name = r["Kernel Name"].split("(")[0].replace("void ", "")[:60] + " " + r["Grid Size"]
-    agg[name][0] += 1
-    agg[name][1] += float(r["Metric Value"].replace(",", "")) / 1000.0
-print("  %d kernels, %.1f us in all" % (len(rows), sum(v[1] for v in agg.values())))
-for k, (n, us) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:22]:
-    print("  %-80s n=%4d %8.1f us avg %6.2f" % (k, n, us, us / n))
-PY
+  python3 "$B/ncu_summary.py" "$LOGS/ncu_$cfg.csv" 22 | tee -a "$SUMMARY"
 done
