@@ -129,6 +129,41 @@ std::vector<Case> cases(int vocab) {
     x.params.top_k = 20;
     c.push_back(x);
   }
+  // The fast path's branches (sampler_fast.cuh): top-k with min-p, min-p alone at a high
+  // temperature, top-k of the whole vocabulary with top-p, wide and narrow top-p prefixes.
+  {
+    Case x{"k5 minp0.2", p(1.0f)};
+    x.params.top_k = 5;
+    x.params.min_p = 0.2f;
+    c.push_back(x);
+  }
+  {
+    Case x{"T2 minp0.5", p(2.0f)};
+    x.params.min_p = 0.5f;
+    c.push_back(x);
+  }
+  {
+    Case x{"kV p0.8", p(1.0f)};
+    x.params.top_k = vocab;
+    x.params.top_p = 0.8f;
+    c.push_back(x);
+  }
+  {
+    Case x{"T3 p0.999", p(3.0f)};
+    x.params.top_p = 0.999f;
+    c.push_back(x);
+  }
+  {
+    Case x{"T0.05 p0.9 minp0.1", p(0.05f)};
+    x.params.top_p = 0.9f;
+    x.params.min_p = 0.1f;
+    c.push_back(x);
+  }
+  {
+    Case x{"k2000 T1", p(1.0f)};
+    x.params.top_k = 2000;
+    c.push_back(x);
+  }
   c.push_back({"score lp5", p(1.0f), true});
   c.push_back({"score lp20", p(1.0f), true});
   return c;
@@ -472,7 +507,8 @@ void sampler_bench() {
   // The production setting first; greedy and plain temperature show the floor of the passes.
   for (const Setting& set :
        {Setting{"T0.8 top-k 50 top-p 0.9", 0.8f, 0.9f, 50}, Setting{"greedy", 0.0f, 1.0f, -1},
-        Setting{"T0.8", 0.8f, 1.0f, -1}, Setting{"T0.8 top-p 0.9", 0.8f, 0.9f, -1}}) {
+        Setting{"T0.8", 0.8f, 1.0f, -1}, Setting{"T0.8 top-p 0.9", 0.8f, 0.9f, -1},
+        Setting{"T0.8 top-k 50", 0.8f, 1.0f, 50}}) {
     std::vector<SampleRow> srows(static_cast<size_t>(max_rows));
     for (int r = 0; r < max_rows; ++r) {
       srows[size_t(r)].temperature = set.temperature;

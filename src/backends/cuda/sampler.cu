@@ -13,245 +13,14 @@
 // prefix sum.
 #include <cfloat>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 
 #include "backends/cuda/common.cuh"
-#include "backends/cuda/sampler_block.cuh"
+#include "backends/cuda/sampler_fast.cuh"
 
 namespace pagellm::cuda {
 namespace {
-
-// ---- radix selection ---------------------------------------------------------------------------
-
-struct Digit {
-  int shift, bits;
-};
-constexpr int kNumDigits = 3;
-__device__ __forceinline__ Digit digit(int pass) {  // 12 + 12 + 8 bits, most significant first
-  return pass == 0 ? Digit{20, 12} : pass == 1 ? Digit{8, 12} : Digit{0, 8};
-}
-
-// Counts (and with_mass, sums w of) the selected ids whose key matches `prefix` on `mask`, by the
-// digit at `d`.
-__device__ void histogram(Smem& s, const float* x, const float* w, int vocab, const Pred& pred,
-                          uint32_t prefix, uint32_t mask, Digit d, bool with_mass) {
-  const int nb = 1 << d.bits;
-  __syncthreads();  // the previous pass's histogram may still be read
-  for (int j = threadIdx.x; j < nb; j += kThreads) {
-    s.hist[j] = 0;
-    s.mass[j] = 0.0;
-  }
-  __syncthreads();
-  // Whole warps walk the row together (the match below needs every lane of the warp).
-  const int lane = threadIdx.x & 31;
-  for (int base = int(threadIdx.x) - lane; base < vocab; base += kThreads) {
-    const int i = base + lane;
-    int bin = -1;
-    if (i < vocab) {
-      const float xi = x[i];
-      const uint32_t key = key_of(xi);
-      if (pred(w, i, xi) && (key & mask) == prefix) bin = int((key >> d.shift) & uint32_t(nb - 1));
-    }
-    if (with_mass) {
-      if (bin >= 0) {
-        atomicAdd(&s.hist[bin], 1);
-        atomicAdd(&s.mass[bin], double(w[i]));
-      }
-    } else {
-      // Peaked rows put most ids into a few bins: one shared atomic per distinct bin per warp.
-      const unsigned peers = __match_any_sync(0xffffffffu, bin);
-      if (bin >= 0 && lane == __ffs(peers) - 1) atomicAdd(&s.hist[bin], __popc(peers));
-    }
-  }
-  __syncthreads();
-}
-
-// The first nonempty bin (in key order) whose inclusive running value reaches `target`, or the last
-// nonempty bin when rounding leaves the target unreached; `before` = the running value before it.
-template <typename V>
-__device__ int find_bin(Smem& s, const V* val, int nb, V target, V& before) {
-  const int per = (nb + kThreads - 1) / kThreads;
-  const int lo = min(nb, int(threadIdx.x) * per), hi = min(nb, lo + per);
-  V local = 0;
-  for (int j = lo; j < hi; ++j) local += val[j];
-  if (threadIdx.x == 0) {
-    s.sel = INT_MAX;
-    s.last = -1;
-  }
-  __syncthreads();
-  V excl, total;
-  scan(s, local, excl, total);
-  V run = excl;
-  for (int j = lo; j < hi; ++j) {
-    const V after = run + val[j];
-    if (s.hist[j] > 0) {
-      atomicMax(&s.last, j);
-      if (after >= target) {
-        atomicMin(&s.sel, j);
-        break;
-      }
-    }
-    run = after;
-  }
-  __syncthreads();
-  int bin = s.sel != INT_MAX ? s.sel : max(s.last, 0);
-  if (bin >= lo && bin < hi) {
-    run = excl;
-    for (int j = lo; j < bin; ++j) run += val[j];
-    if constexpr (sizeof(V) == 8)
-      s.dval = double(run);
-    else
-      s.ival = int(run);
-  }
-  __syncthreads();
-  if constexpr (sizeof(V) == 8)
-    before = V(s.dval);
-  else
-    before = V(s.ival);
-  __syncthreads();
-  return bin;
-}
-
-// The need-th (1-based) lowest id among the `num_ties` selected ids with key `key`. The first or
-// last of them (the common case: a unique value at the cut) takes one pass with an atomic; other
-// ranks an ordered block scan.
-__device__ int nth_tie(Smem& s, const float* x, const float* w, int vocab, const Pred& pred,
-                       uint32_t key, int need, int num_ties) {
-  if (need == 1 || need == num_ties) {
-    const bool first = need == 1;
-    if (threadIdx.x == 0) s.found = first ? INT_MAX : -1;
-    __syncthreads();
-    int mine = first ? INT_MAX : -1;
-#pragma unroll 4
-    for (int i = threadIdx.x; i < vocab; i += kThreads) {
-      const float xi = x[i];
-      if (pred(w, i, xi) && key_of(xi) == key) {
-        mine = i;
-        if (first) break;
-      }
-    }
-    if (first && mine != INT_MAX) atomicMin(&s.found, mine);
-    if (!first && mine >= 0) atomicMax(&s.found, mine);
-    __syncthreads();
-    const int id = s.found;
-    __syncthreads();
-    return id < 0 || id == INT_MAX ? 0 : id;
-  }
-  if (threadIdx.x == 0) s.found = -1;
-  for (int base = 0; base < vocab; base += kThreads) {
-    const int i = base + int(threadIdx.x);
-    int f = 0;
-    if (i < vocab) {
-      const float xi = x[i];
-      f = pred(w, i, xi) && key_of(xi) == key;
-    }
-    int pos, total;
-    __syncthreads();
-    scan(s, f, pos, total);
-    if (f && pos == need - 1) s.found = i;
-    if (need <= total) break;
-    need -= total;
-  }
-  __syncthreads();
-  const int id = s.found;
-  __syncthreads();
-  return id < 0 ? 0 : id;
-}
-
-// Gathers the selected ids within `bound` (at most kSortMax) and sorts them best first into
-// sort_*; returns how many.
-__device__ int gather_sorted(Smem& s, const float* x, const float* w, int vocab, const Pred& pred,
-                             const Cut& bound) {
-  if (threadIdx.x == 0) s.count = 0;
-  __syncthreads();
-#pragma unroll 4
-  for (int i = threadIdx.x; i < vocab; i += kThreads) {
-    const float xi = x[i];
-    if (!pred(w, i, xi) || !within(bound, xi, i)) continue;
-    const int slot = atomicAdd(&s.count, 1);
-    if (slot < kSortMax) {
-      s.cand_x[slot] = xi;
-      s.cand_id[slot] = i;
-      s.cand_w[slot] = pred.kind == 0 ? 0.0f : w[i];
-    }
-  }
-  __syncthreads();
-  const int n = min(s.count, kSortMax);
-  for (int e = threadIdx.x; e < n; e += kThreads) {
-    const float xe = s.cand_x[e];
-    const int ie = s.cand_id[e];
-    int rank = 0;
-    for (int j = 0; j < n; ++j) rank += better(s.cand_x[j], s.cand_id[j], xe, ie);
-    s.sort_x[rank] = xe;
-    s.sort_id[rank] = ie;
-    s.sort_w[rank] = s.cand_w[e];
-  }
-  __syncthreads();
-  return n;
-}
-
-// Every key whose top digit is at most `bin`, as a cut on x (x >= its least value; keys past
-// -inf's are NaN patterns, never keys of a row value).
-__device__ __forceinline__ Cut top_digit_bound(int bin) {
-  const uint64_t last = ((uint64_t(bin) + 1) << digit(0).shift) - 1;
-  return Cut{true, value_of(uint32_t(min(last, uint64_t(key_of(-INFINITY))))), INT_MAX};
-}
-
-// The k-th best selected id (1 <= k <= number selected) as a cut. When the ids up to the first
-// digit's bin are few (the usual case for small k), they are gathered and sorted instead of
-// running the remaining passes; *sorted then says that sort_* holds them best first (>= k ids).
-__device__ Cut select_kth(Smem& s, const float* x, const float* w, int vocab, const Pred& pred,
-                          int k, bool* sorted) {
-  *sorted = false;
-  uint32_t prefix = 0, mask = 0;
-  int need = k, num_ties = 0;
-  for (int pass = 0; pass < kNumDigits; ++pass) {
-    const Digit d = digit(pass);
-    histogram(s, x, w, vocab, pred, prefix, mask, d, false);
-    int before = 0;
-    const int bin = find_bin(s, s.hist, 1 << d.bits, need, before);
-    num_ties = s.hist[bin];  // the last pass's bin: every selected id with exactly this key
-    if (pass == 0 && before + num_ties <= kSortMax) {
-      gather_sorted(s, x, w, vocab, pred, top_digit_bound(bin));
-      *sorted = true;
-      return Cut{true, s.sort_x[k - 1], s.sort_id[k - 1]};
-    }
-    need -= before;
-    prefix |= uint32_t(bin) << d.shift;
-    mask |= uint32_t((1 << d.bits) - 1) << d.shift;
-  }
-  const int id = nth_tie(s, x, w, vocab, pred, prefix, need, num_ties);
-  return Cut{true, x[id], id};
-}
-
-// The key at which the running mass (best first) of the selected ids reaches `target`; `before`:
-// the mass of the selected ids with smaller keys (histogram order).
-__device__ uint32_t select_mass(Smem& s, const float* x, const float* w, int vocab,
-                                const Pred& pred, double target, double& before) {
-  uint32_t prefix = 0, mask = 0;
-  before = 0.0;
-  for (int pass = 0; pass < kNumDigits; ++pass) {
-    const Digit d = digit(pass);
-    histogram(s, x, w, vocab, pred, prefix, mask, d, true);
-    double b = 0.0;
-    const int bin = find_bin(s, s.mass, 1 << d.bits, target, b);
-    target -= b;
-    before += b;
-    prefix |= uint32_t(bin) << d.shift;
-    mask |= uint32_t((1 << d.bits) - 1) << d.shift;
-  }
-  return prefix;
-}
-
-__device__ int count_within(Smem& s, const float* x, const float* w, int vocab, const Pred& pred,
-                            const Cut& bound) {
-  int c = 0;
-#pragma unroll 4
-  for (int i = threadIdx.x; i < vocab; i += kThreads) {
-    const float xi = x[i];
-    c += pred(w, i, xi) && within(bound, xi, i);
-  }
-  return block_sum(c, s);
-}
 
 // Top-p over the n sorted candidates as the CPU computes it: the first prefix whose running sum
 // (in order, double) reaches `target`; with target < 0, target = top_p * (their sum in order).
@@ -259,20 +28,20 @@ __device__ Cut prefix_cut(Smem& s, int n, double target, float top_p) {
   if (threadIdx.x == 0) {
     if (target < 0.0) {
       double total = 0.0;
-      for (int j = 0; j < n; ++j) total += s.sort_w[j];
+      for (int j = 0; j < n; ++j) total += s.c.sort_w[j];
       target = double(top_p) * total;
     }
     double cum = 0.0;
     int j = 0;
     for (; j < n; ++j) {
-      cum += s.sort_w[j];
+      cum += s.c.sort_w[j];
       if (cum >= target) break;
     }
     s.ival = min(j, n - 1);
   }
   __syncthreads();
   const int j = s.ival;
-  const Cut c{true, s.sort_x[j], s.sort_id[j]};
+  const Cut c{true, s.c.sort_x[j], s.c.sort_id[j]};
   __syncthreads();
   return c;
 }
@@ -367,48 +136,6 @@ __device__ Cut top_p_cut(Smem& s, const SampleRow& r, const float* x, float* w, 
   return Cut{true, x[id], id};
 }
 
-// The CPU's two-level inverse-CDF draw over the kept weights (s.mass holds the block masses).
-__device__ int draw(Smem& s, const float* w, int vocab, double total, double u) {
-  const int num_blocks = (vocab + kDrawBlock - 1) / kDrawBlock;
-  if (threadIdx.x == 0) {
-    const double target = u * total;
-    double cum = 0.0;
-    int block = num_blocks;
-    bool reached = false;
-    for (int b = 0; b < num_blocks && !reached; ++b) {
-      if (s.mass[b] > 0.0) block = b;
-      reached = cum + s.mass[b] > target;
-      if (!reached) cum += s.mass[b];
-    }
-    s.ival = block == num_blocks ? -1 : block;
-    s.dval = reached ? target - cum : INFINITY;
-  }
-  __syncthreads();
-  const int block = s.ival;
-  const double rest = s.dval;
-  __syncthreads();
-  if (block < 0) return -1;
-  const int begin = block * kDrawBlock, end = min(vocab, begin + kDrawBlock);
-  for (int i = begin + int(threadIdx.x); i < end; i += kThreads) s.cand_w[i - begin] = w[i];
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double run = 0.0;
-    int last = -1;
-    for (int i = begin; i < end; ++i) {
-      const float wi = s.cand_w[i - begin];
-      if (!(wi > 0.0f)) continue;
-      run += wi;
-      last = i;
-      if (run > rest) break;
-    }
-    s.ival = last;
-  }
-  __syncthreads();
-  const int token = s.ival;
-  __syncthreads();
-  return token;
-}
-
 // Steps 5 and 6 for a row whose penalized max `max_x` is finite.
 __device__ int sample_row(Smem& s, const SampleRow& r, const float* x, float* w, int vocab,
                           float max_x) {
@@ -429,7 +156,7 @@ __device__ int sample_row(Smem& s, const SampleRow& r, const float* x, float* w,
     if (r.top_p < 1.0f) cut = top_p_cut(s, r, x, w, vocab, cut, num_positive, sorted);
   }
   const double total = block_masses(s, x, w, vocab, cut, r.min_p, true);
-  return draw(s, w, vocab, total, r.u);
+  return draw(s, vocab, total, r.u, [&](int i) { return w[i]; });
 }
 
 // Step 3's logit_bias, before the penalties. The CPU bans first, but a banned id is -inf either
@@ -570,7 +297,8 @@ __device__ __forceinline__ double exp_sum(const float* x, int vocab, float m) {
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant__ SampleParams p) {
+__global__ void __launch_bounds__(kThreads)
+    sample_kernel(const __grid_constant__ SampleParams p, bool full_path) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem& s = *reinterpret_cast<Smem*>(smem_raw);
   const int vocab = p.vocab;
@@ -601,8 +329,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
     const Cut cut = select_kth(s, x, w, vocab, all, num_top, &sorted);
     if (!sorted) gather_sorted(s, x, w, vocab, all, cut);  // else sort_* already starts with them
     if (int(threadIdx.x) < num_top) {
-      out.top_ids[threadIdx.x] = s.sort_id[threadIdx.x];
-      out.top_logprobs[threadIdx.x] = logprob(s.sort_x[threadIdx.x]);
+      out.top_ids[threadIdx.x] = s.c.sort_id[threadIdx.x];
+      out.top_logprobs[threadIdx.x] = logprob(s.c.sort_x[threadIdx.x]);
     }
   }
   if (r.score_token >= 0) {
@@ -630,8 +358,12 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
     block_argmax(best, best_id, s);
   }
   int token = -1;
-  if (best > -INFINITY)
-    token = r.temperature == 0.0f ? best_id : sample_row(s, r, x, w, vocab, clean(best));
+  if (best > -INFINITY && r.temperature == 0.0f) {
+    token = best_id;
+  } else if (best > -INFINITY) {
+    token = full_path ? kNeedFullPath : sample_row_fast(s, r, x, vocab, clean(best));
+    if (token == kNeedFullPath) token = sample_row(s, r, x, w, vocab, clean(best));
+  }
   if (token < 0)
     token = fallback_token(s, list, list ? r.num_banned : 0, mask, r.num_mask_words, vocab,
                            reinterpret_cast<uint32_t*>(w));
@@ -640,6 +372,15 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
     out.logprob = logprob(clean(to_float(logits[token])));
     out.num_top = num_top;
   }
+}
+
+// PAGELLM_SAMPLER_FULL_PATH=1 sends every sampled row through the full path (tests of both).
+bool full_path_only() {
+  static const bool full = [] {
+    const char* v = std::getenv("PAGELLM_SAMPLER_FULL_PATH");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  return full;
 }
 
 }  // namespace
@@ -653,7 +394,7 @@ cudaError_t sample(const SampleParams& p, cudaStream_t stream) {
     const cudaError_t err = cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(Smem)));
     if (err != cudaSuccess) return err;
-    kernel<<<p.num_rows, kThreads, sizeof(Smem), stream>>>(p);
+    kernel<<<p.num_rows, kThreads, sizeof(Smem), stream>>>(p, full_path_only());
     return launch_status();
   });
 }

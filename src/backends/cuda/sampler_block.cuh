@@ -28,22 +28,33 @@ constexpr int kSortMax = kSampleSortMax;
 constexpr uint32_t kBanned = 1u << 31, kRepeated = 1u << 30, kClaimed = 1u << 29;
 constexpr uint32_t kCountMask = kClaimed - 1;  // occurrences in the output
 
-struct Smem {
-  int hist[kBins];                           // radix histogram: counts
-  double mass[kBins];                        // radix mass, or per-block draw masses
+struct Candidates {
   float cand_x[kSortMax], cand_w[kSortMax];  // gathered candidates, any order
   int cand_id[kSortMax];
   float sort_x[kSortMax], sort_w[kSortMax];  // the same, best first
   int sort_id[kSortMax];
+};
+
+struct Smem {
+  int hist[kBins];     // radix histogram: counts
+  double mass[kBins];  // radix mass, or per-block draw masses
+  union {
+    Candidates c;
+    // The fast path's mass histogram of the top digit in fixed point (sampler_fast.cuh), dead
+    // before the candidates are gathered.
+    unsigned long long fixed_mass[kBins];
+  };
   // Everything here is plain data with one layout in host and device compilation (sizeof(Smem) is
   // taken on the host for the launch).
   double scan_d[kWarps];
   int scan_i[kWarps];
+  unsigned long long scan_u[kWarps];
   double red_d[kWarps];
   float red_f[kWarps];
   int red_i[kWarps];
   int sel, last, count, found, ival;
   double dval;
+  unsigned long long uval;
 };
 
 // The kept set of a truncation: a prefix of the (x desc, id asc) order ending at (x, id).
@@ -165,6 +176,10 @@ __device__ __forceinline__ void scan(Smem& s, int v, int& excl, int& total) {
 }
 __device__ __forceinline__ void scan(Smem& s, double v, double& excl, double& total) {
   block_scan(v, excl, total, s.scan_d);
+}
+__device__ __forceinline__ void scan(Smem& s, unsigned long long v, unsigned long long& excl,
+                                     unsigned long long& total) {
+  block_scan(v, excl, total, s.scan_u);
 }
 
 }  // namespace
