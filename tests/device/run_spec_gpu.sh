@@ -2,7 +2,7 @@
 # Speculative decoding on one GPU (issue 13). The bundle (make_spec_bundle.sh): pagellm, cuda_probe,
 # pycode-draft-10M, the Llama-3.1-8B config and tokenizer; pycode-25M comes in a second folder
 # (MODELS, the carry limit) or is already under /tmp/pagellm-keep from an earlier call.
-#   bash BUNDLE/run_spec_gpu.sh BUNDLE [MODELS] [STAGE...]   stages: check same speed cost batch (default: all)
+#   bash BUNDLE/run_spec_gpu.sh BUNDLE [MODELS] [STAGE...]   stages: check same speed sampled cost batch (default: all)
 # check: the attention kernel tests (among them verification rows: split-KV items in small
 #        batches) and cuda_runner_check --skip-perf (GPU vs CPU runner; among its checks,
 #        speculative verification: greedy on the GPU sampler, sampled seqs on the host);
@@ -12,6 +12,9 @@
 #        verification steps, the draft's decode step and 4-step greedy chain); batch 1, 512 tokens
 #        ($TOKENS): tokens/s without speculation, with the draft (k = 2, 3, 4) and with n-gram on a
 #        code-editing prompt, acceptance per position;
+# sampled: batch 1, T 0.8 and top-p 0.95: pycode-25M without speculation, with n-gram and with the
+#        draft, and Llama-3.1-8B shapes without, on the GPU sampler's fast path and then its full
+#        path (PAGELLM_SAMPLER_FULL_PATH=1), beside greedy;
 # cost:  Llama-3.1-8B shapes (dummy weights) at batch 1: the time of a verification step of
 #        1 + k tokens against a plain decode step (cuda_runner_check --spec-cost), and generate
 #        with n-gram drafts against without;
@@ -25,7 +28,7 @@ if [ -n "${1:-}" ] && [ -d "$1" ]; then
   rm -rf "$KEEP" && mkdir -p "$KEEP" && cp -r "$1"/. "$KEEP"/ && shift
   find "$KEEP" -name "*.xz" -exec xz -d -T4 {} +
 fi
-STAGES=" ${*:-check same speed cost batch} "
+STAGES=" ${*:-check same speed sampled cost batch} "
 stage() { [[ "$STAGES" == *" $1 "* ]]; }
 [ -f "$SRC/pagellm.xz" ] || [ -f "$SRC/pagellm" ] || { echo "models kept in $KEEP"; ls "$KEEP"; exit 0; }
 . "$SRC/unpack_bundle.sh"
@@ -92,7 +95,8 @@ fi
 
 one() {  # name model prompt flags...: tokens/s at batch 1 and the acceptance line
   local name=$1 model=$2 prompt=$3; shift 3
-  timeout 180 "$P" generate --device cuda --model "$model" --prompt "$prompt" --temperature 0 \
+  # shellcheck disable=SC2086  # SAMPLING: several flags
+  timeout 180 "$P" generate --device cuda --model "$model" --prompt "$prompt" ${SAMPLING:---temperature 0} \
     --max-tokens ${TOKENS:-512} --ignore-eos "$@" > "$LOGS/one_$name.out" 2> "$LOGS/one_$name.err"
   say "$name (exit $?): $(grep -E 'generated' "$LOGS/one_$name.err" | sed 's/.*generated/generated/') | $(grep -E 'speculative decoding:.*drafts' "$LOGS/one_$name.err" | sed 's/.*speculative decoding: //')"
 }
@@ -111,6 +115,23 @@ if stage speed; then
   one plain_edit "$TARGET" "$edit"
   one ngram_edit "$TARGET" "$edit" --speculative-config "$spec_ngram"
   one draft4_edit "$TARGET" "$edit" --speculative-config "$(spec_draft 4)"
+fi
+if stage sampled; then  # T 0.8, top-p 0.95: the sampler's fast path against its full path
+  os_prompt=$'import os\nimport sys\n\n\ndef main():\n'
+  for mode in fast full; do
+    if [ $mode = full ]; then export PAGELLM_SAMPLER_FULL_PATH=1; else unset PAGELLM_SAMPLER_FULL_PATH; fi
+    export SAMPLING="--temperature 0.8 --top-p 0.95 --seed 0"
+    one "sampled_plain_$mode" "$TARGET" "$os_prompt"
+    one "sampled_ngram_$mode" "$TARGET" "$os_prompt" --speculative-config "$spec_ngram"
+    one "sampled_draft4_$mode" "$TARGET" "$os_prompt" --speculative-config "$(spec_draft 4)"
+    one "sampled_8b_$mode" "$B/llama31-8b" "The quick brown fox jumps over the lazy dog." \
+      --load-format dummy --max-model-len 4096
+    unset SAMPLING
+  done
+  unset PAGELLM_SAMPLER_FULL_PATH
+  one greedy_plain "$TARGET" "$os_prompt"
+  one greedy_8b "$B/llama31-8b" "The quick brown fox jumps over the lazy dog." --load-format dummy \
+    --max-model-len 4096
 fi
 if stage cost; then
   timeout 300 "$B/cuda_runner_check" "$B/models" --spec-cost > "$LOGS/spec_cost.log" 2>&1
