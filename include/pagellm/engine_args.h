@@ -82,6 +82,10 @@ struct EngineArgs {
   int max_num_batched_tokens = 2048;
   bool enable_prefix_caching = true;
   bool enable_chunked_prefill = true;
+  // With chunked prefill: a prompt computes at most this many tokens per step (vLLM's
+  // --long-prefill-token-threshold), so the decodes sharing the step are not held up by a long
+  // prompt's chunk; 0 = only the step's token budget limits it.
+  int long_prefill_token_threshold = 0;
   std::string scheduling_policy = "fcfs";  // or "priority"
   bool enforce_eager = false;
   // Tensor-parallel all-reduces at decode sizes use NCCL instead of the one-shot NVLink kernel

@@ -66,6 +66,7 @@ const std::map<std::string, Setter>& engine_arg_setters() {
       {"max_num_batched_tokens", set(&EngineArgs::max_num_batched_tokens, "int")},
       {"enable_prefix_caching", set(&EngineArgs::enable_prefix_caching, "bool")},
       {"enable_chunked_prefill", set(&EngineArgs::enable_chunked_prefill, "bool")},
+      {"long_prefill_token_threshold", set(&EngineArgs::long_prefill_token_threshold, "int")},
       {"scheduling_policy", set(&EngineArgs::scheduling_policy, "str")},
       {"enforce_eager", set(&EngineArgs::enforce_eager, "bool")},
       {"disable_custom_all_reduce", set(&EngineArgs::disable_custom_all_reduce, "bool")},

@@ -81,6 +81,10 @@ void add_engine_flags(CLI::App& app, EngineArgs& args) {
   app.add_option("--max-num-seqs", args.max_num_seqs, "most sequences per step")->capture_default_str();
   app.add_option("--max-num-batched-tokens", args.max_num_batched_tokens, "token budget per step")
       ->capture_default_str();
+  app.add_option("--long-prefill-token-threshold", args.long_prefill_token_threshold,
+                 "with chunked prefill, most tokens a prompt computes per step (0 = no limit but "
+                 "the token budget): smaller chunks keep decodes' inter-token latency even")
+      ->capture_default_str();
   app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", args.enable_prefix_caching,
                "automatic prefix caching (default on)");
   app.add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", args.enable_chunked_prefill,

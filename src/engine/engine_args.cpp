@@ -39,6 +39,8 @@ void EngineArgs::validate() const {
   require(max_num_seqs >= 1 && max_num_seqs <= 65536, "--max-num-seqs: must be in [1, 65536]");
   require(max_num_batched_tokens >= 1 && max_num_batched_tokens <= (1 << 24),
           "--max-num-batched-tokens: must be in [1, 16777216]");
+  require(long_prefill_token_threshold >= 0 && long_prefill_token_threshold <= (1 << 24),
+          "--long-prefill-token-threshold: must be in [0, 16777216]");
   require(scheduling_policy == "fcfs" || scheduling_policy == "priority",
           "--scheduling-policy: expected fcfs or priority, got '" + scheduling_policy + "'");
   require(num_threads >= 0 && num_threads <= 1024, "--num-threads: must be in [0, 1024]");

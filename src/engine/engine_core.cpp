@@ -73,6 +73,7 @@ void EngineCore::init(std::unique_ptr<runner::ModelRunner> runner) {
   sc.max_num_batched_tokens = args_.max_num_batched_tokens;
   sc.max_model_len = max_model_len;
   sc.enable_chunked_prefill = args_.enable_chunked_prefill;
+  sc.long_prefill_token_threshold = args_.long_prefill_token_threshold;
   sc.policy = args_.scheduling_policy == "priority" ? engine::SchedulingPolicy::kPriority
                                                      : engine::SchedulingPolicy::kFcfs;
   max_in_flight_ = std::max(1, runner_->max_batches_in_flight());

@@ -78,6 +78,8 @@ int Scheduler::tokens_to_schedule(const Sequence& seq, int budget) const {
   // last prompt token itself and samples its own first token.
   if (seq.request->needs_fork()) n = std::min(n, seq.num_prompt_tokens() - 1 - seq.num_computed_tokens);
   if (!config_.enable_chunked_prefill && n > budget) return 0;
+  if (config_.enable_chunked_prefill && config_.long_prefill_token_threshold > 0)
+    n = std::min(n, config_.long_prefill_token_threshold);
   return std::max(0, std::min(n, budget));
 }
 

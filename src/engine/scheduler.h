@@ -34,6 +34,7 @@ struct SchedulerConfig {
   int max_num_batched_tokens = 2048;
   int max_model_len = 2048;
   bool enable_chunked_prefill = true;
+  int long_prefill_token_threshold = 0;  // with chunked prefill: most tokens per seq and step
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
   int max_batches_in_flight = 1;  // batches scheduled before the oldest one's output is applied
 };

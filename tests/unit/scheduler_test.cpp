@@ -118,6 +118,39 @@ TEST(Scheduler, ChunkedPrefillRespectsTheTokenBudget) {
   h.expect_no_leaks();
 }
 
+TEST(Scheduler, LongPrefillThresholdCapsEachPromptsChunk) {
+  SchedulerConfig cfg;
+  cfg.max_num_batched_tokens = 64;
+  cfg.long_prefill_token_threshold = 10;
+  Harness h(64, cfg);
+  Request& a = h.add(prompt_of(8, 1), 12);
+  EXPECT_EQ(h.step(), 8);  // under the threshold: whole
+  Request& b = h.add(prompt_of(25, 2), 3);
+  Request& c = h.add(prompt_of(25, 3), 3);
+  // a decodes; b and c each take at most 10 prompt tokens per step: 10 + 10 + 5.
+  EXPECT_EQ(h.step(), 1 + 10 + 10);
+  EXPECT_EQ(h.step(), 1 + 10 + 10);
+  EXPECT_EQ(h.step(), 1 + 5 + 5);
+  EXPECT_EQ(b.seqs[0]->num_output_tokens(), 1);
+  h.run();
+  EXPECT_EQ(h.output(a), solo_output(prompt_of(8, 1), 12));
+  EXPECT_EQ(h.output(b), solo_output(prompt_of(25, 2), 3));
+  EXPECT_EQ(h.output(c), solo_output(prompt_of(25, 3), 3));
+  h.expect_no_leaks();
+}
+
+TEST(Scheduler, LongPrefillThresholdLeavesUnchunkedPromptsWhole) {
+  SchedulerConfig cfg;
+  cfg.max_num_batched_tokens = 64;
+  cfg.enable_chunked_prefill = false;
+  cfg.long_prefill_token_threshold = 10;  // applies to chunked prefill only
+  Harness h(64, cfg);
+  h.add(prompt_of(40, 1), 2);
+  EXPECT_EQ(h.step(), 40);
+  h.run();
+  h.expect_no_leaks();
+}
+
 TEST(Scheduler, NoChunkingSchedulesWholePromptsOnly) {
   SchedulerConfig cfg;
   cfg.max_num_batched_tokens = 64;
