@@ -51,10 +51,22 @@ EngineCore::~EngineCore() {
 void EngineCore::init(std::unique_ptr<runner::ModelRunner> runner) {
   runner_ = std::move(runner);
   const io::ModelConfig& config = runner_->config();
-  const int model_len = static_cast<int>(config.max_position_embeddings);
+  int model_len = static_cast<int>(config.max_position_embeddings);
   if (args_.max_model_len > 0 && model_len > 0 && args_.max_model_len > model_len) {
     invalid_argument("--max-model-len " + std::to_string(args_.max_model_len) +
                      " exceeds the model's max_position_embeddings (" + std::to_string(model_len) + ")");
+  }
+  if (config.sliding_window > 0 && config.sliding_window < model_len) {
+    // Within the window, sliding-window attention attends every earlier token, as our kernels do.
+    const std::string window = std::to_string(config.sliding_window);
+    if (args_.max_model_len > config.sliding_window)
+      unsupported("--max-model-len " + std::to_string(args_.max_model_len) +
+                  " exceeds the model's sliding_window (" + window +
+                  "): attention limited to a window is not supported past it");
+    model_len = static_cast<int>(config.sliding_window);
+    if (args_.max_model_len == 0)
+      log::info("max_model_len " + window + ": the model's sliding_window (sequences up to it get "
+                "exactly the model's attention)");
   }
   const int max_model_len = args_.max_model_len > 0 ? args_.max_model_len : model_len;
   if (max_model_len <= 0) invalid_argument("max_model_len: unknown (set --max-model-len)");

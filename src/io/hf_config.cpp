@@ -188,9 +188,10 @@ void read_rope(const json& j, const FieldReader& f, const std::string& source, M
               kMaxPositions);
 }
 
-// We implement full attention only; a window that can actually cut the context is refused.
-void check_sliding_window(const json& j, const FieldReader& f, const std::string& source,
-                          const ModelConfig& c) {
+// A window that can actually cut the context is recorded in c.sliding_window (the engine serves
+// such a model up to the window, where full attention is the same attention).
+void read_sliding_window(const json& j, const FieldReader& f, const std::string& source,
+                         ModelConfig& c) {
   if (!f.has("sliding_window")) return;
   const int64_t window = f.integer("sliding_window", 0);
   const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
@@ -199,10 +200,9 @@ void check_sliding_window(const json& j, const FieldReader& f, const std::string
     for (const json& t : j.at("layer_types"))
       sliding_layers |= t.is_string() && t.get<std::string>() == "sliding_attention";
   if (qwen && !f.boolean("use_sliding_window", false) && !sliding_layers) return;
+  check_range(source, "sliding_window", window, 1, kMaxPositions);
   if (window >= c.max_position_embeddings) return;
-  unsupported(source + ": sliding-window attention (sliding_window = " + std::to_string(window) +
-              " < max_position_embeddings = " + std::to_string(c.max_position_embeddings) +
-              ") is not supported");
+  c.sliding_window = window;
 }
 
 void validate(const FieldReader& f, const std::string& source, const ModelConfig& c) {
@@ -270,7 +270,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     invalid_argument(
         source + ": hidden_size is not a multiple of num_attention_heads and head_dim is not set");
   validate(f, source, c);
-  check_sliding_window(j, f, source, c);
+  read_sliding_window(j, f, source, c);
   if (j.contains("quantization_config") && !j["quantization_config"].is_null())
     c.quant = quant::parse_quant_config(j["quantization_config"], source);
   return c;

@@ -35,6 +35,10 @@ struct ModelConfig {
   int64_t num_key_value_heads = 0;
   int64_t head_dim = 0;  // defaults to hidden_size / num_attention_heads
   int64_t max_position_embeddings = 0;
+  // > 0: config.json's sliding_window cuts the context (some or all layers attend only the last
+  // sliding_window tokens). The kernels attend every token, which is the same attention only up to
+  // sliding_window tokens, so the engine caps max_model_len there.
+  int64_t sliding_window = 0;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "model_files_util.h"
+#include "pagellm/llm.h"
 #include "runner/model_loader.h"
 
 namespace pagellm {
@@ -76,10 +77,10 @@ std::vector<BrokenCase> broken_cases() {
        [](const fs::path& d) {
          rewrite_config(d, [](json& c) {
            c["architectures"] = {"MistralForCausalLM"};
-           c["sliding_window"] = 64;
+           c["sliding_window"] = -64;
          });
        },
-       "config.json", kUnsupported},
+       "config.json", kInvalid},
       {"unsupported_rope",
        [](const fs::path& d) {
          rewrite_config(d, [](json& c) {
@@ -222,6 +223,48 @@ TEST(BrokenModel, UndamagedFoldersLoad) {
   write_sharded(args.model, "model-00002-of-00002.safetensors");
   auto sharded = runner::load_model(args);
   EXPECT_EQ(sharded.runner->num_kv_blocks(), 4);
+}
+
+// A sliding window shorter than max_position_embeddings caps the context at the window, where
+// attending every token is the model's attention; a longer --max-model-len is refused.
+TEST(SlidingWindow, EngineServesUpToTheWindow) {
+  testing::TempDir tmp;
+  EngineArgs args;
+  args.num_kv_blocks = 8;
+  // stories260K (it has a tokenizer) with a window in its config.
+  args.model = (tmp.path() / "windowed").string();
+  fs::copy(std::string(PAGELLM_SHARED_DIR) + "/models/stories260K", args.model,
+           fs::copy_options::recursive);
+  json config = json::parse(testing::read_file(fs::path(args.model) / "config.json"));
+  config["sliding_window"] = 24;  // max_position_embeddings is 512
+  write_file(fs::path(args.model) / "config.json", config.dump());
+  {
+    LLMEngine engine(args);
+    EXPECT_EQ(engine.model_info().max_model_len, 24);
+    SamplingParams p;
+    p.temperature = 0.0f;
+    p.max_tokens = 21;  // the whole window
+    p.ignore_eos = true;
+    engine.add_request("a", PromptInput::from_ids({1, 5, 7}), p);
+    std::vector<int32_t> out;
+    while (engine.has_unfinished_requests())
+      for (RequestOutput& o : engine.step())
+        if (o.finished) out = o.outputs.at(0).token_ids;
+    EXPECT_EQ(out.size(), 21u);
+    p.max_tokens = 22;
+    EXPECT_THROW(engine.add_request("b", PromptInput::from_ids({1, 5, 7}), p), Error);
+  }
+  args.max_model_len = 25;
+  try {
+    LLMEngine engine(args);
+    FAIL() << "--max-model-len past the sliding window was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sliding_window (24)"), std::string::npos) << e.what();
+  }
+  args.max_model_len = 24;
+  LLMEngine engine(args);
+  EXPECT_EQ(engine.model_info().max_model_len, 24);
 }
 
 }  // namespace

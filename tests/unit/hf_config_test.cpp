@@ -105,9 +105,10 @@ TEST(HfConfig, QwenFamilies) {
   EXPECT_TRUE(c.qk_norm);
   EXPECT_FALSE(c.attention_bias);
   EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.sliding_window, 0);  // use_sliding_window false: no window
   j["use_sliding_window"] = true;
   j["sliding_window"] = 1024;
-  expect_error(j, ErrorKind::kUnsupported, "sliding");
+  EXPECT_EQ(parse(j).sliding_window, 1024);
 }
 
 TEST(HfConfig, MistralSlidingWindow) {
@@ -115,10 +116,13 @@ TEST(HfConfig, MistralSlidingWindow) {
   j["architectures"] = {"MistralForCausalLM"};
   j["sliding_window"] = nullptr;
   EXPECT_EQ(parse(j).model_type, "mistral");
+  EXPECT_EQ(parse(j).sliding_window, 0);
   j["sliding_window"] = 4096;  // == max_position_embeddings: never cuts the context
-  EXPECT_NO_THROW(parse(j));
-  j["sliding_window"] = 1024;
-  expect_error(j, ErrorKind::kUnsupported, "sliding_window");
+  EXPECT_EQ(parse(j).sliding_window, 0);
+  j["sliding_window"] = 1024;  // the engine serves up to the window
+  EXPECT_EQ(parse(j).sliding_window, 1024);
+  j["sliding_window"] = 0;
+  expect_error(j, ErrorKind::kInvalidArgument, "sliding_window");
 }
 
 TEST(HfConfig, ArchitectureFromModelTypeAndUnknown) {
