@@ -13,13 +13,7 @@ shift
 timeout 120 "$B/cuda_probe" > "$LOGS/probe.log" 2>&1
 say "probe: $(grep -iE 'copy|gemm' "$LOGS/probe.log" | tr '\n' ' ' | cut -c1-300)"
 port=18600
-"$B/pagellm" serve --model "$B/llama31-8b" --load-format dummy --device cuda --port $port \
-  --max-model-len 4096 --disable-log-requests "$@" > "$LOGS/serve.log" 2>&1 &
-pid=$!
-for _ in $(seq 120); do
-  curl -sf "http://127.0.0.1:$port/health" > /dev/null && break
-  sleep 1
-done
+serve_dummy_8b $port "$LOGS/serve.log" "$@"
 field() { grep -E "$1" "$2" | head -1 | awk -F: '{gsub(/ /, "", $2); print $2}'; }
 say "in out rate conc prompts | req/s out_tok/s | TTFT mean p99 | TPOT mean p99 | ITL median p99 (ms)"
 for io in "1024 170" "512 85"; do
@@ -33,7 +27,7 @@ for io in "1024 170" "512 85"; do
     say "$1 $2 $rate $conc $n (exit $?) | $(field 'Request throughput' "$log") $(field 'Output token throughput' "$log") | $(field 'Mean TTFT' "$log") $(field 'P99 TTFT' "$log") | $(field 'Mean TPOT' "$log") $(field 'P99 TPOT' "$log") | $(field 'Median ITL' "$log") $(field 'P99 ITL' "$log")"
   done
 done
-kill $pid
-wait $pid 2>/dev/null
+kill "$SERVE_PID"
+wait "$SERVE_PID" 2>/dev/null
 echo "=== summary"
 cat "$SUMMARY"

@@ -18,16 +18,9 @@ if [ -x "$B/cuda_runner_check" ]; then
   timeout 300 "$B/cuda_runner_check" "$B/models" --perf-only --batch 1 > "$LOGS/offline.log" 2>&1
   say "offline decode (exit $?): $(grep -E "tok/s" "$LOGS/offline.log" | head -2 | tr '\n' ' ')"
 fi
-M=$B/llama31-8b
 for th in $THRESHOLDS; do
   port=18500
-  "$B/pagellm" serve --model "$M" --load-format dummy --device cuda --port $port --max-model-len 4096 \
-    --long-prefill-token-threshold "$th" --disable-log-requests > "$LOGS/serve_$th.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 120); do
-    curl -sf "http://127.0.0.1:$port/health" > /dev/null && break
-    sleep 1
-  done
+  serve_dummy_8b $port "$LOGS/serve_$th.log" --long-prefill-token-threshold "$th"
   for c in 1 16; do
     n=$((c == 1 ? 24 : 160))
     timeout 240 "$B/pagellm" bench serve --port $port --dataset-name random --random-input-len 1024 \
@@ -35,8 +28,8 @@ for th in $THRESHOLDS; do
       > "$LOGS/lat_${th}_c$c.log" 2>&1
     say "threshold $th, concurrency $c (exit $?): $(grep -iE 'TPOT|ITL|TTFT|Output token throughput' "$LOGS/lat_${th}_c$c.log" | tr -s ' ' | tr '\n' ';' | cut -c1-700)"
   done
-  kill $pid
-  wait $pid 2>/dev/null
+  kill "$SERVE_PID"
+  wait "$SERVE_PID" 2>/dev/null
 done
 echo "=== summary"
 cat "$SUMMARY"

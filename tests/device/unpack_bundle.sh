@@ -16,3 +16,16 @@ SUMMARY=$LOGS/summary.txt
 : > "$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
 say "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader) $(date -u +%FT%TZ)"
+# serve_dummy_8b PORT LOG [FLAGS...]: `pagellm serve` of $B/llama31-8b (dummy weights, 4,096-token
+# context) in the background, waited for until /health answers (at most 120 s); sets SERVE_PID.
+serve_dummy_8b() {
+  local port=$1 log=$2
+  shift 2
+  "$B/pagellm" serve --model "$B/llama31-8b" --load-format dummy --device cuda --port "$port" \
+    --max-model-len 4096 --disable-log-requests "$@" > "$log" 2>&1 &
+  SERVE_PID=$!
+  for _ in $(seq 120); do
+    curl -sf "http://127.0.0.1:$port/health" > /dev/null && return 0
+    sleep 1
+  done
+}

@@ -128,20 +128,12 @@ __device__ RowScan scan_row(Smem& s, const float* x, int vocab, float max_x, flo
   const int num_blocks = (vocab + kDrawBlock - 1) / kDrawBlock;
   int positive = 0, at_least = 0;
   if (!masses) {
-    for (int base = threadIdx.x; base < vocab; base += kThreads * kAhead) {
-      float xs[kAhead];
-#pragma unroll
-      for (int u = 0; u < kAhead; ++u)
-        xs[u] = base + u * kThreads < vocab ? x[base + u * kThreads] : 0.0f;
-#pragma unroll
-      for (int u = 0; u < kAhead; ++u) {
-        const bool in_row = base + u * kThreads < vocab;
-        const float z = scaled_logit(xs[u], max_x, temperature);
-        positive += in_row && weight_positive(z);
-        at_least += in_row && min_w > 0.0f && weight_at_least(z, min_w, lz);
-        if (hist) count_bin(s, in_row ? top_bin(xs[u]) : -1);
-      }
-    }
+    for_each_own_value(x, vocab, [&](int, float xi) {
+      const float z = scaled_logit(xi, max_x, temperature);
+      positive += weight_positive(z);
+      at_least += min_w > 0.0f && weight_at_least(z, min_w, lz);
+      if (hist) count_bin(s, top_bin(xi));
+    });
   } else {
     const int lane = threadIdx.x & 31, group = lane >> 3, j = lane & 7;
     for (int b0 = int(threadIdx.x >> 5) * 4; b0 < num_blocks; b0 += kWarps * 4) {  // warp-uniform

@@ -149,31 +149,38 @@ __device__ int nth_tie(Smem& s, const float* x, const float* w, int vocab, const
   return id < 0 ? 0 : id;
 }
 
-// Gathers the ids i for which keep(i, x[i], wi) holds (setting their weight wi) and sorts the
-// first kSortMax of them best first into sort_*; returns how many held (sorted: at most kSortMax).
-template <typename Keep>
-__device__ int gather_sorted_by(Smem& s, const float* x, int vocab, const Keep& keep) {
-  constexpr int kAhead = 8;  // loads in flight per thread: at batch 1 this is one block's pass
-  if (threadIdx.x == 0) s.count = 0;
-  __syncthreads();
+// Calls f(i, x[i]) for this thread's ids i = threadIdx.x, threadIdx.x + kThreads, ... in order,
+// issuing kAhead loads before using any: at batch 1 a pass over the row is one block's.
+template <typename F>
+__device__ __forceinline__ void for_each_own_value(const float* x, int vocab, const F& f) {
+  constexpr int kAhead = 8;
   for (int base = threadIdx.x; base < vocab; base += kThreads * kAhead) {
     float xs[kAhead];
 #pragma unroll
     for (int u = 0; u < kAhead; ++u)
       xs[u] = base + u * kThreads < vocab ? x[base + u * kThreads] : 0.0f;
 #pragma unroll
-    for (int u = 0; u < kAhead; ++u) {
-      const int i = base + u * kThreads;
-      float wi = 0.0f;
-      if (i >= vocab || !keep(i, xs[u], wi)) continue;
-      const int slot = atomicAdd(&s.count, 1);
-      if (slot < kSortMax) {
-        s.c.cand_x[slot] = xs[u];
-        s.c.cand_id[slot] = i;
-        s.c.cand_w[slot] = wi;
-      }
-    }
+    for (int u = 0; u < kAhead; ++u)
+      if (base + u * kThreads < vocab) f(base + u * kThreads, xs[u]);
   }
+}
+
+// Gathers the ids i for which keep(i, x[i], wi) holds (setting their weight wi) and sorts the
+// first kSortMax of them best first into sort_*; returns how many held (sorted: at most kSortMax).
+template <typename Keep>
+__device__ int gather_sorted_by(Smem& s, const float* x, int vocab, const Keep& keep) {
+  if (threadIdx.x == 0) s.count = 0;
+  __syncthreads();
+  for_each_own_value(x, vocab, [&](int i, float xi) {
+    float wi = 0.0f;
+    if (!keep(i, xi, wi)) return;
+    const int slot = atomicAdd(&s.count, 1);
+    if (slot < kSortMax) {
+      s.c.cand_x[slot] = xi;
+      s.c.cand_id[slot] = i;
+      s.c.cand_w[slot] = wi;
+    }
+  });
   __syncthreads();
   const int count = s.count;
   const int n = min(count, kSortMax);
