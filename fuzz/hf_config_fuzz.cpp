@@ -17,6 +17,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         c.num_attention_heads % c.num_key_value_heads != 0 || c.head_dim <= 0 ||
         c.head_dim % 2 != 0 || c.vocab_size <= 0)
       std::abort();
+    // A mixture of experts: top-k within the experts, a flag for every layer.
+    if (c.is_moe() &&
+        (c.moe.top_k < 1 || c.moe.top_k > c.moe.num_experts || c.moe.intermediate_size <= 0 ||
+         int64_t(c.moe.dense_layer.size()) != c.num_hidden_layers))
+      std::abort();
   } catch (const pagellm::Error&) {
   }
   try {

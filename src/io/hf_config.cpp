@@ -125,6 +125,9 @@ constexpr ArchInfo kArchitectures[] = {
     {"MistralForCausalLM", "mistral"},
     {"Qwen2ForCausalLM", "qwen2"},
     {"Qwen3ForCausalLM", "qwen3"},
+    {"Qwen3MoeForCausalLM", "qwen3_moe"},
+    {"MixtralForCausalLM", "mixtral"},
+    {"Phi3ForCausalLM", "phi3"},
 };
 
 void read_architecture(const json& j, const FieldReader& f, const std::string& source,
@@ -148,7 +151,45 @@ void read_architecture(const json& j, const FieldReader& f, const std::string& s
     invalid_argument(source + ": neither 'architectures' nor 'model_type' is set");
   unsupported(
       source + ": unsupported architecture '" + (arch.empty() ? model_type : arch) +
-      "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+      "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+      "Qwen3MoeForCausalLM, MixtralForCausalLM, Phi3ForCausalLM)");
+}
+
+// A list of head_dim / 2 positive factors.
+std::vector<double> read_factors(const json& r, const FieldReader& rf, const char* key,
+                                 int64_t count) {
+  if (!rf.has(key) || !r.at(key).is_array() || int64_t(r.at(key).size()) != count)
+    rf.fail(key, ("a list of head_dim / 2 = " + std::to_string(count) + " numbers").c_str());
+  std::vector<double> out;
+  for (const json& v : r.at(key)) {
+    if (!v.is_number() || !(v.get<double>() > 0.0) || !std::isfinite(v.get<double>()))
+      rf.fail(key, "a list of positive numbers");
+    out.push_back(v.get<double>());
+  }
+  return out;
+}
+
+// Phi-3's longrope: both factor lists, the original context (in the rope object or, as Phi-3's
+// config.json has it, at the top level) and the cos / sin scale transformers derives from
+// max_position_embeddings / original_max_position_embeddings unless attention_factor is given.
+void read_longrope(const json& j, const json& r, const FieldReader& rf, const std::string& rsource,
+                   ModelConfig& c) {
+  RopeScaling& s = c.rope_scaling;
+  s.type = RopeScaling::Type::kLongRope;
+  s.short_factor = read_factors(r, rf, "short_factor", c.head_dim / 2);
+  s.long_factor = read_factors(r, rf, "long_factor", c.head_dim / 2);
+  const FieldReader top(j, rsource);
+  const int64_t original = rf.integer("original_max_position_embeddings",
+                                      top.integer("original_max_position_embeddings", 0));
+  check_range(rsource, "original_max_position_embeddings", original, 2, kMaxPositions);
+  s.original_max_position_embeddings = original;
+  const double factor = double(c.max_position_embeddings) / double(original);
+  s.attention_factor =
+      rf.has("attention_factor")
+          ? rf.number("attention_factor", 1.0)
+          : factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(factor) / std::log(double(original)));
+  if (!(s.attention_factor > 0.0)) rf.fail("attention_factor", "positive");
+  s.use_long = c.max_position_embeddings > original;
 }
 
 // rope_scaling (transformers 4.x) or rope_parameters (5.x, which also carries rope_theta).
@@ -163,15 +204,21 @@ void read_rope(const json& j, const FieldReader& f, const std::string& source, M
   const std::string rsource = source + ": " + key;
   FieldReader rf(r, rsource);
   if (rf.has("rope_theta")) c.rope_theta = rf.number("rope_theta", c.rope_theta);
+  if (rf.number("partial_rotary_factor", 1.0) != 1.0)
+    unsupported(rsource + ": partial_rotary_factor < 1 (rotating part of each head) is not supported");
   const std::string type = rf.string("rope_type", rf.string("type", "default"));
   RopeScaling& s = c.rope_scaling;
   if (type == "default") {
     s.type = RopeScaling::Type::kNone;
     return;
   }
+  if (type == "longrope" || type == "su") {
+    read_longrope(j, r, rf, rsource, c);
+    return;
+  }
   if (type != "linear" && type != "llama3")
     unsupported(rsource + ": rope type '" + type +
-                "' is not supported (supported: default, linear, llama3)");
+                "' is not supported (supported: default, linear, llama3, longrope)");
   s.factor = rf.number("factor", 1.0);
   if (!(s.factor > 0.0)) invalid_argument(rsource + ": field 'factor' must be positive");
   if (type == "linear") {
@@ -194,7 +241,8 @@ void read_sliding_window(const json& j, const FieldReader& f, const std::string&
                          ModelConfig& c) {
   if (!f.has("sliding_window")) return;
   const int64_t window = f.integer("sliding_window", 0);
-  const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
+  const bool qwen =
+      c.model_type == "qwen2" || c.model_type == "qwen3" || c.model_type == "qwen3_moe";
   bool sliding_layers = false;  // transformers 5 lists per-layer attention kinds
   if (f.has("layer_types") && j.at("layer_types").is_array())
     for (const json& t : j.at("layer_types"))
@@ -203,6 +251,39 @@ void read_sliding_window(const json& j, const FieldReader& f, const std::string&
   check_range(source, "sliding_window", window, 1, kMaxPositions);
   if (window >= c.max_position_embeddings) return;
   c.sliding_window = window;
+}
+
+// The mixture-of-experts fields of Qwen3-MoE (num_experts, which transformers 5 writes as
+// num_local_experts; moe_intermediate_size; norm_topk_prob; dense layers from decoder_sparse_step
+// and mlp_only_layers) and Mixtral (num_local_experts; intermediate_size is each expert's; every
+// layer sparse; top-k always renormalised).
+void read_moe(const json& j, const FieldReader& f, const std::string& source, ModelConfig& c) {
+  const bool qwen = c.model_type == "qwen3_moe";
+  if (!qwen && c.model_type != "mixtral") return;
+  MoeConfig& m = c.moe;
+  m.num_experts = qwen && f.has("num_experts") ? f.integer("num_experts", 0)
+                                               : f.integer("num_local_experts", qwen ? 0 : 8);
+  m.top_k = f.integer("num_experts_per_tok", 2);
+  m.intermediate_size =
+      qwen ? f.integer("moe_intermediate_size", 0) : c.intermediate_size;
+  m.norm_topk_prob = qwen ? f.boolean("norm_topk_prob", false) : true;
+  check_range(source, qwen ? "num_experts" : "num_local_experts", m.num_experts, 1, 1024);
+  check_range(source, "num_experts_per_tok", m.top_k, 1, m.num_experts);
+  check_range(source, qwen ? "moe_intermediate_size" : "intermediate_size", m.intermediate_size, 1,
+              kMaxDim);
+  m.dense_layer.assign(static_cast<size_t>(c.num_hidden_layers), false);
+  if (!qwen) return;
+  const int64_t step = f.integer("decoder_sparse_step", 1);
+  check_range(source, "decoder_sparse_step", step, 1, c.num_hidden_layers);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) m.dense_layer[size_t(l)] = (l + 1) % step != 0;
+  if (!f.has("mlp_only_layers")) return;
+  const json& only = j.at("mlp_only_layers");
+  if (!only.is_array()) f.fail("mlp_only_layers", "a list of layer indices");
+  for (const json& e : only) {
+    if (!e.is_number_integer()) f.fail("mlp_only_layers", "a list of layer indices");
+    check_range(source, "mlp_only_layers", e.get<int64_t>(), 0, c.num_hidden_layers - 1);
+    m.dense_layer[size_t(e.get<int64_t>())] = true;
+  }
 }
 
 void validate(const FieldReader& f, const std::string& source, const ModelConfig& c) {
@@ -226,6 +307,8 @@ void validate(const FieldReader& f, const std::string& source, const ModelConfig
   if (act != "silu")
     unsupported(source + ": hidden_act '" + act + "' is not supported (only silu)");
   if (f.boolean("mlp_bias", false)) unsupported(source + ": mlp_bias = true is not supported");
+  if (f.number("partial_rotary_factor", 1.0) != 1.0)
+    unsupported(source + ": partial_rotary_factor < 1 (rotating part of each head) is not supported");
   if (c.bos_token_id && *c.bos_token_id >= c.vocab_size)
     invalid_argument(source + ": bos_token_id is outside the vocabulary");
 }
@@ -252,7 +335,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
   // Qwen2 always has q/k/v biases; Llama and Qwen3 make them optional; Mistral has none.
   c.attention_bias = c.model_type == "qwen2" || f.boolean("attention_bias", false);
-  c.qk_norm = c.model_type == "qwen3";
+  c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
   const std::string dtype_key = f.has("torch_dtype") ? "torch_dtype" : "dtype";
   const std::string dtype = f.string(dtype_key.c_str(), "float32");
   const auto parsed = dtype_from_torch_name(dtype);
@@ -270,6 +353,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     invalid_argument(
         source + ": hidden_size is not a multiple of num_attention_heads and head_dim is not set");
   validate(f, source, c);
+  read_moe(j, f, source, c);
   read_sliding_window(j, f, source, c);
   if (j.contains("quantization_config") && !j["quantization_config"].is_null())
     c.quant = quant::parse_quant_config(j["quantization_config"], source);

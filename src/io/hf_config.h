@@ -1,5 +1,5 @@
 // Hugging Face config.json and generation_config.json for the Llama family (Llama, Mistral, Qwen2,
-// Qwen3). Parsing validates every field it reads; a malformed file throws pagellm::Error naming the file
+// Qwen3) and its mixture-of-experts variants (Qwen3-MoE, Mixtral). Parsing validates every field it reads; a malformed file throws pagellm::Error naming the file
 // and the field.
 #pragma once
 
@@ -15,13 +15,33 @@
 namespace pagellm::io {
 
 struct RopeScaling {
-  enum class Type { kNone, kLinear, kLlama3 };
+  enum class Type { kNone, kLinear, kLlama3, kLongRope };
   Type type = Type::kNone;
   double factor = 1.0;
   // llama3 only
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 8192;
+  // longrope (Phi-3's "longrope" / "su"): frequency i is divided by long_factor[i] when use_long,
+  // else by short_factor[i] ([head_dim / 2] each), and cos / sin are scaled by attention_factor.
+  // use_long follows the served context as vLLM's does: max_model_len >
+  // original_max_position_embeddings (parsing assumes max_model_len = max_position_embeddings; the
+  // model loader sets it from --max-model-len), so a sequence never changes factors midway.
+  std::vector<double> short_factor, long_factor;
+  double attention_factor = 1.0;
+  bool use_long = false;
+};
+
+// A sparse mixture-of-experts MLP (Qwen3-MoE, Mixtral): a router picks top_k of num_experts
+// SwiGLU experts per token from the softmax of its logits; the token's output is the sum of those
+// experts' outputs weighted by their probabilities (renormalised over the top_k when
+// norm_topk_prob). Layers listed as dense run the ordinary MLP of intermediate_size.
+struct MoeConfig {
+  int64_t num_experts = 0;        // 0: a dense model
+  int64_t top_k = 0;              // num_experts_per_tok
+  int64_t intermediate_size = 0;  // each expert's (Qwen3-MoE: moe_intermediate_size)
+  bool norm_topk_prob = true;
+  std::vector<bool> dense_layer;  // [num_hidden_layers]: true where the layer's MLP is dense
 };
 
 struct ModelConfig {
@@ -50,6 +70,12 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;
   // config.json's quantization_config, combined with --quantization by the model loader.
   quant::QuantConfig quant;
+  MoeConfig moe;
+  bool is_moe() const { return moe.num_experts > 0; }
+  // Whether the MLP of (whole-model) layer `layer` is a mixture of experts.
+  bool moe_layer(int64_t layer) const {
+    return is_moe() && !moe.dense_layer.at(static_cast<size_t>(layer));
+  }
 };
 
 // Default sampling values and stop ids from generation_config.json (all optional).

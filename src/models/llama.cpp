@@ -95,13 +95,20 @@ LlamaModel::LlamaModel(io::ModelConfig config, LlamaWeights weights, ModelParall
   const auto& c = local_;
   const int64_t hd = c.head_dim;
   const int64_t qkv_width = (c.num_attention_heads + 2 * c.num_key_value_heads) * hd;
-  for (LlamaLayerWeights& lw : w_.layers) {
+  for (size_t l = 0; l < w_.layers.size(); ++l) {
+    LlamaLayerWeights& lw = w_.layers[l];
     PackedLayer& p = packed_.emplace_back();
     p.qkv = cpu::pack_matrix(lw.qkv.data(), qkv_width, c.hidden_size);
     p.o_proj = cpu::pack_matrix(lw.o_proj.data(), c.hidden_size, c.num_attention_heads * hd);
-    p.gate_up = cpu::pack_matrix(lw.gate_up.data(), 2 * c.intermediate_size, c.hidden_size);
-    p.down = cpu::pack_matrix(lw.down.data(), c.hidden_size, c.intermediate_size);
-    for (auto* v : {&lw.qkv, &lw.o_proj, &lw.gate_up, &lw.down}) std::vector<float>().swap(*v);
+    if (config_.moe_layer(geo_.layer_begin + int64_t(l)))
+      pack_experts(lw, p);
+    else {
+      p.gate_up = cpu::pack_matrix(lw.gate_up.data(), 2 * c.intermediate_size, c.hidden_size);
+      p.down = cpu::pack_matrix(lw.down.data(), c.hidden_size, c.intermediate_size);
+    }
+    for (auto* v : {&lw.qkv, &lw.o_proj, &lw.gate_up, &lw.down, &lw.router, &lw.experts_gate_up,
+                    &lw.experts_down})
+      std::vector<float>().swap(*v);
   }
   if (!par_.shard.last_stage()) return;
   const std::vector<float>& head = w_.lm_head.empty() ? w_.embed : w_.lm_head;
@@ -145,7 +152,8 @@ std::span<const float> LlamaModel::forward(const ForwardBatch& batch, KvCache& c
   parallel_rows(n, 4 * dim, [&](int64_t t0, int64_t t1) {
     // Positions are the same for every layer and for q and k: one rotary table per step.
     cpu::rope_tables(batch.positions.data() + t0, t1 - t0, hd, inv_freq_.data(),
-                     rope_cos_.data() + t0 * (hd / 2), rope_sin_.data() + t0 * (hd / 2));
+                     rope_cos_.data() + t0 * (hd / 2), rope_sin_.data() + t0 * (hd / 2),
+                     static_cast<float>(config_.rope_scaling.attention_factor));
     cpu::rms_norm(hidden_.data() + t0 * dim, w_.layers[0].input_norm.data(),
                   normed_.data() + t0 * dim, t1 - t0, dim, eps);
   });
@@ -257,18 +265,33 @@ void LlamaModel::attention_block(int64_t layer, const ForwardBatch& batch, KvCac
   });
 }
 
+void LlamaModel::pack_experts(const LlamaLayerWeights& lw, PackedLayer& p) const {
+  const auto& c = local_;
+  const int64_t dim = c.hidden_size, inter = c.moe.intermediate_size;
+  p.router = cpu::pack_matrix(lw.router.data(), c.moe.num_experts, dim);
+  for (int64_t e = 0; e < c.moe.num_experts; ++e) {
+    p.experts_gate_up.push_back(
+        cpu::pack_matrix(lw.experts_gate_up.data() + e * 2 * inter * dim, 2 * inter, dim));
+    p.experts_down.push_back(cpu::pack_matrix(lw.experts_down.data() + e * dim * inter, dim, inter));
+  }
+}
+
 // Expects normed_ = post_norm(hidden_); leaves normed_ = the next layer's input_norm(hidden_).
 void LlamaModel::mlp_block(int64_t layer, int64_t n) {
   const auto& c = local_;
   const PackedLayer& pw = packed_[static_cast<size_t>(layer)];
   const int64_t dim = c.hidden_size, inter = c.intermediate_size;
-  quantize_activations(normed_, n, dim);
-  cpu::matmul(normed_.data(), pw.gate_up, nullptr, gate_up_.data(), n);
-  parallel_rows(n, 8 * inter, [&](int64_t t0, int64_t t1) {
-    cpu::silu_mul(gate_up_.data() + t0 * 2 * inter, act_.data() + t0 * inter, t1 - t0, inter);
-  });
-  quantize_activations(act_, n, inter);
-  cpu::matmul(act_.data(), pw.down, nullptr, proj_.data(), n);
+  if (config_.moe_layer(geo_.layer_begin + layer)) {
+    moe_mlp(layer, n);
+  } else {
+    quantize_activations(normed_, n, dim);
+    cpu::matmul(normed_.data(), pw.gate_up, nullptr, gate_up_.data(), n);
+    parallel_rows(n, 8 * inter, [&](int64_t t0, int64_t t1) {
+      cpu::silu_mul(gate_up_.data() + t0 * 2 * inter, act_.data() + t0 * inter, t1 - t0, inter);
+    });
+    quantize_activations(act_, n, inter);
+    cpu::matmul(act_.data(), pw.down, nullptr, proj_.data(), n);
+  }
   all_reduce(proj_, n * dim);
   const bool last = layer + 1 == c.num_hidden_layers;
   const float* next_norm = last ? nullptr : w_.layers[static_cast<size_t>(layer + 1)].input_norm.data();
@@ -278,6 +301,51 @@ void LlamaModel::mlp_block(int64_t layer, int64_t n) {
       cpu::rms_norm(hidden_.data() + t0 * dim, next_norm, normed_.data() + t0 * dim, t1 - t0, dim,
                     static_cast<float>(c.rms_norm_eps));
   });
+}
+
+// Routes each token to its top-k experts, then runs each expert once over the rows routed to it
+// (gathered), adding weight * output into the token's row in expert order, as transformers does.
+// Only the experts some token picked are computed.
+void LlamaModel::moe_mlp(int64_t layer, int64_t n) {
+  const auto& c = local_;
+  const PackedLayer& pw = packed_[static_cast<size_t>(layer)];
+  const int64_t dim = c.hidden_size, inter = c.moe.intermediate_size;
+  const int64_t num_experts = c.moe.num_experts, k = c.moe.top_k;
+  router_logits_.resize(size_t(n * num_experts));
+  topk_ids_.resize(size_t(n * k));
+  topk_weights_.resize(size_t(n * k));
+  cpu::matmul(normed_.data(), pw.router, nullptr, router_logits_.data(), n);
+  cpu::moe_route(router_logits_.data(), n, num_experts, k, c.moe.norm_topk_prob, topk_ids_.data(),
+                 topk_weights_.data());
+  // Counting sort of the (token, slot) pairs by expert, tokens ascending within an expert.
+  std::vector<int64_t> begin(size_t(num_experts + 1), 0), order(size_t(n * k));
+  for (int32_t e : topk_ids_) ++begin[size_t(e) + 1];
+  for (int64_t e = 0; e < num_experts; ++e) begin[size_t(e + 1)] += begin[size_t(e)];
+  std::vector<int64_t> next(begin.begin(), begin.end() - 1);
+  for (int64_t i = 0; i < n * k; ++i) order[size_t(next[size_t(topk_ids_[size_t(i)])]++)] = i;
+  std::fill_n(proj_.begin(), n * dim, 0.0f);
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const int64_t first = begin[size_t(e)], rows = begin[size_t(e + 1)] - first;
+    if (rows == 0) continue;
+    expert_in_.resize(size_t(rows * dim));
+    expert_gate_up_.resize(size_t(rows * 2 * inter));
+    expert_act_.resize(size_t(rows * inter));
+    expert_out_.resize(size_t(rows * dim));
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(normed_.data() + (order[size_t(first + r)] / k) * dim, dim,
+                  expert_in_.data() + r * dim);
+    cpu::matmul(expert_in_.data(), pw.experts_gate_up[size_t(e)], nullptr, expert_gate_up_.data(),
+                rows);
+    cpu::silu_mul(expert_gate_up_.data(), expert_act_.data(), rows, inter);
+    cpu::matmul(expert_act_.data(), pw.experts_down[size_t(e)], nullptr, expert_out_.data(), rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t slot = order[size_t(first + r)];
+      const float w = topk_weights_[size_t(slot)];
+      float* out = proj_.data() + (slot / k) * dim;
+      const float* y = expert_out_.data() + r * dim;
+      for (int64_t i = 0; i < dim; ++i) out[i] += y[i] * w;
+    }
+  }
 }
 
 void LlamaModel::final_norm_rows(std::span<const float> hidden, std::span<const int64_t> rows,

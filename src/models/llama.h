@@ -1,5 +1,5 @@
-// The Llama family on the CPU backend: Llama (1-3), Mistral (full attention), Qwen2 (q/k/v bias)
-// and Qwen3 (per-head q/k RMSNorm). Weights are held in fp32 whatever the checkpoint dtype; q/k/v
+// The Llama family on the CPU backend: Llama (1-3), Mistral (full attention), Qwen2 (q/k/v bias),
+// Qwen3 (per-head q/k RMSNorm) and the mixture-of-experts Qwen3-MoE and Mixtral. Weights are held in fp32 whatever the checkpoint dtype; q/k/v
 // and gate/up projections are fused at load so each layer runs three matmuls and one attention.
 #pragma once
 
@@ -27,6 +27,10 @@ struct LlamaLayerWeights {
   std::vector<float> post_norm;  // [hidden]
   std::vector<float> gate_up;    // [2 * intermediate, hidden]: gate rows, then up rows
   std::vector<float> down;       // [hidden, intermediate]
+  // A mixture-of-experts layer instead of gate_up / down (E experts of intermediate I each):
+  std::vector<float> router;           // [E, hidden]
+  std::vector<float> experts_gate_up;  // [E, 2 * I, hidden]
+  std::vector<float> experts_down;     // [E, hidden, I]
 };
 
 struct LlamaWeights {
@@ -135,6 +139,11 @@ class LlamaModel {
  private:
   void attention_block(int64_t layer, const ForwardBatch& batch, KvCache& cache);
   void mlp_block(int64_t layer, int64_t num_tokens);
+  // proj_ = the mixture-of-experts MLP of normed_ (this rank's share of every expert, before the
+  // all-reduce).
+  void moe_mlp(int64_t layer, int64_t num_tokens);
+  struct PackedLayer;
+  void pack_experts(const LlamaLayerWeights& lw, PackedLayer& p) const;
   // The stage's input: the vocab-parallel embedding on the first stage (rows of ids outside the
   // rank's vocabulary shard are zero, then summed over ranks), else the previous stage's output.
   void stage_input(const ForwardBatch& batch);
@@ -147,6 +156,9 @@ class LlamaModel {
   // released after packing).
   struct PackedLayer {
     cpu::PackedMatrix qkv, o_proj, gate_up, down;
+    cpu::PackedMatrix router;                       // MoE layers only
+    std::vector<cpu::PackedMatrix> experts_gate_up;  // [E]
+    std::vector<cpu::PackedMatrix> experts_down;     // [E]
   };
 
   io::ModelConfig config_;  // the full model
@@ -170,6 +182,12 @@ class LlamaModel {
   std::vector<float> proj_;     // [num_tokens, hidden]
   std::vector<float> gate_up_;  // [num_tokens, 2 * intermediate]
   std::vector<float> act_;      // [num_tokens, intermediate]
+  // MoE scratch: router logits [num_tokens, E]; each token's top-k experts and weights
+  // [num_tokens, k]; one expert's gathered rows, their gate/up, activation and output.
+  std::vector<float> router_logits_;
+  std::vector<int32_t> topk_ids_;
+  std::vector<float> topk_weights_;
+  std::vector<float> expert_in_, expert_gate_up_, expert_act_, expert_out_;
 };
 
 }  // namespace pagellm::models

@@ -18,6 +18,51 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+// A mixture-of-experts MLP: the router (replicated on every rank) and every expert's gate/up and
+// down, named as the published checkpoints name them (Qwen3-MoE: mlp.experts.E.gate_proj; Mixtral:
+// block_sparse_moe.experts.E.w1 = gate, w3 = up, w2 = down).
+void add_moe_layer(const io::ModelConfig& c, const parallel::ShardGeometry& g, bool sharded, int i,
+                   const std::string& p, std::vector<WeightTensorSpec>& plan) {
+  const bool mixtral = c.model_type == "mixtral";
+  const std::string m = p + (mixtral ? "block_sparse_moe." : "mlp.");
+  const int64_t hidden = c.hidden_size, inter = c.moe.intermediate_size;
+  const TensorSlice rows = sharded ? TensorSlice{0, g.moe_inter_begin, g.moe_inter} : TensorSlice{};
+  const TensorSlice cols = sharded ? TensorSlice{1, g.moe_inter_begin, g.moe_inter} : TensorSlice{};
+  plan.push_back({WeightSlot::kRouter, i, m + "gate.weight",
+                  {{m + "gate.weight", {c.moe.num_experts, hidden}, {}}}});
+  WeightTensorSpec gate_up{WeightSlot::kExpertsGateUp, i, m + "experts.gate_up", {}};
+  WeightTensorSpec down{WeightSlot::kExpertsDown, i, m + "experts.down", {}};
+  for (int64_t e = 0; e < c.moe.num_experts; ++e) {
+    const std::string x = m + "experts." + std::to_string(e) + ".";
+    gate_up.parts.push_back({x + (mixtral ? "w1" : "gate_proj") + ".weight", {inter, hidden}, rows});
+    gate_up.parts.push_back({x + (mixtral ? "w3" : "up_proj") + ".weight", {inter, hidden}, rows});
+    down.parts.push_back({x + (mixtral ? "w2" : "down_proj") + ".weight", {hidden, inter}, cols});
+  }
+  plan.push_back(std::move(gate_up));
+  plan.push_back(std::move(down));
+}
+
+// A dense MLP: gate/up split by rows (column-parallel), down by columns (row-parallel). Phi-3
+// stores gate/up as one gate_up_proj [2 * inter, hidden], gate rows first.
+void add_dense_mlp(const io::ModelConfig& c, const parallel::ShardGeometry& g, bool sharded, int i,
+                   const std::string& p, std::vector<WeightTensorSpec>& plan) {
+  const int64_t hidden = c.hidden_size, inter = c.intermediate_size;
+  const TensorSlice rows = sharded ? TensorSlice{0, g.inter_begin, g.inter} : TensorSlice{};
+  const TensorSlice cols = sharded ? TensorSlice{1, g.inter_begin, g.inter} : TensorSlice{};
+  if (c.model_type == "phi3") {
+    const std::string name = p + "mlp.gate_up_proj.weight";
+    plan.push_back({WeightSlot::kGateUp, i, p + "gate_up",
+                    {{name, {2 * inter, hidden}, {0, g.inter_begin, g.inter}},
+                     {name, {2 * inter, hidden}, {0, inter + g.inter_begin, g.inter}}}});
+  } else {
+    plan.push_back({WeightSlot::kGateUp, i, p + "gate_up",
+                    {{p + "mlp.gate_proj.weight", {inter, hidden}, rows},
+                     {p + "mlp.up_proj.weight", {inter, hidden}, rows}}});
+  }
+  const std::string down = p + "mlp.down_proj.weight";
+  plan.push_back({WeightSlot::kDown, i, down, {{down, {hidden, inter}, cols}}});
+}
+
 }  // namespace
 
 std::vector<int64_t> HfTensorSpec::local_shape() const {
@@ -42,9 +87,11 @@ std::vector<WeightTensorSpec> llama_weight_plan(const io::ModelConfig& c,
                                                 const parallel::ShardSpec& shard) {
   // Sizes are bounded by parse_model_config, so no product below overflows.
   const parallel::ShardGeometry g = parallel::shard_geometry(c, shard);
-  const int64_t hidden = c.hidden_size, hd = c.head_dim, inter = c.intermediate_size;
+  const int64_t hidden = c.hidden_size, hd = c.head_dim;
   const int64_t q_rows = c.num_attention_heads * hd, kv_rows = c.num_key_value_heads * hd;
   const bool sharded = shard.tp_size > 1;
+  // Phi-3 stores q/k/v fused; each runtime part is a row range of the fused tensor.
+  const bool fused = c.model_type == "phi3";
   // Slices are left out (whole tensors) without tensor parallelism.
   auto rows = [&](int64_t begin, int64_t count) {
     return sharded ? TensorSlice{0, begin, count} : TensorSlice{};
@@ -69,10 +116,19 @@ std::vector<WeightTensorSpec> llama_weight_plan(const io::ModelConfig& c,
     const int i = int(layer - g.layer_begin);
     const std::string p = "model.layers." + std::to_string(layer) + ".";
     one(WeightSlot::kInputNorm, i, p + "input_layernorm.weight", {hidden});
-    add(WeightSlot::kQkv, i, p + "qkv",
-        {{p + "self_attn.q_proj.weight", {q_rows, hidden}, q_slice},
-         {p + "self_attn.k_proj.weight", {kv_rows, hidden}, kv_slice},
-         {p + "self_attn.v_proj.weight", {kv_rows, hidden}, kv_slice}});
+    if (fused) {  // Phi-3: one qkv_proj [q_rows + 2 kv_rows, hidden], split by rows
+      const std::string name = p + "self_attn.qkv_proj.weight";
+      const std::vector<int64_t> shape = {q_rows + 2 * kv_rows, hidden};
+      add(WeightSlot::kQkv, i, p + "qkv",
+          {{name, shape, {0, g.q_head_begin * hd, g.num_q_heads * hd}},
+           {name, shape, {0, q_rows + g.kv_head_begin * hd, g.num_kv_heads * hd}},
+           {name, shape, {0, q_rows + kv_rows + g.kv_head_begin * hd, g.num_kv_heads * hd}}});
+    } else {
+      add(WeightSlot::kQkv, i, p + "qkv",
+          {{p + "self_attn.q_proj.weight", {q_rows, hidden}, q_slice},
+           {p + "self_attn.k_proj.weight", {kv_rows, hidden}, kv_slice},
+           {p + "self_attn.v_proj.weight", {kv_rows, hidden}, kv_slice}});
+    }
     if (c.attention_bias)
       add(WeightSlot::kQkvBias, i, p + "qkv_bias",
           {{p + "self_attn.q_proj.bias", {q_rows}, q_slice},
@@ -85,12 +141,11 @@ std::vector<WeightTensorSpec> llama_weight_plan(const io::ModelConfig& c,
     one(WeightSlot::kOProj, i, p + "self_attn.o_proj.weight", {hidden, q_rows},
         cols(g.q_head_begin * hd, g.num_q_heads * hd));
     one(WeightSlot::kPostNorm, i, p + "post_attention_layernorm.weight", {hidden});
-    const TensorSlice inter_rows = rows(g.inter_begin, g.inter);
-    add(WeightSlot::kGateUp, i, p + "gate_up",
-        {{p + "mlp.gate_proj.weight", {inter, hidden}, inter_rows},
-         {p + "mlp.up_proj.weight", {inter, hidden}, inter_rows}});
-    one(WeightSlot::kDown, i, p + "mlp.down_proj.weight", {hidden, inter},
-        cols(g.inter_begin, g.inter));
+    if (c.moe_layer(layer)) {
+      add_moe_layer(c, g, sharded, i, p, plan);
+      continue;
+    }
+    add_dense_mlp(c, g, sharded, i, p, plan);
   }
   if (shard.last_stage()) {
     one(WeightSlot::kFinalNorm, -1, "model.norm.weight", {hidden});

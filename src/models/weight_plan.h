@@ -28,6 +28,11 @@ enum class WeightSlot {
   kPostNorm,   // [hidden]
   kGateUp,     // [2 * intermediate, hidden]: gate rows, then up rows
   kDown,       // [hidden, intermediate]
+  // A mixture-of-experts layer's MLP instead of kGateUp / kDown: the router and the experts
+  // stacked, each expert's tensors concatenated from its own checkpoint tensors.
+  kRouter,          // [num_experts, hidden]
+  kExpertsGateUp,   // [num_experts, 2 * expert intermediate, hidden]: per expert gate rows, up rows
+  kExpertsDown,     // [num_experts, hidden, expert intermediate]
   kFinalNorm,  // [hidden]
   kLmHead,     // [vocab, hidden]; only when not tied to the embedding
 };
@@ -127,6 +132,12 @@ auto& weight_slot(Model& model, const WeightTensorSpec& t) {
         return l.gate_up;
       case WeightSlot::kDown:
         return l.down;
+      case WeightSlot::kRouter:
+        return l.router;
+      case WeightSlot::kExpertsGateUp:
+        return l.experts_gate_up;
+      case WeightSlot::kExpertsDown:
+        return l.experts_down;
       default:
         break;
     }

@@ -21,6 +21,9 @@ void check_parallel_config(const io::ModelConfig& c, int tp, int pp) {
   if (c.intermediate_size % tp != 0)
     fail(tps + ": config.json intermediate_size (" + std::to_string(c.intermediate_size) +
          ") is not divisible by it");
+  if (c.is_moe() && c.moe.intermediate_size % tp != 0)
+    fail(tps + ": config.json's expert intermediate size (" +
+         std::to_string(c.moe.intermediate_size) + ") is not divisible by it");
   if (c.vocab_size < tp)
     fail(tps + ": config.json vocab_size (" + std::to_string(c.vocab_size) +
          ") has fewer rows than ranks");
@@ -45,6 +48,8 @@ ShardGeometry shard_geometry(const io::ModelConfig& c, const ShardSpec& s) {
   }
   g.inter = c.intermediate_size / tp;
   g.inter_begin = r * g.inter;
+  g.moe_inter = c.moe.intermediate_size / tp;
+  g.moe_inter_begin = r * g.moe_inter;
   g.vocab_shard = (c.vocab_size + tp - 1) / tp;
   g.vocab_begin = std::min(c.vocab_size, r * g.vocab_shard);
   g.vocab = std::min(c.vocab_size, g.vocab_begin + g.vocab_shard) - g.vocab_begin;
@@ -61,6 +66,7 @@ io::ModelConfig local_config(const io::ModelConfig& config, const ShardSpec& spe
   c.num_attention_heads = g.num_q_heads;
   c.num_key_value_heads = g.num_kv_heads;
   c.intermediate_size = g.inter;
+  c.moe.intermediate_size = g.moe_inter;
   c.num_hidden_layers = g.num_layers();
   return c;
 }

@@ -92,6 +92,9 @@ struct LayerWeights {
   DevMem post_norm;   // [hidden]
   DevMem gate_up;     // [2 * inter, hidden]
   DevMem down;        // [hidden, inter]
+  // Mixture-of-experts layers (models::WeightSlot names them; the CUDA runner does not run MoE
+  // models yet, and the model loader refuses them before any weight is loaded).
+  DevMem router, experts_gate_up, experts_down;
   Fp8Scales qkv_fp8, o_proj_fp8, gate_up_fp8, down_fp8;
   IntScales qkv_int, o_proj_int, gate_up_int, down_int;
 };

@@ -153,6 +153,32 @@ std::unique_ptr<CpuRunner> build_cpu_runner(const EngineArgs& args, const io::Mo
 }
 
 
+// What the newer families do not run on yet: the mixture-of-experts models (Qwen3-MoE, Mixtral)
+// on the GPU or quantized, longrope on the GPU, Phi-3's fused projections quantized.
+void check_family_support(const io::ModelConfig& config, const EngineArgs& args,
+                          const std::string& source) {
+  if (config.is_moe() && args.device == "cuda")
+    unsupported(source + ": " + config.architecture +
+                " (mixture of experts) runs on the CPU backend only so far; use --device cpu");
+  if (config.is_moe() && config.quant.quantized())
+    unsupported(source + ": quantization (" + config.quant.describe() + ") of " +
+                config.architecture + "'s expert weights is not supported yet");
+  if (config.rope_scaling.type == io::RopeScaling::Type::kLongRope && args.device == "cuda")
+    unsupported(source + ": rope type 'longrope' (" + config.architecture +
+                " long context) runs on the CPU backend only so far; use --device cpu");
+  if (config.model_type == "phi3" && config.quant.quantized())
+    unsupported(source + ": quantization (" + config.quant.describe() + ") of " +
+                config.architecture + "'s fused qkv / gate_up projections is not supported yet");
+}
+
+// longrope's factors follow the served context, as vLLM's do: the long ones when max_model_len
+// exceeds the original context (parsing assumed max_model_len = max_position_embeddings).
+void pick_longrope_factors(io::ModelConfig& config, const EngineArgs& args) {
+  io::RopeScaling& s = config.rope_scaling;
+  if (s.type != io::RopeScaling::Type::kLongRope || args.max_model_len <= 0) return;
+  s.use_long = args.max_model_len > s.original_max_position_embeddings;
+}
+
 // The model without its runner: name, config, generation config, after checking the flags that
 // do not depend on the backend.
 LoadedModel describe_model(const EngineArgs& args, std::string* source) {
@@ -179,6 +205,8 @@ LoadedModel describe_model(const EngineArgs& args, std::string* source) {
     *source = (dir / "config.json").string();
   }
   m.config.quant = quant::resolve_quantization(m.config.quant, args.quantization, *source);
+  check_family_support(m.config, args, *source);
+  pick_longrope_factors(m.config, args);
   if (args.device == "cuda") quant::check_int_weights_on_gpu(m.config.quant, *source);
   if (args.load_format != "auto" && args.load_format != "safetensors" &&
       args.load_format != "dummy")

@@ -1,10 +1,16 @@
-# Builds tiny random-weight Llama-3-style, Qwen3-style and Qwen2-style models with HF transformers in
-# float32, saves each as a Hugging Face folder, and records transformers' logits for fixed prompts.
-# The CPU forward pass is checked against these in tests/unit/hf_reference_test.cpp.
+# Builds tiny random-weight Llama-3-style, Qwen3-style, Qwen2-style, Qwen3-MoE-style and
+# Mixtral-style models with HF transformers in float32, saves each as a Hugging Face folder, and
+# records transformers' logits for fixed prompts. The CPU forward pass is checked against these in
+# tests/unit/llama_model_test.cpp (HfReference).
 #
-# usage: python3 make_reference_logits.py OUT_DIR
-#   writes OUT_DIR/{llama3_tiny,qwen3_tiny,qwen2_tiny}/{config.json,generation_config.json,
-#   model.safetensors,reference.json}; the folders are committed under tests/data/hf_reference/.
+# usage: python3 make_reference_logits.py OUT_DIR [NAME ...]
+#   writes OUT_DIR/NAME/{config.json,generation_config.json,model.safetensors,reference.json} for
+#   the named models (all without names); the folders are committed under tests/data/hf_reference/.
+#   Every model is built in the same order whatever is named, so the random numbers do not depend
+#   on the selection.
+# MoE checkpoints are written in the per-expert layout of the published checkpoints (transformers
+# 5 keeps experts stacked in memory and may save them so); the script reloads what it wrote with
+# from_pretrained and checks that the logits are the same.
 import json, os, sys
 
 import torch
@@ -25,13 +31,71 @@ def llama3_config():
     return tf.LlamaConfig(**kw, rope_theta=500000.0, rope_scaling=L3ROPE)
 
 
+def phi3_longrope_config():
+    # Phi-3's longrope ("su") scaling with a tiny original context (16 of 64 positions), so the
+    # 7-token prompt runs with the short factors and the 40-token one with the long factors (HF
+    # picks them by the forward's length); attention_factor = sqrt(1 + ln 4 / ln 16).
+    half = (common["hidden_size"] // common["num_attention_heads"]) // 2
+    rope = {"rope_type": "longrope", "short_factor": [1.0 + 0.25 * i for i in range(half)],
+            "long_factor": [2.0 + 1.5 * i for i in range(half)], "original_max_position_embeddings": 16}
+    kw = dict(common, pad_token_id=None, max_position_embeddings=64, tie_word_embeddings=False, sliding_window=None,
+              original_max_position_embeddings=16)
+    if int(tf.__version__.split(".")[0]) >= 5:
+        return tf.Phi3Config(**kw, rope_parameters={**rope, "rope_theta": 10000.0})
+    return tf.Phi3Config(**kw, rope_theta=10000.0, rope_scaling={**rope, "type": "longrope"})
+
+
 configs = {
     "llama3_tiny": llama3_config(),
     "qwen3_tiny": tf.Qwen3Config(**common, head_dim=32, max_position_embeddings=4096, rope_theta=1000000.0,
                                  tie_word_embeddings=True),
     "qwen2_tiny": tf.Qwen2Config(**common, max_position_embeddings=4096, rope_theta=1000000.0,
                                  tie_word_embeddings=True, use_sliding_window=False),
+    # Layer 1 is dense (mlp_only_layers): a MoE model's dense layers use intermediate_size. The
+    # top-k weights are not renormalised (norm_topk_prob false); Mixtral always renormalises.
+    "qwen3_moe_tiny": tf.Qwen3MoeConfig(**dict(common, num_hidden_layers=3), head_dim=16,
+                                        max_position_embeddings=4096, rope_theta=1000000.0,
+                                        tie_word_embeddings=False, num_experts=8, num_experts_per_tok=3,
+                                        moe_intermediate_size=32, norm_topk_prob=False,
+                                        decoder_sparse_step=1, mlp_only_layers=[1]),
+    "mixtral_tiny": tf.MixtralConfig(**dict(common, intermediate_size=48), max_position_embeddings=4096,
+                                     rope_theta=1000000.0, tie_word_embeddings=False, num_local_experts=4,
+                                     num_experts_per_tok=2, sliding_window=None),
+    "phi3_tiny": tf.Phi3Config(**common, pad_token_id=None, max_position_embeddings=4096, rope_theta=10000.0,
+                               tie_word_embeddings=False, sliding_window=None),
+    "phi3_longrope_tiny": phi3_longrope_config(),
 }
+wanted = set(sys.argv[2:]) or set(configs)
+assert wanted <= set(configs), sorted(wanted - set(configs))
+
+
+def per_expert_state(name, model):
+    """The state dict with stacked experts split into the published per-expert tensor names."""
+    mixtral = name.startswith("mixtral")
+    out = {}
+    for key, t in model.state_dict().items():
+        t = t.detach().contiguous()
+        prefix = key.rsplit("experts.", 1)[0] if ".experts." in key else None
+        if mixtral:
+            key = key.replace(".mlp.gate.weight", ".block_sparse_moe.gate.weight")
+            key = key.replace(".mlp.experts.", ".block_sparse_moe.experts.")
+            if prefix is not None:
+                prefix = prefix.replace(".mlp.", ".block_sparse_moe.")
+        gate, up, down = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
+        if key.endswith("experts.gate_up_proj"):  # [E, 2I, H]: gate rows, then up rows
+            inter = t.shape[1] // 2
+            for e in range(t.shape[0]):
+                out[f"{prefix}experts.{e}.{gate}.weight"] = t[e, :inter].clone()
+                out[f"{prefix}experts.{e}.{up}.weight"] = t[e, inter:].clone()
+        elif key.endswith("experts.down_proj"):  # [E, H, I]
+            for e in range(t.shape[0]):
+                out[f"{prefix}experts.{e}.{down}.weight"] = t[e].clone()
+        else:
+            out[key] = t.clone()
+    if not name.startswith(("qwen3_moe", "mixtral")):
+        return out
+    print(name, "checkpoint tensors of layer 0:", sorted(k for k in out if ".layers.0." in k)[:12])
+    return out
 g = torch.Generator().manual_seed(1234)
 prompts = [
     [1, 5, 77, 300, 12, 511, 42],
@@ -42,6 +106,9 @@ for name, cfg in configs.items():
     model = tf.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
     if name == "llama3_tiny":
         assert model.model.rotary_emb.rope_type == "llama3", model.model.rotary_emb.rope_type
+    if name == "phi3_longrope_tiny":
+        assert model.model.rotary_emb.rope_type == "longrope", model.model.rotary_emb.rope_type
+        print(name, "attention scaling", model.model.rotary_emb.attention_scaling)
     # HF initialises norms to 1 and biases to 0; random values exercise those weights too.
     with torch.no_grad():
         for pname, p in model.named_parameters():
@@ -53,8 +120,25 @@ for name, cfg in configs.items():
                 p.copy_(torch.randn(p.shape, generator=g))
             else:
                 p.copy_(torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5)
+    if name not in wanted:
+        continue
     out = os.path.join(out_root, name)
     model.save_pretrained(out, safe_serialization=True)
+    if name.startswith(("qwen3_moe", "mixtral")):
+        from safetensors.torch import save_file
+        for f in os.listdir(out):
+            if f.endswith(".safetensors") or f.endswith(".index.json"):
+                os.remove(os.path.join(out, f))
+        save_file(per_expert_state(name, model), os.path.join(out, "model.safetensors"),
+                  metadata={"format": "pt"})
+        reloaded = tf.AutoModelForCausalLM.from_pretrained(out, attn_implementation="eager",
+                                                           dtype=torch.float32).eval()
+        with torch.no_grad():
+            for ids in prompts:
+                a = model(torch.tensor([ids])).logits
+                b = reloaded(torch.tensor([ids])).logits
+                assert torch.allclose(a, b, rtol=0.0, atol=1e-6), (name, "reloaded per-expert checkpoint differs",
+                                           float((a - b).abs().max()))
     ref = {"transformers": tf.__version__, "torch": torch.__version__, "prompts": []}
     with torch.no_grad():
         for ids in prompts:

@@ -130,8 +130,8 @@ TEST(HfConfig, ArchitectureFromModelTypeAndUnknown) {
   j.erase("architectures");
   j["model_type"] = "qwen3";
   EXPECT_EQ(parse(j).architecture, "Qwen3ForCausalLM");
-  j["architectures"] = {"MixtralForCausalLM"};
-  expect_error(j, ErrorKind::kUnsupported, "MixtralForCausalLM");
+  j["architectures"] = {"GemmaForCausalLM"};
+  expect_error(j, ErrorKind::kUnsupported, "GemmaForCausalLM");
 }
 
 TEST(HfConfig, RangeAndTypeErrors) {

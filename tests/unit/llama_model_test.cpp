@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "cpu_test_util.h"
 #include "models/llama.h"
@@ -169,36 +170,70 @@ std::vector<std::vector<float>> all_position_logits(models::LlamaModel& model,
 
 class HfReference : public ::testing::TestWithParam<std::string> {};
 
-// Tiny random-weight models and their logits from HF transformers (float32, eager attention), made
-// by tests/device/make_reference_logits.py.
-TEST_P(HfReference, LogitsMatchTransformers) {
-  const auto dir =
-      std::filesystem::path(PAGELLM_SOURCE_DIR) / "tests/data/hf_reference" / GetParam();
-  const io::ModelConfig config = io::load_model_config(dir);
-  const io::WeightStore store = io::WeightStore::open(dir);
-  models::LlamaModel model(config, models::load_llama_weights(config, store));
-  std::ifstream in(dir / "reference.json");
-  const auto ref = nlohmann::json::parse(in);
-  ASSERT_GE(ref["prompts"].size(), 2u);
-  for (const auto& prompt : ref["prompts"]) {
-    const auto ids = prompt["token_ids"].get<std::vector<int32_t>>();
-    const auto expected = prompt["logits"].get<std::vector<std::vector<float>>>();
-    const auto got = all_position_logits(model, ids);
-    ASSERT_EQ(got.size(), expected.size());
-    for (size_t t = 0; t < got.size(); ++t) {
-      ASSERT_EQ(got[t].size(), expected[t].size());
-      float scale = 1.0f, max_err = 0.0f;
-      for (size_t v = 0; v < got[t].size(); ++v) {
-        scale = std::max(scale, std::fabs(expected[t][v]));
-        max_err = std::max(max_err, std::fabs(got[t][v] - expected[t][v]));
-      }
-      EXPECT_LE(max_err, 1e-4f * scale) << GetParam() << " position " << t;
+// Every position's logits of `model` on ids within 1e-4 (relative to the largest) of transformers'.
+void expect_logits_match(models::LlamaModel& model, const nlohmann::json& prompt,
+                         const std::string& what) {
+  const auto ids = prompt["token_ids"].get<std::vector<int32_t>>();
+  const auto expected = prompt["logits"].get<std::vector<std::vector<float>>>();
+  const auto got = all_position_logits(model, ids);
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t t = 0; t < got.size(); ++t) {
+    ASSERT_EQ(got[t].size(), expected[t].size());
+    float scale = 1.0f, max_err = 0.0f;
+    for (size_t v = 0; v < got[t].size(); ++v) {
+      scale = std::max(scale, std::fabs(expected[t][v]));
+      max_err = std::max(max_err, std::fabs(got[t][v] - expected[t][v]));
     }
+    EXPECT_LE(max_err, 1e-4f * scale) << what << " position " << t;
   }
 }
 
+nlohmann::json reference_of(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "reference.json");
+  return nlohmann::json::parse(in);
+}
+
+const std::filesystem::path kHfReference =
+    std::filesystem::path(PAGELLM_SOURCE_DIR) / "tests/data/hf_reference";
+
+// Tiny random-weight models and their logits from HF transformers (float32, eager attention), made
+// by tests/device/make_reference_logits.py.
+TEST_P(HfReference, LogitsMatchTransformers) {
+  const auto dir = kHfReference / GetParam();
+  const io::ModelConfig config = io::load_model_config(dir);
+  const io::WeightStore store = io::WeightStore::open(dir);
+  models::LlamaModel model(config, models::load_llama_weights(config, store));
+  const auto ref = reference_of(dir);
+  ASSERT_GE(ref["prompts"].size(), 2u);
+  for (const auto& prompt : ref["prompts"]) expect_logits_match(model, prompt, GetParam());
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiny, HfReference,
-                         ::testing::Values("llama3_tiny", "qwen3_tiny", "qwen2_tiny"));
+                         ::testing::Values("llama3_tiny", "qwen3_tiny", "qwen2_tiny", "qwen3_moe_tiny",
+                                           "mixtral_tiny", "phi3_tiny"));
+
+// Phi-3's longrope: transformers takes the long factors for a forward longer than the original
+// context (16 positions here) and the short ones otherwise; pagellm takes them by max_model_len
+// (use_long), so each prompt is checked with the factors transformers used for it. Both use the
+// attention factor sqrt(1 + ln 4 / ln 16) on cos and sin.
+TEST(HfReferenceLongRope, BothFactorListsMatchTransformers) {
+  const auto dir = kHfReference / "phi3_longrope_tiny";
+  io::ModelConfig config = io::load_model_config(dir);
+  ASSERT_EQ(config.rope_scaling.type, io::RopeScaling::Type::kLongRope);
+  EXPECT_NEAR(config.rope_scaling.attention_factor, std::sqrt(1.0 + std::log(4.0) / std::log(16.0)),
+              1e-12);
+  const io::WeightStore store = io::WeightStore::open(dir);
+  const auto ref = reference_of(dir);
+  int long_prompts = 0, short_prompts = 0;
+  for (const auto& prompt : ref["prompts"]) {
+    config.rope_scaling.use_long = prompt["token_ids"].size() > 16;
+    (config.rope_scaling.use_long ? long_prompts : short_prompts) += 1;
+    models::LlamaModel model(config, models::load_llama_weights(config, store));
+    expect_logits_match(model, prompt, config.rope_scaling.use_long ? "long" : "short");
+  }
+  EXPECT_GT(long_prompts, 0);
+  EXPECT_GT(short_prompts, 0);
+}
 
 }  // namespace
 }  // namespace pagellm

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <vector>
 
 #include "backends/cpu/simd.h"
 
@@ -85,7 +86,15 @@ std::vector<float> rope_inv_freq(const io::RopeScaling& scaling, double theta, i
     inv[i] = 1.0f / std::pow(static_cast<float>(theta), expo);
   }
   using Type = io::RopeScaling::Type;
-  if (scaling.type == Type::kLinear) {
+  if (scaling.type == Type::kLongRope) {
+    // transformers' longrope: 1 / (factor_i * theta ** (2i / dim)), the factors as fp32.
+    const std::vector<double>& ext = scaling.use_long ? scaling.long_factor : scaling.short_factor;
+    for (int64_t i = 0; i < half; ++i) {
+      const float expo = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+      inv[size_t(i)] = 1.0f / (static_cast<float>(ext.at(size_t(i))) *
+                               std::pow(static_cast<float>(theta), expo));
+    }
+  } else if (scaling.type == Type::kLinear) {
     for (float& f : inv) f /= static_cast<float>(scaling.factor);
   } else if (scaling.type == Type::kLlama3) {
     // transformers' _compute_llama3_parameters: low frequencies are divided by factor, high ones
@@ -111,14 +120,14 @@ std::vector<float> rope_inv_freq(const io::RopeScaling& scaling, double theta, i
 }
 
 void rope_tables(const int32_t* positions, int64_t num_tokens, int64_t head_dim,
-                 const float* inv_freq, float* cos_out, float* sin_out) {
+                 const float* inv_freq, float* cos_out, float* sin_out, float scale) {
   const int64_t half = head_dim / 2;
   for (int64_t t = 0; t < num_tokens; ++t)
     for (int64_t i = 0; i < half; ++i) {
-      // HF forms the angle as a fp32 product, then takes cos/sin of it.
+      // HF forms the angle as a fp32 product, then takes cos/sin of it (then scales them).
       const float angle = static_cast<float>(positions[t]) * inv_freq[i];
-      cos_out[t * half + i] = std::cos(angle);
-      sin_out[t * half + i] = std::sin(angle);
+      cos_out[t * half + i] = std::cos(angle) * scale;
+      sin_out[t * half + i] = std::sin(angle) * scale;
     }
 }
 
@@ -182,6 +191,30 @@ void silu_mul(const float* gate_up, float* out, int64_t num_tokens, int64_t inte
     const float* u = g + inter;
     float* o = out + t * inter;
     for (int64_t i = 0; i < inter; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  }
+}
+
+void moe_route(const float* logits, int64_t num_tokens, int64_t num_experts, int64_t top_k,
+               bool renormalize, int32_t* ids, float* weights) {
+  std::vector<float> probs(static_cast<size_t>(num_experts));
+  std::vector<int32_t> rank(static_cast<size_t>(num_experts));
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const float* x = logits + t * num_experts;
+    const float max = *std::max_element(x, x + num_experts);
+    float sum = 0.0f;
+    for (int64_t e = 0; e < num_experts; ++e) sum += probs[size_t(e)] = std::exp(x[e] - max);
+    for (int64_t e = 0; e < num_experts; ++e) probs[size_t(e)] /= sum;
+    for (int64_t e = 0; e < num_experts; ++e) rank[size_t(e)] = static_cast<int32_t>(e);
+    std::partial_sort(rank.begin(), rank.begin() + top_k, rank.end(), [&](int32_t a, int32_t b) {
+      return probs[size_t(a)] > probs[size_t(b)] || (probs[size_t(a)] == probs[size_t(b)] && a < b);
+    });
+    float kept = 0.0f;
+    for (int64_t j = 0; j < top_k; ++j) kept += probs[size_t(rank[size_t(j)])];
+    for (int64_t j = 0; j < top_k; ++j) {
+      ids[t * top_k + j] = rank[size_t(j)];
+      const float p = probs[size_t(rank[size_t(j)])];
+      weights[t * top_k + j] = renormalize ? p / kept : p;
+    }
   }
 }
 

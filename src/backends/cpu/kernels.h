@@ -48,12 +48,13 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t num_rows,
 void embedding(const int32_t* ids, const float* table, float* out, int64_t num_tokens, int64_t dim);
 
 // Rotary inverse frequencies [head_dim / 2] exactly as Hugging Face computes them (default, linear,
-// llama3), in fp32.
+// llama3, longrope with the factors scaling.use_long picks), in fp32.
 std::vector<float> rope_inv_freq(const io::RopeScaling& scaling, double theta, int64_t head_dim);
 
-// Per-token rotary tables: cos_out / sin_out [num_tokens, head_dim / 2] of positions[t] * inv_freq.
+// Per-token rotary tables: cos_out / sin_out [num_tokens, head_dim / 2] of positions[t] * inv_freq,
+// times `scale` (longrope's attention factor; 1 otherwise).
 void rope_tables(const int32_t* positions, int64_t num_tokens, int64_t head_dim,
-                 const float* inv_freq, float* cos_out, float* sin_out);
+                 const float* inv_freq, float* cos_out, float* sin_out, float scale = 1.0f);
 
 // Rotates x in place with HF's rotate-half layout: pairs (i, i + head_dim/2) of each head.
 // x [num_tokens, row_stride] whose first num_heads * head_dim entries are the heads; cos_t, sin_t
@@ -68,6 +69,13 @@ void apply_rope(float* x, int64_t row_stride, const int32_t* positions, int64_t 
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, inter + i].  gate_up [num_tokens, 2 * inter],
 // out [num_tokens, inter].
 void silu_mul(const float* gate_up, float* out, int64_t num_tokens, int64_t inter);
+
+// Mixture-of-experts routing as transformers does it: probabilities = softmax of each token's
+// router logits [num_tokens, num_experts] (fp32), the top_k largest (ties: the lower expert id
+// first) in descending order, renormalised to sum 1 when `renormalize`. ids / weights
+// [num_tokens, top_k].
+void moe_route(const float* logits, int64_t num_tokens, int64_t num_experts, int64_t top_k,
+               bool renormalize, int32_t* ids, float* weights);
 
 // dst[t] += src[t] elementwise over n floats.
 void add_inplace(float* dst, const float* src, int64_t n);

@@ -1,0 +1,347 @@
+// The families beyond dense Llama / Qwen on the CPU backend: mixture-of-experts (Qwen3-MoE,
+// Mixtral) — config.json fields and their errors, routing, the per-expert checkpoint layout in the
+// weight plan and its tensor-parallel slices — and Phi-3 (fused qkv / gate_up split at load,
+// longrope); greedy generation with TP / PP against one rank. Logits against transformers are
+// checked in llama_model_test.cpp (HfReference: qwen3_moe_tiny, mixtral_tiny, phi3_tiny,
+// phi3_longrope_tiny).
+#include <filesystem>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "backends/cpu/kernels.h"
+#include "common/error.h"
+#include "io/hf_config.h"
+#include "io/safetensors.h"
+#include "models/llama.h"
+#include "models/weight_plan.h"
+#include "model_files_util.h"
+#include "pagellm/llm.h"
+#include "parallel/shard.h"
+#include "runner/model_loader.h"
+#include "sanitized.h"
+
+namespace pagellm {
+namespace {
+
+using nlohmann::json;
+
+const std::filesystem::path kReference =
+    std::filesystem::path(PAGELLM_SOURCE_DIR) / "tests/data/hf_reference";
+const std::filesystem::path kModels = std::filesystem::path(PAGELLM_SHARED_DIR) / "models";
+
+json qwen3_moe_json() {
+  return json::parse(testing::read_file(kReference / "qwen3_moe_tiny" / "config.json"));
+}
+
+io::ModelConfig parse(const json& j) { return io::parse_model_config(j.dump(), "config.json"); }
+
+std::string parse_error(const json& j) {
+  return testing::error_message_of([&] { parse(j); });
+}
+
+TEST(MoeConfig, Qwen3MoeFieldsAndDenseLayers) {
+  json j = qwen3_moe_json();  // transformers 5 writes num_local_experts; the Hub's use num_experts
+  io::ModelConfig c = parse(j);
+  EXPECT_EQ(c.model_type, "qwen3_moe");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(c.moe.num_experts, 8);
+  EXPECT_EQ(c.moe.top_k, 3);
+  EXPECT_EQ(c.moe.intermediate_size, 32);
+  EXPECT_FALSE(c.moe.norm_topk_prob);
+  EXPECT_TRUE(c.moe_layer(0));
+  EXPECT_FALSE(c.moe_layer(1));  // mlp_only_layers
+  EXPECT_TRUE(c.moe_layer(2));
+  j.erase("num_local_experts");
+  j["num_experts"] = 16;
+  j["norm_topk_prob"] = true;
+  j["mlp_only_layers"] = json::array();
+  j["decoder_sparse_step"] = 2;  // every second layer sparse: layers 1, 3, ...
+  c = parse(j);
+  EXPECT_EQ(c.moe.num_experts, 16);
+  EXPECT_TRUE(c.moe.norm_topk_prob);
+  EXPECT_FALSE(c.moe_layer(0));
+  EXPECT_TRUE(c.moe_layer(1));
+  EXPECT_FALSE(c.moe_layer(2));
+}
+
+TEST(MoeConfig, MixtralUsesIntermediateSizeForEveryExpert) {
+  const io::ModelConfig c =
+      io::load_model_config(kReference / "mixtral_tiny");
+  EXPECT_EQ(c.model_type, "mixtral");
+  EXPECT_EQ(c.moe.num_experts, 4);
+  EXPECT_EQ(c.moe.top_k, 2);
+  EXPECT_EQ(c.moe.intermediate_size, 48);
+  EXPECT_TRUE(c.moe.norm_topk_prob);
+  EXPECT_TRUE(c.moe_layer(0));
+  EXPECT_TRUE(c.moe_layer(1));
+  EXPECT_FALSE(c.qk_norm);
+}
+
+TEST(MoeConfig, BadFieldsNameTheField) {
+  json j = qwen3_moe_json();
+  j["num_experts_per_tok"] = 9;  // more than the 8 experts
+  EXPECT_NE(parse_error(j).find("num_experts_per_tok"), std::string::npos);
+  j = qwen3_moe_json();
+  j["num_local_experts"] = 0;
+  EXPECT_NE(parse_error(j).find("num_experts"), std::string::npos);
+  j = qwen3_moe_json();
+  j.erase("moe_intermediate_size");
+  EXPECT_NE(parse_error(j).find("moe_intermediate_size"), std::string::npos);
+  j = qwen3_moe_json();
+  j["mlp_only_layers"] = {3};  // the model has layers 0..2
+  EXPECT_NE(parse_error(j).find("mlp_only_layers"), std::string::npos);
+  j["mlp_only_layers"] = "1";
+  EXPECT_NE(parse_error(j).find("mlp_only_layers"), std::string::npos);
+  j = qwen3_moe_json();
+  j["decoder_sparse_step"] = 0;
+  EXPECT_NE(parse_error(j).find("decoder_sparse_step"), std::string::npos);
+  // An expert size tensor parallelism cannot split.
+  j = qwen3_moe_json();
+  j["moe_intermediate_size"] = 30;
+  const std::string tp = testing::error_message_of(
+      [&] { parallel::check_parallel_config(parse(j), 4, 1); });
+  EXPECT_NE(tp.find("expert intermediate size (30)"), std::string::npos) << tp;
+}
+
+TEST(MoeRoute, SoftmaxTopKInDescendingOrderWithOptionalRenormalisation) {
+  // Token 0: probabilities of logits {0, ln 2, ln 4, 0}: 1/8, 2/8, 4/8, 1/8.
+  // Token 1: a tie between experts 1 and 3 (the lower id wins).
+  const float ln2 = std::log(2.0f);
+  const std::vector<float> logits = {0, ln2, 2 * ln2, 0, 0, 1, 0, 1};
+  std::vector<int32_t> ids(4);
+  std::vector<float> w(4);
+  cpu::moe_route(logits.data(), 2, 4, 2, false, ids.data(), w.data());
+  EXPECT_EQ(ids, (std::vector<int32_t>{2, 1, 1, 3}));
+  EXPECT_NEAR(w[0], 0.5f, 1e-6f);
+  EXPECT_NEAR(w[1], 0.25f, 1e-6f);
+  EXPECT_NEAR(w[2], w[3], 0.0f);
+  cpu::moe_route(logits.data(), 2, 4, 2, true, ids.data(), w.data());
+  EXPECT_NEAR(w[0], 2.0f / 3.0f, 1e-6f);
+  EXPECT_NEAR(w[1], 1.0f / 3.0f, 1e-6f);
+  EXPECT_NEAR(w[2], 0.5f, 1e-6f);
+  cpu::moe_route(logits.data(), 1, 4, 4, false, ids.data(), w.data());
+  EXPECT_EQ(ids, (std::vector<int32_t>{2, 1, 0, 3}));
+}
+
+TEST(MoeWeights, PlanNamesEveryExpertAndSlicesThemForTensorParallelism) {
+  const io::ModelConfig mixtral = io::load_model_config(kReference / "mixtral_tiny");
+  const auto plan = models::llama_weight_plan(mixtral);
+  const models::WeightTensorSpec* gate_up = nullptr;
+  for (const auto& t : plan)
+    if (t.layer == 1 && t.slot == models::WeightSlot::kExpertsGateUp) gate_up = &t;
+  ASSERT_NE(gate_up, nullptr);
+  ASSERT_EQ(gate_up->parts.size(), 8u);  // 4 experts x (w1, w3)
+  EXPECT_EQ(gate_up->parts[0].name, "model.layers.1.block_sparse_moe.experts.0.w1.weight");
+  EXPECT_EQ(gate_up->parts[1].name, "model.layers.1.block_sparse_moe.experts.0.w3.weight");
+  EXPECT_EQ(gate_up->num_elements(), 4 * 2 * 48 * 64);
+  // Rank 1 of 2 holds rows [24, 48) of every expert's gate and up, columns [24, 48) of its down.
+  const auto full = models::random_llama_weights(mixtral, 5);
+  const auto rank1 = models::random_llama_weights(mixtral, 5, {1, 2, 0, 1});
+  const auto& f = full.layers[0];
+  const auto& r = rank1.layers[0];
+  EXPECT_EQ(r.router, f.router);
+  ASSERT_EQ(r.experts_gate_up.size(), f.experts_gate_up.size() / 2);
+  for (int64_t e = 0; e < 4; ++e) {
+    for (int64_t row = 0; row < 48; ++row) {  // rank rows: gate 24..47, then up 24..47
+      const int64_t full_row = e * 96 + (row < 24 ? 24 + row : 48 + row);
+      ASSERT_TRUE(std::equal(r.experts_gate_up.begin() + (e * 48 + row) * 64,
+                             r.experts_gate_up.begin() + (e * 48 + row + 1) * 64,
+                             f.experts_gate_up.begin() + full_row * 64))
+          << "expert " << e << " row " << row;
+    }
+    for (int64_t h = 0; h < 64; ++h)
+      ASSERT_TRUE(std::equal(r.experts_down.begin() + (e * 64 + h) * 24,
+                             r.experts_down.begin() + (e * 64 + h + 1) * 24,
+                             f.experts_down.begin() + (e * 64 + h) * 48 + 24));
+  }
+}
+
+TEST(MoeWeights, ExpertCountAndMissingExpertTensorsAreNamed) {
+  const auto dir = kReference / "qwen3_moe_tiny";
+  const io::ModelConfig c = io::load_model_config(dir);
+  {
+    io::ModelConfig more = c;  // the config promises a ninth expert: the router has 8 rows
+    more.moe.num_experts = 9;
+    const io::WeightStore store = io::WeightStore::open(dir);
+    const std::string msg =
+        testing::error_message_of([&] { models::load_llama_weights(more, store); });
+    EXPECT_NE(msg.find("'model.layers.0.mlp.gate.weight' has shape [8, 64] but config.json "
+                       "implies [9, 64]"),
+              std::string::npos)
+        << msg;
+  }
+  // The same checkpoint with one expert tensor renamed (same length, so the offsets hold).
+  testing::TempDir tmp;
+  std::string bytes = testing::read_file(dir / "model.safetensors");
+  const std::string name = "model.layers.2.mlp.experts.5.up_proj.weight";
+  const size_t at = bytes.find(name);
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at, name.size(), "model.layers.2.mlp.experts.5.up_pro_.weight");
+  for (const char* f : {"config.json", "generation_config.json"})
+    std::filesystem::copy_file(dir / f, tmp.path() / f);
+  testing::write_file(tmp.path() / "model.safetensors", bytes);
+  const io::WeightStore store = io::WeightStore::open(tmp.path());
+  const std::string msg = testing::error_message_of([&] { models::load_llama_weights(c, store); });
+  EXPECT_NE(msg.find("missing tensor"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(name), std::string::npos) << msg;
+}
+
+// A reference model with stories260K's tokenizer (the same 512-token vocabulary), so the engine
+// can run it from text prompts.
+std::filesystem::path with_tokenizer(const std::string& name, const testing::TempDir& tmp) {
+  const auto dir = tmp.path() / name;
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"config.json", "generation_config.json", "model.safetensors"})
+    std::filesystem::copy_file(kReference / name / f, dir / f);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    std::filesystem::copy_file(kModels / "stories260K" / f, dir / f);
+  return dir;
+}
+
+std::vector<std::vector<int32_t>> greedy_ids(const std::filesystem::path& model, int tp, int pp,
+                                             int max_tokens) {
+  EngineArgs args;
+  args.model = model.string();
+  args.tensor_parallel_size = tp;
+  args.pipeline_parallel_size = pp;
+  args.kv_cache_memory_gib = 0.05;
+  LLM llm(args);
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  std::vector<PromptInput> prompts;
+  for (const char* t : {"Once upon a time", "The little dog", "Lily and Tom went", "One day, a"})
+    prompts.push_back(PromptInput::from_text(t));
+  std::vector<std::vector<int32_t>> out;
+  for (const RequestOutput& r : llm.generate(prompts, p)) out.push_back(r.outputs.at(0).token_ids);
+  return out;
+}
+
+// Tensor parallelism splits every expert's intermediate (the router is replicated, so every rank
+// routes identically); the sum over ranks then differs from one rank's only by fp32 order. The
+// tiny random models' logits are far apart, so the greedy tokens agree exactly.
+TEST(MoeEngine, TensorAndPipelineParallelGreedyMatchesOneRank) {
+  if (!std::filesystem::exists(kModels / "stories260K" / "tokenizer.json")) GTEST_SKIP();
+  testing::TempDir tmp;
+  const int tokens = testing::kSanitized ? 8 : 24;
+  for (const char* name : {"qwen3_moe_tiny", "mixtral_tiny"}) {
+    const auto model = with_tokenizer(name, tmp);
+    const auto ref = greedy_ids(model, 1, 1, tokens);
+    for (const auto& ids : ref) EXPECT_EQ(ids.size(), size_t(tokens)) << name;
+    EXPECT_EQ(greedy_ids(model, 2, 1, tokens), ref) << name << " TP=2";
+    EXPECT_EQ(greedy_ids(model, 1, 2, tokens), ref) << name << " PP=2";
+    if (!testing::kSanitized) {
+      EXPECT_EQ(greedy_ids(model, 4, 2, tokens), ref) << name << " TP=4 x PP=2";
+    }
+  }
+}
+
+TEST(Phi3, FusedProjectionsSplitIntoTheRuntimeLayoutAndItsShards) {
+  const io::ModelConfig c = io::load_model_config(kReference / "phi3_tiny");
+  EXPECT_EQ(c.model_type, "phi3");
+  const io::WeightStore store = io::WeightStore::open(kReference / "phi3_tiny");
+  const auto full = models::load_llama_weights(c, store);
+  // Unsharded, the fused tensors are the runtime tensors as they are.
+  std::vector<float> qkv(128 * 64), gate_up(256 * 64);
+  convert_to_f32(DType::kF32, store.get("model.layers.1.self_attn.qkv_proj.weight").data,
+                 qkv.data(), qkv.size());
+  convert_to_f32(DType::kF32, store.get("model.layers.1.mlp.gate_up_proj.weight").data,
+                 gate_up.data(), gate_up.size());
+  EXPECT_EQ(full.layers[1].qkv, qkv);
+  EXPECT_EQ(full.layers[1].gate_up, gate_up);
+  // Rank 1 of 2: q heads 2-3 (rows 32..63), KV head 1 of k (rows 64 + 16..31) and of v
+  // (rows 96 + 16..31); gate rows 64..127 and up rows 128 + 64..127.
+  const auto r1 = models::load_llama_weights(c, store, {1, 2, 0, 1});
+  auto rows = [](const std::vector<float>& m, int64_t begin, int64_t count) {
+    return std::vector<float>(m.begin() + begin * 64, m.begin() + (begin + count) * 64);
+  };
+  std::vector<float> want = rows(qkv, 32, 32);
+  for (int64_t begin : {80, 112}) {
+    const auto part = rows(qkv, begin, 16);
+    want.insert(want.end(), part.begin(), part.end());
+  }
+  EXPECT_EQ(r1.layers[1].qkv, want);
+  want = rows(gate_up, 64, 64);
+  const auto up = rows(gate_up, 192, 64);
+  want.insert(want.end(), up.begin(), up.end());
+  EXPECT_EQ(r1.layers[1].gate_up, want);
+}
+
+TEST(Phi3, LongRopeFieldsAndErrors) {
+  json j = json::parse(testing::read_file(kReference / "phi3_longrope_tiny" / "config.json"));
+  io::ModelConfig c = parse(j);
+  EXPECT_EQ(c.rope_scaling.type, io::RopeScaling::Type::kLongRope);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 16);
+  EXPECT_TRUE(c.rope_scaling.use_long);  // max_position_embeddings 64 > 16
+  EXPECT_EQ(c.rope_scaling.long_factor.size(), 8u);
+  // Phi-3-mini-128k's (transformers 4) form: rope_scaling type "su", the original context at the
+  // top level, an explicit attention_factor.
+  json old = j;
+  old.erase("rope_parameters");
+  old["rope_theta"] = 10000.0;
+  old["rope_scaling"] = j["rope_parameters"];
+  old["rope_scaling"].erase("rope_type");
+  old["rope_scaling"].erase("original_max_position_embeddings");
+  old["rope_scaling"]["type"] = "su";
+  old["rope_scaling"]["attention_factor"] = 1.5;
+  c = parse(old);
+  EXPECT_EQ(c.rope_scaling.type, io::RopeScaling::Type::kLongRope);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 16);
+  EXPECT_EQ(c.rope_scaling.attention_factor, 1.5);
+  json bad = j;
+  bad["rope_parameters"]["short_factor"] = {1.0, 2.0};
+  EXPECT_NE(parse_error(bad).find("'short_factor' must be a list of head_dim / 2 = 8 numbers"),
+            std::string::npos)
+      << parse_error(bad);
+  bad = j;
+  bad["rope_parameters"]["long_factor"][3] = -1.0;
+  EXPECT_NE(parse_error(bad).find("long_factor"), std::string::npos);
+  bad = j;
+  bad["rope_parameters"].erase("original_max_position_embeddings");
+  bad.erase("original_max_position_embeddings");
+  EXPECT_NE(parse_error(bad).find("original_max_position_embeddings"), std::string::npos);
+  bad = j;
+  bad["rope_parameters"]["partial_rotary_factor"] = 0.75;  // Phi-4-mini
+  EXPECT_NE(parse_error(bad).find("partial_rotary_factor"), std::string::npos);
+}
+
+TEST(Phi3, MaxModelLenPicksTheLongRopeFactors) {
+  if (!std::filesystem::exists(kModels / "stories260K" / "tokenizer.json")) GTEST_SKIP();
+  testing::TempDir tmp;
+  EngineArgs args;
+  args.model = with_tokenizer("phi3_longrope_tiny", tmp).string();
+  args.kv_cache_memory_gib = 0.01;
+  EXPECT_TRUE(runner::load_model(args).config.rope_scaling.use_long);
+  args.max_model_len = 16;  // within the original context: the short factors
+  EXPECT_FALSE(runner::load_model(args).config.rope_scaling.use_long);
+  args.max_model_len = 17;
+  EXPECT_TRUE(runner::load_model(args).config.rope_scaling.use_long);
+}
+
+TEST(Phi3, TensorAndPipelineParallelGreedyMatchesOneRank) {
+  if (!std::filesystem::exists(kModels / "stories260K" / "tokenizer.json")) GTEST_SKIP();
+  testing::TempDir tmp;
+  const int tokens = testing::kSanitized ? 8 : 24;
+  const auto model = with_tokenizer("phi3_tiny", tmp);
+  const auto ref = greedy_ids(model, 1, 1, tokens);
+  EXPECT_EQ(greedy_ids(model, 2, 1, tokens), ref) << "TP=2";
+  EXPECT_EQ(greedy_ids(model, 2, 2, tokens), ref) << "TP=2 x PP=2";
+}
+
+TEST(MoeEngine, QuantizedExpertsAreRefusedWithOneLine) {
+  if (!std::filesystem::exists(kModels / "stories260K" / "tokenizer.json")) GTEST_SKIP();
+  testing::TempDir tmp;
+  EngineArgs args;
+  args.model = with_tokenizer("qwen3_moe_tiny", tmp).string();
+  args.quantization = "fp8";
+  args.kv_cache_memory_gib = 0.05;
+  const std::string msg = testing::error_message_of([&] { LLM llm(args); });
+  EXPECT_NE(msg.find("Qwen3MoeForCausalLM's expert weights is not supported"), std::string::npos)
+      << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pagellm
