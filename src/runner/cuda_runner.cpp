@@ -14,6 +14,7 @@
 #include "backends/cuda/gemm/fp8_gemm.h"
 #include "backends/cuda/gemm/int_gemm.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/moe.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "engine/sampler.h"
@@ -50,6 +51,14 @@ void CudaRunner::Impl::init(const io::WeightStore* checkpoint) {
   head_dim = int(c.head_dim), inter = int(c.intermediate_size), vocab = int(c.vocab_size),
   num_layers = int(c.num_hidden_layers);
   qkv_width = (num_heads + 2 * num_kv_heads) * head_dim;
+  if (c.is_moe()) {
+    moe_experts = int(c.moe.num_experts), moe_top_k = int(c.moe.top_k);
+    moe_inter = int(c.moe.intermediate_size);
+    if (moe_experts > cuda::kMoeMaxExperts || moe_top_k > cuda::kMoeMaxTopK)
+      unsupported(opt.model_name + ": the GPU's routing takes at most " +
+                  std::to_string(cuda::kMoeMaxExperts) + " experts (num_experts) and top-" +
+                  std::to_string(cuda::kMoeMaxTopK) + " (num_experts_per_tok)");
+  }
   dt = opt.dtype;
   esz = dtype_size(dt);
   kv_dt = opt.kv_cache_fp8.value_or(dt);
@@ -232,6 +241,15 @@ void CudaRunner::Impl::alloc_activations() {
   x_gate_up = DevMem(T * 2 * inter * esz, "activations");
   x_act = DevMem(T * inter * esz, "activations");
   x_rows = DevMem(size_t(max_seqs) * hidden * esz, "activations");
+  if (moe_experts > 0) {
+    const size_t slots = T * size_t(moe_top_k);
+    x_router = DevMem(T * moe_experts * esz, "MoE activations");
+    moe_ids = DevMem(slots * 4, "MoE routing");
+    moe_weights = DevMem(slots * 4, "MoE routing");
+    x_moe_gate_up = DevMem(slots * 2 * moe_inter * esz, "MoE activations");
+    x_moe_act = DevMem(slots * moe_inter * esz, "MoE activations");
+    x_moe_out = DevMem(slots * hidden * esz, "MoE activations");
+  }
   if (any_fp8) {  // the widest projection input: hidden, the attention output or the MLP's
     const size_t k = size_t(std::max({hidden, num_heads * head_dim, inter}));
     fp8_xq = DevMem(T * k, "FP8 activations");

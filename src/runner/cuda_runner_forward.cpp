@@ -6,6 +6,7 @@
 #include "backends/cuda/gemm/fp8_gemm.h"
 #include "backends/cuda/gemm/int_gemm.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/moe.h"
 #include "runner/cuda_runner_impl.h"
 
 namespace pagellm::runner {
@@ -176,15 +177,21 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
     check(cuda::run_attention(ap, s.plan, attn_ws.get(), stream), "attention");
     gemm(x_attn.get(), w.o_proj, w.o_proj_fp8, w.o_proj_int, x_proj.get(), hidden,
          num_heads * head_dim, nullptr);
-    const bool gate_up_quantized = all_reduce_add_norm(
-        w.post_norm,
-        fused_fp8_input(w.gate_up, w.gate_up_fp8, x_gate_up.get(), 2 * inter, hidden, nullptr));
-    gemm(x_normed.get(), w.gate_up, w.gate_up_fp8, w.gate_up_int, x_gate_up.get(), 2 * inter,
-         hidden, nullptr, gate_up_quantized);
-    // SiLU-and-mul leaves the down projection's quantization to fp8_linear: fused, one block per
-    // row (for the row's scale) ran no faster than the two kernels (docs/PERF.md).
-    check(cuda::silu_and_mul({dt, x_gate_up.get(), x_act.get(), n, inter}, stream), "silu_and_mul");
-    gemm(x_act.get(), w.down, w.down_fp8, w.down_int, x_proj.get(), hidden, inter, nullptr);
+    if (config.moe_layer(geo.layer_begin + l)) {
+      all_reduce_add_norm(w.post_norm);
+      moe_mlp(w, n);
+    } else {
+      const bool gate_up_quantized = all_reduce_add_norm(
+          w.post_norm,
+          fused_fp8_input(w.gate_up, w.gate_up_fp8, x_gate_up.get(), 2 * inter, hidden, nullptr));
+      gemm(x_normed.get(), w.gate_up, w.gate_up_fp8, w.gate_up_int, x_gate_up.get(), 2 * inter,
+           hidden, nullptr, gate_up_quantized);
+      // SiLU-and-mul leaves the down projection's quantization to fp8_linear: fused, one block
+      // per row (for the row's scale) ran no faster than the two kernels (docs/PERF.md).
+      check(cuda::silu_and_mul({dt, x_gate_up.get(), x_act.get(), n, inter}, stream),
+            "silu_and_mul");
+      gemm(x_act.get(), w.down, w.down_fp8, w.down_int, x_proj.get(), hidden, inter, nullptr);
+    }
     // The next norm: the next layer's input norm, or the final norm at the end of the last stage.
     if (l + 1 < num_layers)
       qkv_quantized = all_reduce_add_norm(layers[size_t(l) + 1].input_norm, qkv_fp8_input(l + 1));
@@ -198,6 +205,35 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
   const int next = (opt.shard.pp_rank + 1) * opt.shard.tp_size + opt.shard.tp_rank;
   opt.world->send(x_hidden.get(), size_t(n) * hidden, dt, next, stream);
   opt.world->send(x_proj.get(), size_t(n) * hidden, dt, next, stream);
+}
+
+// The router GEMM, top-k routing on the device, every slot's expert gate/up and down (reading only
+// the experts the tokens picked), then each token's weighted sum of its slots into x_proj.
+void CudaRunner::Impl::moe_mlp(const LayerWeights& w, int n) {
+  const cuda::GemmParams router{dt, x_normed.get(), w.router.get(), x_router.get(),
+                                n,  moe_experts,    hidden,         false};
+  check(cuda::gemm(this->gemm, router, stream), "MoE router");
+  cuda::MoeRouteParams r;
+  r.dtype = dt, r.logits = x_router.get(), r.num_tokens = n, r.num_experts = moe_experts;
+  r.top_k = moe_top_k, r.renormalize = config.moe.norm_topk_prob;
+  r.ids = moe_ids.as<int32_t>(), r.weights = moe_weights.as<float>();
+  check(cuda::moe_route(r, stream), "MoE routing");
+  const int slots = n * moe_top_k;
+  cuda::MoeLinearParams up;
+  up.dtype = dt, up.x = x_normed.get(), up.x_row_div = moe_top_k, up.w = w.experts_gate_up.get();
+  up.ids = r.ids, up.y = x_moe_gate_up.get(), up.num_slots = slots;
+  up.out_features = 2 * moe_inter, up.in_features = hidden;
+  check(cuda::moe_linear(up, stream), "MoE gate/up");
+  check(cuda::silu_and_mul({dt, x_moe_gate_up.get(), x_moe_act.get(), slots, moe_inter}, stream),
+        "MoE silu_and_mul");
+  cuda::MoeLinearParams down = up;
+  down.x = x_moe_act.get(), down.x_row_div = 1, down.w = w.experts_down.get();
+  down.y = x_moe_out.get(), down.out_features = hidden, down.in_features = moe_inter;
+  check(cuda::moe_linear(down, stream), "MoE down");
+  cuda::MoeCombineParams sum;
+  sum.dtype = dt, sum.y = x_moe_out.get(), sum.weights = r.weights, sum.out = x_proj.get();
+  sum.num_tokens = n, sum.top_k = moe_top_k, sum.hidden = hidden;
+  check(cuda::moe_combine(sum, stream), "MoE combine");
 }
 
 void CudaRunner::Impl::stage_input(int n) {

@@ -92,9 +92,10 @@ struct LayerWeights {
   DevMem post_norm;   // [hidden]
   DevMem gate_up;     // [2 * inter, hidden]
   DevMem down;        // [hidden, inter]
-  // Mixture-of-experts layers (models::WeightSlot names them; the CUDA runner does not run MoE
-  // models yet, and the model loader refuses them before any weight is loaded).
-  DevMem router, experts_gate_up, experts_down;
+  // Mixture-of-experts layers instead of gate_up / down (cuda/moe.h):
+  DevMem router;           // [E, hidden]
+  DevMem experts_gate_up;  // [E, 2 * moe_inter, hidden]
+  DevMem experts_down;     // [E, hidden, moe_inter]
   Fp8Scales qkv_fp8, o_proj_fp8, gate_up_fp8, down_fp8;
   IntScales qkv_int, o_proj_int, gate_up_int, down_int;
 };
@@ -159,6 +160,16 @@ struct CudaRunner::Impl {
   DevMem x_attn;            // [T, H * D]
   DevMem x_gate_up;         // [T, 2 * inter]
   DevMem x_act;             // [T, inter]
+  // Mixture of experts (config.is_moe()): experts, experts per token, each expert's intermediate
+  // columns on this rank; the router logits, the routing and the per-slot activations (slot
+  // t * top_k + j: token t's j-th expert).
+  int moe_experts = 0, moe_top_k = 0, moe_inter = 0;
+  DevMem x_router;          // [T, E]
+  DevMem moe_ids;           // [T, top_k] int32
+  DevMem moe_weights;       // [T, top_k] fp32
+  DevMem x_moe_gate_up;     // [T * top_k, 2 * moe_inter]
+  DevMem x_moe_act;         // [T * top_k, moe_inter]
+  DevMem x_moe_out;         // [T * top_k, hidden]
   DevMem x_rows;            // [max_seqs, hidden] normed rows that need logits
   DevMem x_logits;          // [max_seqs, vocab]
   DevMem x_logits_shard;    // [max_seqs, vocab_shard] this rank's LM-head columns (TP only)
@@ -310,6 +321,8 @@ struct CudaRunner::Impl {
   // The stage's input hidden states: the (vocab-parallel) embedding on the first stage, else the
   // residual stream and last projection received from the stage before.
   void stage_input(int num_tokens);
+  // x_proj = the mixture-of-experts MLP of x_normed (this rank's share, before the all-reduce).
+  void moe_mlp(const LayerWeights& w, int num_tokens);
   // Sums x_proj's first num_tokens rows over the stage's tensor-parallel ranks (row-parallel
   // o_proj / down_proj); no-op without tensor parallelism.
   void all_reduce_proj(int num_tokens);

@@ -154,12 +154,9 @@ std::unique_ptr<CpuRunner> build_cpu_runner(const EngineArgs& args, const io::Mo
 
 
 // What the newer families do not run on yet: the mixture-of-experts models (Qwen3-MoE, Mixtral)
-// on the GPU or quantized, longrope on the GPU, Phi-3's fused projections quantized.
+// quantized, longrope on the GPU, Phi-3's fused projections quantized.
 void check_family_support(const io::ModelConfig& config, const EngineArgs& args,
                           const std::string& source) {
-  if (config.is_moe() && args.device == "cuda")
-    unsupported(source + ": " + config.architecture +
-                " (mixture of experts) runs on the CPU backend only so far; use --device cpu");
   if (config.is_moe() && config.quant.quantized())
     unsupported(source + ": quantization (" + config.quant.describe() + ") of " +
                 config.architecture + "'s expert weights is not supported yet");

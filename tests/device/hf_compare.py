@@ -6,13 +6,16 @@
 # the other's top-k; a sequence is compared up to and including its first disagreement.
 #
 # usage: python3 hf_compare.py --pagellm BIN --tokenizers DIR --work DIR --logs DIR ARCH [ARCH...]
-#   ARCH: tiny-llama | tiny-qwen3 | llama3-8b | llama3-70b-8l | qwen3-8b. DIR/<llama3|qwen3>/tokenizer*.json.
+#   ARCH: tiny-llama | tiny-qwen3 | llama3-8b | llama3-70b-8l | qwen3-8b | qwen3-30b-a3b-8l |
+#   mixtral-8x7b-4l | phi3-mini. DIR/<llama3|qwen3>/tokenizer*.json.
 # Exit status 0 only when every architecture passes.
 import argparse, json, os, shutil, subprocess, sys, time
 
 import torch
 import transformers as tf
 from tokenizers import Tokenizer
+
+from hf_moe_layout import save_per_expert
 
 L3ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 8192}
@@ -52,6 +55,27 @@ def make_config(arch):
                               num_attention_heads=4, num_key_value_heads=2, head_dim=64,
                               max_position_embeddings=4096, bos_token_id=151643, eos_token_id=151645,
                               **rope(1000000.0))
+    # The other families at real layer shapes, fewer layers where HF's fp32 needs it, with the
+    # tokenizers at hand (Mixtral and Phi-3 take Llama-3's, so their vocabulary is its 128256).
+    if arch == "qwen3-30b-a3b-8l":  # Qwen3-30B-A3B: 128 experts, top-8, 768 columns each
+        return tf.Qwen3MoeConfig(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=8,
+                                 num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+                                 max_position_embeddings=40960, rms_norm_eps=1e-6, bos_token_id=151643,
+                                 eos_token_id=151645, tie_word_embeddings=False, num_experts=128,
+                                 num_experts_per_tok=8, moe_intermediate_size=768, norm_topk_prob=True,
+                                 decoder_sparse_step=1, mlp_only_layers=[], **rope(1000000.0))
+    if arch == "mixtral-8x7b-4l":  # Mixtral-8x7B's layers: 8 experts of 14336 columns, top-2
+        return tf.MixtralConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=4,
+                                num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=32768,
+                                rms_norm_eps=1e-5, bos_token_id=128000, eos_token_id=128001,
+                                num_local_experts=8, num_experts_per_tok=2, sliding_window=None,
+                                tie_word_embeddings=False, **rope(1000000.0))
+    if arch == "phi3-mini":  # Phi-3-mini-4k: fused qkv / gate_up, window 2047
+        return tf.Phi3Config(vocab_size=128256, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
+                             num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096,
+                             original_max_position_embeddings=4096, rms_norm_eps=1e-5, sliding_window=2047,
+                             bos_token_id=128000, eos_token_id=128001, pad_token_id=None,
+                             tie_word_embeddings=False, **rope(10000.0))
     raise SystemExit(f"unknown arch {arch}")
 
 
@@ -82,6 +106,8 @@ def build_model(arch, tokdir, out):
         model = tf.AutoModelForCausalLM.from_config(make_config(arch), dtype=torch.bfloat16)
     model.eval()
     model.save_pretrained(out, safe_serialization=True)
+    if arch.startswith(("qwen3-30b-a3b", "mixtral")):  # the Hub's per-expert tensor names
+        save_per_expert(model, out, mixtral=arch.startswith("mixtral"))
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(tokdir, f), os.path.join(out, f))
     return model

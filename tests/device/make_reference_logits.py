@@ -13,6 +13,8 @@
 # from_pretrained and checks that the logits are the same.
 import json, os, sys
 
+from hf_moe_layout import save_per_expert
+
 import torch
 import transformers as tf
 
@@ -69,31 +71,6 @@ wanted = set(sys.argv[2:]) or set(configs)
 assert wanted <= set(configs), sorted(wanted - set(configs))
 
 
-def per_expert_state(name, model):
-    """The state dict with stacked experts split into the published per-expert tensor names."""
-    mixtral = name.startswith("mixtral")
-    out = {}
-    for key, t in model.state_dict().items():
-        t = t.detach().contiguous()
-        prefix = key.rsplit("experts.", 1)[0] if ".experts." in key else None
-        if mixtral:
-            key = key.replace(".mlp.gate.weight", ".block_sparse_moe.gate.weight")
-            key = key.replace(".mlp.experts.", ".block_sparse_moe.experts.")
-            if prefix is not None:
-                prefix = prefix.replace(".mlp.", ".block_sparse_moe.")
-        gate, up, down = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
-        if key.endswith("experts.gate_up_proj"):  # [E, 2I, H]: gate rows, then up rows
-            inter = t.shape[1] // 2
-            for e in range(t.shape[0]):
-                out[f"{prefix}experts.{e}.{gate}.weight"] = t[e, :inter].clone()
-                out[f"{prefix}experts.{e}.{up}.weight"] = t[e, inter:].clone()
-        elif key.endswith("experts.down_proj"):  # [E, H, I]
-            for e in range(t.shape[0]):
-                out[f"{prefix}experts.{e}.{down}.weight"] = t[e].clone()
-        else:
-            out[key] = t.clone()
-    if not name.startswith(("qwen3_moe", "mixtral")):
-        return out
     print(name, "checkpoint tensors of layer 0:", sorted(k for k in out if ".layers.0." in k)[:12])
     return out
 g = torch.Generator().manual_seed(1234)
@@ -125,12 +102,7 @@ for name, cfg in configs.items():
     out = os.path.join(out_root, name)
     model.save_pretrained(out, safe_serialization=True)
     if name.startswith(("qwen3_moe", "mixtral")):
-        from safetensors.torch import save_file
-        for f in os.listdir(out):
-            if f.endswith(".safetensors") or f.endswith(".index.json"):
-                os.remove(os.path.join(out, f))
-        save_file(per_expert_state(name, model), os.path.join(out, "model.safetensors"),
-                  metadata={"format": "pt"})
+        save_per_expert(model, out, mixtral=name.startswith("mixtral"))
         reloaded = tf.AutoModelForCausalLM.from_pretrained(out, attn_implementation="eager",
                                                            dtype=torch.float32).eval()
         with torch.no_grad():

@@ -7,6 +7,7 @@
 // 2. A random tiny model with every optional path (bias, q/k norm, GQA, untied head, llama3 RoPE),
 //    head_dim 16 and 64: fp32 GPU logits match the CPU runner's over chunked prefill + batched
 //    decode; bf16/f16 obey the top-5 logprob-closeness rule, also with FP8 KV caches on both.
+//    The same for tiny Qwen3-MoE, Mixtral and Phi-3 models in fp32 and bf16.
 // 3. Llama-3.1-8B shapes with dummy bf16 weights: decode tokens/s at batch 1/16/64, next to the
 //    device-to-device copy bandwidth measured in the same process (the HBM roofline).
 #include <cuda_runtime.h>
@@ -316,12 +317,33 @@ bool in_top5(const std::vector<float>& row, int32_t token) {
   return better < 5;
 }
 
+// The other families on tiny shapes (head_dim 16): Qwen3-MoE with a dense layer between two
+// sparse ones (8 experts, top-3, weights not renormalised), Mixtral (top-2, renormalised) and
+// Phi-3 (fused qkv / gate_up in the checkpoint layout, split by the weight plan).
+io::ModelConfig tiny_family_config(const std::string& family) {
+  io::ModelConfig c = tiny_config(16);
+  c.attention_bias = false;
+  c.qk_norm = family == "qwen3_moe";
+  c.rope_scaling = {};
+  c.model_type = family;
+  c.architecture = family == "qwen3_moe" ? "Qwen3MoeForCausalLM"
+                   : family == "mixtral"  ? "MixtralForCausalLM"
+                                          : "Phi3ForCausalLM";
+  if (family == "phi3") return c;
+  c.num_hidden_layers = 3;
+  c.moe.num_experts = 8;
+  c.moe.top_k = family == "mixtral" ? 2 : 3;
+  c.moe.intermediate_size = 32;
+  c.moe.norm_topk_prob = family == "mixtral";
+  c.moe.dense_layer = {false, family == "qwen3_moe", false};
+  return c;
+}
+
 // Chunked prefill of three prompts together, then decode steps with all three batched; compares
 // GPU logits with the CPU runner's at every sampled row.
 // kv_fp8: both runners with that FP8 KV cache (scales 1.0, or calculated from the first batch).
-void check_tiny(int head_dim, DType dtype, std::optional<DType> kv_fp8 = std::nullopt,
-                bool calculate = false) {
-  const io::ModelConfig c = tiny_config(head_dim);
+void check_tiny_model(const io::ModelConfig& c, const std::string& label, DType dtype,
+                      std::optional<DType> kv_fp8 = std::nullopt, bool calculate = false) {
   models::KvCacheQuant kv;
   kv.fp8 = kv_fp8;
   kv.calculate_scales = calculate;
@@ -371,9 +393,9 @@ void check_tiny(int head_dim, DType dtype, std::optional<DType> kv_fp8 = std::nu
   }
   char line[240];
   std::snprintf(line, sizeof line,
-                "tiny D=%d %s%s: %d rows, max |dlogit| %.2e (max |logit| %.2f), argmax agree %d, "
+                "tiny %s %s%s: %d rows, max |dlogit| %.2e (max |logit| %.2f), argmax agree %d, "
                 "top-5 close %d",
-                head_dim, std::string(dtype_name(dtype)).c_str(),
+                label.c_str(), std::string(dtype_name(dtype)).c_str(),
                 !kv_fp8                         ? ""
                 : *kv_fp8 == DType::kF8E4M3     ? (calculate ? " kv=e4m3 (calculated scales)"
                                                              : " kv=e4m3")
@@ -381,6 +403,12 @@ void check_tiny(int head_dim, DType dtype, std::optional<DType> kv_fp8 = std::nu
                 rows, max_err, max_logit, agree, close);
   const bool ok = dtype == DType::kF32 ? max_err <= 1e-4 * std::max(1.0, max_logit) : close == rows;
   report(ok && std::isfinite(max_err), line);
+}
+
+void check_tiny(int head_dim, DType dtype, std::optional<DType> kv_fp8 = std::nullopt,
+                bool calculate = false) {
+  check_tiny_model(tiny_config(head_dim), "D=" + std::to_string(head_dim), dtype, kv_fp8,
+                   calculate);
 }
 
 double copy_bandwidth_gbs() {
@@ -576,6 +604,9 @@ int main(int argc, char** argv) {
     for (int d : {16, 64})
       for (pagellm::DType t : {pagellm::DType::kF32, pagellm::DType::kBF16, pagellm::DType::kF16})
         pagellm::check_tiny(d, t);
+    for (const char* family : {"qwen3_moe", "mixtral", "phi3"})
+      for (pagellm::DType t : {pagellm::DType::kF32, pagellm::DType::kBF16})
+        pagellm::check_tiny_model(pagellm::tiny_family_config(family), family, t);
     for (int d : {16, 64}) {
       for (pagellm::DType t : {pagellm::DType::kBF16, pagellm::DType::kF16}) {
         pagellm::check_tiny(d, t, pagellm::DType::kF8E4M3);

@@ -4,8 +4,11 @@
 # pagellm's tokens and count how often pagellm's token is HF-fp32's argmax. A configuration passes
 # when its agreement is at most 2 points below the first configuration's (TP=1): as close to HF
 # fp32 as TP=1, or closer.
+# With --hf-bf16 the first configuration is HF transformers' own bf16 greedy output (issue 18: a
+# model family is as close to HF fp32 as HF's bf16 run is).
 # usage: python3 tp_agreement.py --pagellm BIN --tokenizers DIR --work DIR --logs DIR \
-#          --arch llama3-8b NAME=FLAGS [NAME=FLAGS ...]     e.g. tp1= tp2="--tensor-parallel-size 2"
+#          --arch llama3-8b [--hf-bf16] NAME=FLAGS [NAME=FLAGS ...]
+#        e.g. tp1= tp2="--tensor-parallel-size 2"
 import argparse, json, os, shlex, shutil, subprocess, sys
 
 import torch
@@ -51,19 +54,25 @@ def main():
     for a in ("--pagellm", "--tokenizers", "--work", "--logs", "--arch"):
         ap.add_argument(a, required=True)
     ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument("--hf-bf16", action="store_true")
     ap.add_argument("configs", nargs="+")
     a = ap.parse_args()
     os.makedirs(a.logs, exist_ok=True)
     tokdir = os.path.join(a.tokenizers, "qwen3" if "qwen" in a.arch else "llama3")
     mdir = os.path.join(a.work, a.arch)
     model = hf_compare.build_model(a.arch, tokdir, mdir)
-    del model
-    torch.cuda.empty_cache()
     tok = Tokenizer.from_file(os.path.join(tokdir, "tokenizer.json"))
     prompts = [tok.encode(p).ids for p in hf_compare.PROMPTS]
     outs = {}
+    if a.hf_bf16:
+        outs["hf-bf16"] = [[t for t, _ in hf_compare.hf_greedy(model, ids, a.steps, 1)] for ids in prompts]
+        a.configs.insert(0, "hf-bf16=")
+    del model
+    torch.cuda.empty_cache()
     for c in a.configs:
         name, _, flags = c.partition("=")
+        if name in outs:
+            continue
         try:
             outs[name] = generate(a.pagellm, mdir, prompts, a.steps, flags, a.logs, name)
         except Exception as e:  # report and go on
