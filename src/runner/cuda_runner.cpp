@@ -246,7 +246,6 @@ void CudaRunner::Impl::alloc_activations() {
     x_router = DevMem(T * moe_experts * esz, "MoE activations");
     moe_ids = DevMem(slots * 4, "MoE routing");
     moe_weights = DevMem(slots * 4, "MoE routing");
-    x_moe_gate_up = DevMem(slots * 2 * moe_inter * esz, "MoE activations");
     x_moe_act = DevMem(slots * moe_inter * esz, "MoE activations");
     x_moe_out = DevMem(slots * hidden * esz, "MoE activations");
   }

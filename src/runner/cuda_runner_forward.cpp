@@ -207,8 +207,9 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
   opt.world->send(x_proj.get(), size_t(n) * hidden, dt, next, stream);
 }
 
-// The router GEMM, top-k routing on the device, every slot's expert gate/up and down (reading only
-// the experts the tokens picked), then each token's weighted sum of its slots into x_proj.
+// The router GEMM, top-k routing on the device, every slot's expert gate/up (with the SiLU-and-mul)
+// and down (reading only the experts the tokens picked), then each token's weighted sum of its
+// slots into x_proj.
 void CudaRunner::Impl::moe_mlp(const LayerWeights& w, int n) {
   const cuda::GemmParams router{dt, x_normed.get(), w.router.get(), x_router.get(),
                                 n,  moe_experts,    hidden,         false};
@@ -219,15 +220,13 @@ void CudaRunner::Impl::moe_mlp(const LayerWeights& w, int n) {
   r.ids = moe_ids.as<int32_t>(), r.weights = moe_weights.as<float>();
   check(cuda::moe_route(r, stream), "MoE routing");
   const int slots = n * moe_top_k;
-  cuda::MoeLinearParams up;
-  up.dtype = dt, up.x = x_normed.get(), up.x_row_div = moe_top_k, up.w = w.experts_gate_up.get();
-  up.ids = r.ids, up.y = x_moe_gate_up.get(), up.num_slots = slots;
-  up.out_features = 2 * moe_inter, up.in_features = hidden;
+  cuda::MoeLinearParams up;  // gate/up with the SiLU-and-mul: the activation of every slot
+  up.dtype = dt, up.x = x_normed.get(), up.x_row_div = moe_top_k, up.gated = true;
+  up.w = w.experts_gate_up.get(), up.ids = r.ids, up.y = x_moe_act.get(), up.num_slots = slots;
+  up.out_features = moe_inter, up.in_features = hidden;
   check(cuda::moe_linear(up, stream), "MoE gate/up");
-  check(cuda::silu_and_mul({dt, x_moe_gate_up.get(), x_moe_act.get(), slots, moe_inter}, stream),
-        "MoE silu_and_mul");
   cuda::MoeLinearParams down = up;
-  down.x = x_moe_act.get(), down.x_row_div = 1, down.w = w.experts_down.get();
+  down.x = x_moe_act.get(), down.x_row_div = 1, down.gated = false, down.w = w.experts_down.get();
   down.y = x_moe_out.get(), down.out_features = hidden, down.in_features = moe_inter;
   check(cuda::moe_linear(down, stream), "MoE down");
   cuda::MoeCombineParams sum;

@@ -167,7 +167,6 @@ struct CudaRunner::Impl {
   DevMem x_router;          // [T, E]
   DevMem moe_ids;           // [T, top_k] int32
   DevMem moe_weights;       // [T, top_k] fp32
-  DevMem x_moe_gate_up;     // [T * top_k, 2 * moe_inter]
   DevMem x_moe_act;         // [T * top_k, moe_inter]
   DevMem x_moe_out;         // [T * top_k, hidden]
   DevMem x_rows;            // [max_seqs, hidden] normed rows that need logits

@@ -8,7 +8,7 @@
 namespace pagellm::cuda {
 namespace {
 
-constexpr int kRouteThreads = 256;
+constexpr int kRouteThreads = 128;  // 4 tokens per block, one warp each
 constexpr int kLinearThreads = 256;  // 8 warps: one output row each
 constexpr int kCombineThreads = 256;
 
@@ -17,96 +17,99 @@ __device__ __forceinline__ void keep_best(float& v, int& id, float ov, int oid) 
   if (ov > v || (ov == v && oid < id)) v = ov, id = oid;
 }
 
-// The block's best (value, id); every thread gets it. scratch_v / scratch_i: 32 entries each.
-__device__ __forceinline__ void block_best(float& v, int& id, float* scratch_v, int* scratch_i) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    keep_best(v, id, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, id, o));
-  __syncthreads();  // the scratch may still be read by a previous call
-  if (lane == 0) scratch_v[warp] = v, scratch_i[warp] = id;
-  __syncthreads();
-  const int num_warps = (blockDim.x + 31) >> 5;
-  v = lane < num_warps ? scratch_v[lane] : -INFINITY;
-  id = lane < num_warps ? scratch_i[lane] : INT32_MAX;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    keep_best(v, id, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, id, o));
-}
-
-// One block per token: softmax over the experts in fp32, then top_k rounds of a block argmax.
-template <typename T>
+// One warp per token; lane l holds experts l, l + 32, ... (PER_LANE of them) in registers: the
+// softmax in fp32, then top_k rounds of a warp argmax (shuffles only). Lane 0 writes the raw
+// probabilities, then lanes j < top_k rescale slot j.
+template <typename T, int PER_LANE>
 __global__ void moe_route_kernel(const __grid_constant__ MoeRouteParams p) {
   pdl_launch_dependents();
   pdl_wait();
-  __shared__ float probs[kMoeMaxExperts];
-  __shared__ float top_v[kMoeMaxTopK];
-  __shared__ int top_i[kMoeMaxTopK];
-  __shared__ float scratch_v[32];
-  __shared__ int scratch_i[32];
-  const int t = blockIdx.x, E = p.num_experts;
+  const int lane = threadIdx.x & 31;
+  const int t = blockIdx.x * (kRouteThreads / 32) + (threadIdx.x >> 5);
+  if (t >= p.num_tokens) return;  // the whole warp
+  const int E = p.num_experts;
   const T* logits = static_cast<const T*>(p.logits) + size_t(t) * E;  // [E]
-  float best = -INFINITY;
-  int best_id = INT32_MAX;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) {
-    probs[e] = to_float(logits[e]);
-    keep_best(best, best_id, probs[e], e);
+  float v[PER_LANE];
+  float max = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < PER_LANE; ++i) {
+    const int e = lane + 32 * i;
+    v[i] = e < E ? to_float(logits[e]) : -INFINITY;
+    max = fmaxf(max, v[i]);
   }
-  block_best(best, best_id, scratch_v, scratch_i);
-  const float max = best;
+  max = warp_max(max);
   float sum = 0.f;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) sum += expf(probs[e] - max);
-  sum = block_sum(sum, scratch_v);
-  for (int e = threadIdx.x; e < E; e += blockDim.x) probs[e] = expf(probs[e] - max) / sum;
-  __syncthreads();
-  for (int j = 0; j < p.top_k; ++j) {
-    float v = -INFINITY;
-    int id = INT32_MAX;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) keep_best(v, id, probs[e], e);
-    block_best(v, id, scratch_v, scratch_i);
-    if (threadIdx.x == 0) {
-      if (id >= E) v = 0.f, id = j;  // NaN logits (a broken checkpoint): any valid expert
-      top_v[j] = v, top_i[j] = id;
-      probs[id] = -1.f;  // taken (probabilities are >= 0)
-    }
-    __syncthreads();
+#pragma unroll
+  for (int i = 0; i < PER_LANE; ++i) {
+    v[i] = lane + 32 * i < E ? expf(v[i] - max) : -1.f;  // -1: never picked
+    sum += fmaxf(v[i], 0.f);
   }
-  if (threadIdx.x != 0) return;
+  sum = warp_sum(sum);
+#pragma unroll
+  for (int i = 0; i < PER_LANE; ++i) v[i] = v[i] >= 0.f ? v[i] / sum : -1.f;
+  int32_t* ids = p.ids + size_t(t) * p.top_k;
+  float* weights = p.weights + size_t(t) * p.top_k;
   float kept = 0.f;
-  for (int j = 0; j < p.top_k; ++j) kept += top_v[j];
   for (int j = 0; j < p.top_k; ++j) {
-    p.ids[t * p.top_k + j] = top_i[j];
-    p.weights[t * p.top_k + j] = round_to<T>(p.renormalize ? top_v[j] / kept : top_v[j]);
+    float best = -INFINITY;
+    int id = INT32_MAX;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) keep_best(best, id, v[i], lane + 32 * i);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      keep_best(best, id, __shfl_xor_sync(0xffffffffu, best, o), __shfl_xor_sync(0xffffffffu, id, o));
+    if (!(best >= 0.f) || id >= E) best = 0.f, id = j;  // NaN logits (a broken checkpoint)
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i)
+      if (lane + 32 * i == id) v[i] = -1.f;  // taken
+    kept += best;
+    if (lane == 0) ids[j] = id, weights[j] = best;
   }
+  __syncwarp();
+  for (int j = lane; j < p.top_k; j += 32)
+    weights[j] = round_to<T>(p.renormalize ? weights[j] / kept : weights[j]);
+}
+
+// Adds row · x over in_features to acc, in VEC-element (16-byte) loads by the lanes of a warp.
+template <typename T, int VEC>
+__device__ __forceinline__ float row_dot(const T* row, const T* x, int in_features, int lane) {
+  float acc = 0.f;
+#pragma unroll 4
+  for (int i = lane * VEC; i < in_features; i += 32 * VEC) {
+    float a[VEC], b[VEC];
+    if constexpr (VEC > 1) {
+      load16(row + i, a);
+      load16(x + i, b);
+    } else {
+      a[0] = to_float(row[i]);
+      b[0] = to_float(x[i]);
+    }
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) acc = fmaf(a[k], b[k], acc);
+  }
+  return warp_sum(acc);
 }
 
 // grid (slots, row blocks): warp w of a block computes output row blockIdx.y * 8 + w of slot
-// blockIdx.x, a dot product over in_features in VEC-element (16-byte) loads.
-template <typename T, int VEC>
+// blockIdx.x (GATED: the gate and up rows of that column, then the SiLU-and-mul).
+template <typename T, int VEC, bool GATED>
 __global__ void moe_linear_kernel(const __grid_constant__ MoeLinearParams p) {
   pdl_launch_dependents();
   pdl_wait();
   const int s = blockIdx.x, lane = threadIdx.x & 31;
   const int row = blockIdx.y * (kLinearThreads / 32) + (threadIdx.x >> 5);
   if (row >= p.out_features) return;  // the whole warp
-  const T* w = static_cast<const T*>(p.w) +
-               (size_t(p.ids[s]) * p.out_features + row) * p.in_features;  // [in_features]
+  const size_t rows = size_t(GATED ? 2 : 1) * p.out_features;  // of one expert
+  const T* w = static_cast<const T*>(p.w) + (size_t(p.ids[s]) * rows + row) * p.in_features;
   const T* x = static_cast<const T*>(p.x) + size_t(s / p.x_row_div) * p.in_features;
-  float acc = 0.f;
-  for (int i = lane * VEC; i < p.in_features; i += 32 * VEC) {
-    float a[VEC], b[VEC];
-    if constexpr (VEC > 1) {
-      load16(w + i, a);
-      load16(x + i, b);
-    } else {
-      a[0] = to_float(w[i]);
-      b[0] = to_float(x[i]);
-    }
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) acc = fmaf(a[k], b[k], acc);
+  float out = row_dot<T, VEC>(w, x, p.in_features, lane);
+  if constexpr (GATED) {
+    const float g = round_to<T>(out);
+    const float u = round_to<T>(
+        row_dot<T, VEC>(w + size_t(p.out_features) * p.in_features, x, p.in_features, lane));
+    out = round_to<T>(g / (1.f + expf(-g))) * u;
   }
-  acc = warp_sum(acc);
-  if (lane == 0) static_cast<T*>(p.y)[size_t(s) * p.out_features + row] = from_float<T>(acc);
+  if (lane == 0) static_cast<T*>(p.y)[size_t(s) * p.out_features + row] = from_float<T>(out);
 }
 
 // grid (tokens, column chunks).
@@ -130,8 +133,9 @@ cudaError_t launch_moe_linear(const MoeLinearParams& p, cudaStream_t stream) {
   constexpr int kVec = Vec16<T>::kSize;
   const bool vec = p.in_features % kVec == 0 && aligned16(p.x) && aligned16(p.w);
   const dim3 grid(p.num_slots, (p.out_features + kLinearThreads / 32 - 1) / (kLinearThreads / 32));
-  return launch_kernel(vec ? moe_linear_kernel<T, kVec> : moe_linear_kernel<T, 1>, grid,
-                       kLinearThreads, 0, stream, p);
+  auto kernel = vec ? (p.gated ? moe_linear_kernel<T, kVec, true> : moe_linear_kernel<T, kVec, false>)
+                    : (p.gated ? moe_linear_kernel<T, 1, true> : moe_linear_kernel<T, 1, false>);
+  return launch_kernel(kernel, grid, kLinearThreads, 0, stream, p);
 }
 
 }  // namespace
@@ -142,8 +146,16 @@ cudaError_t moe_route(const MoeRouteParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   if (p.num_tokens == 0) return cudaSuccess;
   if (!p.logits || !p.ids || !p.weights) return cudaErrorInvalidValue;
+  const int blocks = (p.num_tokens + kRouteThreads / 32 - 1) / (kRouteThreads / 32);
   return PAGELLM_DISPATCH_DTYPE(p.dtype, [&] {
-    return launch_kernel(moe_route_kernel<scalar_t>, p.num_tokens, kRouteThreads, 0, stream, p);
+    const int per_lane = (p.num_experts + 31) / 32;
+    auto kernel = per_lane <= 1   ? moe_route_kernel<scalar_t, 1>
+                  : per_lane <= 2 ? moe_route_kernel<scalar_t, 2>
+                  : per_lane <= 4 ? moe_route_kernel<scalar_t, 4>
+                  : per_lane <= 8 ? moe_route_kernel<scalar_t, 8>
+                  : per_lane <= 16 ? moe_route_kernel<scalar_t, 16>
+                                   : moe_route_kernel<scalar_t, 32>;
+    return launch_kernel(kernel, blocks, kRouteThreads, 0, stream, p);
   });
 }
 

@@ -37,10 +37,14 @@ cudaError_t moe_route(const MoeRouteParams& p, cudaStream_t stream);
 // y[s] = w[ids[s]] · x[s / x_row_div] for every slot s: w [num_experts, out_features,
 // in_features], x [.., in_features], y [num_slots, out_features], all of dtype. x_row_div = top_k
 // reads a token's row for each of its slots (gate/up); 1 reads the slot's own row (down).
+// gated: w is [num_experts, 2 * out_features, in_features] (gate rows, then up rows) and y[s] =
+// silu(gate · x) * (up · x), each product rounded to dtype as cuda::silu_and_mul rounds it (the
+// SiLU-and-mul fused into the gate/up projection).
 struct MoeLinearParams {
   DType dtype = DType::kBF16;
   const void* x = nullptr;
   int x_row_div = 1;
+  bool gated = false;
   const void* w = nullptr;
   const int32_t* ids = nullptr;
   void* y = nullptr;
