@@ -120,6 +120,7 @@ struct ArchInfo {
   const char* architecture;
   const char* model_type;
 };
+// clang-format off
 constexpr ArchInfo kArchitectures[] = {
     {"LlamaForCausalLM", "llama"},
     {"MistralForCausalLM", "mistral"},
@@ -129,6 +130,7 @@ constexpr ArchInfo kArchitectures[] = {
     {"MixtralForCausalLM", "mixtral"},
     {"Phi3ForCausalLM", "phi3"},
 };
+// clang-format on
 
 void read_architecture(const json& j, const FieldReader& f, const std::string& source,
                        ModelConfig& c) {
@@ -184,10 +186,10 @@ void read_longrope(const json& j, const json& r, const FieldReader& rf, const st
   check_range(rsource, "original_max_position_embeddings", original, 2, kMaxPositions);
   s.original_max_position_embeddings = original;
   const double factor = double(c.max_position_embeddings) / double(original);
-  s.attention_factor =
-      rf.has("attention_factor")
-          ? rf.number("attention_factor", 1.0)
-          : factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(factor) / std::log(double(original)));
+  s.attention_factor = rf.has("attention_factor") ? rf.number("attention_factor", 1.0)
+                       : factor <= 1.0
+                           ? 1.0
+                           : std::sqrt(1.0 + std::log(factor) / std::log(double(original)));
   if (!(s.attention_factor > 0.0)) rf.fail("attention_factor", "positive");
   s.use_long = c.max_position_embeddings > original;
 }
@@ -205,7 +207,8 @@ void read_rope(const json& j, const FieldReader& f, const std::string& source, M
   FieldReader rf(r, rsource);
   if (rf.has("rope_theta")) c.rope_theta = rf.number("rope_theta", c.rope_theta);
   if (rf.number("partial_rotary_factor", 1.0) != 1.0)
-    unsupported(rsource + ": partial_rotary_factor < 1 (rotating part of each head) is not supported");
+    unsupported(rsource +
+                ": partial_rotary_factor < 1 (rotating part of each head) is not supported");
   const std::string type = rf.string("rope_type", rf.string("type", "default"));
   RopeScaling& s = c.rope_scaling;
   if (type == "default") {
@@ -264,8 +267,7 @@ void read_moe(const json& j, const FieldReader& f, const std::string& source, Mo
   m.num_experts = qwen && f.has("num_experts") ? f.integer("num_experts", 0)
                                                : f.integer("num_local_experts", qwen ? 0 : 8);
   m.top_k = f.integer("num_experts_per_tok", 2);
-  m.intermediate_size =
-      qwen ? f.integer("moe_intermediate_size", 0) : c.intermediate_size;
+  m.intermediate_size = qwen ? f.integer("moe_intermediate_size", 0) : c.intermediate_size;
   m.norm_topk_prob = qwen ? f.boolean("norm_topk_prob", false) : true;
   check_range(source, qwen ? "num_experts" : "num_local_experts", m.num_experts, 1, 1024);
   check_range(source, "num_experts_per_tok", m.top_k, 1, m.num_experts);
@@ -308,7 +310,8 @@ void validate(const FieldReader& f, const std::string& source, const ModelConfig
     unsupported(source + ": hidden_act '" + act + "' is not supported (only silu)");
   if (f.boolean("mlp_bias", false)) unsupported(source + ": mlp_bias = true is not supported");
   if (f.number("partial_rotary_factor", 1.0) != 1.0)
-    unsupported(source + ": partial_rotary_factor < 1 (rotating part of each head) is not supported");
+    unsupported(source +
+                ": partial_rotary_factor < 1 (rotating part of each head) is not supported");
   if (c.bos_token_id && *c.bos_token_id >= c.vocab_size)
     invalid_argument(source + ": bos_token_id is outside the vocabulary");
 }

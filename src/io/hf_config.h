@@ -1,6 +1,6 @@
 // Hugging Face config.json and generation_config.json for the Llama family (Llama, Mistral, Qwen2,
-// Qwen3) and its mixture-of-experts variants (Qwen3-MoE, Mixtral). Parsing validates every field it reads; a malformed file throws pagellm::Error naming the file
-// and the field.
+// Qwen3), its mixture-of-experts variants (Qwen3-MoE, Mixtral) and Phi-3. Parsing validates every
+// field it reads; a malformed file throws pagellm::Error naming the file and the field.
 #pragma once
 
 #include <cstdint>

@@ -272,7 +272,8 @@ void LlamaModel::pack_experts(const LlamaLayerWeights& lw, PackedLayer& p) const
   for (int64_t e = 0; e < c.moe.num_experts; ++e) {
     p.experts_gate_up.push_back(
         cpu::pack_matrix(lw.experts_gate_up.data() + e * 2 * inter * dim, 2 * inter, dim));
-    p.experts_down.push_back(cpu::pack_matrix(lw.experts_down.data() + e * dim * inter, dim, inter));
+    p.experts_down.push_back(
+        cpu::pack_matrix(lw.experts_down.data() + e * dim * inter, dim, inter));
   }
 }
 

@@ -1,6 +1,8 @@
 // The Llama family on the CPU backend: Llama (1-3), Mistral (full attention), Qwen2 (q/k/v bias),
-// Qwen3 (per-head q/k RMSNorm) and the mixture-of-experts Qwen3-MoE and Mixtral. Weights are held in fp32 whatever the checkpoint dtype; q/k/v
-// and gate/up projections are fused at load so each layer runs three matmuls and one attention.
+// Qwen3 (per-head q/k RMSNorm), Phi-3 (fused projections in the checkpoint, longrope) and the
+// mixture-of-experts Qwen3-MoE and Mixtral. Weights are held in fp32 whatever the checkpoint
+// dtype; q/k/v and gate/up projections are fused at load so each layer runs three matmuls (a
+// dense MLP) and one attention.
 #pragma once
 
 #include <cstdint>
@@ -156,7 +158,7 @@ class LlamaModel {
   // released after packing).
   struct PackedLayer {
     cpu::PackedMatrix qkv, o_proj, gate_up, down;
-    cpu::PackedMatrix router;                       // MoE layers only
+    cpu::PackedMatrix router;                        // MoE layers only
     std::vector<cpu::PackedMatrix> experts_gate_up;  // [E]
     std::vector<cpu::PackedMatrix> experts_down;     // [E]
   };

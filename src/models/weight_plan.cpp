@@ -28,13 +28,16 @@ void add_moe_layer(const io::ModelConfig& c, const parallel::ShardGeometry& g, b
   const int64_t hidden = c.hidden_size, inter = c.moe.intermediate_size;
   const TensorSlice rows = sharded ? TensorSlice{0, g.moe_inter_begin, g.moe_inter} : TensorSlice{};
   const TensorSlice cols = sharded ? TensorSlice{1, g.moe_inter_begin, g.moe_inter} : TensorSlice{};
-  plan.push_back({WeightSlot::kRouter, i, m + "gate.weight",
+  plan.push_back({WeightSlot::kRouter,
+                  i,
+                  m + "gate.weight",
                   {{m + "gate.weight", {c.moe.num_experts, hidden}, {}}}});
   WeightTensorSpec gate_up{WeightSlot::kExpertsGateUp, i, m + "experts.gate_up", {}};
   WeightTensorSpec down{WeightSlot::kExpertsDown, i, m + "experts.down", {}};
   for (int64_t e = 0; e < c.moe.num_experts; ++e) {
     const std::string x = m + "experts." + std::to_string(e) + ".";
-    gate_up.parts.push_back({x + (mixtral ? "w1" : "gate_proj") + ".weight", {inter, hidden}, rows});
+    gate_up.parts.push_back(
+        {x + (mixtral ? "w1" : "gate_proj") + ".weight", {inter, hidden}, rows});
     gate_up.parts.push_back({x + (mixtral ? "w3" : "up_proj") + ".weight", {inter, hidden}, rows});
     down.parts.push_back({x + (mixtral ? "w2" : "down_proj") + ".weight", {hidden, inter}, cols});
   }
@@ -51,11 +54,15 @@ void add_dense_mlp(const io::ModelConfig& c, const parallel::ShardGeometry& g, b
   const TensorSlice cols = sharded ? TensorSlice{1, g.inter_begin, g.inter} : TensorSlice{};
   if (c.model_type == "phi3") {
     const std::string name = p + "mlp.gate_up_proj.weight";
-    plan.push_back({WeightSlot::kGateUp, i, p + "gate_up",
+    plan.push_back({WeightSlot::kGateUp,
+                    i,
+                    p + "gate_up",
                     {{name, {2 * inter, hidden}, {0, g.inter_begin, g.inter}},
                      {name, {2 * inter, hidden}, {0, inter + g.inter_begin, g.inter}}}});
   } else {
-    plan.push_back({WeightSlot::kGateUp, i, p + "gate_up",
+    plan.push_back({WeightSlot::kGateUp,
+                    i,
+                    p + "gate_up",
                     {{p + "mlp.gate_proj.weight", {inter, hidden}, rows},
                      {p + "mlp.up_proj.weight", {inter, hidden}, rows}}});
   }

@@ -30,11 +30,11 @@ enum class WeightSlot {
   kDown,       // [hidden, intermediate]
   // A mixture-of-experts layer's MLP instead of kGateUp / kDown: the router and the experts
   // stacked, each expert's tensors concatenated from its own checkpoint tensors.
-  kRouter,          // [num_experts, hidden]
-  kExpertsGateUp,   // [num_experts, 2 * expert intermediate, hidden]: per expert gate rows, up rows
-  kExpertsDown,     // [num_experts, hidden, expert intermediate]
-  kFinalNorm,  // [hidden]
-  kLmHead,     // [vocab, hidden]; only when not tied to the embedding
+  kRouter,         // [num_experts, hidden]
+  kExpertsGateUp,  // [num_experts, 2 * expert intermediate, hidden]: per expert gate rows, up rows
+  kExpertsDown,    // [num_experts, hidden, expert intermediate]
+  kFinalNorm,      // [hidden]
+  kLmHead,         // [vocab, hidden]; only when not tied to the embedding
 };
 
 // The part of a checkpoint tensor one rank holds: `count` indices from `begin` along dimension

@@ -35,15 +35,16 @@ struct ShardGeometry {
 
 // Throws pagellm::Error (kInvalidArgument) with a one-line message naming the config field when
 // `config` cannot be split tp x pp ways: sizes < 1, attention heads or intermediate size not
-// divisible by tp (each expert's too: experts are tensor-parallel inside), KV heads neither divisible by nor dividing tp, more stages than layers, or more
-// ranks than vocabulary rows.
+// divisible by tp (each expert's too: experts are tensor-parallel inside), KV heads neither
+// divisible by nor dividing tp, more stages than layers, or more ranks than vocabulary rows.
 void check_parallel_config(const io::ModelConfig& config, int tp_size, int pp_size);
 
 // The rank's slices; `spec` must have passed check_parallel_config.
 ShardGeometry shard_geometry(const io::ModelConfig& config, const ShardSpec& spec);
 
 // The config as one rank sees it: heads, KV heads, intermediate sizes (dense and per expert) and
-// layer count of its shard; moe.dense_layer stays indexed by whole-model layer. Vocabulary, hidden size and head_dim are unchanged (the sampler sees full rows).
+// layer count of its shard; moe.dense_layer stays indexed by whole-model layer. Vocabulary, hidden
+// size and head_dim are unchanged (the sampler sees full rows).
 io::ModelConfig local_config(const io::ModelConfig& config, const ShardSpec& spec);
 
 }  // namespace pagellm::parallel

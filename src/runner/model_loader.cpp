@@ -152,7 +152,6 @@ std::unique_ptr<CpuRunner> build_cpu_runner(const EngineArgs& args, const io::Mo
                                      num_swap_blocks, kv_quant, batches_in_flight(args));
 }
 
-
 // What the newer families do not run on yet: the mixture-of-experts models (Qwen3-MoE, Mixtral)
 // quantized, longrope on the GPU, Phi-3's fused projections quantized.
 void check_family_support(const io::ModelConfig& config, const EngineArgs& args,

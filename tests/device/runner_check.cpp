@@ -327,8 +327,8 @@ io::ModelConfig tiny_family_config(const std::string& family) {
   c.rope_scaling = {};
   c.model_type = family;
   c.architecture = family == "qwen3_moe" ? "Qwen3MoeForCausalLM"
-                   : family == "mixtral"  ? "MixtralForCausalLM"
-                                          : "Phi3ForCausalLM";
+                   : family == "mixtral" ? "MixtralForCausalLM"
+                                         : "Phi3ForCausalLM";
   if (family == "phi3") return c;
   c.num_hidden_layers = 3;
   c.moe.num_experts = 8;
@@ -396,10 +396,10 @@ void check_tiny_model(const io::ModelConfig& c, const std::string& label, DType 
                 "tiny %s %s%s: %d rows, max |dlogit| %.2e (max |logit| %.2f), argmax agree %d, "
                 "top-5 close %d",
                 label.c_str(), std::string(dtype_name(dtype)).c_str(),
-                !kv_fp8                         ? ""
-                : *kv_fp8 == DType::kF8E4M3     ? (calculate ? " kv=e4m3 (calculated scales)"
-                                                             : " kv=e4m3")
-                                                : " kv=e5m2",
+                !kv_fp8 ? ""
+                : *kv_fp8 == DType::kF8E4M3
+                    ? (calculate ? " kv=e4m3 (calculated scales)" : " kv=e4m3")
+                    : " kv=e5m2",
                 rows, max_err, max_logit, agree, close);
   const bool ok = dtype == DType::kF32 ? max_err <= 1e-4 * std::max(1.0, max_logit) : close == rows;
   report(ok && std::isfinite(max_err), line);

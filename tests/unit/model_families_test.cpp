@@ -13,9 +13,9 @@
 #include "common/error.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
+#include "model_files_util.h"
 #include "models/llama.h"
 #include "models/weight_plan.h"
-#include "model_files_util.h"
 #include "pagellm/llm.h"
 #include "parallel/shard.h"
 #include "runner/model_loader.h"
@@ -66,8 +66,7 @@ TEST(MoeConfig, Qwen3MoeFieldsAndDenseLayers) {
 }
 
 TEST(MoeConfig, MixtralUsesIntermediateSizeForEveryExpert) {
-  const io::ModelConfig c =
-      io::load_model_config(kReference / "mixtral_tiny");
+  const io::ModelConfig c = io::load_model_config(kReference / "mixtral_tiny");
   EXPECT_EQ(c.model_type, "mixtral");
   EXPECT_EQ(c.moe.num_experts, 4);
   EXPECT_EQ(c.moe.top_k, 2);
@@ -99,8 +98,8 @@ TEST(MoeConfig, BadFieldsNameTheField) {
   // An expert size tensor parallelism cannot split.
   j = qwen3_moe_json();
   j["moe_intermediate_size"] = 30;
-  const std::string tp = testing::error_message_of(
-      [&] { parallel::check_parallel_config(parse(j), 4, 1); });
+  const std::string tp =
+      testing::error_message_of([&] { parallel::check_parallel_config(parse(j), 4, 1); });
   EXPECT_NE(tp.find("expert intermediate size (30)"), std::string::npos) << tp;
 }
 

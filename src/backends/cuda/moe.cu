@@ -8,7 +8,7 @@
 namespace pagellm::cuda {
 namespace {
 
-constexpr int kRouteThreads = 128;  // 4 tokens per block, one warp each
+constexpr int kRouteThreads = 128;   // 4 tokens per block, one warp each
 constexpr int kLinearThreads = 256;  // 8 warps: one output row each
 constexpr int kCombineThreads = 256;
 
@@ -57,7 +57,8 @@ __global__ void moe_route_kernel(const __grid_constant__ MoeRouteParams p) {
     for (int i = 0; i < PER_LANE; ++i) keep_best(best, id, v[i], lane + 32 * i);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
-      keep_best(best, id, __shfl_xor_sync(0xffffffffu, best, o), __shfl_xor_sync(0xffffffffu, id, o));
+      keep_best(best, id, __shfl_xor_sync(0xffffffffu, best, o),
+                __shfl_xor_sync(0xffffffffu, id, o));
     if (!(best >= 0.f) || id >= E) best = 0.f, id = j;  // NaN logits (a broken checkpoint)
 #pragma unroll
     for (int i = 0; i < PER_LANE; ++i)
@@ -98,7 +99,7 @@ __global__ void moe_linear_kernel(const __grid_constant__ MoeLinearParams p) {
   pdl_wait();
   const int s = blockIdx.x, lane = threadIdx.x & 31;
   const int row = blockIdx.y * (kLinearThreads / 32) + (threadIdx.x >> 5);
-  if (row >= p.out_features) return;  // the whole warp
+  if (row >= p.out_features) return;                           // the whole warp
   const size_t rows = size_t(GATED ? 2 : 1) * p.out_features;  // of one expert
   const T* w = static_cast<const T*>(p.w) + (size_t(p.ids[s]) * rows + row) * p.in_features;
   const T* x = static_cast<const T*>(p.x) + size_t(s / p.x_row_div) * p.in_features;
@@ -133,8 +134,9 @@ cudaError_t launch_moe_linear(const MoeLinearParams& p, cudaStream_t stream) {
   constexpr int kVec = Vec16<T>::kSize;
   const bool vec = p.in_features % kVec == 0 && aligned16(p.x) && aligned16(p.w);
   const dim3 grid(p.num_slots, (p.out_features + kLinearThreads / 32 - 1) / (kLinearThreads / 32));
-  auto kernel = vec ? (p.gated ? moe_linear_kernel<T, kVec, true> : moe_linear_kernel<T, kVec, false>)
-                    : (p.gated ? moe_linear_kernel<T, 1, true> : moe_linear_kernel<T, 1, false>);
+  auto kernel =
+      vec ? (p.gated ? moe_linear_kernel<T, kVec, true> : moe_linear_kernel<T, kVec, false>)
+          : (p.gated ? moe_linear_kernel<T, 1, true> : moe_linear_kernel<T, 1, false>);
   return launch_kernel(kernel, grid, kLinearThreads, 0, stream, p);
 }
 
@@ -149,10 +151,10 @@ cudaError_t moe_route(const MoeRouteParams& p, cudaStream_t stream) {
   const int blocks = (p.num_tokens + kRouteThreads / 32 - 1) / (kRouteThreads / 32);
   return PAGELLM_DISPATCH_DTYPE(p.dtype, [&] {
     const int per_lane = (p.num_experts + 31) / 32;
-    auto kernel = per_lane <= 1   ? moe_route_kernel<scalar_t, 1>
-                  : per_lane <= 2 ? moe_route_kernel<scalar_t, 2>
-                  : per_lane <= 4 ? moe_route_kernel<scalar_t, 4>
-                  : per_lane <= 8 ? moe_route_kernel<scalar_t, 8>
+    auto kernel = per_lane <= 1    ? moe_route_kernel<scalar_t, 1>
+                  : per_lane <= 2  ? moe_route_kernel<scalar_t, 2>
+                  : per_lane <= 4  ? moe_route_kernel<scalar_t, 4>
+                  : per_lane <= 8  ? moe_route_kernel<scalar_t, 8>
                   : per_lane <= 16 ? moe_route_kernel<scalar_t, 16>
                                    : moe_route_kernel<scalar_t, 32>;
     return launch_kernel(kernel, blocks, kRouteThreads, 0, stream, p);
