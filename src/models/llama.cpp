@@ -142,8 +142,6 @@ std::span<const float> LlamaModel::forward(const ForwardBatch& batch, KvCache& c
   proj_.resize(hidden_.size());
   qkv_.resize(static_cast<size_t>(n * qkv_width));
   attn_.resize(static_cast<size_t>(n * c.num_attention_heads * hd));
-  gate_up_.resize(static_cast<size_t>(n * 2 * c.intermediate_size));
-  act_.resize(static_cast<size_t>(n * c.intermediate_size));
   rope_cos_.resize(static_cast<size_t>(n * (hd / 2)));
   rope_sin_.resize(rope_cos_.size());
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -284,7 +282,9 @@ void LlamaModel::mlp_block(int64_t layer, int64_t n) {
   const int64_t dim = c.hidden_size, inter = c.intermediate_size;
   if (config_.moe_layer(geo_.layer_begin + layer)) {
     moe_mlp(layer, n);
-  } else {
+  } else {  // sized here, so a model without dense MLPs never holds them
+    gate_up_.resize(static_cast<size_t>(n * 2 * inter));
+    act_.resize(static_cast<size_t>(n * inter));
     quantize_activations(normed_, n, dim);
     cpu::matmul(normed_.data(), pw.gate_up, nullptr, gate_up_.data(), n);
     parallel_rows(n, 8 * inter, [&](int64_t t0, int64_t t1) {

@@ -238,8 +238,16 @@ void CudaRunner::Impl::alloc_activations() {
   x_proj = DevMem(T * hidden * esz, "activations");
   x_qkv = DevMem(T * qkv_width * esz, "activations");
   x_attn = DevMem(T * num_heads * head_dim * esz, "activations");
-  x_gate_up = DevMem(T * 2 * inter * esz, "activations");
-  x_act = DevMem(T * inter * esz, "activations");
+  // The dense MLP's buffers only where a layer of the stage has a dense MLP: a mixture of experts
+  // with none (Mixtral, most Qwen3-MoE checkpoints) would size them by intermediate_size for
+  // nothing.
+  bool dense_mlp = false;
+  for (int l = 0; l < num_layers; ++l)
+    dense_mlp = dense_mlp || !config.moe_layer(geo.layer_begin + l);
+  if (dense_mlp) {
+    x_gate_up = DevMem(T * 2 * inter * esz, "activations");
+    x_act = DevMem(T * inter * esz, "activations");
+  }
   x_rows = DevMem(size_t(max_seqs) * hidden * esz, "activations");
   if (moe_experts > 0) {
     const size_t slots = T * size_t(moe_top_k);
@@ -307,7 +315,8 @@ void CudaRunner::Impl::alloc_activations() {
   stats.activation_bytes =
       int64_t(x_hidden.bytes() * 3 + x_qkv.bytes() + x_attn.bytes() + x_gate_up.bytes() +
               x_act.bytes() + x_rows.bytes() + x_logits.bytes() + attn_ws.bytes() + lay.total +
-              x_sample_work.bytes() + x_sample_weights.bytes());
+              x_sample_work.bytes() + x_sample_weights.bytes() + x_router.bytes() +
+              moe_ids.bytes() + moe_weights.bytes() + x_moe_act.bytes() + x_moe_out.bytes());
 }
 
 // ---- one step --------------------------------------------------------------------------------
