@@ -74,6 +74,12 @@ class NcclCommunicator : public Communicator {
   }
   void all_gather(const void* in, void* out, size_t count, DType dtype, void* stream) override {
     check_live();
+    if (peer_ && peer_->fits(in, count, dtype)) {
+      const cudaError_t e = peer_->all_gather(rank_, in, out, count, dtype, cuda_stream(stream));
+      if (e != cudaSuccess)
+        throw_error(ErrorKind::kInternal, std::string("peer all-gather: ") + cudaGetErrorString(e));
+      return;
+    }
     check(ncclAllGather(in, out, count, nccl_type(dtype), comm_, cuda_stream(stream)), "all-gather");
   }
   int64_t all_reduce_min(int64_t value) override {

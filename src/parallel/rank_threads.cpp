@@ -31,10 +31,13 @@ struct RankThreads::Job {
 };
 
 struct RankThreads::State {
-  State(int n, std::chrono::milliseconds g) : grace(g), next(size_t(n), 1) {}
+  State(int n, std::chrono::milliseconds g, std::chrono::microseconds sp)
+      : grace(g), spin(sp), next(size_t(n), 1) {}
   const std::chrono::milliseconds grace;
+  const std::chrono::microseconds spin;
   std::mutex mutex;
   std::condition_variable start_cv, done_cv;
+  std::atomic<uint64_t> events{0};  // bumped by every notify: what a spinning waiter watches
   // Queued and running jobs by ticket; each rank takes them in ticket order.
   std::map<Ticket, std::shared_ptr<Job>> jobs;
   Ticket last = 0;           // the newest ticket
@@ -45,8 +48,41 @@ struct RankThreads::State {
   std::exception_ptr external;       // fail()'s error: the group's cause, ahead of the ranks' own
 };
 
-RankThreads::RankThreads(int num_ranks, std::chrono::milliseconds grace)
-    : state_(std::make_shared<State>(num_ranks, grace)) {
+namespace {
+
+// Every change a waiter may be waiting for is made under the mutex and then announced here.
+void notify(std::atomic<uint64_t>& events, std::condition_variable& cv) {
+  events.fetch_add(1, std::memory_order_release);
+  cv.notify_all();
+}
+
+}  // namespace
+
+// cv.wait(lock, pred), first polling (with yields) for up to s.spin for an announced change, so
+// that a short wait costs no sleep and wake-up.
+template <class Pred>
+void RankThreads::wait_on(State& s, std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                          Pred pred) {
+  if (s.spin.count() > 0) {
+    const auto until = std::chrono::steady_clock::now() + s.spin;
+    while (!pred()) {
+      const uint64_t seen = s.events.load(std::memory_order_acquire);
+      lock.unlock();
+      bool changed = false;
+      while (!changed && std::chrono::steady_clock::now() < until) {
+        std::this_thread::yield();
+        changed = s.events.load(std::memory_order_acquire) != seen;
+      }
+      lock.lock();
+      if (!changed) break;
+    }
+  }
+  cv.wait(lock, pred);
+}
+
+RankThreads::RankThreads(int num_ranks, std::chrono::milliseconds grace,
+                         std::chrono::microseconds spin)
+    : state_(std::make_shared<State>(num_ranks, grace, spin)) {
   for (int r = 0; r < num_ranks; ++r) threads_.emplace_back([s = state_, r] { loop(s, r); });
 }
 
@@ -57,7 +93,7 @@ RankThreads::~RankThreads() {
     state_->stop = true;
     abandoned = state_->abandoned;
   }
-  state_->start_cv.notify_all();
+  notify(state_->events, state_->start_cv);
   // A rank stuck in a device call may never return: joining it would hang the caller.
   for (std::thread& t : threads_) abandoned ? t.detach() : t.join();
 }
@@ -66,7 +102,7 @@ void RankThreads::fail(const std::string& why) {
   std::lock_guard lock(state_->mutex);
   if (!state_->external)
     state_->external = std::make_exception_ptr(Error(ErrorKind::kInternal, why));
-  state_->done_cv.notify_all();
+  notify(state_->events, state_->done_cv);
 }
 
 bool RankThreads::abandoned() const {
@@ -80,7 +116,7 @@ RankThreads::Ticket RankThreads::submit(std::function<void(int)> fn,
   std::lock_guard lock(s.mutex);
   const Ticket t = ++s.last;
   s.jobs.emplace(t, std::make_shared<Job>(size(), std::move(fn), std::move(on_failure)));
-  s.start_cv.notify_all();
+  notify(s.events, s.start_cv);
   return t;
 }
 
@@ -95,7 +131,7 @@ void RankThreads::wait(Ticket ticket) {
   const auto it = s.jobs.find(ticket);
   if (it == s.jobs.end()) throw_error(ErrorKind::kInternal, "rank threads: unknown job");
   const std::shared_ptr<Job> job = it->second;
-  s.done_cv.wait(lock, [&] { return job->pending == 0 || job->failed || s.external; });
+  wait_on(s, lock, s.done_cv, [&] { return job->pending == 0 || job->failed || s.external; });
   // A rank failed: the others get the grace period to notice the abort and return.
   if (job->pending != 0 && !s.done_cv.wait_for(lock, s.grace, [&] { return job->pending == 0; })) {
     s.abandoned = true;
@@ -124,7 +160,7 @@ void RankThreads::loop(const std::shared_ptr<State>& state, int rank) {
       std::unique_lock lock(s.mutex);
       Ticket& next = s.next[size_t(rank)];
       // Queued jobs run even when stopping: the other ranks run them too.
-      s.start_cv.wait(lock, [&] { return s.abandoned || s.stop || next <= s.last; });
+      wait_on(s, lock, s.start_cv, [&] { return s.abandoned || s.stop || next <= s.last; });
       if (s.abandoned || next > s.last) return;
       const auto it = s.jobs.find(next++);
       if (it == s.jobs.end()) continue;  // already given up by its waiter (abandoned group)
@@ -155,7 +191,7 @@ void RankThreads::loop(const std::shared_ptr<State>& state, int rank) {
       if (error && !skip && !job->hooked) {
         job->hooked = job->failed = true;  // the grace period starts now, even if the hook blocks
         hook = true;
-        s.done_cv.notify_all();
+        notify(s.events, s.done_cv);
       }
     }
     // Outside the lock: the hook unblocks ranks that are still inside the job.
@@ -163,7 +199,7 @@ void RankThreads::loop(const std::shared_ptr<State>& state, int rank) {
     {
       std::lock_guard lock(s.mutex);
       if (s.abandoned) return;
-      if (--job->pending == 0) s.done_cv.notify_all();
+      if (--job->pending == 0) notify(s.events, s.done_cv);
     }
   }
 }

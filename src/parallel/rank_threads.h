@@ -13,9 +13,11 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,7 +29,11 @@ class RankThreads {
   static constexpr std::chrono::milliseconds kDefaultGrace{15000};
   using Ticket = uint64_t;
 
-  explicit RankThreads(int num_ranks, std::chrono::milliseconds grace = kDefaultGrace);
+  // spin > 0: a thread about to wait (a rank for its next job, wait() for the ranks) first polls
+  // for up to `spin`, yielding, before it sleeps: a decode step of a few milliseconds then pays no
+  // sleep and wake-up (tens of microseconds each) at either end, at the price of busy cores.
+  explicit RankThreads(int num_ranks, std::chrono::milliseconds grace = kDefaultGrace,
+                       std::chrono::microseconds spin = {});
   // Runs the jobs still queued (their ranks meet in collectives, so all or none must run), then
   // joins; detaches when the group was abandoned.
   ~RankThreads();
@@ -57,6 +63,9 @@ class RankThreads {
   struct Job;
   struct State;
   static void loop(const std::shared_ptr<State>& state, int rank);
+  template <class Pred>
+  static void wait_on(State& s, std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                      Pred pred);
 
   std::shared_ptr<State> state_;  // shared with the threads: an abandoned one may outlive this
   std::vector<std::thread> threads_;

@@ -43,7 +43,8 @@ ParallelCudaRunner::ParallelCudaRunner(const io::ModelConfig& config,
   tp_comms_.resize(size_t(num_local));
   world_comms_.resize(size_t(num_local));
   ranks_.resize(size_t(num_local));
-  threads_ = std::make_unique<parallel::RankThreads>(num_local);
+  threads_ = std::make_unique<parallel::RankThreads>(
+      num_local, parallel::RankThreads::kDefaultGrace, kStepSpin);
   // A worker process that goes away fails the group at once instead of leaving collectives hanging.
   for (auto& ch : workers_)
     watchers_.emplace_back([this, c = ch.get()] {

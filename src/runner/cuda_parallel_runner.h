@@ -93,6 +93,9 @@ class ParallelCudaRunner : public ModelRunner {
       const CudaRunnerOptions& base, int tp, int pp, int first_device, bool all_ranks_here);
   // The largest all-reduce the one-shot kernel takes (a decode batch of 64 x 4096 bf16).
   static constexpr size_t kPeerAllReduceBytes = 512 * 1024;
+  // How long the engine and rank threads poll for each other before sleeping (RankThreads): longer
+  // than a decode step, so that steps in a row never sleep.
+  static constexpr std::chrono::microseconds kStepSpin{20000};
   // Everything the destructor does (also when the constructor fails): bounded in time.
   void shut_down();
 

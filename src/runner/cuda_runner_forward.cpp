@@ -184,12 +184,24 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
       const bool gate_up_quantized = all_reduce_add_norm(
           w.post_norm,
           fused_fp8_input(w.gate_up, w.gate_up_fp8, x_gate_up.get(), 2 * inter, hidden, nullptr));
-      gemm(x_normed.get(), w.gate_up, w.gate_up_fp8, w.gate_up_int, x_gate_up.get(), 2 * inter,
-           hidden, nullptr, gate_up_quantized);
-      // SiLU-and-mul leaves the down projection's quantization to fp8_linear: fused, one block
-      // per row (for the row's scale) ran no faster than the two kernels (docs/PERF.md).
-      check(cuda::silu_and_mul({dt, x_gate_up.get(), x_act.get(), n, inter}, stream),
-            "silu_and_mul");
+      // 16-bit weights at decode sizes: SiLU-and-mul in the gate/up GEMV's epilogue.
+      const cudaError_t fused =
+          w.gate_up_fp8.on() || w.gate_up_int.on() || w.gate_up_int.w8a8 || gate_up_quantized
+              ? cudaErrorNotSupported
+              : cuda::gemm_silu_and_mul(
+                    this->gemm,
+                    {dt, x_normed.get(), w.gate_up.get(), x_act.get(), n, 2 * inter, hidden},
+                    stream);
+      if (fused != cudaErrorNotSupported) {
+        check(fused, "gate/up projection with silu_and_mul");
+      } else {
+        gemm(x_normed.get(), w.gate_up, w.gate_up_fp8, w.gate_up_int, x_gate_up.get(), 2 * inter,
+             hidden, nullptr, gate_up_quantized);
+        // SiLU-and-mul leaves the down projection's quantization to fp8_linear: fused, one block
+        // per row (for the row's scale) ran no faster than the two kernels (docs/PERF.md).
+        check(cuda::silu_and_mul({dt, x_gate_up.get(), x_act.get(), n, inter}, stream),
+              "silu_and_mul");
+      }
       gemm(x_act.get(), w.down, w.down_fp8, w.down_int, x_proj.get(), hidden, inter, nullptr);
     }
     // The next norm: the next layer's input norm, or the final norm at the end of the last stage.

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/gemv.h"
 #include "backends/cuda/kernels.h"
 #include "common/dtype.h"
 #include "common/fp8.h"
@@ -602,6 +603,38 @@ void test_gemm(GemmContext* ctx, DType t, int m, int n, int k, bool accumulate, 
   check(name, download(yb, t, y.size()), y, t == DType::kF32 ? Tol{1e-5, 1e-4} : tol_for(t, false));
 }
 
+// The gate/up GEMV with SiLU-and-mul in its epilogue against the two kernels it replaces: the
+// same bits (m = 1 and 2, the skinny kernel's rows; with and without bias; Llama and odd widths).
+// At m > 2 the fused entry point must decline (cudaErrorNotSupported).
+void test_gemm_silu(GemmContext* ctx, DType t, int m, int inner, int k, bool bias) {
+  char name[128];
+  std::snprintf(name, sizeof name, "gemm_silu_and_mul %s m=%d inner=%d k=%d%s", dname(t), m, inner,
+                k, bias ? " +bias" : "");
+  if (!selected(name)) return;
+  std::vector<float> x = random_vec(t, size_t(m) * k), w = random_vec(t, size_t(2) * inner * k),
+                     b = random_vec(t, size_t(2) * inner);
+  DevBuf xb(x.size() * dsize(t)), wb(w.size() * dsize(t)), bb(b.size() * dsize(t)),
+      gu(size_t(m) * 2 * inner * dsize(t)), two(size_t(m) * inner * dsize(t)),
+      one(size_t(m) * inner * dsize(t));
+  upload(xb, t, x);
+  upload(wb, t, w);
+  upload(bb, t, b);
+  one.poison();
+  const GemmParams p{t, xb.ptr, wb.ptr, one.ptr, m, 2 * inner, k, false, bias ? bb.ptr : nullptr};
+  const cudaError_t e = gemm_silu_and_mul(ctx, p, nullptr);
+  if (m > kGemvMaxRows) {
+    check(name + std::string(" declines"), {float(e == cudaErrorNotSupported)}, {1.f}, {0, 0});
+    return;
+  }
+  CK(e);
+  GemmParams q = p;
+  q.y = gu.ptr;
+  CK(gemm(ctx, q, nullptr));
+  CK(silu_and_mul({t, gu.ptr, two.ptr, m, inner}, nullptr));
+  CK(cudaDeviceSynchronize());
+  check(name, download(one, t, size_t(m) * inner), download(two, t, size_t(m) * inner), {0, 0});
+}
+
 // ---- dtype conversion ------------------------------------------------------------------------
 
 uint32_t f32_bits(float f) {
@@ -714,6 +747,11 @@ void elementwise_suite() {
       test_gemm(ctx, t, 8, 258, 176, false, false, gemv);
       test_gemm(ctx, t, 300, 768, 1024, false, false, gemv);
       test_gemm(ctx, t, 33, 256, 512, true, true, gemv);
+    }
+    for (int m : {1, 2, 3}) {
+      test_gemm_silu(ctx, t, m, 7168, 4096, false);
+      test_gemm_silu(ctx, t, m, 100, 264, true);
+      test_gemm_silu(ctx, t, m, 9, 8, true);
     }
   }
   gemm_destroy(ctx);

@@ -14,10 +14,12 @@
 # four, four70, four70tput, four70decode: the four-GPU runs (see each function); fourproc:
 # four_processes alone.
 # ppflight: batches in flight (issue 10, two GPUs; see the function).
+# allreduce: the one-shot all-reduce checked and timed, pycode TP=2 against TP=1, 8B batch-1 decode
+#         TP=1 / TP=2 / TP=2 over NCCL only.
 # $OUT gets summary.txt and logs.tar.xz only (the device tool returns at most 8 files).
 set -uo pipefail
 SRC=$(cd "${1:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|four70decode|fourproc|ppflight[_check|_tput]}" && pwd)
-PART=${2:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|four70decode|fourproc|ppflight[_check|_tput]|tenrun}
+PART=${2:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|four70decode|fourproc|ppflight[_check|_tput]|tenrun|allreduce}
 OUTDIR=${OUT:-./device-logs}
 LOGS=/tmp/mgpu-logs
 rm -rf "$LOGS" && mkdir -p "$LOGS" "$OUTDIR"
@@ -80,10 +82,11 @@ ceilings() {
   timeout 120 "$B/nccl_bench" ${1:-256} > "$LOGS/nccl_bench.log" 2>&1
   say "nccl (exit $?):"; tee -a "$SUMMARY" < "$LOGS/nccl_bench.log"
 }
-# 8 Python prompts, greedy, 64 tokens: pycode NAME [FLAGS...]
+# 8 Python prompts, greedy, 64 tokens: pycode NAME [FLAGS...] (PYCODE=pycode-draft-10M picks the
+# smaller trained model, when that is the one carried)
 pycode() {
   local name=$1; shift
-  timeout 120 "$P" generate --device cuda --model "$B/models/pycode-25M" --prompts-file "$B/py_prompts.jsonl" \
+  timeout 120 "$P" generate --device cuda --model "$B/models/${PYCODE:-pycode-25M}" --prompts-file "$B/py_prompts.jsonl" \
     --temperature 0 --max-tokens 64 --ignore-eos --max-num-seqs 16 --logprobs 2 "$@" \
     --output "$LOGS/pycode_$name.jsonl" > "$LOGS/pycode_$name.out" 2> "$LOGS/pycode_$name.err"
 }
@@ -365,7 +368,21 @@ tenrun() {
   tput_70b pp2 256 128 128 200 --pipeline-parallel-size 2
 }
 
+# The one-shot all-reduce (nccl_bench: its sums over 300 calls of changing sizes, its latency
+# alone and inside CUDA graphs), pycode TP=2 greedy against TP=1 with it and with NCCL only, and
+# 8B batch-1 decode TP=1 / TP=2 / TP=2 with NCCL only, two rounds.
+allreduce() {
+  ceilings 64
+  write_py_prompts
+  pycode tp1; say "pycode tp1 (exit $?)"
+  pycode tp2 --tensor-parallel-size 2; say "pycode tp2 (exit $?): vs tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_tp2.jsonl")"
+  pycode tp2nccl --tensor-parallel-size 2 --disable-custom-all-reduce; say "pycode tp2, NCCL only (exit $?): vs tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_tp2nccl.jsonl")"
+  decode_8b "tp1:" "tp2:--tensor-parallel-size 2" "tp2nccl:--tensor-parallel-size 2 --disable-custom-all-reduce" \
+    "tp1b:" "tp2b:--tensor-parallel-size 2"
+}
+
 case $PART in
+  allreduce) allreduce ;;
   tenrun) tenrun ;;
   ppflight) ppflight ;;
   ppflight_check) ppflight_check ;;

@@ -134,6 +134,33 @@ TEST(RankThreads, EachRankRunsItsOwnQueueAhead) {
   EXPECT_EQ(order0, (std::vector<int>{1, 2}));
 }
 
+// Spinning waiters (the GPU runner's setting): many short jobs back to back, each seen by every
+// rank exactly once and in order, a failure still ends its job, and once the spin window has passed
+// the waiters sleep and are still woken by the next job.
+TEST(RankThreads, SpinningWaitersRunEveryJobInOrderAndStillSleepWhenIdle) {
+  parallel::RankThreads threads(2, 5s, 2ms);
+  std::vector<int> seen[2];
+  for (int j = 0; j < 300; ++j) threads.run([&](int r) { seen[r].push_back(j); }, {});
+  std::vector<int> want(300);
+  for (int j = 0; j < 300; ++j) want[size_t(j)] = j;
+  EXPECT_EQ(seen[0], want);
+  EXPECT_EQ(seen[1], want);
+  std::this_thread::sleep_for(20ms);  // past the spin window: every thread is asleep
+  std::atomic<int> ran{0};
+  threads.run([&](int) { ++ran; }, {});
+  EXPECT_EQ(ran.load(), 2);
+  const std::string e = error_of([&] {
+    threads.run(
+        [&](int r) {
+          if (r == 1) throw_error(ErrorKind::kInternal, "rank one broke");
+        },
+        {});
+  });
+  EXPECT_NE(e.find("rank one broke"), std::string::npos) << e;
+  threads.run([&](int) { ++ran; }, {});
+  EXPECT_EQ(ran.load(), 4);
+}
+
 TEST(RankThreads, JobsQueuedBehindAFailureFailWithIt) {
   auto group = parallel::ThreadGroup::create(2, 60s);
   parallel::RankThreads threads(2);

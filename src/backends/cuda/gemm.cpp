@@ -27,6 +27,14 @@ GemmContext* gemm_create(std::size_t workspace_bytes, cudaError_t* error) {
   return ctx;
 }
 
+cudaError_t gemm_silu_and_mul(GemmContext* ctx, const GemmParams& p, cudaStream_t stream) {
+  if (!ctx || p.m < 0 || p.n <= 0 || p.k <= 0 || p.n % 2 != 0) return cudaErrorInvalidValue;
+  if (p.m == 0) return cudaSuccess;
+  if (!p.x || !p.w || !p.y) return cudaErrorInvalidValue;
+  if (!ctx->use_gemv || !gemv_applies(p) || p.accumulate) return cudaErrorNotSupported;
+  return gemv_silu_and_mul(p, stream);
+}
+
 void gemm_set_use_gemv(GemmContext* ctx, bool use) {
   if (ctx) ctx->use_gemv = use;
 }

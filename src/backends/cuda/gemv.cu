@@ -12,14 +12,37 @@ constexpr int kGemvThreads = 256;
 constexpr int kRowsPerWarp = 2;
 constexpr int kUnroll = 4;
 
-// grid: ceil(n / (8 warps * kRowsPerWarp)); M: the number of activation rows (compile time).
+// Lane 0's epilogue of a gated warp (kGated below): the warp's two rows are gate row j and up row
+// inner + j, and y[m, j] = silu(gate) * up with silu_and_mul's roundings (each projection stored in
+// T, then silu(gate) rounded to T, then the product): the same bits as the two kernels.
 template <typename T, int M>
+__device__ __forceinline__ void store_silu_and_mul(const GemmParams& p, int j,
+                                                   const float (&acc)[kRowsPerWarp][M]) {
+  const int inner = p.n / 2;
+  const T* bias = static_cast<const T*>(p.bias);
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    if (m >= p.m) continue;
+    float g = acc[0][m], u = acc[1][m];
+    if (bias) g += to_float(bias[j]), u += to_float(bias[inner + j]);
+    g = round_to<T>(g);
+    u = round_to<T>(u);
+    static_cast<T*>(p.y)[static_cast<int64_t>(m) * inner + j] =
+        from_float<T>(round_to<T>(g / (1.f + expf(-g))) * u);
+  }
+}
+
+// grid: ceil(n / (8 warps * kRowsPerWarp)) (kGated: ceil(n / 2 / 8)); M: the number of activation
+// rows (compile time). kGated: w is [gate; up] (n = 2 x inner rows) and y [m, inner] gets
+// silu(gate) * up; each warp streams gate row j and up row inner + j.
+template <typename T, int M, bool kGated>
 __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constant__ GemmParams p) {
   constexpr int kVec = 16 / sizeof(T);
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int row0 = (blockIdx.x * (kGemvThreads / 32) + warp) * kRowsPerWarp;
-  if (row0 >= p.n) {  // whole warp: no barrier below
+  const int unit = blockIdx.x * (kGemvThreads / 32) + warp;  // kGated: the output column j
+  const int row0 = kGated ? unit : unit * kRowsPerWarp;
+  if (row0 >= (kGated ? p.n / 2 : p.n)) {  // whole warp: no barrier below
     pdl_wait();
     return;
   }
@@ -32,8 +55,10 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
     for (int m = 0; m < M; ++m) acc[r][m] = 0.f;
   const T* wr[kRowsPerWarp];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r)
-    wr[r] = w + static_cast<int64_t>(min(row0 + r, p.n - 1)) * p.k;
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int row = kGated ? row0 + r * (p.n / 2) : min(row0 + r, p.n - 1);
+    wr[r] = w + static_cast<int64_t>(row) * p.k;
+  }
 
   constexpr int kStep = 32 * kVec;
   const int first_k = lane * kVec;
@@ -87,7 +112,9 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
   for (int r = 0; r < kRowsPerWarp; ++r)
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[r][m] = warp_sum(acc[r][m]);
-  if (lane == 0) {
+  if (kGated) {
+    if (lane == 0) store_silu_and_mul<T, M>(p, row0, acc);
+  } else if (lane == 0) {
     T* y = static_cast<T*>(p.y);
     const T* bias = static_cast<const T*>(p.bias);
 #pragma unroll
@@ -107,14 +134,14 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
   }
 }
 
-template <typename T>
+template <typename T, bool kGated>
 cudaError_t launch_gemv(const GemmParams& p, cudaStream_t stream) {
   const int rows_per_block = (kGemvThreads / 32) * kRowsPerWarp;
-  const dim3 grid((p.n + rows_per_block - 1) / rows_per_block);
-  auto* kernel = p.m <= 1   ? gemv_kernel<T, 1>
-                 : p.m <= 2 ? gemv_kernel<T, 2>
-                 : p.m <= 4 ? gemv_kernel<T, 4>
-                            : gemv_kernel<T, 8>;
+  const dim3 grid((p.n + rows_per_block - 1) / rows_per_block);  // kGated: n / 2 outputs, 1 a warp
+  auto* kernel = p.m <= 1   ? gemv_kernel<T, 1, kGated>
+                 : p.m <= 2 ? gemv_kernel<T, 2, kGated>
+                 : p.m <= 4 ? gemv_kernel<T, 4, kGated>
+                            : gemv_kernel<T, 8, kGated>;
   return launch_kernel(kernel, grid, kGemvThreads, 0, stream, p);
 }
 
@@ -127,7 +154,13 @@ bool gemv_applies(const GemmParams& p) {
 
 cudaError_t gemv(const GemmParams& p, cudaStream_t stream) {
   if (!gemv_applies(p) || !p.y || p.n <= 0) return cudaErrorInvalidValue;
-  return PAGELLM_DISPATCH_DTYPE(p.dtype, [&] { return launch_gemv<scalar_t>(p, stream); });
+  return PAGELLM_DISPATCH_DTYPE(p.dtype, [&] { return launch_gemv<scalar_t, false>(p, stream); });
+}
+
+cudaError_t gemv_silu_and_mul(const GemmParams& p, cudaStream_t stream) {
+  if (!gemv_applies(p) || !p.y || p.n <= 0 || p.n % 2 != 0 || p.accumulate)
+    return cudaErrorInvalidValue;
+  return PAGELLM_DISPATCH_DTYPE(p.dtype, [&] { return launch_gemv<scalar_t, true>(p, stream); });
 }
 
 }  // namespace pagellm::cuda

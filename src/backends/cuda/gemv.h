@@ -12,5 +12,8 @@ constexpr int kGemvMaxRows = 2;
 // m in [1, kGemvMaxRows], k a multiple of one 16-byte vector, x and w 16-byte aligned.
 bool gemv_applies(const GemmParams& p);
 cudaError_t gemv(const GemmParams& p, cudaStream_t stream);
+// The gate/up projection and SiLU-and-mul in one kernel: w = [gate; up] (p.n = 2 x inner rows),
+// y [m, inner] = silu(x · gateᵀ) * (x · upᵀ), bit-identical to gemv() then silu_and_mul().
+cudaError_t gemv_silu_and_mul(const GemmParams& p, cudaStream_t stream);
 
 }  // namespace pagellm::cuda

@@ -308,6 +308,10 @@ struct GemmParams {
 };
 // m <= 8 goes to pagellm's own skinny kernel (weight-bandwidth bound decode) unless disabled here.
 cudaError_t gemm(GemmContext* ctx, const GemmParams& p, cudaStream_t stream);
+// The gated MLP's gate/up projection fused with SiLU-and-mul where the skinny kernel takes the
+// shape: w = [gate; up] (p.n = 2 x inner), y [m, inner] = silu_and_mul(x · wᵀ), the same bits as
+// gemm() then silu_and_mul(). cudaErrorNotSupported otherwise (the caller runs the two).
+cudaError_t gemm_silu_and_mul(GemmContext* ctx, const GemmParams& p, cudaStream_t stream);
 void gemm_set_use_gemv(GemmContext* ctx, bool use);
 
 }  // namespace pagellm::cuda

@@ -1,91 +1,178 @@
 #include "backends/cuda/peer_all_reduce.h"
 
+#include <type_traits>
+
 #include "backends/cuda/common.cuh"
 
 namespace pagellm::cuda {
 
 struct OneShotParams {
-  void* data = nullptr;                              // this rank's input and output
-  const void* buffers[PeerAllReduce::kMaxRanks] = {};  // every rank's exchange buffer (peer pointers)
-  uint32_t* flags[PeerAllReduce::kMaxRanks] = {};    // every rank's flags
-  uint32_t* counters = nullptr;                      // this rank's
-  size_t half_bytes = 0;
-  size_t num_vecs = 0;  // 16-byte vectors
+  void* data = nullptr;  // this rank's input (and the plain all-reduce's output)
+  char* slots[PeerAllReduce::kMaxRanks] = {};  // every rank's receive slots (peer pointers)
+  uint32_t* state = nullptr;  // this rank's: [kBlocks] call counters, [3] bytes per buffer
+  size_t slot_bytes = 0;      // one sender's slot in one buffer
+  size_t bytes = 0;           // this call's
+  size_t num_vecs = 0;        // 16-byte vectors
   int rank = 0;
   int world = 0;
 };
 
 namespace {
 
-__device__ __forceinline__ void store_release_sys(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
+// The bits of one element of T, as an unsigned integer.
+template <typename T>
+using Bits = std::conditional_t<sizeof(T) == 2, uint16_t, uint32_t>;
 
-__device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+// An empty receive slot holds elements with every bit set (a NaN in bf16, f16 and f32); a rank that
+// would send that exact NaN sends another NaN instead, so a slot never looks empty once written.
+template <typename T>
+constexpr Bits<T> kEmpty = Bits<T>(~0u);
+template <typename T>
+constexpr Bits<T> kOtherNan = Bits<T>(kEmpty<T> >> 1);  // 0x7fff / 0x7fffffff: also a NaN
+
+template <typename T>
+__device__ __forceinline__ uint4 never_empty(uint4 v) {
+  Bits<T>* e = reinterpret_cast<Bits<T>*>(&v);
+#pragma unroll
+  for (int k = 0; k < int(16 / sizeof(T)); ++k)
+    if (e[k] == kEmpty<T>) e[k] = kOtherNan<T>;
   return v;
 }
 
-// Thread p < world signals peer p that this block has put its chunk of the call in place, then
-// waits for peer p's signal of the same call. (Flags only grow: a peer already in the next call
-// has written a larger number.)
-__device__ __forceinline__ void barrier_with_peers(const OneShotParams& p, uint32_t call) {
-  const int peer = int(threadIdx.x);
-  if (peer < p.world && peer != p.rank) {
-    const int slot = int(blockIdx.x) * PeerAllReduce::kMaxRanks;
-    __threadfence_system();
-    store_release_sys(p.flags[peer] + slot + p.rank, call);
-    while (load_acquire_sys(p.flags[p.rank] + slot + peer) < call) {
+template <typename T>
+__device__ __forceinline__ bool still_empty(const uint4& v) {
+  const Bits<T>* e = reinterpret_cast<const Bits<T>*>(&v);
+  bool empty = false;
+#pragma unroll
+  for (int k = 0; k < int(16 / sizeof(T)); ++k) empty |= e[k] == kEmpty<T>;
+  return empty;
+}
+
+// 32-bit elements, each read and written whole (a sender's 16 bytes may land in any order).
+__device__ __forceinline__ uint4 load_volatile16(const void* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void store_volatile16(void* p, uint4 v) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+// One call's exchange. Every rank has three buffers of `world` receive slots; the call uses buffer
+// (call number mod 3), the same on every rank. Each rank writes its input straight into its slot
+// of every peer's buffer (one crossing of NVLink, no flag: the data is its own signal) and reads
+// its peers' inputs from its own buffer once they are no longer empty. Then it empties the buffer
+// of the call before (the one after next), which every rank has finished writing: a peer can
+// start writing it again only in the call after next, which needs this rank's input of the next
+// call, sent after this kernel ends.
+class Exchange {
+ public:
+  __device__ explicit Exchange(const OneShotParams& p) : p_(p) {
+    __shared__ uint32_t buffer;
+    if (threadIdx.x == 0) {
+      const uint32_t call = p.state[blockIdx.x] + 1;  // the same on every rank: all launch one grid
+      p.state[blockIdx.x] = call;
+      buffer = call % 3;
+    }
+    __syncthreads();
+    buffer_ = buffer;
+    base_ = size_t(buffer_) * size_t(p.world) * p.slot_bytes;
+  }
+
+  // Sends 16-byte vector i of this rank's input to every peer.
+  template <typename T>
+  __device__ void send(size_t i, uint4 v) const {
+    v = never_empty<T>(v);
+    const size_t at = base_ + size_t(p_.rank) * p_.slot_bytes + i * 16;
+    for (int r = 0; r < p_.world; ++r)
+      if (r != p_.rank) store_volatile16(p_.slots[r] + at, v);
+  }
+
+  // Vector i of peer r's input, once it has landed.
+  template <typename T>
+  __device__ uint4 receive(size_t i, int r) const {
+    const char* at = p_.slots[p_.rank] + base_ + size_t(r) * p_.slot_bytes + i * 16;
+    uint4 v;
+    do v = load_volatile16(at);
+    while (still_empty<T>(v));
+    return v;
+  }
+
+  // Vector i summed over the ranks in rank order (the same bits on every rank), in fp32; `own` is
+  // this rank's.
+  template <typename T>
+  __device__ void sum(size_t i, uint4 own, float (&acc)[16 / sizeof(T)]) const {
+    constexpr int kV = 16 / sizeof(T);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) acc[k] = 0.f;
+    for (int r = 0; r < p_.world; ++r) {
+      // This rank's own vector as the peers received it.
+      const uint4 v = r == p_.rank ? never_empty<T>(own) : receive<T>(i, r);
+      const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) acc[k] += to_float(e[k]);
     }
   }
-  __syncthreads();
-}
 
-// This call's number for the block (the same on every rank: all launch the same grid each call).
-__device__ __forceinline__ uint32_t next_call(uint32_t* counters) {
-  __shared__ uint32_t call;
-  if (threadIdx.x == 0) {
-    call = counters[blockIdx.x] + 1;
-    counters[blockIdx.x] = call;
+  // Empties the previous call's buffer and records this call's size; after every sum of the call.
+  __device__ void finish() const {
+    uint32_t* sizes = p_.state + PeerAllReduce::kBlocks;
+    const uint32_t previous = (buffer_ + 2) % 3;
+    const size_t vecs = sizes[previous] / 16, total = vecs * size_t(p_.world);
+    char* buffer = p_.slots[p_.rank] + size_t(previous) * size_t(p_.world) * p_.slot_bytes;
+    const uint4 empty = make_uint4(~0u, ~0u, ~0u, ~0u);
+    for (size_t k = size_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total;
+         k += size_t(gridDim.x) * blockDim.x)
+      *reinterpret_cast<uint4*>(buffer + (k / vecs) * p_.slot_bytes + (k % vecs) * 16) = empty;
+    if (blockIdx.x == 0 && threadIdx.x == 0) sizes[buffer_] = uint32_t(p_.bytes);
   }
-  __syncthreads();
-  return call;
-}
 
-// 16 bytes of element vector i of every rank's exchange buffer (this call's half), summed in rank
-// order in fp32.
+ private:
+  const OneShotParams& p_;
+  uint32_t buffer_ = 0;
+  size_t base_ = 0;
+};
+
 template <typename T>
-__device__ __forceinline__ void sum_over_ranks(const OneShotParams& p, size_t half, size_t i,
-                                               float (&acc)[16 / sizeof(T)]) {
+__global__ void __launch_bounds__(PeerAllReduce::kThreads)
+    one_shot_all_reduce(const __grid_constant__ OneShotParams p) {
   constexpr int kV = 16 / sizeof(T);
-#pragma unroll
-  for (int k = 0; k < kV; ++k) acc[k] = 0.f;
-  for (int r = 0; r < p.world; ++r) {
-    const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(static_cast<const char*>(p.buffers[r]) + half) + i);
-    const T* v = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int k = 0; k < kV; ++k) acc[k] += to_float(v[k]);
-  }
-}
-
-template <typename T>
-__global__ void __launch_bounds__(PeerAllReduce::kThreads) one_shot_all_reduce(OneShotParams p) {
-  const uint32_t call = next_call(p.counters);
-  const size_t half = (call & 1u) * p.half_bytes;
+  const Exchange x(p);
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   const size_t first = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  uint4* mine = reinterpret_cast<uint4*>(static_cast<char*>(const_cast<void*>(p.buffers[p.rank])) + half);
-  const uint4* in = static_cast<const uint4*>(p.data);
-  for (size_t i = first; i < p.num_vecs; i += stride) mine[i] = in[i];
-  __syncthreads();
-  barrier_with_peers(p, call);
-  constexpr int kV = 16 / sizeof(T);
+  uint4* data = static_cast<uint4*>(p.data);
+  for (size_t i = first; i < p.num_vecs; i += stride) x.send<T>(i, data[i]);
   for (size_t i = first; i < p.num_vecs; i += stride) {
     float acc[kV];
-    sum_over_ranks<T>(p, half, i, acc);  // rank order: the same sum on every rank
-    store16(static_cast<T*>(p.data) + i * kV, acc);
+    x.sum<T>(i, data[i], acc);  // this thread's vector i: still the input
+    store16(reinterpret_cast<T*>(data + i), acc);
   }
+  x.finish();
+}
+
+// out [world][num_vecs] = every rank's input, in rank order.
+template <typename T>
+__global__ void __launch_bounds__(PeerAllReduce::kThreads)
+    one_shot_all_gather(const __grid_constant__ OneShotParams p, uint4* out) {
+  const Exchange x(p);
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  const size_t first = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const uint4* in = static_cast<const uint4*>(p.data);
+  for (size_t i = first; i < p.num_vecs; i += stride) {
+    const uint4 v = in[i];
+    x.send<T>(i, v);
+    out[size_t(p.rank) * p.num_vecs + i] = v;
+  }
+  for (size_t i = first; i < p.num_vecs; i += stride)
+    for (int r = 0; r < p.world; ++r)
+      if (r != p.rank) out[size_t(r) * p.num_vecs + i] = x.receive<T>(i, r);
+  x.finish();
 }
 
 struct NormParams {
@@ -101,38 +188,35 @@ struct NormParams {
 // One block per row (rows b, b + grid, ...); R vectors of 16 bytes per thread cover a row.
 template <typename T, int R>
 __global__ void __launch_bounds__(PeerAllReduce::kThreads)
-    one_shot_all_reduce_add_rms_norm(OneShotParams p, NormParams n) {
+    one_shot_all_reduce_add_rms_norm(const __grid_constant__ OneShotParams p, const NormParams n) {
   constexpr int kV = 16 / sizeof(T);
   __shared__ float scratch[32];
-  const uint32_t call = next_call(p.counters);
-  const size_t half = (call & 1u) * p.half_bytes;
-  uint4* mine = reinterpret_cast<uint4*>(static_cast<char*>(const_cast<void*>(p.buffers[p.rank])) + half);
+  const Exchange x(p);
   const uint4* in = static_cast<const uint4*>(p.data);
   for (int row = blockIdx.x; row < n.rows; row += gridDim.x)
     for (int v = threadIdx.x; v < n.vecs_per_row; v += blockDim.x) {
       const size_t i = size_t(row) * n.vecs_per_row + v;
-      mine[i] = in[i];
+      x.send<T>(i, in[i]);
     }
-  __syncthreads();
-  barrier_with_peers(p, call);
   for (int row = blockIdx.x; row < n.rows; row += gridDim.x) {
-    float x[R][kV];
+    float h[R][kV];
     float sumsq = 0.f;
     T* res = static_cast<T*>(n.residual) + size_t(row) * n.hidden;
 #pragma unroll
     for (int k = 0; k < R; ++k) {
       const int v = threadIdx.x + k * blockDim.x;
       if (v >= n.vecs_per_row) continue;
+      const size_t i = size_t(row) * n.vecs_per_row + v;
       float acc[kV], r[kV];
-      sum_over_ranks<T>(p, half, size_t(row) * n.vecs_per_row + v, acc);
+      x.sum<T>(i, in[i], acc);
       load16(res + v * kV, r);
 #pragma unroll
       for (int j = 0; j < kV; ++j) {
         // The all-reduce's result and the residual stream are both stored in the model dtype.
-        x[k][j] = round_to<T>(round_to<T>(acc[j]) + r[j]);
-        sumsq += x[k][j] * x[k][j];
+        h[k][j] = round_to<T>(round_to<T>(acc[j]) + r[j]);
+        sumsq += h[k][j] * h[k][j];
       }
-      store16(res + v * kV, x[k]);
+      store16(res + v * kV, h[k]);
     }
     const float inv = rsqrtf(block_sum(sumsq, scratch) / n.hidden + n.eps);
     T* out = static_cast<T*>(n.out) + size_t(row) * n.hidden;
@@ -144,10 +228,11 @@ __global__ void __launch_bounds__(PeerAllReduce::kThreads)
       float wv[kV], o[kV];
       load16(w + v * kV, wv);
 #pragma unroll
-      for (int j = 0; j < kV; ++j) o[j] = wv[j] * round_to<T>(x[k][j] * inv);
+      for (int j = 0; j < kV; ++j) o[j] = wv[j] * round_to<T>(h[k][j] * inv);
       store16(out + v * kV, o);
     }
   }
+  x.finish();
 }
 
 // The kernels library does not link pagellm's core (dtype_size lives there).
@@ -185,12 +270,12 @@ std::shared_ptr<PeerAllReduce> PeerAllReduce::create(const std::vector<int>& dev
     rank.device = devices[size_t(r)];
     g->ranks_.push_back(rank);  // before allocating: the destructor frees what exists
     Rank& k = g->ranks_.back();
-    const size_t flag_bytes = sizeof(uint32_t) * kBlocks * kMaxRanks, counter_bytes = sizeof(uint32_t) * kBlocks;
-    if (cudaSetDevice(k.device) != cudaSuccess || cudaMalloc(&k.buffer, 2 * max_bytes) != cudaSuccess ||
-        cudaMalloc(reinterpret_cast<void**>(&k.flags), flag_bytes) != cudaSuccess ||
-        cudaMalloc(reinterpret_cast<void**>(&k.counters), counter_bytes) != cudaSuccess ||
-        cudaMemset(k.flags, 0, flag_bytes) != cudaSuccess ||
-        cudaMemset(k.counters, 0, counter_bytes) != cudaSuccess)
+    const size_t slot_bytes = 3 * size_t(n) * max_bytes,
+                 state_bytes = sizeof(uint32_t) * (kBlocks + 3);
+    if (cudaSetDevice(k.device) != cudaSuccess || cudaMalloc(&k.slots, slot_bytes) != cudaSuccess ||
+        cudaMalloc(reinterpret_cast<void**>(&k.state), state_bytes) != cudaSuccess ||
+        cudaMemset(k.slots, 0xff, slot_bytes) != cudaSuccess ||  // every slot empty
+        cudaMemset(k.state, 0, state_bytes) != cudaSuccess)
       return fail("cannot allocate the exchange buffers");
   }
   for (const Rank& k : g->ranks_) {
@@ -203,9 +288,8 @@ std::shared_ptr<PeerAllReduce> PeerAllReduce::create(const std::vector<int>& dev
 PeerAllReduce::~PeerAllReduce() {
   for (const Rank& k : ranks_) {
     cudaSetDevice(k.device);
-    cudaFree(k.buffer);
-    cudaFree(k.flags);
-    cudaFree(k.counters);
+    cudaFree(k.slots);
+    cudaFree(k.state);
   }
 }
 
@@ -243,16 +327,25 @@ cudaError_t PeerAllReduce::run_add_rms_norm(int rank, const void* x, void* resid
 OneShotParams PeerAllReduce::params(int rank, void* data, size_t count, DType dtype) const {
   OneShotParams p;
   p.data = data;
-  for (int r = 0; r < size(); ++r) {
-    p.buffers[r] = ranks_[size_t(r)].buffer;
-    p.flags[r] = ranks_[size_t(r)].flags;
-  }
-  p.counters = ranks_[size_t(rank)].counters;
-  p.half_bytes = max_bytes_;
-  p.num_vecs = count * element_bytes(dtype) / 16;
+  for (int r = 0; r < size(); ++r) p.slots[r] = static_cast<char*>(ranks_[size_t(r)].slots);
+  p.state = ranks_[size_t(rank)].state;
+  p.slot_bytes = max_bytes_;
+  p.bytes = count * element_bytes(dtype);
+  p.num_vecs = p.bytes / 16;
   p.rank = rank;
   p.world = size();
   return p;
+}
+
+cudaError_t PeerAllReduce::all_gather(int rank, const void* in, void* out, size_t count,
+                                      DType dtype, cudaStream_t stream) {
+  if (rank < 0 || rank >= size() || !fits(in, count, dtype) || !out || !aligned16(out))
+    return cudaErrorInvalidValue;
+  const OneShotParams p = params(rank, const_cast<void*>(in), count, dtype);
+  return PAGELLM_DISPATCH_DTYPE(dtype, [&] {
+    one_shot_all_gather<scalar_t><<<kBlocks, kThreads, 0, stream>>>(p, static_cast<uint4*>(out));
+    return cudaGetLastError();
+  });
 }
 
 cudaError_t PeerAllReduce::run(int rank, void* data, size_t count, DType dtype, cudaStream_t stream) {

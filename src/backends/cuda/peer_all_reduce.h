@@ -1,14 +1,17 @@
 // A one-shot all-reduce over NVLink peer access for the tensor-parallel ranks that one process
 // drives (one GPU per rank). At decode sizes (a few KB to a few hundred KB) NCCL's all-reduce costs
-// 15-20 us of latency on two H100s; here each rank copies its input into its own exchange buffer,
-// meets the same thread block of every peer at a flag barrier, and sums every rank's buffer in rank
-// order (so every rank gets bit-identical results), all in one kernel that CUDA graphs capture.
-// The idea is the one of vLLM's custom all-reduce; the code is pagellm's own.
+// 15-20 us of latency on two H100s. Here each rank writes its input straight into its slot of every
+// peer's receive buffer, which starts out filled with a value no rank sends; a rank sums the slots
+// of its own buffer in rank order (so every rank gets bit-identical results) as soon as they are
+// no longer empty. The data is its own signal: no flag and no barrier round trip, one crossing of
+// NVLink per call, in one kernel that CUDA graphs capture. This is the "Lamport" scheme of
+// TensorRT-LLM's low-latency all-reduce; vLLM's custom all-reduce is the two-crossing variant
+// (flags, then reads). The code is pagellm's own.
 //
-// Safety of the buffers across calls: each call uses the half of the exchange buffer given by the
-// parity of its call number, and a call's barrier means every peer has started that call, so has
-// finished the call before it: the half written now was last read two calls ago, by kernels that
-// have ended. The grid is the same for every call so that all blocks count calls alike.
+// Safety of the buffers across calls: three buffers, used in turn (call number mod 3, the same on
+// every rank: all launch the same grid each call). A call empties the buffer of the call before,
+// which its peers finished writing; they write it again only two calls later, which needs this
+// rank's input of the next call. So the buffer a call receives in is always empty when it starts.
 //
 // A rank's kernel waits for its peers' kernels, so each rank must be launched from its own host
 // thread (as ParallelCudaRunner does), or with every kernel loaded up front: a host thread that
@@ -39,9 +42,9 @@ class PeerAllReduce {
   // up to 16384 bf16 / 8192 fp32 elements).
   static constexpr int kMaxNormVecsPerThread = 4;
 
-  // One rank per device in `devices` (rank r on devices[r]); exchange buffers of 2 x max_bytes
-  // per rank. Returns null, with the reason in *why_not, when a pair of devices has no peer access
-  // or an allocation fails. Changes the current device.
+  // One rank per device in `devices` (rank r on devices[r]); receive buffers of 3 x ranks x
+  // max_bytes per rank. Returns null, with the reason in *why_not, when a pair of devices has no
+  // peer access or an allocation fails. Changes the current device.
   static std::shared_ptr<PeerAllReduce> create(const std::vector<int>& devices, size_t max_bytes,
                                                std::string* why_not);
   ~PeerAllReduce();
@@ -56,6 +59,11 @@ class PeerAllReduce {
   // device's stream (graph capture allowed).
   cudaError_t run(int rank, void* data, size_t count, DType dtype, cudaStream_t stream);
 
+  // out [ranks][count] = every rank's `in` [count], in rank order (the tensor-parallel LM head's
+  // logits); the same conditions as run().
+  cudaError_t all_gather(int rank, const void* in, void* out, size_t count, DType dtype,
+                         cudaStream_t stream);
+
   // The all-reduce fused with what follows it in every Llama layer: x [rows, hidden] is summed over
   // the ranks (rounded to the model dtype, as the plain all-reduce stores it), added to the residual
   // stream (residual = round(residual + sum)) and RMS-normalized into out = weight * round(residual
@@ -67,9 +75,9 @@ class PeerAllReduce {
  private:
   struct Rank {
     int device = 0;
-    void* buffer = nullptr;      // [2][max_bytes]
-    uint32_t* flags = nullptr;   // [kBlocks][kMaxRanks]: flags[b][p] = the last call peer p signalled
-    uint32_t* counters = nullptr;  // [kBlocks]: calls made so far, per block
+    void* slots = nullptr;  // [3 buffers][ranks][max_bytes]: what each rank sent in a call
+    uint32_t* state =
+        nullptr;  // [kBlocks] calls made so far, per block; [3] bytes last sent per buffer
   };
   PeerAllReduce() = default;
   OneShotParams params(int rank, void* data, size_t count, DType dtype) const;
