@@ -14,12 +14,13 @@
 # four, four70, four70tput, four70decode: the four-GPU runs (see each function); fourproc:
 # four_processes alone.
 # ppflight: batches in flight (issue 10, two GPUs; see the function).
+# big_tp2: big's TP=2 figures alone.
 # allreduce: the one-shot all-reduce checked and timed, pycode TP=2 against TP=1, 8B batch-1 decode
 #         TP=1 / TP=2 / TP=2 over NCCL only.
 # $OUT gets summary.txt and logs.tar.xz only (the device tool returns at most 8 files).
 set -uo pipefail
 SRC=$(cd "${1:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|four70decode|fourproc|ppflight[_check|_tput]}" && pwd)
-PART=${2:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|four70decode|fourproc|ppflight[_check|_tput]|tenrun|allreduce}
+PART=${2:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|four70decode|fourproc|ppflight[_check|_tput]|tenrun|allreduce|big_tp2}
 OUTDIR=${OUT:-./device-logs}
 LOGS=/tmp/mgpu-logs
 rm -rf "$LOGS" && mkdir -p "$LOGS" "$OUTDIR"
@@ -381,8 +382,17 @@ allreduce() {
     "tp1b:" "tp2b:--tensor-parallel-size 2"
 }
 
+# Llama-3.1-70B shapes at TP=2 only: batch-1 decode against the two-GPU roofline, and bench
+# throughput 1000 x (1024 in, 128 out).
+big_tp2() {
+  ceilings 64
+  decode_70b "tp2:--tensor-parallel-size 2"
+  tput_70b tp2_1000 1000 1024 128 ${BIG_TPUT_LIMIT:-330} --tensor-parallel-size 2
+}
+
 case $PART in
   allreduce) allreduce ;;
+  big_tp2) big_tp2 ;;
   tenrun) tenrun ;;
   ppflight) ppflight ;;
   ppflight_check) ppflight_check ;;
