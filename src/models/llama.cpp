@@ -319,10 +319,12 @@ void LlamaModel::moe_mlp(int64_t layer, int64_t n) {
   cpu::moe_route(router_logits_.data(), n, num_experts, k, c.moe.norm_topk_prob, topk_ids_.data(),
                  topk_weights_.data());
   // Counting sort of the (token, slot) pairs by expert, tokens ascending within an expert.
-  std::vector<int64_t> begin(size_t(num_experts + 1), 0), order(size_t(n * k));
+  std::vector<int64_t>&begin = moe_begin_, &order = moe_order_, &next = moe_next_;  // reused
+  begin.assign(size_t(num_experts + 1), 0);
+  order.resize(size_t(n * k));
   for (int32_t e : topk_ids_) ++begin[size_t(e) + 1];
   for (int64_t e = 0; e < num_experts; ++e) begin[size_t(e + 1)] += begin[size_t(e)];
-  std::vector<int64_t> next(begin.begin(), begin.end() - 1);
+  next.assign(begin.begin(), begin.end() - 1);
   for (int64_t i = 0; i < n * k; ++i) order[size_t(next[size_t(topk_ids_[size_t(i)])]++)] = i;
   std::fill_n(proj_.begin(), n * dim, 0.0f);
   for (int64_t e = 0; e < num_experts; ++e) {

@@ -190,6 +190,7 @@ class LlamaModel {
   std::vector<int32_t> topk_ids_;
   std::vector<float> topk_weights_;
   std::vector<float> expert_in_, expert_gate_up_, expert_act_, expert_out_;
+  std::vector<int64_t> moe_begin_, moe_order_, moe_next_;  // the experts' counting sort
 };
 
 }  // namespace pagellm::models

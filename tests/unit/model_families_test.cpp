@@ -18,6 +18,7 @@
 #include "models/weight_plan.h"
 #include "pagellm/llm.h"
 #include "parallel/shard.h"
+#include "parallel_greedy.h"
 #include "runner/model_loader.h"
 #include "sanitized.h"
 
@@ -200,21 +201,13 @@ std::filesystem::path with_tokenizer(const std::string& name, const testing::Tem
 
 std::vector<std::vector<int32_t>> greedy_ids(const std::filesystem::path& model, int tp, int pp,
                                              int max_tokens) {
-  EngineArgs args;
-  args.model = model.string();
-  args.tensor_parallel_size = tp;
-  args.pipeline_parallel_size = pp;
-  args.kv_cache_memory_gib = 0.05;
-  LLM llm(args);
-  SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
   std::vector<PromptInput> prompts;
   for (const char* t : {"Once upon a time", "The little dog", "Lily and Tom went", "One day, a"})
     prompts.push_back(PromptInput::from_text(t));
   std::vector<std::vector<int32_t>> out;
-  for (const RequestOutput& r : llm.generate(prompts, p)) out.push_back(r.outputs.at(0).token_ids);
+  for (const RequestOutput& r :
+       testing::parallel_greedy(model.string(), tp, pp, prompts, max_tokens, 0.05))
+    out.push_back(r.outputs.at(0).token_ids);
   return out;
 }
 

@@ -15,15 +15,16 @@
 
 #include "common/error.h"
 #include "engine/engine_core.h"
+#include "model_files_util.h"
 #include "models/llama.h"
 #include "models/weight_plan.h"
 #include "pagellm/llm.h"
 #include "parallel/shard.h"
 #include "parallel/step_watchdog.h"
 #include "parallel/thread_group.h"
-#include "model_files_util.h"
-#include "sanitized.h"
+#include "parallel_greedy.h"
 #include "runner/model_loader.h"
+#include "sanitized.h"
 
 namespace pagellm {
 namespace {
@@ -203,18 +204,7 @@ TEST(WeightPlanShards, RankSlicesEqualTheFullModelsRowsAndColumns) {
 // Greedy continuations of `prompts` with tp x pp ranks, with the top-2 logprobs of every step.
 std::vector<RequestOutput> greedy(const std::string& model, int tp, int pp,
                                   const std::vector<PromptInput>& prompts, int max_tokens) {
-  EngineArgs args;
-  args.model = model;
-  args.tensor_parallel_size = tp;
-  args.pipeline_parallel_size = pp;
-  args.kv_cache_memory_gib = 0.25;
-  LLM llm(args);
-  SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  p.logprobs = 2;
-  return llm.generate(prompts, p);
+  return testing::parallel_greedy(model, tp, pp, prompts, max_tokens, 0.25, 2);
 }
 
 // Same greedy tokens as the reference, or the logprob-closeness rule: at the first difference the
