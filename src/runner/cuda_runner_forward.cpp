@@ -184,14 +184,20 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
       const bool gate_up_quantized = all_reduce_add_norm(
           w.post_norm,
           fused_fp8_input(w.gate_up, w.gate_up_fp8, x_gate_up.get(), 2 * inter, hidden, nullptr));
-      // 16-bit weights at decode sizes: SiLU-and-mul in the gate/up GEMV's epilogue.
-      const cudaError_t fused =
-          w.gate_up_fp8.on() || w.gate_up_int.on() || w.gate_up_int.w8a8 || gate_up_quantized
-              ? cudaErrorNotSupported
-              : cuda::gemm_silu_and_mul(
-                    this->gemm,
-                    {dt, x_normed.get(), w.gate_up.get(), x_act.get(), n, 2 * inter, hidden},
-                    stream);
+      // 16-bit or FP8 weights at decode sizes: SiLU-and-mul in the gate/up GEMV's epilogue.
+      cudaError_t fused = cudaErrorNotSupported;
+      if (gate_up_quantized || w.gate_up_int.on() || w.gate_up_int.w8a8) {
+        // the two kernels below
+      } else if (w.gate_up_fp8.on()) {
+        fused = cuda::fp8_linear_silu_and_mul(this->gemm,
+                                              fp8_params(x_normed.get(), w.gate_up, w.gate_up_fp8,
+                                                         x_act.get(), 2 * inter, hidden, nullptr),
+                                              stream);
+      } else {
+        fused = cuda::gemm_silu_and_mul(
+            this->gemm, {dt, x_normed.get(), w.gate_up.get(), x_act.get(), n, 2 * inter, hidden},
+            stream);
+      }
       if (fused != cudaErrorNotSupported) {
         check(fused, "gate/up projection with silu_and_mul");
       } else {

@@ -25,6 +25,7 @@
 
 #include "backends/cuda/gemm/fp8_gemm.h"
 #include "backends/cuda/gemm/fp8_internal.h"
+#include "backends/cuda/kernels.h"
 #include "common/fp8.h"
 #include "device_test_util.h"
 #include "fp8_test_util.h"
@@ -344,6 +345,43 @@ void run_linear(Suite& s, GemmContext* ctx, LinearSetup& c, Fp8Path path, int va
   s.report(name, ok, detail);
 }
 
+// The gate/up projection with SiLU-and-mul in the weight-only kernel's epilogue
+// (fp8_linear_silu_and_mul) against that kernel followed by silu_and_mul: the same bits. Where
+// fp8_linear would not take the CUDA-core kernel (per-channel scales past one row), the fused entry
+// point must decline.
+void test_silu_fused(Suite& s, GemmContext* ctx, DType t, int m, int inner, int k, int w_block) {
+  char name[160];
+  std::snprintf(name, sizeof name, "fp8 gate/up + silu_and_mul %s%s m=%d inner=%d k=%d", dname(t),
+                w_block ? " block128" : "", m, inner, k);
+  if (!s.selected(name)) return;
+  LinearSetup c;
+  c.dtype = t;
+  c.m = m;
+  c.n = 2 * inner;
+  c.k = k;
+  c.bias = inner % 2 == 1;
+  c.w_block = w_block;
+  setup_linear(c);
+  const size_t out_bytes = size_t(m) * inner * 2;
+  DevMem one(out_bytes), two(out_bytes);
+  Fp8LinearParams p = c.params;
+  p.y = one.ptr;
+  const cudaError_t e = fp8_linear_silu_and_mul(ctx, p, nullptr);
+  if (!(m <= kFp8CudaCoreMaxRows || (w_block != 0 && m <= 2))) {
+    s.report(name, e == cudaErrorNotSupported, "declines (another kernel runs this shape)");
+    return;
+  }
+  CK(e);
+  CK(fp8_weight_only(c.params, 1, nullptr));  // into c.yd
+  CK(silu_and_mul({t, c.yd.ptr, two.ptr, m, inner}, nullptr));
+  CK(cudaDeviceSynchronize());
+  std::vector<uint8_t> a(out_bytes), b(out_bytes);
+  CK(cudaMemcpy(a.data(), one.ptr, out_bytes, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(b.data(), two.ptr, out_bytes, cudaMemcpyDeviceToHost));
+  s.report(name, a == b,
+           a == b ? "bit-identical to the two kernels" : "DIFFERS from the two kernels");
+}
+
 // Captures fp8_linear (after one eager call of the shape) into a graph, replays it on fresh
 // inputs and compares bit for bit with an eager call on the same inputs.
 void test_graph(Suite& s, GemmContext* ctx, DType t, int m, int n, int k) {
@@ -438,6 +476,13 @@ void fp8_suite(const std::string& filter, int& passed, int& failed) {
       {16, 1024, 1024, 0}, {64, 1001, 512, 0},  {300, 768, 1040, 0},   {300, 97, 16, 0},
       {1, 4096, 14336, 0}, {5, 136, 2048, 0},   {1, 1024, 4096, 128},  {3, 1001, 640, 128},
       {8, 384, 2048, 128}, {64, 257, 512, 128}, {300, 768, 1024, 128}, {16, 1024, 4096, 128}};
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    test_silu_fused(s, ctx, t, 1, 7168, 4096, 0);
+    test_silu_fused(s, ctx, t, 1, 99, 1040, 0);
+    test_silu_fused(s, ctx, t, 2, 100, 256, 0);
+    test_silu_fused(s, ctx, t, 1, 300, 1024, kFp8Block);
+    test_silu_fused(s, ctx, t, 2, 7, 512, kFp8Block);
+  }
   // Per-channel shapes and graph replays first, block-scaled shapes last: a fault in cuBLASLt's
   // newer block modes then cannot hide the other results.
   int i = 0;

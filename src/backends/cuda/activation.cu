@@ -30,7 +30,7 @@ __global__ void silu_and_mul_kernel(const __grid_constant__ SiluAndMulParams p) 
       u[0] = to_float(up[i]);
     }
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) o[e] = round_to<T>(g[e] / (1.f + expf(-g[e]))) * u[e];
+    for (int e = 0; e < VEC; ++e) o[e] = silu_mul<T>(g[e], u[e]);
     if constexpr (VEC > 1) {
       store16(out + i, o);
     } else {

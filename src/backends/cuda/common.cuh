@@ -51,6 +51,13 @@ __device__ __forceinline__ float round_to(float v) {
   return to_float(from_float<T>(v));
 }
 
+// The gated MLP's activation on a gate and an up value already stored in T, as transformers
+// computes it: silu(gate) rounded to T, times up (the caller rounds the product when storing it).
+template <typename T>
+__device__ __forceinline__ float silu_mul(float gate, float up) {
+  return round_to<T>(gate / (1.f + expf(-gate))) * up;
+}
+
 // 16 bytes of T, loaded or stored in one instruction.
 template <typename T>
 struct Vec16 {

@@ -27,8 +27,7 @@ __device__ __forceinline__ void store_silu_and_mul(const GemmParams& p, int j,
     if (bias) g += to_float(bias[j]), u += to_float(bias[inner + j]);
     g = round_to<T>(g);
     u = round_to<T>(u);
-    static_cast<T*>(p.y)[static_cast<int64_t>(m) * inner + j] =
-        from_float<T>(round_to<T>(g / (1.f + expf(-g))) * u);
+    static_cast<T*>(p.y)[static_cast<int64_t>(m) * inner + j] = from_float<T>(silu_mul<T>(g, u));
   }
 }
 

@@ -113,6 +113,11 @@ constexpr int kFp8BlockWeightOnlyMaxRows = 3;
 // so prefill there runs well below the GEMM rate (not yet run on an sm_80 GPU). Shapes cuBLASLt's
 // FP8 kernels reject (odd n, say, or m < 4 with block scales) take the same path.
 cudaError_t fp8_linear(GemmContext* ctx, const Fp8LinearParams& p, cudaStream_t stream);
+// The gated MLP's gate/up projection with SiLU-and-mul in the weight-only kernel's epilogue, where
+// fp8_linear would take that kernel (decode rows): wq = [gate; up] (p.n = 2 x inner), y [m, inner],
+// the same bits as fp8_linear then silu_and_mul. cudaErrorNotSupported elsewhere (run the two).
+cudaError_t fp8_linear_silu_and_mul(GemmContext* ctx, const Fp8LinearParams& p,
+                                    cudaStream_t stream);
 
 // Whether fp8_linear(ctx, p) takes a tensor-core path, where it quantizes x into the scratch first
 // (so the kernel writing x may do that instead: Fp8LinearParams::x_quantized). Host-side and

@@ -19,6 +19,10 @@ constexpr int kFp8CudaCoreMaxRows = 1;
 const char* fp8_weight_only_variant_name(int variant);
 cudaError_t fp8_weight_only(const Fp8LinearParams& p, int variant, cudaStream_t stream);
 cudaError_t fp8_weight_only_mma(const Fp8LinearParams& p, cudaStream_t stream);
+// The CUDA-core kernel in its default configuration with the gated MLP's activation in its
+// epilogue, m <= 2: wq = [gate; up] (p.n = 2 x inner), y [m, inner] = silu(gate) * up, the same
+// bits as variant 1 followed by silu_and_mul. cudaErrorNotSupported for m > 2 or fp32.
+cudaError_t fp8_weight_only_silu_and_mul(const Fp8LinearParams& p, cudaStream_t stream);
 
 // y [m, n]: in place, from the unscaled product stored as bf16 to dtype,
 // y[i, j] = y[i, j] * x_scale[i] * w_scale[j] (+ bias[j]) (fp8_quantize.cu).

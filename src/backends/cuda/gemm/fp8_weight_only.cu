@@ -48,14 +48,39 @@ __device__ __forceinline__ void load_x16(const T* src, float (&f)[16]) {
   }
 }
 
-// grid: (ceil(n / (kWarps * R)), ceil(m / M)). M activation rows per block (rows past p.m re-read
-// row p.m - 1 and are discarded); R weight rows per warp; U 16-byte vectors per row in flight.
-template <typename T, int M, int R, int U>
+// Weight row r of a warp whose first output is row0: rows row0 .. row0 + R - 1, or, gated (w =
+// [gate; up], n = 2 x inner), gate rows row0 .. row0 + R/2 - 1 and the up rows inner + the same.
+// Rows past the end re-read the last row (their sums are discarded).
+template <int R, bool kGated>
+__device__ __forceinline__ int weight_row(const Fp8LinearParams& p, int row0, int r) {
+  if constexpr (!kGated) {
+    return min(row0 + r, p.n - 1);
+  } else {
+    const int inner = p.n / 2;
+    return min(row0 + r % (R / 2), inner - 1) + (r < R / 2 ? 0 : inner);
+  }
+}
+
+// The finished sum of weight row `row` for activation row i: per-channel scale, bias.
+template <typename T>
+__device__ __forceinline__ float finish_sum(const Fp8LinearParams& p, float acc, int row) {
+  float out = p.w_block != 0 ? acc : acc * p.w_scale[row];
+  if (p.bias) out += to_float(static_cast<const T*>(p.bias)[row]);
+  return out;
+}
+
+// grid: (ceil(n / (kWarps * R)), ceil(m / M)) (kGated: n / 2 outputs, R / 2 per warp). M activation
+// rows per block (rows past p.m re-read row p.m - 1 and are discarded); R weight rows per warp; U
+// 16-byte vectors per row in flight. kGated: y [m, n / 2] = silu(gate) * up with silu_and_mul's
+// roundings (each projection stored in T first), the same bits as the two kernels.
+template <typename T, int M, int R, int U, bool kGated>
 __global__ void __launch_bounds__(kThreads)
     fp8_weight_only_kernel(const __grid_constant__ Fp8LinearParams p) {
+  constexpr int kOut = kGated ? R / 2 : R;  // outputs per warp
   const int lane = threadIdx.x & 31;
-  const int row0 = (blockIdx.x * kWarps + (threadIdx.x >> 5)) * R;
-  if (row0 >= p.n) {  // whole warp: no barrier below
+  const int row0 = (blockIdx.x * kWarps + (threadIdx.x >> 5)) * kOut;
+  const int num_out = kGated ? p.n / 2 : p.n;
+  if (row0 >= num_out) {  // whole warp: no barrier below
     pdl_wait();
     return;
   }
@@ -65,14 +90,14 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int r = 0; r < R; ++r)
     w[r] = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.wq) +
-                                          int64_t{min(row0 + r, p.n - 1)} * p.k);
+                                          int64_t{weight_row<R, kGated>(p, row0, r)} * p.k);
   // Block-scaled weights: the scale row of each weight row's 128-row block; a 16-byte vector v
   // lies in column block v / 8. Per-channel weights scale the finished sums instead.
   const float* block_scale[R];
   const int scale_stride = fp8_block_scale_stride(p.k);
 #pragma unroll
   for (int r = 0; r < R; ++r)
-    block_scale[r] = p.w_scale + (min(row0 + r, p.n - 1) / kFp8Block) * scale_stride;
+    block_scale[r] = p.w_scale + (weight_row<R, kGated>(p, row0, r) / kFp8Block) * scale_stride;
   const bool blocked = p.w_block != 0;
   const T* x[M];
 #pragma unroll
@@ -133,28 +158,33 @@ __global__ void __launch_bounds__(kThreads)
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int i = 0; i < M; ++i) acc[r][i] = warp_sum(acc[r][i]);
-  // Every lane holds every sum; lane r * M + i stores (r, i), so R * M <= 32 stores go out at once.
+  // Every lane holds every sum; lane r * M + i stores output (r, i), so kOut * M <= 32 stores go
+  // out at once.
   T* y = static_cast<T*>(p.y);
-  const T* bias = static_cast<const T*>(p.bias);
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
+  for (int r = 0; r < kOut; ++r) {
 #pragma unroll
     for (int i = 0; i < M; ++i) {
-      const int row = row0 + r, mi = m0 + i;
-      if (lane != r * M + i || row >= p.n || mi >= p.m) continue;
-      float out = blocked ? acc[r][i] : acc[r][i] * p.w_scale[row];
-      if (bias) out += to_float(bias[row]);
-      y[int64_t{mi} * p.n + row] = from_float<T>(out);
+      const int out_row = row0 + r, mi = m0 + i;
+      if (lane != r * M + i || out_row >= num_out || mi >= p.m) continue;
+      if (kGated) {
+        const float g = round_to<T>(finish_sum<T>(p, acc[r][i], out_row));
+        const float u = round_to<T>(finish_sum<T>(p, acc[r + R / 2][i], num_out + out_row));
+        y[int64_t{mi} * num_out + out_row] = from_float<T>(silu_mul<T>(g, u));
+      } else {
+        y[int64_t{mi} * p.n + out_row] = from_float<T>(finish_sum<T>(p, acc[r][i], out_row));
+      }
     }
   }
 }
 
-template <typename T, int M, int R, int U>
+template <typename T, int M, int R, int U, bool kGated = false>
 cudaError_t launch(const Fp8LinearParams& p, cudaStream_t stream) {
   static_assert(R * M <= 32, "one lane stores each (row, activation) sum");
-  const int rows_per_block = kWarps * R;
-  const dim3 grid((p.n + rows_per_block - 1) / rows_per_block, (p.m + M - 1) / M);
-  return launch_kernel(fp8_weight_only_kernel<T, M, R, U>, grid, kThreads, 0, stream, p);
+  static_assert(!kGated || R % 2 == 0, "gated warps stream gate and up rows in pairs");
+  const int outs_per_block = kWarps * (kGated ? R / 2 : R), outs = kGated ? p.n / 2 : p.n;
+  const dim3 grid((outs + outs_per_block - 1) / outs_per_block, (p.m + M - 1) / M);
+  return launch_kernel(fp8_weight_only_kernel<T, M, R, U, kGated>, grid, kThreads, 0, stream, p);
 }
 
 // Default configuration: four rows per warp, four 16-byte loads per row in flight (R x U = 16 per
@@ -212,6 +242,24 @@ const char* fp8_weight_only_variant_name(int variant) {
     default:
       return "tensor mma.sync";
   }
+}
+
+cudaError_t fp8_weight_only_silu_and_mul(const Fp8LinearParams& p, cudaStream_t stream) {
+  if (p.m < 0 || p.n <= 0 || p.n % 2 != 0 || p.k <= 0 || p.k % 16 != 0)
+    return cudaErrorInvalidValue;
+  if (p.w_block != 0 && (p.w_block != kFp8Block || p.k % kFp8Block != 0))
+    return cudaErrorInvalidValue;
+  if (p.m == 0) return cudaSuccess;
+  if (!p.x || !p.wq || !p.w_scale || !p.y || !aligned16(p.x) || !aligned16(p.wq))
+    return cudaErrorInvalidValue;
+  if (p.dtype == DType::kF32) return cudaErrorNotSupported;
+  // The default configuration's rows and loads (launch_default), for m <= 2.
+  if (p.m > 2) return cudaErrorNotSupported;
+  if (p.dtype == DType::kBF16)
+    return p.m == 1 ? launch<__nv_bfloat16, 1, 4, 4, true>(p, stream)
+                    : launch<__nv_bfloat16, 2, 4, 4, true>(p, stream);
+  return p.m == 1 ? launch<__half, 1, 4, 4, true>(p, stream)
+                  : launch<__half, 2, 4, 4, true>(p, stream);
 }
 
 cudaError_t fp8_weight_only(const Fp8LinearParams& p, int variant, cudaStream_t stream) {
