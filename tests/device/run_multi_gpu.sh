@@ -91,6 +91,12 @@ pycode() {
     --temperature 0 --max-tokens 64 --ignore-eos --max-num-seqs 16 --logprobs 2 "$@" \
     --output "$LOGS/pycode_$name.jsonl" > "$LOGS/pycode_$name.out" 2> "$LOGS/pycode_$name.err"
 }
+# pycode TP=1, then TP=2 with the peer all-reduce and with NCCL only, each against TP=1.
+pycode_tp2_against_tp1() {
+  pycode tp1; say "pycode tp1 (exit $?)"
+  pycode tp2 --tensor-parallel-size 2; say "pycode tp2 (exit $?): vs tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_tp2.jsonl")"
+  pycode tp2nccl --tensor-parallel-size 2 --disable-custom-all-reduce; say "pycode tp2, NCCL only (exit $?): vs tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_tp2nccl.jsonl")"
+}
 # A run that must fail within a bounded time: expect_failure NAME SECONDS ENV... -- FLAGS...
 expect_failure() {
   local name=$1 limit=$2; shift 2
@@ -204,9 +210,7 @@ basics() {
 hf() {
   ceilings 64
   write_py_prompts
-  pycode tp1; say "pycode-25M tp1 (exit $?)"
-  pycode tp2 --tensor-parallel-size 2; say "pycode-25M tp2 (exit $?): vs tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_tp2.jsonl")"
-  pycode tp2nccl --tensor-parallel-size 2 --disable-custom-all-reduce; say "pycode-25M tp2, NCCL only (exit $?): vs tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_tp2nccl.jsonl")"
+  pycode_tp2_against_tp1
   grep -h "all-reduces" "$LOGS"/pycode_tp2*.err | head -2 | tee -a "$SUMMARY"
   kill_worker_under_serve
   decode_8b "tp1:" "tp2:--tensor-parallel-size 2" "tp2nccl:--tensor-parallel-size 2 --disable-custom-all-reduce"
@@ -375,9 +379,7 @@ tenrun() {
 allreduce() {
   ceilings 64
   write_py_prompts
-  pycode tp1; say "pycode tp1 (exit $?)"
-  pycode tp2 --tensor-parallel-size 2; say "pycode tp2 (exit $?): vs tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_tp2.jsonl")"
-  pycode tp2nccl --tensor-parallel-size 2 --disable-custom-all-reduce; say "pycode tp2, NCCL only (exit $?): vs tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_tp2nccl.jsonl")"
+  pycode_tp2_against_tp1
   decode_8b "tp1:" "tp2:--tensor-parallel-size 2" "tp2nccl:--tensor-parallel-size 2 --disable-custom-all-reduce" \
     "tp1b:" "tp2b:--tensor-parallel-size 2"
 }
