@@ -16,7 +16,7 @@
 # ppflight: batches in flight (issue 10, two GPUs; see the function).
 # big_tp2: big's TP=2 figures alone.
 # allreduce: the one-shot all-reduce checked and timed, pycode TP=2 against TP=1, 8B batch-1 decode
-#         TP=1 / TP=2 / TP=2 over NCCL only.
+#         TP=1 / TP=2 / TP=2 over NCCL only; on four GPUs also pycode TP=4 and 8B TP=4.
 # $OUT gets summary.txt and logs.tar.xz only (the device tool returns at most 8 files).
 set -uo pipefail
 SRC=$(cd "${1:?usage: run_multi_gpu.sh BUNDLE basics|hf|big|fused|four|four70|four70tput|four70decode|fourproc|ppflight[_check|_tput]}" && pwd)
@@ -380,6 +380,12 @@ allreduce() {
   ceilings 64
   write_py_prompts
   pycode_tp2_against_tp1
+  if [ "$NGPU" -ge 4 ]; then
+    pycode tp4 --tensor-parallel-size 4; say "pycode tp4 (exit $?): vs tp1: $(same_tokens "$LOGS/pycode_tp1.jsonl" "$LOGS/pycode_tp4.jsonl")"
+    decode_8b "tp1:" "tp2:--tensor-parallel-size 2" "tp4:--tensor-parallel-size 4" \
+      "tp4nccl:--tensor-parallel-size 4 --disable-custom-all-reduce"
+    return
+  fi
   decode_8b "tp1:" "tp2:--tensor-parallel-size 2" "tp2nccl:--tensor-parallel-size 2 --disable-custom-all-reduce" \
     "tp1b:" "tp2b:--tensor-parallel-size 2"
 }
