@@ -97,7 +97,8 @@ void test_convert(DType src, DType dst, const std::string& filter, int& passed, 
 void convert_suite(const std::string& filter, int& passed, int& failed) {
   std::printf("== dtype conversion\n");
   for (DType src : {DType::kF32, DType::kF16, DType::kBF16})
-    for (DType dst : {DType::kF32, DType::kF16, DType::kBF16}) test_convert(src, dst, filter, passed, failed);
+    for (DType dst : {DType::kF32, DType::kF16, DType::kBF16})
+      test_convert(src, dst, filter, passed, failed);
 }
 
 }  // namespace pagellm::cuda::test
