@@ -185,15 +185,15 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
           w.post_norm,
           fused_fp8_input(w.gate_up, w.gate_up_fp8, x_gate_up.get(), 2 * inter, hidden, nullptr));
       // 16-bit or FP8 weights at decode sizes: SiLU-and-mul in the gate/up GEMV's epilogue.
+      // (INT weights and an input the norm already quantized keep the two kernels.)
+      const bool fusable = !gate_up_quantized && !w.gate_up_int.on() && !w.gate_up_int.w8a8;
       cudaError_t fused = cudaErrorNotSupported;
-      if (gate_up_quantized || w.gate_up_int.on() || w.gate_up_int.w8a8) {
-        // the two kernels below
-      } else if (w.gate_up_fp8.on()) {
+      if (fusable && w.gate_up_fp8.on()) {
         fused = cuda::fp8_linear_silu_and_mul(this->gemm,
                                               fp8_params(x_normed.get(), w.gate_up, w.gate_up_fp8,
                                                          x_act.get(), 2 * inter, hidden, nullptr),
                                               stream);
-      } else {
+      } else if (fusable) {
         fused = cuda::gemm_silu_and_mul(
             this->gemm, {dt, x_normed.get(), w.gate_up.get(), x_act.get(), n, 2 * inter, hidden},
             stream);

@@ -270,11 +270,12 @@ std::shared_ptr<PeerAllReduce> PeerAllReduce::create(const std::vector<int>& dev
     rank.device = devices[size_t(r)];
     g->ranks_.push_back(rank);  // before allocating: the destructor frees what exists
     Rank& k = g->ranks_.back();
-    const size_t slot_bytes = 3 * size_t(n) * max_bytes,
-                 state_bytes = sizeof(uint32_t) * (kBlocks + 3);
-    if (cudaSetDevice(k.device) != cudaSuccess || cudaMalloc(&k.slots, slot_bytes) != cudaSuccess ||
+    const size_t buffers_bytes = 3 * size_t(n) * max_bytes,  // 3 buffers of n slots
+        state_bytes = sizeof(uint32_t) * (kBlocks + 3);
+    if (cudaSetDevice(k.device) != cudaSuccess ||
+        cudaMalloc(&k.slots, buffers_bytes) != cudaSuccess ||
         cudaMalloc(reinterpret_cast<void**>(&k.state), state_bytes) != cudaSuccess ||
-        cudaMemset(k.slots, 0xff, slot_bytes) != cudaSuccess ||  // every slot empty
+        cudaMemset(k.slots, 0xff, buffers_bytes) != cudaSuccess ||  // every slot empty
         cudaMemset(k.state, 0, state_bytes) != cudaSuccess)
       return fail("cannot allocate the exchange buffers");
   }

@@ -16,6 +16,10 @@ constexpr int kFp8WeightOnlyNumVariants = 5;
 // Measured on H100 (docs/PERF.md): CUDA cores win at m = 1 on every Llama-3.1-8B shape, tensor
 // cores tie at m = 2 and win from m = 4 on.
 constexpr int kFp8CudaCoreMaxRows = 1;
+// Whether variant 0 picks the CUDA-core kernel for p.
+inline bool fp8_weight_only_on_cuda_cores(const Fp8LinearParams& p) {
+  return p.m <= kFp8CudaCoreMaxRows || p.w_block != 0;
+}
 const char* fp8_weight_only_variant_name(int variant);
 cudaError_t fp8_weight_only(const Fp8LinearParams& p, int variant, cudaStream_t stream);
 cudaError_t fp8_weight_only_mma(const Fp8LinearParams& p, cudaStream_t stream);

@@ -256,11 +256,9 @@ cudaError_t fp8_linear_silu_and_mul(GemmContext* ctx, const Fp8LinearParams& p,
   if (!ctx || p.m < 0 || p.n <= 0 || p.n % 2 != 0 || p.k <= 0 || p.k % 16 != 0)
     return cudaErrorInvalidValue;
   if (p.m == 0) return cudaSuccess;
-  // Where fp8_linear itself would take the CUDA-core weight-only kernel (fp8_weight_only variant
-  // 0).
-  const bool cuda_cores = p.m <= kFp8CudaCoreMaxRows || p.w_block != 0;
+  // Only where fp8_linear itself would take the CUDA-core weight-only kernel.
   if (p.x_quantized || p.dtype == DType::kF32 || path_for(ctx, p) != Taken::kWeightOnly ||
-      !cuda_cores)
+      !fp8_weight_only_on_cuda_cores(p))
     return cudaErrorNotSupported;
   return fp8_weight_only_silu_and_mul(p, stream);
 }

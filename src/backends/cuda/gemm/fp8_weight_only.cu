@@ -227,6 +227,14 @@ cudaError_t launch_variant(int variant, const Fp8LinearParams& p, cudaStream_t s
   }
 }
 
+// The weight-only entry points' argument checks: a bad shape, block size or (with rows to
+// compute) a missing or misaligned operand.
+bool bad_args(const Fp8LinearParams& p) {
+  if (p.m < 0 || p.n <= 0 || p.k <= 0 || p.k % 16 != 0) return true;
+  if (p.w_block != 0 && (p.w_block != kFp8Block || p.k % kFp8Block != 0)) return true;
+  return p.m > 0 && (!p.x || !p.wq || !p.w_scale || !p.y || !aligned16(p.x) || !aligned16(p.wq));
+}
+
 }  // namespace
 
 const char* fp8_weight_only_variant_name(int variant) {
@@ -245,13 +253,8 @@ const char* fp8_weight_only_variant_name(int variant) {
 }
 
 cudaError_t fp8_weight_only_silu_and_mul(const Fp8LinearParams& p, cudaStream_t stream) {
-  if (p.m < 0 || p.n <= 0 || p.n % 2 != 0 || p.k <= 0 || p.k % 16 != 0)
-    return cudaErrorInvalidValue;
-  if (p.w_block != 0 && (p.w_block != kFp8Block || p.k % kFp8Block != 0))
-    return cudaErrorInvalidValue;
+  if (bad_args(p) || p.n % 2 != 0) return cudaErrorInvalidValue;
   if (p.m == 0) return cudaSuccess;
-  if (!p.x || !p.wq || !p.w_scale || !p.y || !aligned16(p.x) || !aligned16(p.wq))
-    return cudaErrorInvalidValue;
   if (p.dtype == DType::kF32) return cudaErrorNotSupported;
   // The default configuration's rows and loads (launch_default), for m <= 2.
   if (p.m > 2) return cudaErrorNotSupported;
@@ -263,15 +266,11 @@ cudaError_t fp8_weight_only_silu_and_mul(const Fp8LinearParams& p, cudaStream_t 
 }
 
 cudaError_t fp8_weight_only(const Fp8LinearParams& p, int variant, cudaStream_t stream) {
-  if (p.m < 0 || p.n <= 0 || p.k <= 0 || p.k % 16 != 0) return cudaErrorInvalidValue;
-  if (p.w_block != 0 && (p.w_block != kFp8Block || p.k % kFp8Block != 0))
-    return cudaErrorInvalidValue;
+  if (bad_args(p)) return cudaErrorInvalidValue;
   if (p.m == 0) return cudaSuccess;
-  if (!p.x || !p.wq || !p.w_scale || !p.y || !aligned16(p.x) || !aligned16(p.wq))
-    return cudaErrorInvalidValue;
   if (p.dtype == DType::kF32 || variant < 0 || variant >= kFp8WeightOnlyNumVariants)
     return cudaErrorNotSupported;
-  if (variant == 0) variant = p.m <= kFp8CudaCoreMaxRows || p.w_block != 0 ? 1 : 4;
+  if (variant == 0) variant = fp8_weight_only_on_cuda_cores(p) ? 1 : 4;
   if (variant == 4) return fp8_weight_only_mma(p, stream);
   if (variant == 1)
     return p.dtype == DType::kBF16 ? launch_default<__nv_bfloat16>(p, stream)
