@@ -401,6 +401,7 @@ CudaRunner::Impl::Staged CudaRunner::Impl::stage(
   s.plan.num_splits = ph.num_splits;
   s.plan.tile_items = dev<int32_t>(lay.tile_items);
   s.plan.num_tile_items = int(ph.tile_items.size() / 2);
+  s.plan.tile_rows = ph.tile_rows;
   s.plan.split_counters = attn_counters.as<unsigned>();
   if (ph.workspace_bytes > attn_ws.bytes() ||
       ph.split_counters * sizeof(unsigned) > attn_counters.bytes())

@@ -148,8 +148,9 @@ double bench_attention(const AttnBench& c, double* kv_bytes, double* flops, int*
   BK(cudaMemset(counters, 0, std::max<size_t>(4, ph.split_counters * 4)));
   BK(cudaMemcpy(d_si, ph.split_items.data(), ph.split_items.size() * 4, cudaMemcpyHostToDevice));
   BK(cudaMemcpy(d_ti, ph.tile_items.data(), ph.tile_items.size() * 4, cudaMemcpyHostToDevice));
-  AttentionPlan plan{d_si, int(ph.split_items.size() / 2), ph.num_splits, d_ti,
-                     int(ph.tile_items.size() / 2), counters};
+  AttentionPlan plan{d_si,    int(ph.split_items.size() / 2), ph.num_splits,
+                     d_ti,    int(ph.tile_items.size() / 2),  ph.tile_rows,
+                     counters};
   const double ms = time_ms([&] { BK(run_attention(p, plan, ws, nullptr)); });
   *kv_bytes = 2.0 * c.batch * double(c.ctx) * row * double(kv_elem);
   // Causal: each query row attends to (ctx - q_len + i + 1) keys; QK and PV are 2·D flops per key.
@@ -201,21 +202,24 @@ void bench_main() {
     }
   std::printf("%-52s %9s %10s\n", "prefill attention (tensor-core tiles)", "ms", "TFLOP/s");
   const AttnBench prefill[] = {
-      {1, 4096, 4096, 32, 8, 128, 16},
-      {4, 2048, 2048, 32, 8, 128, 16},
-      {1, 2048, 8192, 32, 8, 128, 16},
-      {8, 1024, 1024, 32, 32, 64, 16},
-      {1, 4096, 4096, 32, 8, 128, 16, DType::kF8E4M3},
+      {1, 4096, 4096, 32, 8, 128, 16}, {4, 2048, 2048, 32, 8, 128, 16},
+      {1, 2048, 8192, 32, 8, 128, 16}, {8, 1024, 1024, 32, 32, 64, 16},
+      {2, 1024, 1024, 32, 8, 128, 16}, {1, 4096, 4096, 32, 8, 128, 16, DType::kF8E4M3},
   };
-  for (const auto& c : prefill) {
-    double bytes, flops;
-    int splits;
-    const double ms = bench_attention(c, &bytes, &flops, &splits);
-    char label[96];
-    std::snprintf(label, sizeof label, "seqs=%d q=%d ctx=%d H=%d/%d D=%d%s", c.batch, c.q_len,
-                  c.ctx, c.heads, c.kv_heads, c.head_dim, is_fp8(c.kv) ? " kv=e4m3" : "");
-    std::printf("%-52s %9.3f %10.1f\n", label, ms, flops / (ms * 1e9));
-  }
+  for (const auto& c : prefill)
+    for (bool wgmma : {true, false}) {       // on Hopper: the wgmma kernel, then mma.sync
+      if (!wgmma && is_fp8(c.kv)) continue;  // FP8 caches always take the mma.sync kernel
+      attention_set_prefill_wgmma(wgmma);
+      double bytes, flops;
+      int splits;
+      const double ms = bench_attention(c, &bytes, &flops, &splits);
+      attention_set_prefill_wgmma(true);
+      char label[96];
+      std::snprintf(label, sizeof label, "seqs=%d q=%d ctx=%d H=%d/%d D=%d%s %s", c.batch, c.q_len,
+                    c.ctx, c.heads, c.kv_heads, c.head_dim, is_fp8(c.kv) ? " kv=e4m3" : "",
+                    wgmma && !is_fp8(c.kv) ? "wgmma" : "mma.sync");
+      std::printf("%-52s %9.3f %10.1f\n", label, ms, flops / (ms * 1e9));
+    }
   // Decode-shaped GEMMs of Llama-3.1-8B (m = batch): weight-read bandwidth. Weights rotate over
   // >= 512 MB of copies so that L2 (50 MB) cannot serve them.
   std::printf("%-52s %9s %10s %8s\n", "gemm bf16 (gemv for m<=8 / cuBLASLt)", "ms", "W GB/s",

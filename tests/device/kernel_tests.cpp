@@ -272,6 +272,7 @@ void test_attention(const AttnCase& c) {
   plan.num_splits = ph.num_splits;
   plan.tile_items = static_cast<int32_t*>(ti.ptr);
   plan.num_tile_items = static_cast<int>(ph.tile_items.size() / 2);
+  plan.tile_rows = ph.tile_rows;
   plan.split_counters = static_cast<unsigned*>(counters.ptr);
   CK(run_attention(p, plan, ws.ptr, nullptr));
   CK(cudaDeviceSynchronize());
@@ -288,7 +289,8 @@ void test_attention(const AttnCase& c) {
   ref_attention(r, ref.data());
   std::string full = std::string(name) + " [split items " + std::to_string(plan.num_split_items) +
                      " x" + std::to_string(plan.num_splits) + ", tiles " +
-                     std::to_string(plan.num_tile_items) + "]";
+                     std::to_string(plan.num_tile_items) + " x" + std::to_string(plan.tile_rows) +
+                     " rows]";
   check(full, got, ref, tol_for(c.dtype, true));
   if (plan.num_splits > 1) {
     // The split blocks' counters must be back at zero: a second call with the same counters merges
@@ -307,13 +309,61 @@ std::vector<int> pick(std::initializer_list<int> choices, int n) {
   return out;
 }
 
+struct Heads {
+  int h, kv;
+};
+constexpr Heads kAttnHeads[] = {{8, 8}, {16, 4}, {32, 4}};
+constexpr DType kAttnDtypes[] = {DType::kBF16, DType::kF16, DType::kF32};
+
+// Prefill and chunked prefill (cached prefix + new tokens), mixed with decode tokens, and
+// speculative verification rows.
+void prefill_cases() {
+  const auto& heads = kAttnHeads;
+  for (DType t : kAttnDtypes) {
+    for (int d : {8, 64, 128}) {
+      for (Heads hd : heads) {
+        for (int bs : {16, 32}) {
+          test_attention({t,
+                          hd.h,
+                          hd.kv,
+                          d,
+                          bs,
+                          {1, 17, 64, 65, 100, 37, 1},
+                          {1, 17, 64, 65, 116, 1037, 33},
+                          0,
+                          "prefill+chunked+decode"});
+        }
+      }
+    }
+    test_attention({t, 8, 2, 128, 16, {512}, {8191}, 0, "chunk 512 after 7679 cached"});
+    test_attention({t, 8, 8, 64, 32, {1000, 300}, {1000, 2300}, 0, "prefill 1000 + chunk 300"});
+    test_attention({t, 32, 4, 128, 16, {130, 1, 2, 3}, {130, 5000, 2, 50}, 0, "mixed small q"});
+    test_attention({t,
+                    32,
+                    8,
+                    128,
+                    16,
+                    {1000, 129, 64},
+                    {1000, 129, 3000},
+                    0,
+                    "prefill 1000 + 129 + chunk 64"});
+    // Speculative verification rows (1 + k tokens): split-KV items in small batches, tiles in
+    // large ones; the graph shapes' fixed split counts too.
+    for (int d : {64, 128}) {
+      test_attention({t, 32, 8, d, 16, {5}, {1000}, 0, "verify 1+4 b1"});
+      test_attention({t, 6, 2, d, 16, {2, 8, 5}, {40, 3000, 5}, 0, "verify 1+k b3"});
+      test_attention({t, 32, 8, d, 16, std::vector<int>(4, 5), pick({5, 17, 300, 2000}, 4), 8,
+                      "verify 1+4 b4 fixed splits"});
+      test_attention({t, 32, 8, d, 16, std::vector<int>(32, 5), pick({5, 17, 300, 2000}, 32), 0,
+                      "verify 1+4 b32 tiles"});
+    }
+  }
+}
+
 void attention_suite() {
   std::printf("== attention\n");
-  const DType dtypes[] = {DType::kBF16, DType::kF16, DType::kF32};
-  struct Heads {
-    int h, kv;
-  };
-  const Heads heads[] = {{8, 8}, {16, 4}, {32, 4}};
+  const auto& dtypes = kAttnDtypes;
+  const auto& heads = kAttnHeads;
   // Decode: context lengths across block boundaries, batch sizes 1..256; GQA decode in bf16 / f16
   // also through the CUDA-core kernel (the default is tensor cores).
   attention_set_decode_tensor_cores(false);
@@ -358,37 +408,13 @@ void attention_suite() {
     test_attention({t, 32, 2, 128, 16, {1, 1, 1}, {3000, 64, 65}, 0, "decode G16"});
     test_attention({t, 8, 4, 64, 32, {1, 1, 1, 1, 1}, {1, 2, 63, 64, 6000}, 0, "decode G2"});
   }
-  // Prefill and chunked prefill (cached prefix + new tokens), mixed with decode tokens.
-  for (DType t : dtypes) {
-    for (int d : {8, 64, 128}) {
-      for (Heads hd : heads) {
-        for (int bs : {16, 32}) {
-          test_attention({t,
-                          hd.h,
-                          hd.kv,
-                          d,
-                          bs,
-                          {1, 17, 64, 65, 100, 37, 1},
-                          {1, 17, 64, 65, 116, 1037, 33},
-                          0,
-                          "prefill+chunked+decode"});
-        }
-      }
-    }
-    test_attention({t, 8, 2, 128, 16, {512}, {8191}, 0, "chunk 512 after 7679 cached"});
-    test_attention({t, 8, 8, 64, 32, {1000, 300}, {1000, 2300}, 0, "prefill 1000 + chunk 300"});
-    test_attention({t, 32, 4, 128, 16, {130, 1, 2, 3}, {130, 5000, 2, 50}, 0, "mixed small q"});
-    // Speculative verification rows (1 + k tokens): split-KV items in small batches, tiles in
-    // large ones; the graph shapes' fixed split counts too.
-    for (int d : {64, 128}) {
-      test_attention({t, 32, 8, d, 16, {5}, {1000}, 0, "verify 1+4 b1"});
-      test_attention({t, 6, 2, d, 16, {2, 8, 5}, {40, 3000, 5}, 0, "verify 1+k b3"});
-      test_attention({t, 32, 8, d, 16, std::vector<int>(4, 5), pick({5, 17, 300, 2000}, 4), 8,
-                      "verify 1+4 b4 fixed splits"});
-      test_attention({t, 32, 8, d, 16, std::vector<int>(32, 5), pick({5, 17, 300, 2000}, 32), 0,
-                      "verify 1+4 b32 tiles"});
-    }
+  // Prefill and chunked prefill (cached prefix + new tokens), mixed with decode tokens; on Hopper
+  // through the wgmma kernel (128-row tiles, the default) and the mma.sync one (64-row tiles).
+  for (bool wgmma : {true, false}) {
+    attention_set_prefill_wgmma(wgmma);
+    prefill_cases();
   }
+  attention_set_prefill_wgmma(true);
   // FP8 caches (bf16 / f16 models): every kernel path (tile prefill, tensor-core GQA decode,
   // CUDA-core decode for MHA and generic head_dim), splits, chunked prefill.
   for (DType t : {DType::kBF16, DType::kF16}) {

@@ -169,6 +169,7 @@ void test_codes(Suite& s, DType t, DType fp8, bool prefill, bool tensor_cores) {
   plan.num_splits = ph.num_splits;
   plan.tile_items = static_cast<int32_t*>(ti.ptr);
   plan.num_tile_items = int(ph.tile_items.size() / 2);
+  plan.tile_rows = ph.tile_rows;
   attention_set_decode_tensor_cores(tensor_cores);
   CK(run_attention(p, plan, nullptr, nullptr));
   CK(cudaDeviceSynchronize());

@@ -210,6 +210,7 @@ struct AttentionParams {
 struct AttentionPlanHost {
   std::vector<int32_t> split_items;  // [num_split_items, 2]: (token, seq)
   std::vector<int32_t> tile_items;   // [num_tile_items, 2]: (seq, first query row of the tile)
+  int tile_rows = 64;  // query rows per tile item: kAttentionTileRows or kSm90TileRows
   int num_splits = 1;                // KV splits per split item; each splits its own context evenly
   std::size_t workspace_bytes = 0;   // device scratch for split partials (0 when num_splits == 1)
   std::size_t split_counters = 0;    // u32 counters AttentionPlan::split_counters must hold
@@ -222,6 +223,7 @@ struct AttentionPlan {
   int num_splits = 1;
   const int32_t* tile_items = nullptr;  // device [num_tile_items, 2]
   int num_tile_items = 0;
+  int tile_rows = 64;  // the host plan's tile_rows, which names the tile kernel
   // Device u32 counters of the split blocks' in-kernel merge, at least the plan's split_counters
   // (needed when num_splits > 1). Zero them once when allocated (cudaMemset): every call leaves
   // them at zero again. Calls sharing them run one after another (one stream). They live apart
@@ -229,8 +231,11 @@ struct AttentionPlan {
   unsigned* split_counters = nullptr;
 };
 
-// Query rows per tile of the tile kernel.
+// Query rows per tile of the mma.sync tile kernel (any tensor-core GPU, FP8 caches included) and
+// of the Hopper wgmma kernel (compute capability 9.0, 16-bit caches), which the planner prefers.
+// Tile items are ordered longest first, so that the causal tail runs in the first wave.
 constexpr int kAttentionTileRows = 64;
+constexpr int kSm90TileRows = 128;
 
 // Plans a call. query_start_loc_host [num_seqs + 1] and seq_lens_host [num_seqs] are host copies.
 // fixed_num_splits > 0 forces that split count (CUDA graphs capture one count for every context);
@@ -287,6 +292,10 @@ cudaError_t convert_dtype(DType src_dtype, const void* src, DType dst_dtype, voi
 // Decode tokens of GQA models (bf16 / f16, head_dim 64 or 128) use tensor cores unless this turns
 // them off (process-wide; for benchmarks and tests of the CUDA-core path).
 void attention_set_decode_tensor_cores(bool enabled);
+// Prefill tiles on compute capability 9.0 use the wgmma kernel (kSm90TileRows rows per tile)
+// unless this (or PAGELLM_PREFILL_WGMMA=0 at start) turns it off: process-wide, read when a call is
+// planned; for tests and benchmarks of the mma.sync kernel.
+void attention_set_prefill_wgmma(bool enabled);
 
 // ---- gemm.cpp (cuBLASLt) -----------------------------------------------------------------------
 // y = x · wᵀ (+ y when accumulate), the layout of a Hugging Face Linear: x [m, k], w [n, k], y [m,

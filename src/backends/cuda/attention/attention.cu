@@ -3,6 +3,9 @@
 // split-KV kernel, with the split count chosen to fill the GPU.
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
 
 #include "backends/cuda/attention/attention_internal.h"
 #include "backends/cuda/common.cuh"
@@ -12,10 +15,18 @@ namespace pagellm::cuda {
 
 namespace {
 std::atomic<bool> g_decode_tensor_cores{true};
+// PAGELLM_PREFILL_WGMMA=0 starts a process with the mma.sync prefill kernel (A/B runs, and a way
+// around the wgmma kernel should it ever misbehave on some device).
+std::atomic<bool> g_prefill_wgmma{[] {
+  const char* env = std::getenv("PAGELLM_PREFILL_WGMMA");
+  return !(env && std::strcmp(env, "0") == 0);
+}()};
 }  // namespace
 
 void attention_set_decode_tensor_cores(bool enabled) { g_decode_tensor_cores = enabled; }
 bool attention::decode_tensor_cores_enabled() { return g_decode_tensor_cores; }
+void attention_set_prefill_wgmma(bool enabled) { g_prefill_wgmma = enabled; }
+bool attention::prefill_wgmma_enabled() { return g_prefill_wgmma; }
 
 namespace {
 
@@ -32,6 +43,33 @@ bool tile_path(const AttentionParams& p) {
          aligned16(p.v_cache) && aligned16(p.out) && (stride * elem) % 16 == 0;
 }
 
+// Whether the current device runs sm_90a code (compute capability 9.0 exactly), asked once per
+// device: tensor and pipeline parallelism drive several devices from one process.
+bool device_is_sm90() {
+  static std::atomic<uint64_t> known{0}, yes{0};  // bit d: device d asked / is 9.0 (devices 0-63)
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
+  if (bit && (known.load(std::memory_order_acquire) & bit))
+    return (yes.load(std::memory_order_relaxed) & bit) != 0;
+  const bool is90 =
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
+      major == 9 && minor == 0;
+  if (bit) {
+    if (is90) yes.fetch_or(bit, std::memory_order_relaxed);
+    known.fetch_or(bit, std::memory_order_release);
+  }
+  return is90;
+}
+
+// Whether prefill tiles take the Hopper wgmma kernel: a 16-bit cache of the model's dtype on a
+// compute capability 9.0 device, unless switched off.
+bool sm90_tiles(const AttentionParams& p) {
+  return tile_path(p) && p.kv_dtype == p.dtype && attention::prefill_wgmma_enabled() &&
+         device_is_sm90();
+}
+
 // The launchers for model type T, picked by the cache's dtype (T itself or FP8).
 template <typename T>
 cudaError_t launch_tiles(const AttentionParams& p, const AttentionPlan& plan, cudaStream_t stream) {
@@ -46,6 +84,18 @@ cudaError_t launch_tiles(const AttentionParams& p, const AttentionPlan& plan, cu
   }
 }
 
+// The tile kernel that the plan's tile_rows names; the wgmma kernel only where the planner would
+// have chosen it (a plan made on another device or with other params is refused).
+cudaError_t run_tiles(const AttentionParams& p, const AttentionPlan& plan, cudaStream_t stream) {
+  if (plan.tile_rows == kSm90TileRows) {
+    if (!sm90_tiles(p)) return cudaErrorInvalidValue;
+    if (p.dtype == DType::kBF16) return attention::launch_tile_sm90<__nv_bfloat16>(p, plan, stream);
+    return attention::launch_tile_sm90<__half>(p, plan, stream);
+  }
+  if (plan.tile_rows != kAttentionTileRows) return cudaErrorInvalidValue;
+  return PAGELLM_DISPATCH_DTYPE(p.dtype, [&] { return launch_tiles<scalar_t>(p, plan, stream); });
+}
+
 template <typename T>
 cudaError_t launch_splits(const AttentionParams& p, const AttentionPlan& plan, float* partial_out,
                           float* partial_lse, cudaStream_t stream) {
@@ -58,6 +108,29 @@ cudaError_t launch_splits(const AttentionParams& p, const AttentionPlan& plan, f
                                                           stream);
   }
   return attention::launch_split_kv<T, T>(p, plan, partial_out, partial_lse, stream);
+}
+
+// Sorts tile items by the keys their last row reads, most first (ties keep their order): blocks
+// start roughly in index order, so the longest causal tiles begin in the first wave instead of
+// running alone at the end.
+void order_tiles_longest_first(const int32_t* qsl, const int32_t* seq_lens,
+                               std::vector<int32_t>& items) {
+  const size_t n = items.size() / 2;
+  if (n < 2) return;
+  std::vector<std::pair<int64_t, size_t>> keyed(n);  // (-keys, index)
+  for (size_t i = 0; i < n; ++i) {
+    const int s = items[2 * i], r = items[2 * i + 1];
+    const int q_len = qsl[s + 1] - qsl[s];
+    keyed[i] = {-(int64_t{seq_lens[s]} - q_len + r), i};
+  }
+  std::stable_sort(keyed.begin(), keyed.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<int32_t> sorted(items.size());
+  for (size_t i = 0; i < n; ++i) {
+    sorted[2 * i] = items[2 * keyed[i].second];
+    sorted[2 * i + 1] = items[2 * keyed[i].second + 1];
+  }
+  items.swap(sorted);
 }
 
 }  // namespace
@@ -77,7 +150,8 @@ cudaError_t plan_attention(const AttentionParams& p, const int32_t* query_start_
   // kernel would give a row one block per KV head. Decided by the batch size alone, so that a
   // graph shape always gets the same plan.
   const bool split_short_rows = int64_t{p.num_seqs} * p.num_kv_heads < num_sms;
-  int max_split_ctx = 0;
+  int max_split_ctx = 0, max_tile_q_len = 0;
+  std::vector<int> tile_seqs;
   for (int s = 0; s < p.num_seqs; ++s) {
     const int begin = query_start_loc_host[s];
     const int q_len = query_start_loc_host[s + 1] - begin;
@@ -86,10 +160,8 @@ cudaError_t plan_attention(const AttentionParams& p, const int32_t* query_start_
       return cudaErrorInvalidValue;
     if (q_len == 0) continue;
     if (tiles && q_len > 1 && !(split_short_rows && q_len <= attention::kSplitMaxQueryRows)) {
-      for (int r = 0; r < q_len; r += kAttentionTileRows) {
-        out->tile_items.push_back(s);
-        out->tile_items.push_back(r);
-      }
+      tile_seqs.push_back(s);
+      max_tile_q_len = std::max(max_tile_q_len, q_len);
     } else {
       for (int t = begin; t < begin + q_len; ++t) {
         out->split_items.push_back(t);
@@ -98,6 +170,18 @@ cudaError_t plan_attention(const AttentionParams& p, const int32_t* query_start_
       max_split_ctx = std::max(max_split_ctx, seq_lens_host[s]);
     }
   }
+  // The wgmma kernel's 128-row blocks pay off once some sequence has more rows than one mma.sync
+  // tile; short rows only (verification, small chunks) keep the 64-row kernel.
+  out->tile_rows =
+      max_tile_q_len > kAttentionTileRows && sm90_tiles(p) ? kSm90TileRows : kAttentionTileRows;
+  for (int s : tile_seqs) {
+    for (int r = 0; r < query_start_loc_host[s + 1] - query_start_loc_host[s];
+         r += out->tile_rows) {
+      out->tile_items.push_back(s);
+      out->tile_items.push_back(r);
+    }
+  }
+  order_tiles_longest_first(query_start_loc_host, seq_lens_host, out->tile_items);
   const int num_items = static_cast<int>(out->split_items.size() / 2);
   int splits = 1;
   if (fixed_num_splits > attention::kCombineMaxSplits) return cudaErrorInvalidValue;
@@ -134,8 +218,7 @@ cudaError_t run_attention(const AttentionParams& in, const AttentionPlan& plan, 
     return cudaErrorInvalidValue;
   if (plan.num_tile_items > 0) {
     if (!plan.tile_items) return cudaErrorInvalidValue;
-    const cudaError_t err =
-        PAGELLM_DISPATCH_DTYPE(p.dtype, [&] { return launch_tiles<scalar_t>(p, plan, stream); });
+    const cudaError_t err = run_tiles(p, plan, stream);
     if (err != cudaSuccess) return err;
   }
   if (plan.num_split_items > 0) {

@@ -42,6 +42,9 @@ inline bool tile_supported(DType dtype, int head_dim) {
 // Process-wide switch of the tensor-core GQA decode path (benchmarks compare both paths).
 bool decode_tensor_cores_enabled();
 
+// Process-wide switch of the Hopper (wgmma) prefill kernel; off, Hopper runs the mma.sync tiles.
+bool prefill_wgmma_enabled();
+
 // Split-KV kernel over plan.split_items; with num_splits > 1 the last block of each split group
 // merges the group (merge_splits_if_last, counting in plan.split_counters: one per split item and
 // grid row, at most num_heads per item). partial_out: [num_split_items, num_heads, num_splits,
@@ -55,5 +58,11 @@ cudaError_t launch_split_kv(const AttentionParams& p, const AttentionPlan& plan,
 // Tensor-core tile kernel over plan.tile_items (bf16 / f16, head_dim 64 or 128).
 template <typename T, typename KV>
 cudaError_t launch_tile(const AttentionParams& p, const AttentionPlan& plan, cudaStream_t stream);
+
+// Hopper wgmma tile kernel over plan.tile_items of kSm90TileRows rows (bf16 / f16 with a cache of
+// the same dtype, head_dim 64 or 128; compute capability 9.0 only).
+template <typename T>
+cudaError_t launch_tile_sm90(const AttentionParams& p, const AttentionPlan& plan,
+                             cudaStream_t stream);
 
 }  // namespace pagellm::cuda::attention

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The Hopper (wgmma) prefill attention kernel against the mma.sync one, on the GPU machine, from a
+# bundle made by make_bundle.sh: the ceilings probe, the attention kernel tests through both
+# kernels, the kernel benchmark (prefill rows: wgmma, then mma.sync), an Nsight Compute profile of
+# the wgmma kernel (ncu, on request), and `bench throughput` on
+# Llama-3.1-8B shapes (dummy weights), bf16 and FP8, with PAGELLM_PREFILL_WGMMA=1 and =0.
+#   bash BUNDLE/run_prefill_attention.sh BUNDLE [tests] [bench] [ncu] [e2e]
+#   (default: tests bench e2e)
+set -uo pipefail
+SRC=$(cd "${1:?usage: run_prefill_attention.sh BUNDLE [tests] [bench] [e2e]}" && pwd)
+shift
+PARTS=${*:-tests bench e2e}
+. "$SRC/unpack_bundle.sh"
+"$B/cuda_probe" > "$LOGS/probe.log" 2>&1
+say "probe: $(grep -iE 'copy|gemm' "$LOGS/probe.log" | tr '\n' ' ')"
+if [[ $PARTS == *tests* ]]; then
+  timeout 400 "$B/cuda_kernel_tests" --filter attention > "$LOGS/attention_tests.log" 2>&1
+  say "attention tests (exit $?): $(grep -E 'kernel tests:' "$LOGS/attention_tests.log")"
+  grep -E "FAIL" "$LOGS/attention_tests.log" | head -20 | tee -a "$SUMMARY"
+fi
+if [[ $PARTS == *bench* ]]; then
+  timeout 300 "$B/cuda_kernel_tests" --bench-only > "$LOGS/kernel_bench.log" 2>&1
+  say "kernel bench (exit $?):"
+  sed -n '/prefill attention/,/gemm bf16/p' "$LOGS/kernel_bench.log" | tee -a "$SUMMARY"
+fi
+if [[ $PARTS == *ncu* ]]; then  # where the wgmma kernel's time goes: its first benchmark launch
+  NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  timeout 300 "$NCU" --kernel-name regex:tile_attention_sm90 --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section Occupancy \
+    "$B/cuda_kernel_tests" --bench-only > "$LOGS/ncu_attention.txt" 2>&1
+  say "ncu (exit $?):"
+  grep -E "Duration|Throughput|Stall|Issue|Eligible|Active Warps|Pipe|L2|L1|Registers" \
+    "$LOGS/ncu_attention.txt" | head -60 | tee -a "$SUMMARY"
+fi
+if [[ $PARTS == *e2e* ]]; then
+  for q in bf16 fp8; do
+    flags=()
+    [ $q = fp8 ] && flags=(--quantization fp8)
+    for wg in 1 0; do
+      for shape in "prefill_64x1024 --num-prompts 64 --input-len 1024 --output-len 1" \
+                   "1000x1024x128 --num-prompts 1000 --input-len 1024 --output-len 128"; do
+        set -- $shape
+        name=$1
+        shift
+        log=$LOGS/bench_${name}_${q}_wgmma$wg.log
+        PAGELLM_PREFILL_WGMMA=$wg timeout 300 "$B/pagellm" bench throughput \
+          --model "$B/llama31-8b" --load-format dummy --device cuda --max-model-len 2048 "$@" \
+          "${flags[@]}" > "$log" 2>&1
+        say "bench ${name} $q wgmma=$wg (exit $?): $(grep -E 'Throughput' "$log")"
+      done
+    done
+  done
+fi
+echo "==== summary"
+cat "$SUMMARY"
