@@ -2,9 +2,11 @@
 # The Hopper (wgmma) prefill attention kernel against the mma.sync one, on the GPU machine, from a
 # bundle made by make_bundle.sh: the ceilings probe, the attention kernel tests through both
 # kernels, the kernel benchmark (prefill rows: wgmma, then mma.sync), an Nsight Compute profile of
-# the wgmma kernel (ncu, on request), and `bench throughput` on
+# the wgmma kernel (ncu, on request), pycode-draft-10M's perplexity and greedy text through both
+# kernels (model: needs models/pycode-draft-10M and heldout_python.txt in the bundle), and
+# `bench throughput` on
 # Llama-3.1-8B shapes (dummy weights), bf16 and FP8, with PAGELLM_PREFILL_WGMMA=1 and =0.
-#   bash BUNDLE/run_prefill_attention.sh BUNDLE [tests] [bench] [ncu] [e2e]
+#   bash BUNDLE/run_prefill_attention.sh BUNDLE [tests] [bench] [ncu] [model] [e2e]
 #   (default: tests bench e2e)
 set -uo pipefail
 SRC=$(cd "${1:?usage: run_prefill_attention.sh BUNDLE [tests] [bench] [e2e]}" && pwd)
@@ -32,6 +34,38 @@ if [[ $PARTS == *ncu* ]]; then  # where the wgmma kernel's time goes: its first 
   say "ncu (exit $?):"
   grep -E "Duration|Throughput|Stall|Issue|Eligible|Active Warps|Pipe|L2|L1|Registers" \
     "$LOGS/ncu_attention.txt" | head -60 | tee -a "$SUMMARY"
+fi
+if [[ $PARTS == *model* ]]; then  # a trained model (head_dim 64) through both kernels
+  P=$B/models/pycode-draft-10M
+  python3 - "$B/heldout_python.txt" "$B/ppl_prompt.jsonl" "$B/greedy_prompts.jsonl" <<'PY'
+import json, sys
+text = open(sys.argv[1]).read()
+with open(sys.argv[2], "w") as f:
+    f.write(json.dumps({"prompt": text, "max_tokens": 1, "temperature": 0, "prompt_logprobs": 1}) + "\n")
+code = text.split("\n")
+prompts = ["\n".join(code[:n]) + "\n" for n in (40, 90, 150)]
+with open(sys.argv[3], "w") as f:
+    for p in prompts:
+        f.write(json.dumps({"prompt": p, "max_tokens": 64, "temperature": 0}) + "\n")
+PY
+  for wg in 1 0; do
+    for p in ppl greedy; do
+      prompts=$B/ppl_prompt.jsonl
+      [ $p = greedy ] && prompts=$B/greedy_prompts.jsonl
+      PAGELLM_PREFILL_WGMMA=$wg timeout 120 "$B/pagellm" generate --device cuda --model "$P" \
+        --max-model-len 4096 --prompts-file "$prompts" --output "$LOGS/${p}_wgmma$wg.jsonl" \
+        2> "$LOGS/${p}_wgmma$wg.err"
+      say "pycode-draft-10M $p wgmma=$wg (exit $?)"
+    done
+  done
+  if cmp -s "$LOGS/greedy_wgmma1.jsonl" "$LOGS/greedy_wgmma0.jsonl"; then same=identical; else same=DIFFER; fi
+  say "greedy 3 x 64 tokens (prompts of 40-150 lines), wgmma vs mma.sync: $same"
+  python3 -c 'import json,math,sys
+for path in sys.argv[1:]:
+    r = json.loads(open(path).readline())
+    lp = [x["logprob"] for x in r["prompt_logprobs"] if x]
+    print("%s: perplexity %.4f over %d tokens" % (path.split("/")[-1], math.exp(-sum(lp) / len(lp)), len(lp)))' \
+    "$LOGS"/ppl_wgmma*.jsonl | tee -a "$SUMMARY"
 fi
 if [[ $PARTS == *e2e* ]]; then
   for q in bf16 fp8; do
