@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/cuda/kernels.h"
+
 namespace pagellm::cuda::attention {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -67,6 +69,52 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   } else {
     __half2 v = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
+  }
+}
+
+// Where a block of a tile kernel works: tile item blockIdx.x (a sequence and its first query row)
+// for query head blockIdx.y, over `rows` query rows and the keys the last of them reads.
+struct TileSpan {
+  int seq, row0, head, kv_head;
+  int q_begin, q_len;  // the sequence's query tokens
+  int pos0;            // position of its query row 0
+  int n_keys;          // keys up to the block's last row, causal
+};
+
+__device__ __forceinline__ TileSpan tile_span(const AttentionParams& p, const AttentionPlan& plan,
+                                              int rows) {
+  TileSpan t;
+  t.seq = plan.tile_items[2 * blockIdx.x];
+  t.row0 = plan.tile_items[2 * blockIdx.x + 1];
+  t.head = blockIdx.y;
+  t.kv_head = t.head / (p.num_heads / p.num_kv_heads);
+  t.q_begin = p.query_start_loc[t.seq];
+  t.q_len = p.query_start_loc[t.seq + 1] - t.q_begin;
+  t.pos0 = p.seq_lens[t.seq] - t.q_len;
+  t.n_keys = t.pos0 + min(t.row0 + rows, t.q_len);
+  return t;
+}
+
+// Stores a thread's two output rows (query rows row_a and row_a + 8 of the span's sequence; rows
+// at or past q_len are skipped) from mma accumulators o, times inv_a / inv_b, into p.out
+// [num_tokens, num_heads, D].
+template <typename T, int D>
+__device__ __forceinline__ void store_tile_rows(const AttentionParams& p, const TileSpan& t,
+                                                const float (&o)[D / 8][4], int row_a, int t4,
+                                                float inv_a, float inv_b) {
+  const int row_b = row_a + 8;
+  T* out = static_cast<T*>(p.out);
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) {
+    const int d = i * 8 + 2 * t4;
+    if (row_a < t.q_len) {
+      T* dst = out + (static_cast<int64_t>(t.q_begin + row_a) * p.num_heads + t.head) * D + d;
+      *reinterpret_cast<uint32_t*>(dst) = pack2<T>(o[i][0] * inv_a, o[i][1] * inv_a);
+    }
+    if (row_b < t.q_len) {
+      T* dst = out + (static_cast<int64_t>(t.q_begin + row_b) * p.num_heads + t.head) * D + d;
+      *reinterpret_cast<uint32_t*>(dst) = pack2<T>(o[i][2] * inv_b, o[i][3] * inv_b);
+    }
   }
 }
 

@@ -92,25 +92,17 @@ __global__ void __launch_bounds__(kTileThreads)
   // FP8: raw codes, [2 stages, K / V, kTileN, D] bytes.
   unsigned char* s_raw = reinterpret_cast<unsigned char*>(s_v + (kFp8 ? 1 : 2) * kTileN * D);
 
-  const int seq = plan.tile_items[2 * blockIdx.x];
-  const int row0 = plan.tile_items[2 * blockIdx.x + 1];
-  const int head = blockIdx.y;
-  const int kv_head = head / (p.num_heads / p.num_kv_heads);
-  const int q_begin = p.query_start_loc[seq];
-  const int q_len = p.query_start_loc[seq + 1] - q_begin;
-  const int ctx = p.seq_lens[seq];
-  const int pos0 = ctx - q_len;  // position of query row 0
-  const int last_row = min(row0 + kTileM, q_len) - 1;
-  const int n_keys = pos0 + last_row + 1;
+  const TileSpan t = tile_span(p, plan, kTileM);
+  const int row0 = t.row0, q_begin = t.q_begin, q_len = t.q_len, pos0 = t.pos0, n_keys = t.n_keys;
   const int n_tiles = (n_keys + kTileN - 1) / kTileN;
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
-  const T* q_base = static_cast<const T*>(p.q) + static_cast<int64_t>(head) * D;
-  const KV* k_base = static_cast<const KV*>(p.k_cache) + static_cast<int64_t>(kv_head) * D;
-  const KV* v_base = static_cast<const KV*>(p.v_cache) + static_cast<int64_t>(kv_head) * D;
+  const int32_t* table = p.block_tables + static_cast<int64_t>(t.seq) * p.max_blocks_per_seq;
+  const T* q_base = static_cast<const T*>(p.q) + static_cast<int64_t>(t.head) * D;
+  const KV* k_base = static_cast<const KV*>(p.k_cache) + static_cast<int64_t>(t.kv_head) * D;
+  const KV* v_base = static_cast<const KV*>(p.v_cache) + static_cast<int64_t>(t.kv_head) * D;
 
   for (int c = tid; c < kTileM * kChunks; c += kTileThreads) {
     const int r = c / kChunks, ch = c % kChunks;
@@ -225,21 +217,7 @@ __global__ void __launch_bounds__(kTileThreads)
   const float vs = kv_scale<KV>(p.v_scale);
   const float inv_a = l_a > 0.f ? vs / l_a : 0.f;
   const float inv_b = l_b > 0.f ? vs / l_b : 0.f;
-  const int row_a = row0 + wrow + g;
-  const int row_b = row_a + 8;
-  T* out = static_cast<T*>(p.out);
-#pragma unroll
-  for (int i = 0; i < D / 8; ++i) {
-    const int d = i * 8 + 2 * t4;
-    if (row_a < q_len) {
-      T* dst = out + (static_cast<int64_t>(q_begin + row_a) * p.num_heads + head) * D + d;
-      *reinterpret_cast<uint32_t*>(dst) = pack2<T>(o[i][0] * inv_a, o[i][1] * inv_a);
-    }
-    if (row_b < q_len) {
-      T* dst = out + (static_cast<int64_t>(q_begin + row_b) * p.num_heads + head) * D + d;
-      *reinterpret_cast<uint32_t*>(dst) = pack2<T>(o[i][2] * inv_b, o[i][3] * inv_b);
-    }
-  }
+  store_tile_rows<T, D>(p, t, o, row0 + wrow + g, t4, inv_a, inv_b);
 }
 
 template <typename T, typename KV, int D>

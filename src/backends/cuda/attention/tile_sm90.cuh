@@ -158,24 +158,17 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
   unsigned char* s_k = s_q + kSm90TileRows * D * 2;       // [kSm90Stages][kSm90Keys, D]
   unsigned char* s_v = s_k + kSm90Stages * kKvTileBytes;  // [kSm90Stages][kSm90Keys, D]
 
-  const int seq = plan.tile_items[2 * blockIdx.x];
-  const int row0 = plan.tile_items[2 * blockIdx.x + 1];
-  const int head = blockIdx.y;
-  const int kv_head = head / (p.num_heads / p.num_kv_heads);
-  const int q_begin = p.query_start_loc[seq];
-  const int q_len = p.query_start_loc[seq + 1] - q_begin;
-  const int pos0 = p.seq_lens[seq] - q_len;  // position of query row 0
-  const int last_row = min(row0 + kSm90TileRows, q_len) - 1;
-  const int n_keys = pos0 + last_row + 1;
+  const TileSpan t = tile_span(p, plan, kSm90TileRows);
+  const int row0 = t.row0, q_begin = t.q_begin, q_len = t.q_len, pos0 = t.pos0, n_keys = t.n_keys;
   const int n_tiles = (n_keys + kSm90Keys - 1) / kSm90Keys;
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
-  const T* q_base = static_cast<const T*>(p.q) + static_cast<int64_t>(head) * D;
-  const T* k_base = static_cast<const T*>(p.k_cache) + static_cast<int64_t>(kv_head) * D;
-  const T* v_base = static_cast<const T*>(p.v_cache) + static_cast<int64_t>(kv_head) * D;
+  const int32_t* table = p.block_tables + static_cast<int64_t>(t.seq) * p.max_blocks_per_seq;
+  const T* q_base = static_cast<const T*>(p.q) + static_cast<int64_t>(t.head) * D;
+  const T* k_base = static_cast<const T*>(p.k_cache) + static_cast<int64_t>(t.kv_head) * D;
+  const T* v_base = static_cast<const T*>(p.v_cache) + static_cast<int64_t>(t.kv_head) * D;
 
   for (int c = tid; c < kSm90TileRows * kChunks; c += kSm90Threads) {
     const int r = c / kChunks, ch = c % kChunks;
@@ -296,21 +289,7 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
   quad_sum(l_a, l_b);
   const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f;
   const float inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
-  const int row_a = row0 + wrow + g;
-  const int row_b = row_a + 8;
-  T* out = static_cast<T*>(p.out);
-#pragma unroll
-  for (int i = 0; i < D / 8; ++i) {
-    const int d = i * 8 + 2 * t4;
-    if (row_a < q_len) {
-      T* dst = out + (static_cast<int64_t>(q_begin + row_a) * p.num_heads + head) * D + d;
-      *reinterpret_cast<uint32_t*>(dst) = pack2<T>(o[i][0] * inv_a, o[i][1] * inv_a);
-    }
-    if (row_b < q_len) {
-      T* dst = out + (static_cast<int64_t>(q_begin + row_b) * p.num_heads + head) * D + d;
-      *reinterpret_cast<uint32_t*>(dst) = pack2<T>(o[i][2] * inv_b, o[i][3] * inv_b);
-    }
-  }
+  store_tile_rows<T, D>(p, t, o, row0 + wrow + g, t4, inv_a, inv_b);
 #endif  // PAGELLM_WGMMA_AVAILABLE
 }
 
