@@ -5,9 +5,9 @@
 //
 // One block = two warpgroups = 128 query rows of one sequence and one query head (64 rows per
 // warpgroup, 16 per warp; each thread holds rows g and g + 8 of its warp's 16, as in mma.sync).
-// K/V tiles of 128 keys are gathered from the paged cache with cp.async into two stages, so tile
-// j + 1 loads while tile j is multiplied; both warpgroups read each tile, halving the K/V traffic
-// per query row of a 64-row block. A warpgroup skips the tiles that lie wholly past its last row
+// K/V tiles of 128 keys are gathered from the paged cache with cp.async into three stages, so tile
+// j + 1 loads while tile j's scores and tile j - 1's P·V are multiplied; both warpgroups read each
+// tile, halving the K/V traffic per query row of a 64-row block. A warpgroup skips the tiles that lie wholly past its last row
 // (the causal diagonal) but keeps the block's barriers.
 //
 // Included once per dtype by tile_sm90_*.cu. Code built for sm_80 gets an empty body; the planner
