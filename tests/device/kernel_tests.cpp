@@ -315,11 +315,11 @@ struct Heads {
 constexpr Heads kAttnHeads[] = {{8, 8}, {16, 4}, {32, 4}};
 constexpr DType kAttnDtypes[] = {DType::kBF16, DType::kF16, DType::kF32};
 
-// Prefill and chunked prefill (cached prefix + new tokens), mixed with decode tokens, and
-// speculative verification rows.
-void prefill_cases() {
+// Prefill and chunked prefill (cached prefix + new tokens), mixed with decode tokens, in the
+// given dtypes.
+void prefill_cases(std::initializer_list<DType> dtypes) {
   const auto& heads = kAttnHeads;
-  for (DType t : kAttnDtypes) {
+  for (DType t : dtypes) {
     for (int d : {8, 64, 128}) {
       for (Heads hd : heads) {
         for (int bs : {16, 32}) {
@@ -347,16 +347,6 @@ void prefill_cases() {
                     {1000, 129, 3000},
                     0,
                     "prefill 1000 + 129 + chunk 64"});
-    // Speculative verification rows (1 + k tokens): split-KV items in small batches, tiles in
-    // large ones; the graph shapes' fixed split counts too.
-    for (int d : {64, 128}) {
-      test_attention({t, 32, 8, d, 16, {5}, {1000}, 0, "verify 1+4 b1"});
-      test_attention({t, 6, 2, d, 16, {2, 8, 5}, {40, 3000, 5}, 0, "verify 1+k b3"});
-      test_attention({t, 32, 8, d, 16, std::vector<int>(4, 5), pick({5, 17, 300, 2000}, 4), 8,
-                      "verify 1+4 b4 fixed splits"});
-      test_attention({t, 32, 8, d, 16, std::vector<int>(32, 5), pick({5, 17, 300, 2000}, 32), 0,
-                      "verify 1+4 b32 tiles"});
-    }
   }
 }
 
@@ -410,11 +400,26 @@ void attention_suite() {
   }
   // Prefill and chunked prefill (cached prefix + new tokens), mixed with decode tokens; on Hopper
   // through the wgmma kernel (128-row tiles, the default) and the mma.sync one (64-row tiles).
+  // f32 never takes the tile kernels, so its cases run once.
   for (bool wgmma : {true, false}) {
     attention_set_prefill_wgmma(wgmma);
-    prefill_cases();
+    prefill_cases({DType::kBF16, DType::kF16});
   }
   attention_set_prefill_wgmma(true);
+  prefill_cases({DType::kF32});
+  // Speculative verification rows (1 + k tokens): split-KV items in small batches, tiles in large
+  // ones (rows this short take the 64-row kernel on every GPU); the graph shapes' fixed split
+  // counts too.
+  for (DType t : dtypes) {
+    for (int d : {64, 128}) {
+      test_attention({t, 32, 8, d, 16, {5}, {1000}, 0, "verify 1+4 b1"});
+      test_attention({t, 6, 2, d, 16, {2, 8, 5}, {40, 3000, 5}, 0, "verify 1+k b3"});
+      test_attention({t, 32, 8, d, 16, std::vector<int>(4, 5), pick({5, 17, 300, 2000}, 4), 8,
+                      "verify 1+4 b4 fixed splits"});
+      test_attention({t, 32, 8, d, 16, std::vector<int>(32, 5), pick({5, 17, 300, 2000}, 32), 0,
+                      "verify 1+4 b32 tiles"});
+    }
+  }
   // FP8 caches (bf16 / f16 models): every kernel path (tile prefill, tensor-core GQA decode,
   // CUDA-core decode for MHA and generic head_dim), splits, chunked prefill.
   for (DType t : {DType::kBF16, DType::kF16}) {
