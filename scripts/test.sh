@@ -10,7 +10,7 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 FAST=0
 [ "${1:-}" = "--fast" ] && FAST=1
 
-stage() { echo; echo "=== $* ==="; }
+stage() { echo; echo "=== $* === ($(date -u +%T) UTC, ${SECONDS}s in)"; }
 
 stage "CPU build (Release)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -74,10 +74,12 @@ stage "end-to-end tests"
 for t in tests/e2e/*_test.sh; do
   [ -e "$t" ] || continue
   echo "e2e: $t"
+  started=$SECONDS
   PAGELLM_BIN="$ROOT/build/pagellm" bash "$t"
+  echo "e2e: $t took $((SECONDS - started))s"
 done
 if ls tests/e2e/*.test.mjs >/dev/null 2>&1; then
   PAGELLM_BIN="$ROOT/build/pagellm" node --test --test-concurrency=1 tests/e2e/*.test.mjs
 fi
 echo
-echo "all tests passed"
+echo "all tests passed (${SECONDS}s)"
