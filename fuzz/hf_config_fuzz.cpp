@@ -22,6 +22,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         (c.moe.top_k < 1 || c.moe.top_k > c.moe.num_experts || c.moe.intermediate_size <= 0 ||
          int64_t(c.moe.dense_layer.size()) != c.num_hidden_layers))
       std::abort();
+    // A window names every layer's kind; Gemma's attention scale is finite.
+    if (c.sliding_window > 0 && int64_t(c.sliding_layer.size()) != c.num_hidden_layers)
+      std::abort();
+    if (c.gemma.enabled && !(c.gemma.query_pre_attn_scalar > 0.0)) std::abort();
   } catch (const pagellm::Error&) {
   }
   try {

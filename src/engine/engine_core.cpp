@@ -56,8 +56,9 @@ void EngineCore::init(std::unique_ptr<runner::ModelRunner> runner) {
     invalid_argument("--max-model-len " + std::to_string(args_.max_model_len) +
                      " exceeds the model's max_position_embeddings (" + std::to_string(model_len) + ")");
   }
-  if (config.sliding_window > 0 && config.sliding_window < model_len) {
-    // Within the window, sliding-window attention attends every earlier token, as our kernels do.
+  if (config.sliding_window > 0 && config.sliding_window < model_len && args_.device != "cpu") {
+    // The CPU backend attends within each sliding layer's window; the GPU kernels attend every
+    // earlier token, which within the window is the same attention.
     const std::string window = std::to_string(config.sliding_window);
     if (args_.max_model_len > config.sliding_window)
       unsupported("--max-model-len " + std::to_string(args_.max_model_len) +

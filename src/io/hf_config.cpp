@@ -1,5 +1,6 @@
 #include "io/hf_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -129,6 +130,8 @@ constexpr ArchInfo kArchitectures[] = {
     {"Qwen3MoeForCausalLM", "qwen3_moe"},
     {"MixtralForCausalLM", "mixtral"},
     {"Phi3ForCausalLM", "phi3"},
+    {"Gemma2ForCausalLM", "gemma2"},
+    {"Gemma3ForCausalLM", "gemma3_text"},
 };
 // clang-format on
 
@@ -151,10 +154,15 @@ void read_architecture(const json& j, const FieldReader& f, const std::string& s
   }
   if (arch.empty() && model_type.empty())
     invalid_argument(source + ": neither 'architectures' nor 'model_type' is set");
+  if (arch == "Gemma3ForConditionalGeneration" || (arch.empty() && model_type == "gemma3"))
+    unsupported(source +
+                ": field 'architectures': Gemma3ForConditionalGeneration (Gemma 3 with "
+                "its vision tower) is not supported; the text-only Gemma3ForCausalLM is");
   unsupported(
       source + ": unsupported architecture '" + (arch.empty() ? model_type : arch) +
       "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-      "Qwen3MoeForCausalLM, MixtralForCausalLM, Phi3ForCausalLM)");
+      "Qwen3MoeForCausalLM, MixtralForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, "
+      "Gemma3ForCausalLM)");
 }
 
 // A list of head_dim / 2 positive factors.
@@ -196,14 +204,22 @@ void read_longrope(const json& j, const json& r, const FieldReader& rf, const st
 
 // rope_scaling (transformers 4.x) or rope_parameters (5.x, which also carries rope_theta).
 void read_rope(const json& j, const FieldReader& f, const std::string& source, ModelConfig& c) {
-  c.rope_theta = f.number("rope_theta", 10000.0);
+  c.rope_theta = f.number("rope_theta", c.model_type == "gemma3_text" ? 1000000.0 : 10000.0);
   const char* key = nullptr;
   for (const char* k : {"rope_scaling", "rope_parameters"})
     if (f.has(k)) key = k;
   if (key == nullptr) return;
-  const json& r = j.at(key);
-  if (!r.is_object()) f.fail(key, "an object or null");
-  const std::string rsource = source + ": " + key;
+  const json* rp = &j.at(key);
+  if (!rp->is_object()) f.fail(key, "an object or null");
+  std::string rsource = source + ": " + key;
+  // transformers 5 writes Gemma 3's as one object per layer kind: the global layers' is the
+  // model's rope (read_gemma takes the sliding layers' base).
+  if (rp->contains("full_attention")) {
+    rp = &rp->at("full_attention");
+    rsource += ".full_attention";
+    if (!rp->is_object()) f.fail(key, "an object of rope objects");
+  }
+  const json& r = *rp;
   FieldReader rf(r, rsource);
   if (rf.has("rope_theta")) c.rope_theta = rf.number("rope_theta", c.rope_theta);
   if (rf.number("partial_rotary_factor", 1.0) != 1.0)
@@ -238,6 +254,75 @@ void read_rope(const json& j, const FieldReader& f, const std::string& source, M
               kMaxPositions);
 }
 
+// Which layers slide: config.json's layer_types (transformers 5) when present, else each family's
+// rule: Gemma 2 every other layer from the first, Gemma 3 all but every sliding_window_pattern-th,
+// Qwen2 / Qwen3 the layers from max_window_layers on, every layer for the others (Mistral).
+std::vector<bool> sliding_layer_pattern(const json& j, const FieldReader& f,
+                                        const std::string& source, const ModelConfig& c) {
+  const auto n = static_cast<size_t>(c.num_hidden_layers);
+  std::vector<bool> slides(n, true);
+  if (f.has("layer_types")) {
+    const json& types = j.at("layer_types");
+    if (!types.is_array() || types.size() != n)
+      f.fail("layer_types", "a list of num_hidden_layers layer kinds");
+    for (size_t l = 0; l < n; ++l) {
+      const json& t = types[l];
+      if (!t.is_string() ||
+          (t != "sliding_attention" && t != "full_attention" && t != "chunked_attention"))
+        f.fail("layer_types", "a list of \"sliding_attention\" / \"full_attention\"");
+      if (t == "chunked_attention")
+        unsupported(source + ": field 'layer_types': chunked_attention is not supported");
+      slides[l] = t == "sliding_attention";
+    }
+    return slides;
+  }
+  if (c.model_type == "gemma2") {
+    for (size_t l = 0; l < n; ++l) slides[l] = l % 2 == 0;
+  } else if (c.model_type == "gemma3_text") {
+    const int64_t pattern = f.integer("sliding_window_pattern", 6);
+    check_range(source, "sliding_window_pattern", pattern, 1, kMaxLayers);
+    for (size_t l = 0; l < n; ++l) slides[l] = (int64_t(l) + 1) % pattern != 0;
+  } else if (c.model_type == "qwen2" || c.model_type == "qwen3" || c.model_type == "qwen3_moe") {
+    const int64_t first = f.integer("max_window_layers", 28);  // transformers' default
+    check_range(source, "max_window_layers", first, 0, kMaxLayers);
+    for (size_t l = 0; l < n; ++l) slides[l] = int64_t(l) >= first;
+  }
+  return slides;
+}
+
+// Gemma 2 / 3's fields, with transformers' defaults where config.json leaves them out (Gemma 2
+// caps scores at 50 and logits at 30 unless told null; Gemma 3 caps neither).
+void read_gemma(const json& j, const FieldReader& f, const std::string& source, ModelConfig& c) {
+  GemmaConfig& g = c.gemma;
+  const bool gemma2 = c.model_type == "gemma2";
+  g.query_pre_attn_scalar = f.number("query_pre_attn_scalar", 256.0);
+  if (!(g.query_pre_attn_scalar > 0.0)) f.fail("query_pre_attn_scalar", "positive");
+  auto cap = [&](const char* key, double def) {
+    if (!j.contains(key)) return def;
+    const double v = f.number(key, 0.0);  // null: no cap
+    if (v < 0.0) f.fail(key, "positive or null");
+    return v;
+  };
+  if (f.boolean("use_bidirectional_attention", false))
+    unsupported(source +
+                ": field 'use_bidirectional_attention': bidirectional (embedding) Gemma "
+                "models are not supported");
+  g.attn_logit_softcapping = cap("attn_logit_softcapping", gemma2 ? 50.0 : 0.0);
+  g.final_logit_softcapping = cap("final_logit_softcapping", gemma2 ? 30.0 : 0.0);
+  if (gemma2) return;
+  g.local_rope_theta = f.number("rope_local_base_freq", 10000.0);
+  if (f.has("rope_parameters") && j.at("rope_parameters").contains("sliding_attention")) {
+    const json& local = j.at("rope_parameters").at("sliding_attention");
+    const std::string lsource = source + ": rope_parameters.sliding_attention";
+    if (!local.is_object()) f.fail("rope_parameters", "an object of rope objects");
+    const FieldReader lf(local, lsource);
+    if (lf.string("rope_type", "default") != "default")
+      unsupported(lsource + ": only the default rope type is supported for sliding layers");
+    g.local_rope_theta = lf.number("rope_theta", g.local_rope_theta);
+  }
+  if (!(g.local_rope_theta > 0.0)) f.fail("rope_local_base_freq", "positive");
+}
+
 // A window that can actually cut the context is recorded in c.sliding_window (the engine serves
 // such a model up to the window, where full attention is the same attention).
 void read_sliding_window(const json& j, const FieldReader& f, const std::string& source,
@@ -254,6 +339,11 @@ void read_sliding_window(const json& j, const FieldReader& f, const std::string&
   check_range(source, "sliding_window", window, 1, kMaxPositions);
   if (window >= c.max_position_embeddings) return;
   c.sliding_window = window;
+  c.sliding_layer = sliding_layer_pattern(j, f, source, c);
+  if (std::find(c.sliding_layer.begin(), c.sliding_layer.end(), true) == c.sliding_layer.end()) {
+    c.sliding_window = 0;  // no layer slides (e.g. Qwen2 below max_window_layers)
+    c.sliding_layer.clear();
+  }
 }
 
 // The mixture-of-experts fields of Qwen3-MoE (num_experts, which transformers 5 writes as
@@ -305,9 +395,14 @@ void validate(const FieldReader& f, const std::string& source, const ModelConfig
     invalid_argument(source + ": head_dim must be even for rotary embeddings");
   if (!(c.rms_norm_eps > 0.0)) invalid_argument(source + ": field 'rms_norm_eps' must be positive");
   if (!(c.rope_theta > 0.0)) invalid_argument(source + ": field 'rope_theta' must be positive");
-  const std::string act = f.string("hidden_act", "silu");
-  if (act != "silu")
-    unsupported(source + ": hidden_act '" + act + "' is not supported (only silu)");
+  // Gemma's MLP is gelu-tanh (config.json's hidden_activation, older ones hidden_act).
+  const bool gemma = c.gemma.enabled;
+  const char* act_key = gemma && f.has("hidden_activation") ? "hidden_activation" : "hidden_act";
+  const std::string want = gemma ? "gelu_pytorch_tanh" : "silu";
+  const std::string act = f.string(act_key, want);
+  if (act != want)
+    unsupported(source + ": " + act_key + " '" + act + "' is not supported for " + c.model_type +
+                " (only " + want + ")");
   if (f.boolean("mlp_bias", false)) unsupported(source + ": mlp_bias = true is not supported");
   if (f.number("partial_rotary_factor", 1.0) != 1.0)
     unsupported(source +
@@ -323,6 +418,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   const FieldReader f(j, source);
   ModelConfig c;
   read_architecture(j, f, source, c);
+  c.gemma.enabled = c.model_type == "gemma2" || c.model_type == "gemma3_text";
   c.vocab_size = f.integer("vocab_size", 0);
   c.hidden_size = f.integer("hidden_size", 0);
   c.intermediate_size = f.integer("intermediate_size", 0);
@@ -335,10 +431,11 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.max_position_embeddings = f.integer("max_position_embeddings", 2048);
   c.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
   read_rope(j, f, source, c);
-  c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
+  c.tie_word_embeddings = f.boolean("tie_word_embeddings", c.gemma.enabled);
   // Qwen2 always has q/k/v biases; Llama and Qwen3 make them optional; Mistral has none.
   c.attention_bias = c.model_type == "qwen2" || f.boolean("attention_bias", false);
-  c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
+  c.qk_norm =
+      c.model_type == "qwen3" || c.model_type == "qwen3_moe" || c.model_type == "gemma3_text";
   const std::string dtype_key = f.has("torch_dtype") ? "torch_dtype" : "dtype";
   const std::string dtype = f.string(dtype_key.c_str(), "float32");
   const auto parsed = dtype_from_torch_name(dtype);
@@ -357,6 +454,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
         source + ": hidden_size is not a multiple of num_attention_heads and head_dim is not set");
   validate(f, source, c);
   read_moe(j, f, source, c);
+  if (c.gemma.enabled) read_gemma(j, f, source, c);
   read_sliding_window(j, f, source, c);
   if (j.contains("quantization_config") && !j["quantization_config"].is_null())
     c.quant = quant::parse_quant_config(j["quantization_config"], source);

@@ -1,6 +1,7 @@
 // Hugging Face config.json and generation_config.json for the Llama family (Llama, Mistral, Qwen2,
-// Qwen3), its mixture-of-experts variants (Qwen3-MoE, Mixtral) and Phi-3. Parsing validates every
-// field it reads; a malformed file throws pagellm::Error naming the file and the field.
+// Qwen3), its mixture-of-experts variants (Qwen3-MoE, Mixtral), Phi-3 and Gemma 2 / 3 (text).
+// Parsing validates every field it reads; a malformed file throws pagellm::Error naming the file
+// and the field.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +45,18 @@ struct MoeConfig {
   std::vector<bool> dense_layer;  // [num_hidden_layers]: true where the layer's MLP is dense
 };
 
+// What Gemma 2 and Gemma 3 (text) change in the Llama recipe. With `enabled`: RMSNorm scales by
+// (1 + w); the embedding is multiplied by sqrt(hidden_size); the MLP is gelu-tanh(gate) * up; each
+// layer normalises its attention and MLP outputs before adding them (post_attention_layernorm,
+// post_feedforward_layernorm) and its MLP input with pre_feedforward_layernorm.
+struct GemmaConfig {
+  bool enabled = false;
+  double query_pre_attn_scalar = 256.0;  // attention scores scale by its inverse square root
+  double attn_logit_softcapping = 0.0;   // > 0: scores = cap * tanh(scores / cap) (Gemma 2)
+  double final_logit_softcapping = 0.0;  // > 0: the same on the logits (Gemma 2)
+  double local_rope_theta = 0.0;         // > 0: sliding layers' rotary base, unscaled (Gemma 3)
+};
+
 struct ModelConfig {
   std::string architecture;  // e.g. "LlamaForCausalLM"
   std::string model_type;    // e.g. "llama"
@@ -55,10 +68,16 @@ struct ModelConfig {
   int64_t num_key_value_heads = 0;
   int64_t head_dim = 0;  // defaults to hidden_size / num_attention_heads
   int64_t max_position_embeddings = 0;
-  // > 0: config.json's sliding_window cuts the context (some or all layers attend only the last
-  // sliding_window tokens). The kernels attend every token, which is the same attention only up to
-  // sliding_window tokens, so the engine caps max_model_len there.
+  // > 0: config.json's sliding_window cuts the context: the layers marked in sliding_layer attend
+  // only the last sliding_window positions (the query's own included). The CPU backend attends
+  // so; the CUDA kernels attend every position, the same attention only up to sliding_window
+  // tokens, so there the engine caps max_model_len at the window.
   int64_t sliding_window = 0;
+  std::vector<bool> sliding_layer;  // [num_hidden_layers] when sliding_window > 0
+  // The window of (whole-model) layer `layer`, 0 for full attention.
+  int64_t layer_window(int64_t layer) const {
+    return sliding_window > 0 && sliding_layer.at(static_cast<size_t>(layer)) ? sliding_window : 0;
+  }
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
@@ -71,6 +90,7 @@ struct ModelConfig {
   // config.json's quantization_config, combined with --quantization by the model loader.
   quant::QuantConfig quant;
   MoeConfig moe;
+  GemmaConfig gemma;
   bool is_moe() const { return moe.num_experts > 0; }
   // Whether the MLP of (whole-model) layer `layer` is a mixture of experts.
   bool moe_layer(int64_t layer) const {

@@ -92,6 +92,18 @@ LlamaModel::LlamaModel(io::ModelConfig config, LlamaWeights weights, ModelParall
   if (par_.shard.pp_size > 1 && par_.world == nullptr)
     throw_error(ErrorKind::kInternal, "llama: pipeline parallelism needs a world communicator");
   inv_freq_ = cpu::rope_inv_freq(config_.rope_scaling, config_.rope_theta, config_.head_dim);
+  if (config_.gemma.local_rope_theta > 0.0)
+    local_inv_freq_ = cpu::rope_inv_freq({}, config_.gemma.local_rope_theta, config_.head_dim);
+  if (config_.gemma.enabled) {  // Gemma's RMSNorm scales by (1 + w), in fp32 as transformers does
+    auto plus_one = [](std::vector<float>& w) {
+      for (float& x : w) x += 1.0f;
+    };
+    plus_one(w_.final_norm);
+    for (LlamaLayerWeights& lw : w_.layers)
+      for (auto* v : {&lw.input_norm, &lw.post_norm, &lw.attn_out_norm, &lw.mlp_out_norm,
+                      &lw.q_norm, &lw.k_norm})
+        plus_one(*v);
+  }
   const auto& c = local_;
   const int64_t hd = c.head_dim;
   const int64_t qkv_width = (c.num_attention_heads + 2 * c.num_key_value_heads) * hd;
@@ -144,6 +156,10 @@ std::span<const float> LlamaModel::forward(const ForwardBatch& batch, KvCache& c
   attn_.resize(static_cast<size_t>(n * c.num_attention_heads * hd));
   rope_cos_.resize(static_cast<size_t>(n * (hd / 2)));
   rope_sin_.resize(rope_cos_.size());
+  if (!local_inv_freq_.empty()) {
+    local_cos_.resize(rope_cos_.size());
+    local_sin_.resize(rope_cos_.size());
+  }
   const float eps = static_cast<float>(c.rms_norm_eps);
   const int64_t dim = c.hidden_size;
   stage_input(batch);
@@ -152,6 +168,9 @@ std::span<const float> LlamaModel::forward(const ForwardBatch& batch, KvCache& c
     cpu::rope_tables(batch.positions.data() + t0, t1 - t0, hd, inv_freq_.data(),
                      rope_cos_.data() + t0 * (hd / 2), rope_sin_.data() + t0 * (hd / 2),
                      static_cast<float>(config_.rope_scaling.attention_factor));
+    if (!local_inv_freq_.empty())
+      cpu::rope_tables(batch.positions.data() + t0, t1 - t0, hd, local_inv_freq_.data(),
+                       local_cos_.data() + t0 * (hd / 2), local_sin_.data() + t0 * (hd / 2));
     cpu::rms_norm(hidden_.data() + t0 * dim, w_.layers[0].input_norm.data(),
                   normed_.data() + t0 * dim, t1 - t0, dim, eps);
   });
@@ -174,10 +193,14 @@ void LlamaModel::stage_input(const ForwardBatch& batch) {
     par_.world->recv(hidden_.data(), hidden_.size(), DType::kF32, prev, nullptr);
     return;
   }
+  // Gemma scales the embedding by sqrt(hidden_size).
+  const float scale = config_.gemma.enabled ? std::sqrt(static_cast<float>(dim)) : 1.0f;
   if (par_.shard.tp_size == 1) {
     parallel_rows(n, dim, [&](int64_t t0, int64_t t1) {
-      cpu::embedding(batch.token_ids.data() + t0, w_.embed.data(), hidden_.data() + t0 * dim,
-                     t1 - t0, dim);
+      float* out = hidden_.data() + t0 * dim;
+      cpu::embedding(batch.token_ids.data() + t0, w_.embed.data(), out, t1 - t0, dim);
+      if (scale != 1.0f)
+        for (int64_t i = 0; i < (t1 - t0) * dim; ++i) out[i] *= scale;
     });
     return;
   }
@@ -189,6 +212,8 @@ void LlamaModel::stage_input(const ForwardBatch& batch) {
       std::memcpy(out, w_.embed.data() + id * dim, size_t(dim) * sizeof(float));
     else
       std::fill_n(out, dim, 0.0f);
+    if (scale != 1.0f)
+      for (int64_t i = 0; i < dim; ++i) out[i] *= scale;
   }
   all_reduce(hidden_, n * dim);
 }
@@ -222,6 +247,7 @@ void LlamaModel::attention_block(int64_t layer, const ForwardBatch& batch, KvCac
   const int64_t dim = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const PackedLayer& pw = packed_[static_cast<size_t>(layer)];
+  const int64_t window = config_.layer_window(geo_.layer_begin + layer);
   quantize_activations(normed_, n, dim);
   cpu::matmul(normed_.data(), pw.qkv, lw.qkv_bias.empty() ? nullptr : lw.qkv_bias.data(),
               qkv_.data(), n);
@@ -239,8 +265,10 @@ void LlamaModel::attention_block(int64_t layer, const ForwardBatch& batch, KvCac
       }
     }
     // q and k heads are adjacent in each row: one rotation pass covers both.
-    cpu::apply_rope(q, qkv_width, rope_cos_.data() + t0 * (hd / 2),
-                    rope_sin_.data() + t0 * (hd / 2), t1 - t0, num_heads + num_kv, hd);
+    const bool local = window > 0 && !local_inv_freq_.empty();
+    cpu::apply_rope(q, qkv_width, (local ? local_cos_ : rope_cos_).data() + t0 * (hd / 2),
+                    (local ? local_sin_ : rope_sin_).data() + t0 * (hd / 2), t1 - t0,
+                    num_heads + num_kv, hd);
     // K/V of the new tokens go into the cache first, so attention reads every position the same
     // way.
     if (!calculate) cpu::write_kv(kv, k, v, qkv_width, batch.slot_mapping.data() + t0, t1 - t0);
@@ -251,15 +279,28 @@ void LlamaModel::attention_block(int64_t layer, const ForwardBatch& batch, KvCac
     kv = cache.layer(layer);
     cpu::write_kv(kv, k, k + num_kv * hd, qkv_width, batch.slot_mapping.data(), n);
   }
+  const io::GemmaConfig& gemma = config_.gemma;
+  const double scale_base = gemma.enabled ? gemma.query_pre_attn_scalar : double(hd);
   cpu::paged_attention(kv, qkv_.data(), qkv_width, batch.seqs, num_heads,
-                       1.0f / std::sqrt(static_cast<float>(hd)), attn_.data());
+                       static_cast<float>(1.0 / std::sqrt(scale_base)), attn_.data(), window,
+                       static_cast<float>(gemma.attn_logit_softcapping));
   quantize_activations(attn_, n, num_heads * hd);
   cpu::matmul(attn_.data(), pw.o_proj, nullptr, proj_.data(), n);
   all_reduce(proj_, n * dim);
+  add_residual(n, lw.attn_out_norm, lw.post_norm.data());
+}
+
+void LlamaModel::add_residual(int64_t n, const std::vector<float>& out_norm,
+                              const float* next_norm) {
+  const int64_t dim = local_.hidden_size;
+  const float eps = static_cast<float>(local_.rms_norm_eps);
   parallel_rows(n, 4 * dim, [&](int64_t t0, int64_t t1) {
-    cpu::add_inplace(hidden_.data() + t0 * dim, proj_.data() + t0 * dim, (t1 - t0) * dim);
-    cpu::rms_norm(hidden_.data() + t0 * dim, lw.post_norm.data(), normed_.data() + t0 * dim,
-                  t1 - t0, dim, eps);
+    float* out = proj_.data() + t0 * dim;
+    if (!out_norm.empty()) cpu::rms_norm(out, out_norm.data(), out, t1 - t0, dim, eps);
+    cpu::add_inplace(hidden_.data() + t0 * dim, out, (t1 - t0) * dim);
+    if (next_norm != nullptr)
+      cpu::rms_norm(hidden_.data() + t0 * dim, next_norm, normed_.data() + t0 * dim, t1 - t0, dim,
+                    eps);
   });
 }
 
@@ -287,8 +328,10 @@ void LlamaModel::mlp_block(int64_t layer, int64_t n) {
     act_.resize(static_cast<size_t>(n * inter));
     quantize_activations(normed_, n, dim);
     cpu::matmul(normed_.data(), pw.gate_up, nullptr, gate_up_.data(), n);
+    const bool gelu = config_.gemma.enabled;
     parallel_rows(n, 8 * inter, [&](int64_t t0, int64_t t1) {
-      cpu::silu_mul(gate_up_.data() + t0 * 2 * inter, act_.data() + t0 * inter, t1 - t0, inter);
+      (gelu ? cpu::gelu_tanh_mul : cpu::silu_mul)(gate_up_.data() + t0 * 2 * inter,
+                                                  act_.data() + t0 * inter, t1 - t0, inter);
     });
     quantize_activations(act_, n, inter);
     cpu::matmul(act_.data(), pw.down, nullptr, proj_.data(), n);
@@ -296,12 +339,7 @@ void LlamaModel::mlp_block(int64_t layer, int64_t n) {
   all_reduce(proj_, n * dim);
   const bool last = layer + 1 == c.num_hidden_layers;
   const float* next_norm = last ? nullptr : w_.layers[static_cast<size_t>(layer + 1)].input_norm.data();
-  parallel_rows(n, 4 * dim, [&](int64_t t0, int64_t t1) {
-    cpu::add_inplace(hidden_.data() + t0 * dim, proj_.data() + t0 * dim, (t1 - t0) * dim);
-    if (next_norm != nullptr)
-      cpu::rms_norm(hidden_.data() + t0 * dim, next_norm, normed_.data() + t0 * dim, t1 - t0, dim,
-                    static_cast<float>(c.rms_norm_eps));
-  });
+  add_residual(n, w_.layers[static_cast<size_t>(layer)].mlp_out_norm, next_norm);
 }
 
 // Routes each token to its top-k experts, then runs each expert once over the rows routed to it
@@ -369,6 +407,7 @@ void LlamaModel::compute_logits(std::span<const float> hidden, std::span<const i
   const int tp = par_.shard.tp_size;
   if (tp == 1) {
     cpu::matmul(logits_normed_.data(), lm_head_, nullptr, logits, num_rows);
+    soft_cap_logits(logits, num_rows * config_.vocab_size);
     return;
   }
   // Each rank computes its vocabulary columns; the padded shards are gathered and laid side by
@@ -388,6 +427,13 @@ void LlamaModel::compute_logits(std::span<const float> hidden, std::span<const i
       std::copy_n(gathered_logits_.data() + (t * num_rows + r) * shard, count,
                   logits + r * vocab + begin);
   }
+  soft_cap_logits(logits, num_rows * vocab);
+}
+
+void LlamaModel::soft_cap_logits(float* logits, int64_t count) const {
+  const float cap = static_cast<float>(config_.gemma.final_logit_softcapping);
+  if (cap > 0.0f)
+    for (int64_t i = 0; i < count; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
 }
 
 }  // namespace pagellm::models

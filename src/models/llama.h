@@ -1,6 +1,7 @@
-// The Llama family on the CPU backend: Llama (1-3), Mistral (full attention), Qwen2 (q/k/v bias),
-// Qwen3 (per-head q/k RMSNorm), Phi-3 (fused projections in the checkpoint, longrope) and the
-// mixture-of-experts Qwen3-MoE and Mixtral. Weights are held in fp32 whatever the checkpoint
+// The Llama family on the CPU backend: Llama (1-3), Mistral, Qwen2 (q/k/v bias), Qwen3 (per-head
+// q/k RMSNorm), Phi-3 (fused projections in the checkpoint, longrope), the mixture-of-experts
+// Qwen3-MoE and Mixtral, and Gemma 2 / 3 (io::GemmaConfig); sliding-window layers attend only
+// their window. Weights are held in fp32 whatever the checkpoint
 // dtype; q/k/v and gate/up projections are fused at load so each layer runs three matmuls (a
 // dense MLP) and one attention.
 #pragma once
@@ -26,7 +27,9 @@ struct LlamaLayerWeights {
   std::vector<float> q_norm;    // [head_dim]; empty without qk norm
   std::vector<float> k_norm;    // [head_dim]; empty without qk norm
   std::vector<float> o_proj;    // [hidden, num_heads * head_dim]
-  std::vector<float> post_norm;  // [hidden]
+  std::vector<float> post_norm;  // [hidden]: the MLP's input norm
+  // Gemma: the attention's and the MLP's output norms ([hidden]; empty otherwise).
+  std::vector<float> attn_out_norm, mlp_out_norm;
   std::vector<float> gate_up;    // [2 * intermediate, hidden]: gate rows, then up rows
   std::vector<float> down;       // [hidden, intermediate]
   // A mixture-of-experts layer instead of gate_up / down (E experts of intermediate I each):
@@ -140,6 +143,11 @@ class LlamaModel {
 
  private:
   void attention_block(int64_t layer, const ForwardBatch& batch, KvCache& cache);
+  // hidden_ += proj_ (Gemma: normalised by `out_norm` first) for rows [0, n); then, unless
+  // next_norm is null, normed_ = next_norm(hidden_).
+  void add_residual(int64_t n, const std::vector<float>& out_norm, const float* next_norm);
+  // Gemma 2's final cap: logits = cap * tanh(logits / cap) (no-op without one).
+  void soft_cap_logits(float* logits, int64_t count) const;
   void mlp_block(int64_t layer, int64_t num_tokens);
   // proj_ = the mixture-of-experts MLP of normed_ (this rank's share of every expert, before the
   // all-reduce).
@@ -175,6 +183,8 @@ class LlamaModel {
   std::vector<float> inv_freq_;  // [head_dim / 2]
   std::vector<float> rope_cos_;  // [num_tokens, head_dim / 2] for this step's positions
   std::vector<float> rope_sin_;  // [num_tokens, head_dim / 2]
+  // Gemma 3's sliding layers rotate with their own base: the same three, empty otherwise.
+  std::vector<float> local_inv_freq_, local_cos_, local_sin_;
   std::vector<float> logits_normed_;  // [num_rows, hidden]
   // Scratch reused across steps, sized for the largest batch seen.
   std::vector<float> hidden_;   // [num_tokens, hidden]: the residual stream

@@ -147,7 +147,13 @@ std::vector<WeightTensorSpec> llama_weight_plan(const io::ModelConfig& c,
     }
     one(WeightSlot::kOProj, i, p + "self_attn.o_proj.weight", {hidden, q_rows},
         cols(g.q_head_begin * hd, g.num_q_heads * hd));
-    one(WeightSlot::kPostNorm, i, p + "post_attention_layernorm.weight", {hidden});
+    if (c.gemma.enabled) {  // post_attention_layernorm normalises the attention's output
+      one(WeightSlot::kAttnOutNorm, i, p + "post_attention_layernorm.weight", {hidden});
+      one(WeightSlot::kPostNorm, i, p + "pre_feedforward_layernorm.weight", {hidden});
+      one(WeightSlot::kMlpOutNorm, i, p + "post_feedforward_layernorm.weight", {hidden});
+    } else {
+      one(WeightSlot::kPostNorm, i, p + "post_attention_layernorm.weight", {hidden});
+    }
     if (c.moe_layer(layer)) {
       add_moe_layer(c, g, sharded, i, p, plan);
       continue;

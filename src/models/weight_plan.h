@@ -18,16 +18,18 @@ namespace pagellm::models {
 
 // The runtime tensor a plan entry fills: model-level (embed, final norm, LM head) or per layer.
 enum class WeightSlot {
-  kEmbed,      // [vocab, hidden]
-  kInputNorm,  // [hidden]
-  kQkv,        // [(num_heads + 2 * num_kv_heads) * head_dim, hidden]: q, k, v rows
-  kQkvBias,    // [(num_heads + 2 * num_kv_heads) * head_dim]
-  kQNorm,      // [head_dim]
-  kKNorm,      // [head_dim]
-  kOProj,      // [hidden, num_heads * head_dim]
-  kPostNorm,   // [hidden]
-  kGateUp,     // [2 * intermediate, hidden]: gate rows, then up rows
-  kDown,       // [hidden, intermediate]
+  kEmbed,        // [vocab, hidden]
+  kInputNorm,    // [hidden]
+  kQkv,          // [(num_heads + 2 * num_kv_heads) * head_dim, hidden]: q, k, v rows
+  kQkvBias,      // [(num_heads + 2 * num_kv_heads) * head_dim]
+  kQNorm,        // [head_dim]
+  kKNorm,        // [head_dim]
+  kOProj,        // [hidden, num_heads * head_dim]
+  kPostNorm,     // [hidden]: the MLP's input norm
+  kAttnOutNorm,  // [hidden]: Gemma's norm of the attention output
+  kMlpOutNorm,   // [hidden]: Gemma's norm of the MLP output
+  kGateUp,       // [2 * intermediate, hidden]: gate rows, then up rows
+  kDown,         // [hidden, intermediate]
   // A mixture-of-experts layer's MLP instead of kGateUp / kDown: the router and the experts
   // stacked, each expert's tensors concatenated from its own checkpoint tensors.
   kRouter,         // [num_experts, hidden]
@@ -128,6 +130,10 @@ auto& weight_slot(Model& model, const WeightTensorSpec& t) {
         return l.o_proj;
       case WeightSlot::kPostNorm:
         return l.post_norm;
+      case WeightSlot::kAttnOutNorm:
+        return l.attn_out_norm;
+      case WeightSlot::kMlpOutNorm:
+        return l.mlp_out_norm;
       case WeightSlot::kGateUp:
         return l.gate_up;
       case WeightSlot::kDown:

@@ -90,6 +90,7 @@ struct LayerWeights {
   DevMem k_norm;      // [D] or empty
   DevMem o_proj;      // [hidden, H * D]
   DevMem post_norm;   // [hidden]
+  DevMem attn_out_norm, mlp_out_norm;  // Gemma only (refused on the GPU so far): empty
   DevMem gate_up;     // [2 * inter, hidden]
   DevMem down;        // [hidden, inter]
   // Mixture-of-experts layers instead of gate_up / down (cuda/moe.h):

@@ -162,6 +162,13 @@ void check_family_support(const io::ModelConfig& config, const EngineArgs& args,
   if (config.rope_scaling.type == io::RopeScaling::Type::kLongRope && args.device == "cuda")
     unsupported(source + ": rope type 'longrope' (" + config.architecture +
                 " long context) runs on the CPU backend only so far; use --device cpu");
+  if (config.gemma.enabled && args.device == "cuda")
+    unsupported(source + ": " + config.architecture +
+                " runs on the CPU backend only so far (soft-capping, gelu-tanh and sliding-window "
+                "layers are not in the GPU kernels yet); use --device cpu");
+  if (config.gemma.enabled && config.quant.quantized())
+    unsupported(source + ": quantization (" + config.quant.describe() + ") of " +
+                config.architecture + " is not supported yet");
   if (config.model_type == "phi3" && config.quant.quantized())
     unsupported(source + ": quantization (" + config.quant.describe() + ") of " +
                 config.architecture + "'s fused qkv / gate_up projections is not supported yet");

@@ -1,5 +1,5 @@
-# Builds tiny random-weight Llama-3-style, Qwen3-style, Qwen2-style, Qwen3-MoE-style and
-# Mixtral-style models with HF transformers in float32, saves each as a Hugging Face folder, and
+# Builds tiny random-weight Llama-3-style, Qwen3-style, Qwen2-style, Qwen3-MoE-style, Mixtral-style,
+# Phi-3-style, Gemma-2-style and Gemma-3-style (text) models with HF transformers in float32, saves each as a Hugging Face folder, and
 # records transformers' logits for fixed prompts. The CPU forward pass is checked against these in
 # tests/unit/llama_model_test.cpp (HfReference).
 #
@@ -47,6 +47,31 @@ def phi3_longrope_config():
     return tf.Phi3Config(**kw, rope_theta=10000.0, rope_scaling={**rope, "type": "longrope"})
 
 
+def gemma2_config():
+    # Sliding layers 0 and 2 with an 8-token window (the 40-token prompt runs far past it), a
+    # query scale that is not head_dim's, and both soft caps small enough to bend the numbers.
+    return tf.Gemma2Config(**dict(common, num_hidden_layers=3), head_dim=16, pad_token_id=0,
+                           max_position_embeddings=4096, rope_theta=10000.0, tie_word_embeddings=True,
+                           query_pre_attn_scalar=24, sliding_window=8, attn_logit_softcapping=5.0,
+                           final_logit_softcapping=3.0, hidden_activation="gelu_pytorch_tanh",
+                           layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+
+
+def gemma3_config():
+    # Gemma 3's text model: q/k norms, local layers on their own rotary base, the global layer
+    # with linear scaling (as Gemma-3-4B+ has), a 6-token window.
+    kw = dict(common, num_hidden_layers=3, head_dim=16, pad_token_id=0, max_position_embeddings=4096,
+              tie_word_embeddings=True, query_pre_attn_scalar=16, sliding_window=6,
+              hidden_activation="gelu_pytorch_tanh",
+              layer_types=["sliding_attention", "sliding_attention", "full_attention"])
+    if int(tf.__version__.split(".")[0]) >= 5:
+        return tf.Gemma3TextConfig(**kw, rope_parameters={
+            "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
+    return tf.Gemma3TextConfig(**kw, rope_theta=1000000.0, rope_local_base_freq=10000.0,
+                               rope_scaling={"rope_type": "linear", "factor": 2.0})
+
+
 configs = {
     "llama3_tiny": llama3_config(),
     "qwen3_tiny": tf.Qwen3Config(**common, head_dim=32, max_position_embeddings=4096, rope_theta=1000000.0,
@@ -66,13 +91,12 @@ configs = {
     "phi3_tiny": tf.Phi3Config(**common, pad_token_id=None, max_position_embeddings=4096, rope_theta=10000.0,
                                tie_word_embeddings=False, sliding_window=None),
     "phi3_longrope_tiny": phi3_longrope_config(),
+    "gemma2_tiny": gemma2_config(),
+    "gemma3_tiny": gemma3_config(),
 }
 wanted = set(sys.argv[2:]) or set(configs)
 assert wanted <= set(configs), sorted(wanted - set(configs))
 
-
-    print(name, "checkpoint tensors of layer 0:", sorted(k for k in out if ".layers.0." in k)[:12])
-    return out
 g = torch.Generator().manual_seed(1234)
 prompts = [
     [1, 5, 77, 300, 12, 511, 42],

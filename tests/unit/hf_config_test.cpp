@@ -108,7 +108,12 @@ TEST(HfConfig, QwenFamilies) {
   EXPECT_EQ(c.sliding_window, 0);  // use_sliding_window false: no window
   j["use_sliding_window"] = true;
   j["sliding_window"] = 1024;
-  EXPECT_EQ(parse(j).sliding_window, 1024);
+  EXPECT_EQ(parse(j).sliding_window, 0);  // every layer is below max_window_layers (28)
+  j["max_window_layers"] = 1;
+  c = parse(j);
+  EXPECT_EQ(c.sliding_window, 1024);
+  EXPECT_EQ(c.layer_window(0), 0);
+  EXPECT_EQ(c.layer_window(c.num_hidden_layers - 1), 1024);
 }
 
 TEST(HfConfig, MistralSlidingWindow) {

@@ -210,7 +210,8 @@ TEST_P(HfReference, LogitsMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Tiny, HfReference,
                          ::testing::Values("llama3_tiny", "qwen3_tiny", "qwen2_tiny",
-                                           "qwen3_moe_tiny", "mixtral_tiny", "phi3_tiny"));
+                                           "qwen3_moe_tiny", "mixtral_tiny", "phi3_tiny",
+                                           "gemma2_tiny", "gemma3_tiny"));
 
 // Phi-3's longrope: transformers takes the long factors for a forward longer than the original
 // context (16 positions here) and the short ones otherwise; pagellm takes them by max_model_len

@@ -1,7 +1,8 @@
 // The families beyond dense Llama / Qwen on the CPU backend: mixture-of-experts (Qwen3-MoE,
 // Mixtral) — config.json fields and their errors, routing, the per-expert checkpoint layout in the
 // weight plan and its tensor-parallel slices — and Phi-3 (fused qkv / gate_up split at load,
-// longrope); greedy generation with TP / PP against one rank. Logits against transformers are
+// longrope) and Gemma 2 / 3 (fields, defaults, layer kinds, chunked prefill across the window);
+// greedy generation with TP / PP against one rank. Logits against transformers are
 // checked in llama_model_test.cpp (HfReference: qwen3_moe_tiny, mixtral_tiny, phi3_tiny,
 // phi3_longrope_tiny).
 #include <filesystem>
@@ -332,6 +333,141 @@ TEST(MoeEngine, QuantizedExpertsAreRefusedWithOneLine) {
   const std::string msg = testing::error_message_of([&] { LLM llm(args); });
   EXPECT_NE(msg.find("Qwen3MoeForCausalLM's expert weights is not supported"), std::string::npos)
       << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos);
+}
+
+json reference_json(const std::string& name, const char* file = "config.json") {
+  return json::parse(testing::read_file(kReference / name / file));
+}
+
+TEST(Gemma, ConfigFieldsDefaultsAndLayerKinds) {
+  json j = reference_json("gemma2_tiny");
+  io::ModelConfig c = parse(j);
+  EXPECT_TRUE(c.gemma.enabled);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.gemma.query_pre_attn_scalar, 24.0);
+  EXPECT_EQ(c.gemma.attn_logit_softcapping, 5.0);
+  EXPECT_EQ(c.gemma.final_logit_softcapping, 3.0);
+  EXPECT_EQ(c.layer_window(0), 8);
+  EXPECT_EQ(c.layer_window(1), 0);
+  EXPECT_EQ(c.layer_window(2), 8);
+  j.erase("attn_logit_softcapping");  // transformers' Gemma 2 defaults
+  j.erase("layer_types");             // every other layer from the first slides
+  j.erase("tie_word_embeddings");
+  c = parse(j);
+  EXPECT_EQ(c.gemma.attn_logit_softcapping, 50.0);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.layer_window(0), 8);
+  EXPECT_EQ(c.layer_window(1), 0);
+  j["final_logit_softcapping"] = nullptr;  // null: no cap
+  EXPECT_EQ(parse(j).gemma.final_logit_softcapping, 0.0);
+
+  // Gemma 3: transformers 5's per-layer-kind rope_parameters, and the 4.x fields real checkpoints
+  // carry (rope_theta, rope_local_base_freq, rope_scaling, sliding_window_pattern).
+  j = reference_json("gemma3_tiny");
+  for (int v4 = 0; v4 < 2; ++v4) {
+    c = parse(j);
+    EXPECT_TRUE(c.qk_norm);
+    EXPECT_EQ(c.gemma.attn_logit_softcapping, 0.0);
+    EXPECT_EQ(c.rope_theta, 1e6);
+    EXPECT_EQ(c.rope_scaling.type, io::RopeScaling::Type::kLinear);
+    EXPECT_EQ(c.rope_scaling.factor, 2.0);
+    EXPECT_EQ(c.gemma.local_rope_theta, 1e4);
+    EXPECT_EQ(c.layer_window(0), 6);
+    EXPECT_EQ(c.layer_window(1), 6);
+    EXPECT_EQ(c.layer_window(2), 0);
+    j.erase("rope_parameters");
+    j.erase("layer_types");
+    j["rope_theta"] = 1e6;
+    j["rope_local_base_freq"] = 1e4;
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+    j["sliding_window_pattern"] = 3;
+  }
+}
+
+TEST(Gemma, UnsupportedVariantsNameTheField) {
+  json j = reference_json("gemma3_tiny");
+  j["architectures"] = {"Gemma3ForConditionalGeneration"};
+  EXPECT_NE(parse_error(j).find("vision tower"), std::string::npos) << parse_error(j);
+  j = reference_json("gemma3_tiny");
+  j["use_bidirectional_attention"] = true;
+  EXPECT_NE(parse_error(j).find("'use_bidirectional_attention'"), std::string::npos);
+  j = reference_json("gemma2_tiny");
+  j["hidden_activation"] = "relu";
+  EXPECT_NE(parse_error(j).find("hidden_activation 'relu'"), std::string::npos) << parse_error(j);
+  j = reference_json("gemma2_tiny");
+  j["layer_types"] = {"sliding_attention"};
+  EXPECT_NE(parse_error(j).find("'layer_types'"), std::string::npos) << parse_error(j);
+  j["layer_types"] = {"sliding_attention", "chunked_attention", "full_attention"};
+  EXPECT_NE(parse_error(j).find("chunked_attention"), std::string::npos) << parse_error(j);
+}
+
+// The 40-token reference prompt in chunks of 5 through the cache: rows after the window edge
+// (8 for gemma2_tiny, 6 for gemma3_tiny) attend across chunks and blocks to the window only.
+TEST(Gemma, ChunkedPrefillAcrossTheWindowMatchesTransformers) {
+  for (const char* name : {"gemma2_tiny", "gemma3_tiny"}) {
+    const io::ModelConfig config = io::load_model_config(kReference / name);
+    const io::WeightStore store = io::WeightStore::open(kReference / name);
+    models::LlamaModel model(config, models::load_llama_weights(config, store));
+    const json prompt = reference_json(name, "reference.json")["prompts"][1];
+    const auto ids = prompt["token_ids"].get<std::vector<int32_t>>();
+    const auto expected = prompt["logits"].get<std::vector<std::vector<float>>>();
+    const int64_t n = int64_t(ids.size()), block_size = 4, vocab = config.vocab_size;
+    models::KvCache cache(config.num_hidden_layers, (n + block_size - 1) / block_size + 1,
+                          block_size, config.num_key_value_heads, config.head_dim);
+    std::vector<int32_t> table;  // blocks in reverse pool order: positions never match slots
+    for (int64_t b = cache.num_blocks() - 1; b >= 0; --b) table.push_back(int32_t(b));
+    for (int64_t c0 = 0; c0 < n; c0 += 5) {
+      const int64_t len = std::min<int64_t>(5, n - c0);
+      std::vector<int32_t> positions;
+      std::vector<int64_t> slots, rows;
+      for (int64_t i = c0; i < c0 + len; ++i) {
+        positions.push_back(int32_t(i));
+        slots.push_back(table[size_t(i / block_size)] * block_size + i % block_size);
+        rows.push_back(i - c0);
+      }
+      const cpu::AttentionSeq seq{0, len, c0, table};
+      const models::ForwardBatch batch{std::span(ids).subspan(size_t(c0), size_t(len)), positions,
+                                       slots, std::span<const cpu::AttentionSeq>(&seq, 1)};
+      std::vector<float> logits(size_t(len * vocab));
+      model.compute_logits(model.forward(batch, cache), rows, logits.data());
+      for (int64_t r = 0; r < len; ++r) {
+        float scale = 1.0f, max_err = 0.0f;
+        for (int64_t v = 0; v < vocab; ++v) {
+          const float want = expected[size_t(c0 + r)][size_t(v)];
+          scale = std::max(scale, std::fabs(want));
+          max_err = std::max(max_err, std::fabs(logits[size_t(r * vocab + v)] - want));
+        }
+        EXPECT_LE(max_err, 1e-4f * scale) << name << " position " << c0 + r;
+      }
+    }
+  }
+}
+
+// Tensor parallelism normalises the attention and MLP outputs after the all-reduce and scales the
+// vocab-parallel embedding; pipeline stages pass the scaled stream on.
+TEST(Gemma, TensorAndPipelineParallelGreedyMatchesOneRank) {
+  if (!std::filesystem::exists(kModels / "stories260K" / "tokenizer.json")) GTEST_SKIP();
+  testing::TempDir tmp;
+  const int tokens = testing::kSanitized ? 8 : 24;
+  for (const char* name : {"gemma2_tiny", "gemma3_tiny"}) {
+    const auto model = with_tokenizer(name, tmp);
+    const auto ref = greedy_ids(model, 1, 1, tokens);
+    for (const auto& ids : ref) EXPECT_EQ(ids.size(), size_t(tokens)) << name;
+    EXPECT_EQ(greedy_ids(model, 2, 1, tokens), ref) << name << " TP=2";
+    EXPECT_EQ(greedy_ids(model, 1, 3, tokens), ref) << name << " PP=3";
+  }
+}
+
+TEST(Gemma, TheGpuAndQuantizationAreRefusedWithOneLine) {
+  if (!std::filesystem::exists(kModels / "stories260K" / "tokenizer.json")) GTEST_SKIP();
+  testing::TempDir tmp;
+  EngineArgs args;
+  args.model = with_tokenizer("gemma2_tiny", tmp).string();
+  args.quantization = "fp8";
+  args.kv_cache_memory_gib = 0.05;
+  const std::string msg = testing::error_message_of([&] { LLM llm(args); });
+  EXPECT_NE(msg.find("of Gemma2ForCausalLM is not supported"), std::string::npos) << msg;
   EXPECT_EQ(msg.find('\n'), std::string::npos);
 }
 

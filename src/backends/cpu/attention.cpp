@@ -1,5 +1,6 @@
 // Paged causal GQA attention on the CPU. Work units are rows: every head of the row attends over
-// positions [0, pos] of the row's sequence, reading each K/V slot once. Batch invariance: a unit's arithmetic depends only on its own row,
+// positions [0, pos] of the row's sequence (a sliding-window layer: the last `window` of them),
+// reading each K/V slot once. Batch invariance: a unit's arithmetic depends only on its own row,
 // position and cache contents, never on the other rows of the call or the thread split.
 #include <algorithm>
 #include <cmath>
@@ -24,21 +25,28 @@ struct Scratch {
   std::vector<int64_t> offsets;      // [ctx]: float offset of each position's slot in K / V
 };
 
-// Resolves the block table once per row: position j lives in block table[j / bs], offset j % bs.
-void slot_offsets(const KvLayerView& c, std::span<const int32_t> table, int64_t ctx, Scratch& s) {
+// Resolves the block table once per row for positions [first, end): position j lives in block
+// table[j / bs], offset j % bs; offsets[j - first] is its slot.
+void slot_offsets(const KvLayerView& c, std::span<const int32_t> table, int64_t first, int64_t end,
+                  Scratch& s) {
   const int64_t slot_width = c.num_kv_heads * c.head_dim;
-  s.offsets.resize(static_cast<size_t>(ctx));
-  int64_t j = 0;
-  for (int64_t b = 0; j < ctx; ++b) {
+  s.offsets.resize(static_cast<size_t>(end - first));
+  for (int64_t j = first; j < end;) {
+    const int64_t b = j / c.block_size;
     const int64_t base = static_cast<int64_t>(table[b]) * c.block_size * slot_width;
-    for (int64_t off = 0; off < c.block_size && j < ctx; ++off, ++j)
-      s.offsets[j] = base + off * slot_width;
+    for (int64_t off = j % c.block_size; off < c.block_size && j < end; ++off, ++j)
+      s.offsets[j - first] = base + off * slot_width;
   }
+}
+
+// Gemma 2's score cap: cap * tanh(score / cap) (no-op for cap 0).
+inline float soft_cap(float score, float cap) {
+  return cap > 0.0f ? cap * std::tanh(score / cap) : score;
 }
 
 // One kv head's group of query heads over positions [0, ctx), in plain scalar code.
 void attend_portable(const KvLayerView& c, const float* q, int64_t ctx, int64_t kv_head,
-                     int64_t group, float scale, float* out, Scratch& s) {
+                     int64_t group, float scale, float softcap, float* out, Scratch& s) {
   const int64_t hd = c.head_dim;
   const int64_t* offs = s.offsets.data();
   s.probs.resize(static_cast<size_t>(group * ctx));
@@ -47,7 +55,7 @@ void attend_portable(const KvLayerView& c, const float* q, int64_t ctx, int64_t 
     float* p = s.probs.data() + g * ctx;
     float m = -INFINITY;
     for (int64_t j = 0; j < ctx; ++j) {
-      p[j] = dot(qg, c.k + offs[j] + kv_head * hd, hd) * scale;
+      p[j] = soft_cap(dot(qg, c.k + offs[j] + kv_head * hd, hd) * scale, softcap);
       m = std::max(m, p[j]);
     }
     float sum = 0.0f;
@@ -90,7 +98,8 @@ PAGELLM_AVX2 inline __m256 load_chunk(const float* row, int64_t d, int64_t hd) {
 // shape); the generic instance runs exactly the same operations with runtime bounds.
 template <int kHd, bool kFull>
 PAGELLM_AVX2 void attend_row_avx2(const KvLayerView& c, const float* q, int64_t ctx,
-                                  int64_t num_heads, float scale, float* out, Scratch& s) {
+                                  int64_t num_heads, float scale, float softcap, float* out,
+                                  Scratch& s) {
   const int64_t hd = kHd > 0 ? kHd : c.head_dim;
   const int64_t slot_width = c.num_kv_heads * hd;
   const int64_t group = num_heads / c.num_kv_heads;
@@ -126,6 +135,13 @@ PAGELLM_AVX2 void attend_row_avx2(const KvLayerView& c, const float* q, int64_t 
       const __m256 sc = _mm256_mul_ps(hsum8x8(prod), vscale);
       _mm256_storeu_ps(p + j * 8, sc);
       vmax = _mm256_max_ps(vmax, sc);
+    }
+    if (softcap > 0.0f) {  // scalar: Gemma 2 only
+      alignas(32) float mx[8];
+      std::fill_n(mx, 8, -INFINITY);
+      for (int64_t i = 0; i < ctx * 8; ++i)
+        mx[i % 8] = std::max(mx[i % 8], p[i] = soft_cap(p[i], softcap));
+      vmax = _mm256_load_ps(mx);
     }
     __m256 vsum = _mm256_setzero_ps();
     for (int64_t j = 0; j < ctx; ++j) {
@@ -166,8 +182,8 @@ PAGELLM_AVX2 void attend_row_avx2(const KvLayerView& c, const float* q, int64_t 
 }  // namespace
 
 void paged_attention(const KvLayerView& cache, const float* q, int64_t q_stride,
-                     std::span<const AttentionSeq> seqs, int64_t num_heads, float scale,
-                     float* out) {
+                     std::span<const AttentionSeq> seqs, int64_t num_heads, float scale, float* out,
+                     int64_t window, float softcap) {
   const int64_t group = num_heads / cache.num_kv_heads;
   const int64_t hd = cache.head_dim;
   const int64_t out_stride = num_heads * hd;
@@ -178,6 +194,7 @@ void paged_attention(const KvLayerView& cache, const float* q, int64_t q_stride,
   const int64_t num_rows = static_cast<int64_t>(row_seq.size());
   int64_t max_ctx = 1;
   for (const auto& s : seqs) max_ctx = std::max(max_ctx, s.num_computed + s.num_tokens);
+  if (window > 0) max_ctx = std::min(max_ctx, window);
 #if PAGELLM_CPU_X86
   const bool vec = simd::has_avx2_fma();
 #else
@@ -187,19 +204,23 @@ void paged_attention(const KvLayerView& cache, const float* q, int64_t q_stride,
     Scratch scratch;
     for (int64_t row = static_cast<int64_t>(begin); row < static_cast<int64_t>(end); ++row) {
       const AttentionSeq& s = seqs[static_cast<size_t>(row_seq[row])];
-      const int64_t ctx = s.num_computed + (row - s.token_begin) + 1;
-      slot_offsets(cache, s.block_table, ctx, scratch);
+      const int64_t end = s.num_computed + (row - s.token_begin) + 1;
+      const int64_t first = window > 0 ? std::max<int64_t>(0, end - window) : 0;
+      const int64_t ctx = end - first;  // the positions attended
+      slot_offsets(cache, s.block_table, first, end, scratch);
 #if PAGELLM_CPU_X86
       if (vec) {
         const bool stories_shape = hd == 8 && num_heads % 8 == 0;
-        (stories_shape ? attend_row_avx2<8, true> : attend_row_avx2<0, false>)(
-            cache, q + row * q_stride, ctx, num_heads, scale, out + row * out_stride, scratch);
+        (stories_shape ? attend_row_avx2<8, true>
+                       : attend_row_avx2<0, false>)(cache, q + row * q_stride, ctx, num_heads,
+                                                    scale, softcap, out + row * out_stride,
+                                                    scratch);
         continue;
       }
 #endif
       for (int64_t kv_head = 0; kv_head < cache.num_kv_heads; ++kv_head)
         attend_portable(cache, q + row * q_stride + kv_head * group * hd, ctx, kv_head, group,
-                        scale, out + row * out_stride + kv_head * group * hd, scratch);
+                        scale, softcap, out + row * out_stride + kv_head * group * hd, scratch);
     }
   };
   (void)vec;

@@ -194,6 +194,19 @@ void silu_mul(const float* gate_up, float* out, int64_t num_tokens, int64_t inte
   }
 }
 
+void gelu_tanh_mul(const float* gate_up, float* out, int64_t num_tokens, int64_t inter) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const float* g = gate_up + t * 2 * inter;
+    const float* u = g + inter;
+    float* o = out + t * inter;
+    for (int64_t i = 0; i < inter; ++i) {
+      const float x = g[i];
+      o[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x))) * u[i];
+    }
+  }
+}
+
 void moe_route(const float* logits, int64_t num_tokens, int64_t num_experts, int64_t top_k,
                bool renormalize, int32_t* ids, float* weights) {
   std::vector<float> probs(static_cast<size_t>(num_experts));

@@ -70,6 +70,10 @@ void apply_rope(float* x, int64_t row_stride, const int32_t* positions, int64_t 
 // out [num_tokens, inter].
 void silu_mul(const float* gate_up, float* out, int64_t num_tokens, int64_t inter);
 
+// out[t, i] = gelu_tanh(gate_up[t, i]) * gate_up[t, inter + i] (Gemma's MLP; gelu_tanh(x) =
+// 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), transformers' gelu_pytorch_tanh).
+void gelu_tanh_mul(const float* gate_up, float* out, int64_t num_tokens, int64_t inter);
+
 // Mixture-of-experts routing as transformers does it: probabilities = softmax of each token's
 // router logits [num_tokens, num_experts] (fp32), the top_k largest (ties: the lower expert id
 // first) in descending order, renormalised to sum 1 when `renormalize`. ids / weights
@@ -109,10 +113,11 @@ struct AttentionSeq {
 };
 
 // Causal GQA attention over the paged cache (which already holds this step's K/V): the row at
-// position p attends to positions [0, p] of its seq.  q [num_tokens, q_stride] (heads first),
-// out [num_tokens, num_heads * head_dim].
+// position p attends to positions [0, p] of its seq, or with window > 0 to (p - window, p].
+// Scores are q·k * scale, then softcap * tanh(score / softcap) when softcap > 0 (Gemma 2).
+// q [num_tokens, q_stride] (heads first), out [num_tokens, num_heads * head_dim].
 void paged_attention(const KvLayerView& cache, const float* q, int64_t q_stride,
-                     std::span<const AttentionSeq> seqs, int64_t num_heads, float scale,
-                     float* out);
+                     std::span<const AttentionSeq> seqs, int64_t num_heads, float scale, float* out,
+                     int64_t window = 0, float softcap = 0.0f);
 
 }  // namespace pagellm::cpu
