@@ -66,6 +66,7 @@ endif()
 # the standard library.
 add_executable(cuda_kernel_tests ${CMAKE_SOURCE_DIR}/tests/device/kernel_tests.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/kernel_reference.cpp
+                                 ${CMAKE_SOURCE_DIR}/tests/device/attention_window_tests.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/convert_tests.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/sampler_tests.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/fp8_tests.cpp

@@ -1,6 +1,7 @@
 // `pagellm bench throughput`: offline throughput like `vllm bench throughput`. N random prompts
 // (--input-len tokens each, --output-len generated with ignore_eos) or a JSONL dataset, run as one
-// batch through the engine; prints requests/s, total tokens/s and output tokens/s.
+// batch through the engine; prints requests/s, total tokens/s and output tokens/s, and the run's
+// lower bound from the device's ceilings measured first (cli/throughput_bound.h).
 #include <optional>
 #include <chrono>
 #include <cstdio>
@@ -13,11 +14,13 @@
 
 #include "cli/bench_serve.h"
 #include "cli/command.h"
-#include "runner/model_loader.h"
 #include "cli/engine_flags.h"
 #include "cli/prompts_file.h"
+#include "cli/throughput_bound.h"
 #include "common/error.h"
 #include "pagellm/llm.h"
+#include "runner/device_ceilings.h"
+#include "runner/model_loader.h"
 
 namespace pagellm::cli {
 namespace {
@@ -28,7 +31,33 @@ struct ThroughputOptions {
   int num_prompts = 100;
   std::string dataset;
   std::string output_json;
+  bool bound = true;
 };
+
+// Why the lower bound is not computed for this run ("" when it is): one device's ceilings and
+// 16-bit GEMM rates are what it is made of.
+std::string bound_unsupported(const EngineArgs& args, const io::ModelConfig& config) {
+  if (config.quant.quantized()) return "quantized weights (the bound uses the 16-bit GEMM rate)";
+  if (args.tensor_parallel_size * args.pipeline_parallel_size * args.data_parallel_size > 1)
+    return "more than one device";
+  return "";
+}
+
+BoundInputs bound_inputs(const EngineArgs& args, const io::ModelConfig& config,
+                         const std::vector<RequestOutput>& outputs) {
+  BoundInputs in;
+  // The CPU holds fp32; the GPU the checkpoint's dtype unless --dtype says otherwise.
+  const bool cpu = args.device == "cpu";
+  in.weight_bytes = cpu || args.dtype == "float32" ? 4
+                    : args.dtype == "auto"         ? double(dtype_size(config.torch_dtype))
+                                                   : 2;
+  in.kv_bytes = args.kv_cache_dtype.rfind("fp8", 0) == 0 ? 1 : in.weight_bytes;
+  in.max_num_seqs = args.max_num_seqs;
+  for (const auto& out : outputs)
+    for (const auto& c : out.outputs)
+      in.requests.emplace_back(int64_t(out.prompt_token_ids.size()), int64_t(c.token_ids.size()));
+  return in;
+}
 
 // Random prompts as vLLM's random dataset: ids drawn uniformly, skipping the lowest (special) ids.
 std::vector<PromptInput> random_prompts(const ThroughputOptions& o, int vocab_size, uint64_t seed) {
@@ -44,25 +73,10 @@ std::vector<PromptInput> random_prompts(const ThroughputOptions& o, int vocab_si
   return prompts;
 }
 
-int run_throughput(int argc, char** argv) {
-  CLI::App app{"Offline throughput benchmark (like `vllm bench throughput`)"};
-  EngineArgs args;
-  add_engine_flags(app, args);
-  ThroughputOptions o;
-  app.add_option("--input-len", o.input_len, "prompt tokens per random request")->capture_default_str();
-  app.add_option("--output-len", o.output_len, "generated tokens per request")->capture_default_str();
-  app.add_option("--num-prompts", o.num_prompts, "requests")->capture_default_str();
-  app.add_option("--dataset", o.dataset, "JSONL prompts file instead of random prompts");
-  app.add_option("--output-json", o.output_json, "write the results as JSON here");
-  PAGELLM_PARSE(app, argc, argv);
-  if (o.input_len < 1 || o.output_len < 1 || o.num_prompts < 1) {
-    invalid_argument("bench throughput: --input-len, --output-len and --num-prompts must be >= 1");
-  }
-  args.validate();
-  args.resolve_hub_ids();
-  // A worker process of a multi-process group executes the leader's steps instead.
-  if (const std::optional<int> code = runner::run_worker_process(args)) return *code;
-
+// The benchmark's requests through an engine of its own (gone when this returns); elapsed: the
+// seconds generate() took.
+std::vector<RequestOutput> run_requests(const EngineArgs& args, const ThroughputOptions& o,
+                                        double& elapsed) {
   SamplingParams params;  // vLLM: temperature 1, top_p 1, ignore_eos, max_tokens = output_len
   params.temperature = 1.0f;
   params.ignore_eos = true;
@@ -79,10 +93,45 @@ int run_throughput(int argc, char** argv) {
     prompts = random_prompts(o, llm.engine().model_info().vocab_size, args.seed);
     all_params.assign(prompts.size(), params);
   }
-
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<RequestOutput> outputs = llm.generate(prompts, all_params, /*show_progress=*/true);
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::vector<RequestOutput> outputs = llm.generate(prompts, all_params, /*show_progress=*/true);
+  elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return outputs;
+}
+
+int run_throughput(int argc, char** argv) {
+  CLI::App app{"Offline throughput benchmark (like `vllm bench throughput`)"};
+  EngineArgs args;
+  add_engine_flags(app, args);
+  ThroughputOptions o;
+  app.add_option("--input-len", o.input_len, "prompt tokens per random request")->capture_default_str();
+  app.add_option("--output-len", o.output_len, "generated tokens per request")->capture_default_str();
+  app.add_option("--num-prompts", o.num_prompts, "requests")->capture_default_str();
+  app.add_option("--dataset", o.dataset, "JSONL prompts file instead of random prompts");
+  app.add_option("--output-json", o.output_json, "write the results as JSON here");
+  app.add_flag("!--no-bound", o.bound,
+               "skip measuring the device's ceilings and printing the run's lower bound");
+  PAGELLM_PARSE(app, argc, argv);
+  if (o.input_len < 1 || o.output_len < 1 || o.num_prompts < 1) {
+    invalid_argument("bench throughput: --input-len, --output-len and --num-prompts must be >= 1");
+  }
+  args.validate();
+  args.resolve_hub_ids();
+  // A worker process of a multi-process group executes the leader's steps instead.
+  if (const std::optional<int> code = runner::run_worker_process(args)) return *code;
+
+  const io::ModelConfig config = runner::served_model_config(args);
+  std::string no_bound = o.bound ? bound_unsupported(args, config) : "--no-bound";
+  double elapsed = 0;
+  const std::vector<RequestOutput> outputs = run_requests(args, o, elapsed);
+  // The ceilings once the engine has given the device's memory back, so that measuring them
+  // cannot disturb the timed run.
+  runner::DeviceCeilings ceilings;
+  try {
+    if (no_bound.empty()) ceilings = runner::measure_device_ceilings(args);
+  } catch (const Error& e) {  // the run's figures stand without the bound
+    no_bound = e.what();
+  }
 
   uint64_t num_prompt_tokens = 0;
   uint64_t num_output_tokens = 0;
@@ -96,6 +145,15 @@ int run_throughput(int argc, char** argv) {
               total / elapsed, static_cast<double>(num_output_tokens) / elapsed);
   std::printf("Total num prompt tokens:  %llu\n", static_cast<unsigned long long>(num_prompt_tokens));
   std::printf("Total num output tokens:  %llu\n", static_cast<unsigned long long>(num_output_tokens));
+  std::optional<ThroughputBound> bound;
+  if (no_bound.empty()) {
+    bound = throughput_bound(config, bound_inputs(args, config, outputs), ceilings);
+    std::printf("Ceilings (%s): copy %.1f GB/s, GEMM %.1f TFLOP/s\n", ceilings.what.c_str(),
+                ceilings.copy_gbps, ceilings.gemm_tflops);
+    std::printf("%s\n", describe_bound(*bound, ceilings, elapsed).c_str());
+  } else {
+    std::printf("Lower bound: not computed (%s)\n", no_bound.c_str());
+  }
   std::fflush(stdout);
   if (!o.output_json.empty()) {
     nlohmann::json j = {{"elapsed_time", elapsed},
@@ -106,6 +164,17 @@ int run_throughput(int argc, char** argv) {
                         {"requests_per_second", rps},
                         {"tokens_per_second", total / elapsed},
                         {"output_tokens_per_second", static_cast<double>(num_output_tokens) / elapsed}};
+    if (bound)
+      j["lower_bound"] = {{"seconds", bound->seconds()},
+                          {"prefill_seconds", bound->prefill_seconds},
+                          {"decode_seconds", bound->decode_seconds},
+                          {"prefill_flop", bound->prefill_flop},
+                          {"decode_steps", bound->decode_steps},
+                          {"step_weight_bytes", bound->step_bytes},
+                          {"kv_read_bytes", bound->kv_read_bytes},
+                          {"copy_gbps", ceilings.copy_gbps},
+                          {"gemm_tflops", ceilings.gemm_tflops},
+                          {"elapsed_over_bound", elapsed / bound->seconds()}};
     std::ofstream f(o.output_json);
     if (!f) throw_error(ErrorKind::kNotFound, o.output_json + ": cannot write");
     f << j.dump(2) << "\n";

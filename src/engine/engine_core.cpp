@@ -56,19 +56,6 @@ void EngineCore::init(std::unique_ptr<runner::ModelRunner> runner) {
     invalid_argument("--max-model-len " + std::to_string(args_.max_model_len) +
                      " exceeds the model's max_position_embeddings (" + std::to_string(model_len) + ")");
   }
-  if (config.sliding_window > 0 && config.sliding_window < model_len && args_.device != "cpu") {
-    // The CPU backend attends within each sliding layer's window; the GPU kernels attend every
-    // earlier token, which within the window is the same attention.
-    const std::string window = std::to_string(config.sliding_window);
-    if (args_.max_model_len > config.sliding_window)
-      unsupported("--max-model-len " + std::to_string(args_.max_model_len) +
-                  " exceeds the model's sliding_window (" + window +
-                  "): attention limited to a window is not supported past it");
-    model_len = static_cast<int>(config.sliding_window);
-    if (args_.max_model_len == 0)
-      log::info("max_model_len " + window + ": the model's sliding_window (sequences up to it get "
-                "exactly the model's attention)");
-  }
   const int max_model_len = args_.max_model_len > 0 ? args_.max_model_len : model_len;
   if (max_model_len <= 0) invalid_argument("max_model_len: unknown (set --max-model-len)");
   if (!args_.enable_chunked_prefill && args_.max_num_batched_tokens < max_model_len) {

@@ -69,9 +69,7 @@ struct ModelConfig {
   int64_t head_dim = 0;  // defaults to hidden_size / num_attention_heads
   int64_t max_position_embeddings = 0;
   // > 0: config.json's sliding_window cuts the context: the layers marked in sliding_layer attend
-  // only the last sliding_window positions (the query's own included). The CPU backend attends
-  // so; the CUDA kernels attend every position, the same attention only up to sliding_window
-  // tokens, so there the engine caps max_model_len at the window.
+  // only the last sliding_window positions (the query's own included), on both backends.
   int64_t sliding_window = 0;
   std::vector<bool> sliding_layer;  // [num_hidden_layers] when sliding_window > 0
   // The window of (whole-model) layer `layer`, 0 for full attention.

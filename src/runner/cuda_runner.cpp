@@ -210,7 +210,6 @@ void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
   check(cudaStreamSynchronize(stream), "loading weights");
   fp8_staging8 = DevMem(), fp8_staging16 = DevMem();
 
-  std::vector<float> freqs(size_t(head_dim / 2));
   cuda::RopeScalingSpec spec;
   spec.type = c.rope_scaling.type == io::RopeScaling::Type::kLinear ? cuda::RopeScalingType::kLinear
               : c.rope_scaling.type == io::RopeScaling::Type::kLlama3
@@ -220,15 +219,23 @@ void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
   spec.low_freq_factor = c.rope_scaling.low_freq_factor;
   spec.high_freq_factor = c.rope_scaling.high_freq_factor;
   spec.original_max_position_embeddings = double(c.rope_scaling.original_max_position_embeddings);
-  cuda::rope_inv_freq(head_dim, c.rope_theta, spec, freqs.data());
-  inv_freq = DevMem(freqs.size() * 4, "rope frequencies");
-  check(cudaMemcpy(inv_freq.get(), freqs.data(), freqs.size() * 4, cudaMemcpyHostToDevice),
-        "uploading rope frequencies");
-  rope_cache = DevMem(size_t(opt.max_model_len) * head_dim * esz, "rope cos/sin cache");
-  check(cuda::rope_cos_sin_cache(dt, inv_freq.as<float>(), head_dim, opt.max_model_len,
-                                 rope_cache.get(), stream),
-        "rope cos/sin cache");
+  make_rope_tables(c.rope_theta, spec, inv_freq, rope_cache);
+  if (c.gemma.local_rope_theta > 0.0)
+    make_rope_tables(c.gemma.local_rope_theta, {}, local_inv_freq, local_rope_cache);
   check(cudaStreamSynchronize(stream), "generating weights");
+}
+
+void CudaRunner::Impl::make_rope_tables(double theta, const cuda::RopeScalingSpec& spec,
+                                        DevMem& freq_out, DevMem& cache_out) {
+  std::vector<float> freqs(size_t(head_dim / 2));
+  cuda::rope_inv_freq(head_dim, theta, spec, freqs.data());
+  freq_out = DevMem(freqs.size() * 4, "rope frequencies");
+  check(cudaMemcpy(freq_out.get(), freqs.data(), freqs.size() * 4, cudaMemcpyHostToDevice),
+        "uploading rope frequencies");
+  cache_out = DevMem(size_t(opt.max_model_len) * head_dim * esz, "rope cos/sin cache");
+  check(cuda::rope_cos_sin_cache(dt, freq_out.as<float>(), head_dim, opt.max_model_len,
+                                 cache_out.get(), stream),
+        "rope cos/sin cache");
 }
 
 void CudaRunner::Impl::alloc_activations() {
@@ -338,6 +345,10 @@ cuda::AttentionParams CudaRunner::Impl::planning_params(int num_tokens, int num_
   ap.block_size = opt.block_size;
   ap.max_blocks_per_seq = max_blocks;
   ap.q_token_stride = qkv_width;
+  // A model with sliding windows or soft caps plans with them, so that no layer's attention is
+  // planned for the wgmma kernel, which has neither (attention.cu).
+  ap.window = int(config.sliding_window);
+  ap.softcap = float(config.gemma.attn_logit_softcapping);
   return ap;
 }
 
@@ -432,7 +443,7 @@ void CudaRunner::Impl::compute_logits(int first, int num_rows) {
       num_rows, tp > 1 ? shard : vocab, hidden,     false,
       nullptr};
   check(cuda::gemm(gemm, p, stream), "lm head");
-  if (tp == 1) return;
+  if (tp == 1) return soft_cap_logits(num_rows);
   const size_t block = size_t(num_rows) * size_t(shard);  // one rank's [num_rows, shard]
   opt.tp->all_gather(x_logits_shard.get(), x_logits_gather.get(), block, dt, stream);
   for (int t = 0; t < tp; ++t) {
@@ -444,6 +455,14 @@ void CudaRunner::Impl::compute_logits(int first, int num_rows) {
                             cudaMemcpyDeviceToDevice, stream),
           "laying out gathered logits");
   }
+  soft_cap_logits(num_rows);
+}
+
+void CudaRunner::Impl::soft_cap_logits(int num_rows) {
+  const double cap = config.gemma.final_logit_softcapping;
+  if (cap > 0.0)
+    check(cuda::soft_cap(dt, x_logits.get(), int64_t(num_rows) * vocab, float(cap), stream),
+          "logit soft cap");
 }
 
 void CudaRunner::Impl::upload_sample_ids(const std::vector<int32_t>& ids) {

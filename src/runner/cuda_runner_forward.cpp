@@ -16,6 +16,7 @@ namespace pagellm::runner {
 void CudaRunner::Impl::forward(const Staged& s, void* pool) {
   const int n = s.num_tokens;
   const float eps = float(config.rms_norm_eps);
+  const bool gemma = config.gemma.enabled;
   const size_t layer_bytes = size_t(num_blocks) * block_bytes;  // one layer's K (or V)
   auto at = [&](const DevMem& m, size_t elems) { return m.as<unsigned char>() + elems * esz; };
   // With q on, the normed rows go only to q (the next FP8 projection's quantized input).
@@ -23,6 +24,7 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
                   const cuda::Fp8Out& q = {}) {
     cuda::RmsNormParams p{dt, x, residual, w.get(), q.on() ? nullptr : out, n, hidden, eps};
     p.fp8 = q;
+    p.unit_offset = gemma;
     check(cuda::rms_norm(p, stream), "rms_norm");
   };
   auto fp8_params = [&](const void* x, const DevMem& w, const Fp8Scales& f, void* y,
@@ -86,15 +88,25 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
   // x_proj's all-reduce over the tensor-parallel ranks, then x_hidden += x_proj and x_normed =
   // RMSNorm(x_hidden): one fused kernel where the communicator has one (the one-shot NVLink
   // all-reduce), else the all-reduce and the fused add + norm.
-  // Returns whether the norm wrote q (see norm).
+  // Returns whether the norm wrote q (see norm). Gemma's x_proj is already reduced (proj_reduced:
+  // normalize_proj below).
+  bool proj_reduced = false;
   auto all_reduce_add_norm = [&](const DevMem& w_norm, const cuda::Fp8Out& q = {}) {
-    if (opt.shard.tp_size > 1 &&
+    if (opt.shard.tp_size > 1 && !gemma &&
         opt.tp->all_reduce_add_rms_norm(x_proj.get(), x_hidden.get(), w_norm.get(), x_normed.get(),
                                         n, hidden, eps, dt, stream))
       return false;
-    all_reduce_proj(n);
+    if (!proj_reduced) all_reduce_proj(n);
+    proj_reduced = false;
     norm(x_proj.get(), x_hidden.get(), w_norm, x_normed.get(), q);
     return q.on();
+  };
+  // Gemma's output norms: x_proj = RMSNorm(x_proj summed over the ranks), in place; the add +
+  // norm after it then has nothing left to reduce.
+  auto normalize_proj = [&](const DevMem& w_norm) {
+    all_reduce_proj(n);
+    proj_reduced = true;
+    norm(x_proj.get(), nullptr, w_norm, x_proj.get());
   };
   // The FP8 input of layer l's qkv projection, for the norm before it.
   auto qkv_fp8_input = [&](int l) {
@@ -122,16 +134,20 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
                              head_dim, eps, num_heads, qkv_width};
       cuda::RmsNormParams kn{dt,       k,   nullptr,      w.k_norm.get(), k, n * num_kv_heads,
                              head_dim, eps, num_kv_heads, qkv_width};
+      qn.unit_offset = kn.unit_offset = gemma;
       check(cuda::rms_norm(qn, stream), "q norm");
       check(cuda::rms_norm(kn, stream), "k norm");
     }
+    // Gemma 3's sliding layers rotate with their own base.
+    const int window = int(config.layer_window(geo.layer_begin + l));
+    const bool local_rope = window > 0 && local_inv_freq.get();
     cuda::RopeParams rp;
     rp.dtype = dt;
     rp.q = q;
     rp.k = k;
     rp.positions = dev<int32_t>(lay.positions);
-    rp.inv_freq = inv_freq.as<float>();
-    rp.cos_sin = rope_cache.get();
+    rp.inv_freq = (local_rope ? local_inv_freq : inv_freq).as<float>();
+    rp.cos_sin = (local_rope ? local_rope_cache : rope_cache).get();
     rp.cache_rows = opt.max_model_len;
     rp.num_tokens = n;
     rp.num_heads = num_heads;
@@ -173,10 +189,13 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
     ap.query_start_loc = dev<int32_t>(lay.qsl);
     ap.seq_lens = dev<int32_t>(lay.seq_lens);
     ap.block_tables = dev<int32_t>(lay.tables);
-    ap.scale = 1.f / std::sqrt(float(head_dim));
+    ap.scale = 1.f / std::sqrt(gemma ? float(config.gemma.query_pre_attn_scalar) : float(head_dim));
+    ap.window = window;
     check(cuda::run_attention(ap, s.plan, attn_ws.get(), stream), "attention");
     gemm(x_attn.get(), w.o_proj, w.o_proj_fp8, w.o_proj_int, x_proj.get(), hidden,
          num_heads * head_dim, nullptr);
+    // Gemma normalises the attention output (after the all-reduce) before the residual add.
+    if (gemma) normalize_proj(w.attn_out_norm);
     if (config.moe_layer(geo.layer_begin + l)) {
       all_reduce_add_norm(w.post_norm);
       moe_mlp(w, n);
@@ -186,7 +205,8 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
           fused_fp8_input(w.gate_up, w.gate_up_fp8, x_gate_up.get(), 2 * inter, hidden, nullptr));
       // 16-bit or FP8 weights at decode sizes: SiLU-and-mul in the gate/up GEMV's epilogue.
       // (INT weights and an input the norm already quantized keep the two kernels.)
-      const bool fusable = !gate_up_quantized && !w.gate_up_int.on() && !w.gate_up_int.w8a8;
+      const bool fusable =
+          !gate_up_quantized && !w.gate_up_int.on() && !w.gate_up_int.w8a8 && !gemma;
       cudaError_t fused = cudaErrorNotSupported;
       if (fusable && w.gate_up_fp8.on()) {
         fused = cuda::fp8_linear_silu_and_mul(this->gemm,
@@ -205,17 +225,18 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
              hidden, nullptr, gate_up_quantized);
         // SiLU-and-mul leaves the down projection's quantization to fp8_linear: fused, one block
         // per row (for the row's scale) ran no faster than the two kernels (docs/PERF.md).
-        check(cuda::silu_and_mul({dt, x_gate_up.get(), x_act.get(), n, inter}, stream),
+        check(cuda::silu_and_mul({dt, x_gate_up.get(), x_act.get(), n, inter, gemma}, stream),
               "silu_and_mul");
       }
       gemm(x_act.get(), w.down, w.down_fp8, w.down_int, x_proj.get(), hidden, inter, nullptr);
+      if (gemma) normalize_proj(w.mlp_out_norm);
     }
     // The next norm: the next layer's input norm, or the final norm at the end of the last stage.
     if (l + 1 < num_layers)
       qkv_quantized = all_reduce_add_norm(layers[size_t(l) + 1].input_norm, qkv_fp8_input(l + 1));
     else if (opt.shard.last_stage())
       all_reduce_add_norm(final_norm);
-    else
+    else if (!proj_reduced)
       all_reduce_proj(n);  // sent on as two halves below
   }
   if (opt.shard.last_stage()) return;
@@ -269,6 +290,12 @@ void CudaRunner::Impl::stage_input(int n) {
                           hidden,
                           int(geo.vocab),
                           int(geo.vocab_begin)};
+  if (config.gemma.enabled) {  // sqrt(hidden) as transformers holds it: in the model dtype
+    const float s = std::sqrt(float(config.hidden_size));
+    p.scale = dt == DType::kBF16  ? bf16_to_f32(f32_to_bf16(s))
+              : dt == DType::kF16 ? f16_to_f32(f32_to_f16(s))
+                                  : s;
+  }
   check(cuda::embedding(p, stream), "embedding");
   if (opt.shard.tp_size > 1) opt.tp->all_reduce_sum(x_hidden.get(), size_t(n) * hidden, dt, stream);
 }

@@ -90,7 +90,7 @@ struct LayerWeights {
   DevMem k_norm;      // [D] or empty
   DevMem o_proj;      // [hidden, H * D]
   DevMem post_norm;   // [hidden]
-  DevMem attn_out_norm, mlp_out_norm;  // Gemma only (refused on the GPU so far): empty
+  DevMem attn_out_norm, mlp_out_norm;  // Gemma: [hidden] each, else empty
   DevMem gate_up;     // [2 * inter, hidden]
   DevMem down;        // [hidden, inter]
   // Mixture-of-experts layers instead of gate_up / down (cuda/moe.h):
@@ -136,6 +136,8 @@ struct CudaRunner::Impl {
   DevMem embed, final_norm, lm_head,
       inv_freq;       // [vocab, hidden], [hidden], [vocab, hidden] or empty, [D/2]
   DevMem rope_cache;  // [max_model_len, D] cos | sin per position (cuda::rope_cos_sin_cache)
+  // Gemma 3's sliding layers: their own (unscaled) rotary base; empty otherwise.
+  DevMem local_inv_freq, local_rope_cache;
   std::vector<LayerWeights> layers;
 
   // FP8 linear layers: activation quantization scratch (gemm/fp8_gemm.h), sized for max_tokens
@@ -327,6 +329,11 @@ struct CudaRunner::Impl {
   // o_proj / down_proj); no-op without tensor parallelism.
   void all_reduce_proj(int num_tokens);
   void compute_logits(int row_offset_in_rows, int num_rows);
+  // Gemma 2's final cap on the first num_rows rows of x_logits (no-op without one).
+  void soft_cap_logits(int num_rows);
+  // inv_freq and its cos / sin cache for one rotary base.
+  void make_rope_tables(double theta, const cuda::RopeScalingSpec& spec, DevMem& freq_out,
+                        DevMem& cache_out);
   // Stages the flat sampler id lists (pinned, grown on demand) and uploads them on the stream.
   void upload_sample_ids(const std::vector<int32_t>& ids);
   // Samples / scores rows [0, num_rows) of x_logits with the SampleRows at lay.sample_rows (already

@@ -153,7 +153,7 @@ std::unique_ptr<CpuRunner> build_cpu_runner(const EngineArgs& args, const io::Mo
 }
 
 // What the newer families do not run on yet: the mixture-of-experts models (Qwen3-MoE, Mixtral)
-// quantized, longrope on the GPU, Phi-3's fused projections quantized.
+// quantized, longrope on the GPU, Phi-3's fused projections and Gemma quantized.
 void check_family_support(const io::ModelConfig& config, const EngineArgs& args,
                           const std::string& source) {
   if (config.is_moe() && config.quant.quantized())
@@ -162,10 +162,6 @@ void check_family_support(const io::ModelConfig& config, const EngineArgs& args,
   if (config.rope_scaling.type == io::RopeScaling::Type::kLongRope && args.device == "cuda")
     unsupported(source + ": rope type 'longrope' (" + config.architecture +
                 " long context) runs on the CPU backend only so far; use --device cpu");
-  if (config.gemma.enabled && args.device == "cuda")
-    unsupported(source + ": " + config.architecture +
-                " runs on the CPU backend only so far (soft-capping, gelu-tanh and sliding-window "
-                "layers are not in the GPU kernels yet); use --device cpu");
   if (config.gemma.enabled && config.quant.quantized())
     unsupported(source + ": quantization (" + config.quant.describe() + ") of " +
                 config.architecture + " is not supported yet");
@@ -231,6 +227,11 @@ void require_cuda_for(const parallel::LaunchPlan& plan, const EngineArgs& args) 
 }
 
 }  // namespace
+
+io::ModelConfig served_model_config(const EngineArgs& args) {
+  std::string source;
+  return describe_model(args, &source).config;
+}
 
 int batches_in_flight(const EngineArgs& args) {
   const int pp = args.pipeline_parallel_size;

@@ -24,6 +24,10 @@ struct LoadedModel {
 // group (parallel/launch.h) this is the leader's side: it waits at the rendezvous for the workers.
 LoadedModel load_model(const EngineArgs& args);
 
+// The config the engine would serve (config.json or the demo model's, with --quantization and the
+// flag checks applied), without loading any weight.
+io::ModelConfig served_model_config(const EngineArgs& args);
+
 // In a multi-process group, a process other than the leader runs here instead of building an
 // engine: it joins the rendezvous, loads its ranks and executes the leader's steps until the
 // leader shuts the group down (returns 0) or goes away (returns 1). Returns nullopt in the leader

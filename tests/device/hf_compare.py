@@ -76,6 +76,31 @@ def make_config(arch):
                              original_max_position_embeddings=4096, rms_norm_eps=1e-5, sliding_window=2047,
                              bos_token_id=128000, eos_token_id=128001, pad_token_id=None,
                              tie_word_embeddings=False, **rope(10000.0))
+    # Gemma at real layer shapes with Llama-3's tokenizer, and a 64-token window so that the prompts
+    # and 64 greedy steps run past it. The LM head is untied: tied to a random embedding, the
+    # current token's own row wins every step (its scaled embedding rides the residual stream). Gemma 2's score cap is left off: transformers applies it in
+    # eager attention only, and the fp32 reload runs its default attention (the logit cap stays).
+    if arch == "gemma2-9b-6l":  # Gemma-2-9B's layers
+        return tf.Gemma2Config(vocab_size=128256, hidden_size=3584, intermediate_size=14336, num_hidden_layers=6,
+                               num_attention_heads=16, num_key_value_heads=8, head_dim=256,
+                               query_pre_attn_scalar=256, max_position_embeddings=8192, rms_norm_eps=1e-6,
+                               sliding_window=64, attn_logit_softcapping=None, final_logit_softcapping=30.0,
+                               bos_token_id=128000, eos_token_id=128001, pad_token_id=0,
+                               tie_word_embeddings=False, hidden_activation="gelu_pytorch_tanh",
+                               **rope(10000.0))
+    if arch == "gemma3-12b-8l":  # Gemma-3-12B's layers: five sliding, one global, two sliding
+        kw = dict(vocab_size=128256, hidden_size=3840, intermediate_size=15360, num_hidden_layers=8,
+                  num_attention_heads=16, num_key_value_heads=8, head_dim=256, query_pre_attn_scalar=256,
+                  max_position_embeddings=131072, rms_norm_eps=1e-6, sliding_window=64,
+                  bos_token_id=128000, eos_token_id=128001, pad_token_id=0, tie_word_embeddings=False,
+                  hidden_activation="gelu_pytorch_tanh",
+                  layer_types=["sliding_attention"] * 5 + ["full_attention"] + ["sliding_attention"] * 2)
+        if int(tf.__version__.split(".")[0]) >= 5:
+            return tf.Gemma3TextConfig(**kw, rope_parameters={
+                "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
+        return tf.Gemma3TextConfig(**kw, rope_theta=1000000.0, rope_local_base_freq=10000.0,
+                                   rope_scaling={"rope_type": "linear", "factor": 8.0})
     raise SystemExit(f"unknown arch {arch}")
 
 
@@ -100,11 +125,28 @@ PROMPTS = [
 ]
 
 
+@torch.no_grad()
+def spread_gemma_weights(model):
+    """transformers' init (std 0.02, zero norms) gives a random Gemma whose scaled embedding drowns
+    every normalised layer output. These weights keep the scaled embedding at unit RMS, the norms'
+    (1 + w) around 1 and the matrices at 1/sqrt(fan_in), so greedy text depends on the context
+    and the window."""
+    for name, p in model.named_parameters():
+        if name.endswith("norm.weight"):
+            p.normal_(0.0, 0.2)
+        elif "embed_tokens" in name:
+            p.normal_(0.0, p.shape[1] ** -0.5)
+        elif p.dim() == 2:
+            p.normal_(0.0, p.shape[1] ** -0.5)
+
+
 def build_model(arch, tokdir, out):
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = tf.AutoModelForCausalLM.from_config(make_config(arch), dtype=torch.bfloat16)
     model.eval()
+    if arch.startswith("gemma"):
+        spread_gemma_weights(model)
     model.save_pretrained(out, safe_serialization=True)
     if arch.startswith(("qwen3-30b-a3b", "mixtral")):  # the Hub's per-expert tensor names
         save_per_expert(model, out, mixtral=arch.startswith("mixtral"))

@@ -29,13 +29,14 @@ void ref_attention(const RefAttention& a, float* out) {
     if (s < 0) return;
     const int q_len = a.query_start_loc[s + 1] - a.query_start_loc[s];
     const int pos = a.seq_lens[s] - q_len + (t - a.query_start_loc[s]);
+    const int first = a.window > 0 ? std::max(0, pos - a.window + 1) : 0;
     std::vector<double> scores(pos + 1);
     std::vector<double> acc(a.head_dim);
     for (int h = 0; h < a.num_heads; ++h) {
       const int kvh = h / group;
       const float* q = a.q + (static_cast<int64_t>(t) * a.num_heads + h) * a.head_dim;
       double mx = -INFINITY;
-      for (int j = 0; j <= pos; ++j) {
+      for (int j = first; j <= pos; ++j) {
         const int64_t block =
             a.block_tables[static_cast<int64_t>(s) * a.max_blocks_per_seq + j / a.block_size];
         const float* k =
@@ -44,11 +45,12 @@ void ref_attention(const RefAttention& a, float* out) {
         double dot = 0;
         for (int d = 0; d < a.head_dim; ++d) dot += double(q[d]) * k[d];
         scores[j] = dot * a.scale;
+        if (a.softcap > 0.f) scores[j] = a.softcap * std::tanh(scores[j] / a.softcap);
         mx = std::max(mx, scores[j]);
       }
       double sum = 0;
       std::fill(acc.begin(), acc.end(), 0.0);
-      for (int j = 0; j <= pos; ++j) {
+      for (int j = first; j <= pos; ++j) {
         const double p = std::exp(scores[j] - mx);
         sum += p;
         const int64_t block =

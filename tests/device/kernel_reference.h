@@ -22,6 +22,8 @@ struct RefAttention {
   const int32_t* block_tables;     // [num_seqs, max_blocks_per_seq]
   int num_seqs, num_tokens, num_heads, num_kv_heads, head_dim, block_size, max_blocks_per_seq;
   float scale;
+  int window = 0;       // > 0: keys (pos - window, pos] only
+  float softcap = 0.f;  // > 0: scores capped at softcap * tanh(score / softcap)
 };
 void ref_attention(const RefAttention& a, float* out);  // out: [num_tokens, num_heads, head_dim]
 

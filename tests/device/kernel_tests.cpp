@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_case.h"
 #include "backends/cuda/gemv.h"
 #include "backends/cuda/kernels.h"
 #include "common/dtype.h"
@@ -122,15 +123,6 @@ bool selected(const std::string& name) {
 
 // ---- attention ---------------------------------------------------------------------------------
 
-struct AttnCase {
-  DType dtype;
-  int num_heads, num_kv_heads, head_dim, block_size;
-  std::vector<int> q_lens, ctx_lens;  // per seq; ctx includes the q_len new tokens
-  int fixed_splits = 0;
-  std::string label;
-  DType kv_dtype = DType::kF32;  // kF8E4M3 / kF8E5M2: an FP8 cache; anything else: dtype
-};
-
 // An FP8 cache's codes of `values` (fp8(x * (1 / scale)), as write_kv_cache stores them), and
 // `values` replaced by what the codes mean (code * scale), the reference's input.
 std::vector<uint8_t> to_fp8_cache(std::vector<float>& values, DType fp8, float scale) {
@@ -191,6 +183,18 @@ PagedSetup make_paged(const AttnCase& c) {
       }
     }
   }
+  // A window: keys no query of the seq attends get K = V = 100 (16-bit caches), which would swamp
+  // any output that read them.
+  for (int i = 0; i < num_seqs && c.window > 0 && !is_fp8(c.kv_dtype); ++i) {
+    const int below = c.ctx_lens[i] - c.q_lens[i] - c.window + 1;  // first query's window start
+    for (int j = 0; j < below; ++j) {
+      const size_t slot =
+          size_t(s.block_tables[size_t(i) * s.max_blocks + j / c.block_size]) * c.block_size +
+          j % c.block_size;
+      std::fill_n(s.k_cache.begin() + slot * row, row, round_to(c.dtype, 100.f));
+      std::fill_n(s.v_cache.begin() + slot * row, row, round_to(c.dtype, 100.f));
+    }
+  }
   // Queries scaled so that scores spread over a few units: softmax neither flat nor one-hot.
   s.q = random_vec(c.dtype, size_t(s.num_tokens) * c.num_heads * c.head_dim, 3.f);
   return s;
@@ -203,15 +207,20 @@ struct AttnRun {
   DevBuf *split_items = nullptr, *tile_items = nullptr, *workspace = nullptr;
 };
 
+}  // namespace
+
 void test_attention(const AttnCase& c) {
   const int num_seqs = static_cast<int>(c.q_lens.size());
   char name[256];
-  std::snprintf(name, sizeof name, "attention %s%s H=%d/%d D=%d bs=%d seqs=%d %s%s", dname(c.dtype),
+  std::snprintf(name, sizeof name, "attention %s%s H=%d/%d D=%d bs=%d seqs=%d %s%s%s%s",
+                dname(c.dtype),
                 c.kv_dtype == DType::kF8E4M3   ? " kv=e4m3"
                 : c.kv_dtype == DType::kF8E5M2 ? " kv=e5m2"
                                                : "",
                 c.num_heads, c.num_kv_heads, c.head_dim, c.block_size, num_seqs, c.label.c_str(),
-                c.fixed_splits ? (" splits=" + std::to_string(c.fixed_splits)).c_str() : "");
+                c.fixed_splits ? (" splits=" + std::to_string(c.fixed_splits)).c_str() : "",
+                c.window ? (" window=" + std::to_string(c.window)).c_str() : "",
+                c.softcap > 0.f ? " softcap" : "");
   if (!selected(name)) return;
   PagedSetup s = make_paged(c);
   const bool fp8 = is_fp8(c.kv_dtype);
@@ -259,6 +268,8 @@ void test_attention(const AttnCase& c) {
   p.block_size = c.block_size;
   p.max_blocks_per_seq = s.max_blocks;
   p.scale = 1.f / std::sqrt(float(c.head_dim));
+  p.window = c.window;
+  p.softcap = c.softcap;
   AttentionPlanHost ph;
   CK(plan_attention(p, s.qsl.data(), s.seq_lens.data(), g_num_sms, c.fixed_splits, &ph));
   DevBuf si(ph.split_items.size() * 4), ti(ph.tile_items.size() * 4), ws(ph.workspace_bytes);
@@ -278,13 +289,12 @@ void test_attention(const AttnCase& c) {
   CK(cudaDeviceSynchronize());
   std::vector<float> got = download(out, c.dtype, out_n);
 
-  RefAttention r{s.q.data(),        s.k_cache.data(),
-                 s.v_cache.data(),  s.qsl.data(),
-                 s.seq_lens.data(), s.block_tables.data(),
-                 num_seqs,          s.num_tokens,
-                 c.num_heads,       c.num_kv_heads,
-                 c.head_dim,        c.block_size,
-                 s.max_blocks,      p.scale};
+  RefAttention r{s.q.data(),     s.k_cache.data(),  s.v_cache.data(),
+                 s.qsl.data(),   s.seq_lens.data(), s.block_tables.data(),
+                 num_seqs,       s.num_tokens,      c.num_heads,
+                 c.num_kv_heads, c.head_dim,        c.block_size,
+                 s.max_blocks,   p.scale,           c.window,
+                 c.softcap};
   std::vector<float> ref(out_n);
   ref_attention(r, ref.data());
   std::string full = std::string(name) + " [split items " + std::to_string(plan.num_split_items) +
@@ -308,6 +318,8 @@ std::vector<int> pick(std::initializer_list<int> choices, int n) {
   for (auto& x : out) x = c[d(g_rng)];
   return out;
 }
+
+namespace {
 
 struct Heads {
   int h, kv;
@@ -441,6 +453,7 @@ void attention_suite() {
   test_attention({DType::kBF16, 32, 8, 128, 16, std::vector<int>(16, 1),
                   pick({1, 17, 1000}, 16), 0, "decode cuda-cores", DType::kF8E4M3});
   attention_set_decode_tensor_cores(true);
+  window_cases();
 }
 
 // ---- elementwise kernels

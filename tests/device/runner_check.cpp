@@ -7,7 +7,7 @@
 // 2. A random tiny model with every optional path (bias, q/k norm, GQA, untied head, llama3 RoPE),
 //    head_dim 16 and 64: fp32 GPU logits match the CPU runner's over chunked prefill + batched
 //    decode; bf16/f16 obey the top-5 logprob-closeness rule, also with FP8 KV caches on both.
-//    The same for tiny Qwen3-MoE, Mixtral and Phi-3 models in fp32 and bf16.
+//    The same for tiny Qwen3-MoE, Mixtral, Phi-3, Gemma 2 and Gemma 3 models in fp32 and bf16.
 // 3. Llama-3.1-8B shapes with dummy bf16 weights: decode tokens/s at batch 1/16/64, next to the
 //    device-to-device copy bandwidth measured in the same process (the HBM roofline).
 #include <cuda_runtime.h>
@@ -339,6 +339,36 @@ io::ModelConfig tiny_family_config(const std::string& family) {
   return c;
 }
 
+// Gemma 2 / 3 on tiny shapes: three layers with an 8-token window on two of them (the prompts and
+// decodes run past it), Gemma 2's score and logit caps (the logit cap at Gemma 2's 30: a tighter
+// one squeezes the logits into ties at bf16's resolution), Gemma 3's q/k norms, local rotary base
+// and linear-scaled global one; head_dim 16 (CUDA-core kernels) or 64 (tensor-core decode and
+// tiles).
+io::ModelConfig tiny_gemma_config(int version, int head_dim) {
+  io::ModelConfig c = tiny_config(head_dim);
+  c.attention_bias = false;
+  c.qk_norm = version == 3;
+  c.rope_scaling = {};
+  c.model_type = version == 2 ? "gemma2" : "gemma3_text";
+  c.architecture = version == 2 ? "Gemma2ForCausalLM" : "Gemma3ForCausalLM";
+  c.tie_word_embeddings = true;
+  c.num_hidden_layers = 3;
+  c.sliding_window = 8;
+  c.sliding_layer =
+      version == 2 ? std::vector<bool>{true, false, true} : std::vector<bool>{true, true, false};
+  c.gemma.enabled = true;
+  c.gemma.query_pre_attn_scalar = 24;
+  c.gemma.attn_logit_softcapping = version == 2 ? 10.0 : 0.0;
+  c.gemma.final_logit_softcapping = version == 2 ? 30.0 : 0.0;
+  if (version == 3) {
+    c.rope_theta = 1e6;
+    c.rope_scaling.type = io::RopeScaling::Type::kLinear;
+    c.rope_scaling.factor = 2.0;
+    c.gemma.local_rope_theta = 1e4;
+  }
+  return c;
+}
+
 // Chunked prefill of three prompts together, then decode steps with all three batched; compares
 // GPU logits with the CPU runner's at every sampled row.
 // kv_fp8: both runners with that FP8 KV cache (scales 1.0, or calculated from the first batch).
@@ -607,6 +637,12 @@ int main(int argc, char** argv) {
     for (const char* family : {"qwen3_moe", "mixtral", "phi3"})
       for (pagellm::DType t : {pagellm::DType::kF32, pagellm::DType::kBF16})
         pagellm::check_tiny_model(pagellm::tiny_family_config(family), family, t);
+    for (int version : {2, 3})
+      for (int d : {16, 64})
+        for (pagellm::DType t : {pagellm::DType::kF32, pagellm::DType::kBF16})
+          pagellm::check_tiny_model(pagellm::tiny_gemma_config(version, d),
+                                    "gemma" + std::to_string(version) + " D=" + std::to_string(d),
+                                    t);
     for (int d : {16, 64}) {
       for (pagellm::DType t : {pagellm::DType::kBF16, pagellm::DType::kF16}) {
         pagellm::check_tiny(d, t, pagellm::DType::kF8E4M3);

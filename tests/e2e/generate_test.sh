@@ -124,5 +124,15 @@ echo "ok: demo model"
   --output-json "$TMP/bench.json" > "$TMP/bench.txt" 2>/dev/null || fail "bench throughput failed"
 grep -q "^Throughput: .* requests/s, .* total tokens/s, .* output tokens/s" "$TMP/bench.txt" || fail "bench output"
 grep -q '"num_output_tokens": 64' "$TMP/bench.json" || fail "bench json"
+# ... and ends with the run's lower bound from the ceilings it measured (here the CPU's).
+grep -q "^Ceilings (CPU: .*): copy .* GB/s, GEMM .* TFLOP/s" "$TMP/bench.txt" || fail "bench ceilings"
+grep -q "^Lower bound: .* s = prefill .* + decode .*; this run took .*x the bound" "$TMP/bench.txt" ||
+  fail "bench bound"
+python3 -c 'import json, sys; b = json.load(open(sys.argv[1]))["lower_bound"]
+assert b["seconds"] > 0 and b["decode_steps"] == 1 and b["elapsed_over_bound"] > 0, b' \
+  "$TMP/bench.json" || fail "bench json bound"
+"$BIN" bench throughput --model "$MODEL" --num-prompts 2 --input-len 8 --output-len 4 --no-bound \
+  > "$TMP/bench2.txt" 2>/dev/null || fail "bench --no-bound failed"
+grep -q "^Lower bound: not computed (--no-bound)" "$TMP/bench2.txt" || fail "bench --no-bound"
 echo "ok: bench throughput"
 echo "generate_test: all passed"

@@ -459,7 +459,7 @@ TEST(Gemma, TensorAndPipelineParallelGreedyMatchesOneRank) {
   }
 }
 
-TEST(Gemma, TheGpuAndQuantizationAreRefusedWithOneLine) {
+TEST(Gemma, QuantizationIsRefusedWithOneLine) {
   if (!std::filesystem::exists(kModels / "stories260K" / "tokenizer.json")) GTEST_SKIP();
   testing::TempDir tmp;
   EngineArgs args;

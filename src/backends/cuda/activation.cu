@@ -1,4 +1,5 @@
-// SiLU-and-mul, the gated activation of Llama-family MLPs.
+// SiLU-and-mul, the gated activation of Llama-family MLPs (gelu-tanh-and-mul for Gemma), and the
+// soft cap of Gemma 2's logits.
 #include <algorithm>
 
 #include "backends/cuda/common.cuh"
@@ -7,6 +8,14 @@ namespace pagellm::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+
+// gelu_tanh(gate) rounded to T, times up: transformers' gelu_pytorch_tanh with silu_mul's
+// roundings.
+template <typename T>
+__device__ __forceinline__ float gelu_tanh_mul(float gate, float up) {
+  const float inner = 0.7978845608028654f * (gate + 0.044715f * gate * gate * gate);
+  return round_to<T>(0.5f * gate * (1.f + tanhf(inner))) * up;
+}
 
 // grid: (num_tokens, column chunks); VEC columns per thread (16 bytes when the row allows it), one
 // round per thread where the grid covers the row. transformers computes silu(gate) in the model
@@ -30,7 +39,8 @@ __global__ void silu_and_mul_kernel(const __grid_constant__ SiluAndMulParams p) 
       u[0] = to_float(up[i]);
     }
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) o[e] = silu_mul<T>(g[e], u[e]);
+    for (int e = 0; e < VEC; ++e)
+      o[e] = p.gelu_tanh ? gelu_tanh_mul<T>(g[e], u[e]) : silu_mul<T>(g[e], u[e]);
     if constexpr (VEC > 1) {
       store16(out + i, o);
     } else {
@@ -49,7 +59,27 @@ cudaError_t launch_silu_and_mul(const SiluAndMulParams& p, cudaStream_t stream) 
                        kThreads, 0, stream, p);
 }
 
+template <typename T>
+__global__ void soft_cap_kernel(T* x, int64_t count, float cap) {
+  pdl_launch_dependents();
+  pdl_wait();
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x)
+    x[i] = from_float<T>(cap * tanhf(to_float(x[i]) / cap));
+}
+
 }  // namespace
+
+cudaError_t soft_cap(DType dtype, void* x, int64_t count, float cap, cudaStream_t stream) {
+  if (count < 0 || !(cap > 0.f)) return cudaErrorInvalidValue;
+  if (count == 0) return cudaSuccess;
+  if (!x) return cudaErrorInvalidValue;
+  const int blocks = int(std::min<int64_t>((count + kThreads - 1) / kThreads, 4096));
+  return PAGELLM_DISPATCH_DTYPE(dtype, [&] {
+    return launch_kernel(soft_cap_kernel<scalar_t>, blocks, kThreads, 0, stream,
+                         static_cast<scalar_t*>(x), count, cap);
+  });
+}
 
 cudaError_t silu_and_mul(const SiluAndMulParams& p, cudaStream_t stream) {
   if (p.num_tokens < 0 || p.inner <= 0) return cudaErrorInvalidValue;

@@ -1,4 +1,4 @@
-// Embedding lookup: out[t, :] = table[token_ids[t], :].
+// Embedding lookup: out[t, :] = table[token_ids[t], :] (times p.scale: Gemma).
 #include "backends/cuda/common.cuh"
 
 namespace pagellm::cuda {
@@ -18,9 +18,12 @@ __global__ void embedding_kernel(const __grid_constant__ EmbeddingParams p) {
     if constexpr (VEC > 1) {
       Vec16<T> v{};
       if (valid) v = *reinterpret_cast<const Vec16<T>*>(row + i);
+      if (p.scale != 1.f)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) v.v[e] = from_float<T>(to_float(v.v[e]) * p.scale);
       *reinterpret_cast<Vec16<T>*>(out + i) = v;
     } else {
-      out[i] = valid ? row[i] : from_float<T>(0.f);
+      out[i] = valid ? from_float<T>(to_float(row[i]) * p.scale) : from_float<T>(0.f);
     }
   }
 }

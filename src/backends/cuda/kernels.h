@@ -43,6 +43,9 @@ struct EmbeddingParams {
   // Row of id is id - id_offset; ids whose row falls outside [0, vocab_size) produce a zero row
   // (a vocab-parallel shard; the engine validates ids against the whole vocabulary).
   int id_offset = 0;
+  // != 1: each element times scale, rounded to dtype (Gemma's sqrt(hidden), given already
+  // rounded to dtype as transformers rounds it).
+  float scale = 1.f;
 };
 cudaError_t embedding(const EmbeddingParams& p, cudaStream_t stream);
 
@@ -78,6 +81,9 @@ struct RmsNormParams {
   int rows_per_group = 0;
   int64_t group_stride = 0;
   Fp8Out fp8{};
+  // Gemma's RMSNorm: out = x * inv * (1 + weight) in fp32, rounded once (no rounding of the
+  // normalized row before the weight, and the weight offset by one).
+  bool unit_offset = false;
 };
 cudaError_t rms_norm(const RmsNormParams& p, cudaStream_t stream);
 
@@ -125,15 +131,20 @@ struct RopeScalingSpec {
 void rope_inv_freq(int head_dim, double theta, const RopeScalingSpec& scaling, float* inv_freq);
 
 // ---- activation.cu -----------------------------------------------------------------------------
-// out = silu(gate) * up, where each input row is [gate | up] (the merged gate_up projection).
+// out = silu(gate) * up, where each input row is [gate | up] (the merged gate_up projection); with
+// gelu_tanh, gelu_tanh(gate) * up (Gemma: transformers' gelu_pytorch_tanh), the same roundings.
 struct SiluAndMulParams {
   DType dtype = DType::kBF16;
   const void* x = nullptr;  // [num_tokens, 2 * inner]
   void* out = nullptr;      // [num_tokens, inner]
   int num_tokens = 0;
   int inner = 0;
+  bool gelu_tanh = false;
 };
 cudaError_t silu_and_mul(const SiluAndMulParams& p, cudaStream_t stream);
+
+// x = cap * tanh(x / cap) over `count` elements of dtype, in place (Gemma 2's final logit cap).
+cudaError_t soft_cap(DType dtype, void* x, int64_t count, float cap, cudaStream_t stream);
 
 // ---- kv_cache.cu -------------------------------------------------------------------------------
 // Writes this step's K/V rows into the paged cache: token t goes to slot slot_mapping[t] (block =
@@ -201,6 +212,10 @@ struct AttentionParams {
   int max_blocks_per_seq = 0;
   int64_t q_token_stride = 0;  // 0 = num_heads * head_dim
   float scale = 0.f;           // softmax scale, usually 1/sqrt(head_dim)
+  // > 0: a query at position p attends keys (p - window, p] only (sliding-window layers).
+  int window = 0;
+  // > 0: scores (after scale) become softcap * tanh(score / softcap) (Gemma 2).
+  float softcap = 0.f;
 };
 
 // Host-side plan of one attention call (FlashInfer's plan/run split): which tokens go to the

@@ -9,9 +9,10 @@ namespace {
 
 // The normed value of one element: transformers computes weight * (x * inv).to(dtype), two
 // roundings in bf16/f16.
+// Gemma (unit_offset): x * inv * (1 + w) in fp32, one rounding.
 template <typename T>
-__device__ __forceinline__ float normed(float x, float w, float inv) {
-  return round_to<T>(w * round_to<T>(x * inv));
+__device__ __forceinline__ float normed(float x, float w, float inv, bool unit_offset) {
+  return unit_offset ? round_to<T>(x * inv * (1.f + w)) : round_to<T>(w * round_to<T>(x * inv));
 }
 
 // A row that one round of the block covers (decode: hidden <= 4 * 1024): x, the residual and the
@@ -43,7 +44,7 @@ __device__ __forceinline__ void norm_row_in_registers(const RmsNormParams& p, co
   const float inv = rsqrtf(block_sum(sumsq, scratch) / p.hidden + p.eps);
   float o[VEC];
 #pragma unroll
-  for (int j = 0; j < VEC; ++j) o[j] = active ? normed<T>(v[j], wv[j], inv) : 0.f;
+  for (int j = 0; j < VEC; ++j) o[j] = active ? normed<T>(v[j], wv[j], inv, p.unit_offset) : 0.f;
   if (active && out) {
 #pragma unroll
     for (int j = 0; j < VEC; ++j) out[i + j] = from_float<T>(o[j]);
@@ -82,7 +83,8 @@ __device__ __forceinline__ void norm_row_in_passes(const RmsNormParams& p, const
   const T* src = res ? res : x;
   auto normed_slice = [&](int i, float(&o)[VEC]) {
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) o[j] = normed<T>(to_float(src[i + j]), to_float(w[i + j]), inv);
+    for (int j = 0; j < VEC; ++j)
+      o[j] = normed<T>(to_float(src[i + j]), to_float(w[i + j]), inv, p.unit_offset);
   };
   float amax = 0.f;
   // With 128-column groups, hidden % 128 == 0: a warp's 128 columns are all in or all out.

@@ -31,9 +31,10 @@ bool attention::prefill_wgmma_enabled() { return g_prefill_wgmma; }
 namespace {
 
 bool valid_shapes(const AttentionParams& p) {
-  return attention::kv_dtype_supported(p.dtype, p.kv_dtype) && p.num_seqs >= 0 && p.num_tokens >= 0 && p.num_heads > 0 && p.num_kv_heads > 0 &&
+  return attention::kv_dtype_supported(p.dtype, p.kv_dtype) && p.num_seqs >= 0 &&
+         p.num_tokens >= 0 && p.num_heads > 0 && p.num_kv_heads > 0 &&
          p.num_heads % p.num_kv_heads == 0 && p.head_dim > 0 && p.block_size > 0 &&
-         p.max_blocks_per_seq > 0;
+         p.max_blocks_per_seq > 0 && p.window >= 0 && p.softcap >= 0.f;
 }
 
 bool tile_path(const AttentionParams& p) {
@@ -64,10 +65,12 @@ bool device_is_sm90() {
 }
 
 // Whether prefill tiles take the Hopper wgmma kernel: a 16-bit cache of the model's dtype on a
-// compute capability 9.0 device, unless switched off.
+// compute capability 9.0 device, unless switched off. Sliding windows and soft caps (Gemma) are
+// in the mma.sync kernel only: a model with them plans with them set (the runner's planning
+// params), so every layer's attention runs 64-row tiles.
 bool sm90_tiles(const AttentionParams& p) {
-  return tile_path(p) && p.kv_dtype == p.dtype && attention::prefill_wgmma_enabled() &&
-         device_is_sm90();
+  return tile_path(p) && p.kv_dtype == p.dtype && p.window == 0 && p.softcap == 0.f &&
+         attention::prefill_wgmma_enabled() && device_is_sm90();
 }
 
 // The launchers for model type T, picked by the cache's dtype (T itself or FP8).

@@ -65,10 +65,11 @@ __global__ void __launch_bounds__(kTileThreads)
   const int kv_head = blockIdx.y;
   const int head0 = kv_head * group;
   const int n_keys = p.seq_lens[seq] - (p.query_start_loc[seq + 1] - token) + 1;
-  const int splits = SPLIT ? active_splits(n_keys, plan.num_splits) : 1;
+  const int k_first = first_key(n_keys, p.window);
+  const int splits = SPLIT ? active_splits(n_keys - k_first, plan.num_splits) : 1;
   if (blockIdx.z >= splits) return;  // the whole block
-  const int per_split = (n_keys + splits - 1) / splits;
-  const int k_begin = blockIdx.z * per_split;
+  const int per_split = (n_keys - k_first + splits - 1) / splits;
+  const int k_begin = k_first + blockIdx.z * per_split;
   const int k_end = min(n_keys, k_begin + per_split);
   const int n_tiles = k_end > k_begin ? (k_end - k_begin + kTileN - 1) / kTileN : 0;
 
@@ -102,6 +103,7 @@ __global__ void __launch_bounds__(kTileThreads)
 
   const int g = lane >> 2, t4 = lane & 3;
   const float qscale = p.scale * kLog2e * kv_scale<KV>(p.k_scale);
+  const float cap2 = p.softcap * kLog2e;
   uint32_t qf[D / 16][4];
   float o[D / 8][4];
 #pragma unroll
@@ -137,7 +139,7 @@ __global__ void __launch_bounds__(kTileThreads)
     // A warp whose keys of this tile are all past k_end keeps max -inf (handled by the step).
     const auto scale_mask = [&](int n, int e, float raw) {
       const int key = key0 + n * 8 + 2 * t4 + (e & 1);
-      return key < k_end ? raw * qscale : -INFINITY;
+      return key < k_end ? soft_cap_log2(raw * qscale, cap2) : -INFINITY;
     };
     float corr_a, corr_b;
     online_softmax_step(s, scale_mask, m_a, m_b, l_a, l_b, corr_a, corr_b);

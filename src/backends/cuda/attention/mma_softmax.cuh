@@ -135,6 +135,18 @@ __device__ __forceinline__ void quad_sum(float& a, float& b) {
   }
 }
 
+// The keys [first, n_keys) a query with n_keys causal keys attends: all of them, or a sliding
+// window's last `window`.
+__device__ __forceinline__ int first_key(int n_keys, int window) {
+  return window > 0 ? max(0, n_keys - window) : 0;
+}
+
+// A score in the log2 domain (score * log2e) soft-capped at cap2 = softcap * log2e (Gemma 2):
+// cap2 * tanh(s / cap2) is log2e * softcap * tanh(score / softcap). No-op for cap2 == 0.
+__device__ __forceinline__ float soft_cap_log2(float s, float cap2) {
+  return cap2 > 0.f ? cap2 * tanhf(s / cap2) : s;
+}
+
 // One online-softmax step over a warp's [16, 8 * N] raw score fragments: scale_mask(n, e, s[n][e])
 // scales each score to the log2 domain and masks it with -inf (fused with the row max, as the
 // kernels always did); then updates the running max (m_a, m_b) and sum (l_a, l_b) of the thread's

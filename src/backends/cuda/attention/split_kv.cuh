@@ -11,6 +11,7 @@
 #include <cfloat>
 
 #include "backends/cuda/attention/attention_internal.h"
+#include "backends/cuda/attention/mma_softmax.cuh"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/fp8_convert.cuh"
 
@@ -188,13 +189,15 @@ __global__ void __launch_bounds__(kSplitKvThreads)
   const int head0 = kv_head * group_size + (blockIdx.y % num_chunks) * G_TILE;
   const int num_g = min(G_TILE, kv_head * group_size + group_size - head0);
 
-  // Causal range of this token, then this block's share of it.
+  // Causal (or windowed) range of this token, then this block's share of it.
   const int n_keys = p.seq_lens[seq] - (p.query_start_loc[seq + 1] - token) + 1;
-  const int splits = SPLIT ? active_splits(n_keys, plan.num_splits) : 1;
+  const int k_first = first_key(n_keys, p.window);
+  const int splits = SPLIT ? active_splits(n_keys - k_first, plan.num_splits) : 1;
   if (blockIdx.z >= splits) return;  // the whole block
-  const int per_split = (n_keys + splits - 1) / splits;
-  const int k_begin = blockIdx.z * per_split;
+  const int per_split = (n_keys - k_first + splits - 1) / splits;
+  const int k_begin = k_first + blockIdx.z * per_split;
   const int k_end = min(n_keys, k_begin + per_split);
+  const float cap2 = p.softcap * kLog2e;
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -262,7 +265,7 @@ __global__ void __launch_bounds__(kSplitKvThreads)
         for (int e = 0; e < ELEMS; ++e) dot += q[g][e] * kr[u][e];
 #pragma unroll
         for (int o = LANES / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        s[u] = valid[u] ? dot : -INFINITY;
+        s[u] = valid[u] ? soft_cap_log2(dot, cap2) : -INFINITY;
       }
       float mx = m[g];
 #pragma unroll

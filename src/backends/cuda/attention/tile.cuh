@@ -95,6 +95,9 @@ __global__ void __launch_bounds__(kTileThreads)
   const TileSpan t = tile_span(p, plan, kTileM);
   const int row0 = t.row0, q_begin = t.q_begin, q_len = t.q_len, pos0 = t.pos0, n_keys = t.n_keys;
   const int n_tiles = (n_keys + kTileN - 1) / kTileN;
+  // A sliding window: the block's first row attends from key pos0 + row0 - window + 1, so the
+  // tiles before that one hold no key any row attends.
+  const int j_first = p.window > 0 ? max(0, pos0 + row0 - p.window + 1) / kTileN : 0;
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -118,12 +121,13 @@ __global__ void __launch_bounds__(kTileThreads)
                               c / kKvChunks, c % kKvChunks, s_raw + stage * 2 * kTileN * D,
                               s_k + stage * kTileN * D, s_v + stage * kTileN * D);
   };
-  load_kv(0, 0);
+  load_kv(j_first, j_first & 1);
   cp_async_commit();
 
   const int g = lane >> 2;  // accumulator row within the warp's 16 (and g + 8)
   const int t4 = lane & 3;  // accumulator column pair
   const float qscale = p.scale * 1.4426950408889634f * kv_scale<KV>(p.k_scale);
+  const float cap2 = p.softcap * 1.4426950408889634f;
   const int wrow = warp * 16;
   const int pos_a = pos0 + row0 + wrow + g;  // positions of this thread's two rows
   const int pos_b = pos_a + 8;
@@ -134,12 +138,12 @@ __global__ void __launch_bounds__(kTileThreads)
   for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
 
-  for (int j = 0; j < n_tiles; ++j) {
+  for (int j = j_first; j < n_tiles; ++j) {
     if (j + 1 < n_tiles) load_kv(j + 1, (j + 1) & 1);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    if (j == 0) {
+    if (j == j_first) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         const int r = wrow + (lane & 7) + ((lane >> 3) & 1) * 8;
@@ -173,14 +177,17 @@ __global__ void __launch_bounds__(kTileThreads)
       }
     }
 
-    // Scale, causal mask (only tiles that reach past the first row's position need it), online
-    // softmax.
+    // Scale, soft cap, causal mask (only tiles that reach past the first row's position need
+    // it) and the window's lower edge (only tiles that start at or before the last row's
+    // position - window), online softmax.
     const int key0 = j * kTileN;
-    const bool need_mask = key0 + kTileN - 1 > pos0 + row0;
+    const bool need_mask = key0 + kTileN - 1 > pos0 + row0 ||
+                           (p.window > 0 && key0 <= pos0 + row0 + kTileM - 1 - p.window);
     const auto scale_mask = [&](int n, int e, float raw) {
       const int key = key0 + n * 8 + 2 * t4 + (e & 1);
-      float v = raw * qscale;
-      if (need_mask && key > (e < 2 ? pos_a : pos_b)) v = -INFINITY;
+      const int pos = e < 2 ? pos_a : pos_b;
+      float v = soft_cap_log2(raw * qscale, cap2);
+      if (need_mask && (key > pos || (p.window > 0 && key <= pos - p.window))) v = -INFINITY;
       return v;
     };
     float corr_a, corr_b;

@@ -1,0 +1,88 @@
+#include "cli/throughput_bound.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace pagellm::cli {
+namespace {
+
+// Weights of one layer's projections a token passes through (a MoE layer: the router and top_k
+// experts), and all of them (every expert).
+struct LayerWeights {
+  double per_token = 0;
+  double all = 0;
+};
+
+LayerWeights layer_weights(const io::ModelConfig& c, int64_t layer) {
+  const double h = double(c.hidden_size), d = double(c.head_dim);
+  const double attn = h * double(c.num_attention_heads + 2 * c.num_key_value_heads) * d +
+                      double(c.num_attention_heads) * d * h;
+  if (!c.moe_layer(layer)) {
+    const double mlp = 3.0 * h * double(c.intermediate_size);
+    return {attn + mlp, attn + mlp};
+  }
+  const double expert = 3.0 * h * double(c.moe.intermediate_size);
+  const double router = h * double(c.moe.num_experts);
+  return {attn + router + double(c.moe.top_k) * expert,
+          attn + router + double(c.moe.num_experts) * expert};
+}
+
+// Sum over positions p = first .. last (1-based counts of keys attended) of min(p, window).
+double keys_attended(int64_t first, int64_t last, int64_t window) {
+  if (last < first) return 0;
+  auto full = [](double a, double b) { return (a + b) * (b - a + 1) / 2; };  // sum a..b
+  if (window <= 0 || last <= window) return full(double(first), double(last));
+  if (first > window) return double(window) * double(last - first + 1);
+  return full(double(first), double(window)) + double(window) * double(last - window);
+}
+
+}  // namespace
+
+ThroughputBound throughput_bound(const io::ModelConfig& c, const BoundInputs& in,
+                                 const runner::DeviceCeilings& ceilings) {
+  ThroughputBound b;
+  double per_token = 0, step_weights = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights w = layer_weights(c, l);
+    per_token += w.per_token;
+    // A decode step reads every dense weight; of a MoE layer at least top_k experts.
+    step_weights += w.per_token;
+  }
+  const double lm_head = double(c.vocab_size) * double(c.hidden_size);
+  b.step_bytes = (step_weights + lm_head) * in.weight_bytes;
+  const double kv_row = 2.0 * double(c.num_key_value_heads) * double(c.head_dim);  // K and V
+  double generated_after_first = 0;
+  for (const auto& [prompt, output] : in.requests) {
+    b.prefill_flop += 2.0 * per_token * double(prompt) + 2.0 * lm_head;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      const int64_t window = c.layer_window(l);
+      // Q·Kᵀ and P·V: 2 FLOP per multiply-add, each over head_dim per key per query head.
+      b.prefill_flop += 4.0 * double(c.num_attention_heads) * double(c.head_dim) *
+                        keys_attended(1, prompt, window);
+      // Generated token t (t = 1 .. output - 1 after the prefill's) attends prompt + t keys.
+      b.kv_read_bytes +=
+          kv_row * in.kv_bytes * keys_attended(prompt + 1, prompt + output - 1, window);
+    }
+    generated_after_first += double(std::max<int64_t>(0, output - 1));
+  }
+  b.decode_steps = std::ceil(generated_after_first / double(std::max(1, in.max_num_seqs)));
+  b.prefill_seconds = b.prefill_flop / (ceilings.gemm_tflops * 1e12);
+  b.decode_seconds = (b.decode_steps * b.step_bytes + b.kv_read_bytes) / (ceilings.copy_gbps * 1e9);
+  return b;
+}
+
+std::string describe_bound(const ThroughputBound& b, const runner::DeviceCeilings& ceilings,
+                           double elapsed_seconds) {
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "Lower bound: %.3f s = prefill %.3f s (%.2f TFLOP at %.1f TFLOP/s) + decode %.3f s "
+                "(%.0f steps x %.3f GB of weights + %.3f GB of K/V at %.1f GB/s); this run took "
+                "%.2fx the bound",
+                b.seconds(), b.prefill_seconds, b.prefill_flop / 1e12, ceilings.gemm_tflops,
+                b.decode_seconds, b.decode_steps, b.step_bytes / 1e9, b.kv_read_bytes / 1e9,
+                ceilings.copy_gbps, elapsed_seconds / b.seconds());
+  return line;
+}
+
+}  // namespace pagellm::cli
