@@ -52,7 +52,7 @@ ThroughputBound throughput_bound(const io::ModelConfig& c, const BoundInputs& in
   const double lm_head = double(c.vocab_size) * double(c.hidden_size);
   b.step_bytes = (step_weights + lm_head) * in.weight_bytes;
   const double kv_row = 2.0 * double(c.num_key_value_heads) * double(c.head_dim);  // K and V
-  double generated_after_first = 0;
+  double generated_after_first = 0, longest_after_first = 0;
   for (const auto& [prompt, output] : in.requests) {
     b.prefill_flop += 2.0 * per_token * double(prompt) + 2.0 * lm_head;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -65,8 +65,12 @@ ThroughputBound throughput_bound(const io::ModelConfig& c, const BoundInputs& in
           kv_row * in.kv_bytes * keys_attended(prompt + 1, prompt + output - 1, window);
     }
     generated_after_first += double(std::max<int64_t>(0, output - 1));
+    longest_after_first = std::max(longest_after_first, double(output - 1));
   }
-  b.decode_steps = std::ceil(generated_after_first / double(std::max(1, in.max_num_seqs)));
+  // A step carries at most max_num_seqs tokens, and one of each request at most: a request's
+  // tokens take a step each.
+  b.decode_steps = std::max(std::ceil(generated_after_first / double(std::max(1, in.max_num_seqs))),
+                            longest_after_first);
   b.prefill_seconds = b.prefill_flop / (ceilings.gemm_tflops * 1e12);
   b.decode_seconds = (b.decode_steps * b.step_bytes + b.kv_read_bytes) / (ceilings.copy_gbps * 1e9);
   return b;

@@ -2,9 +2,9 @@
 // its decode bytes at the copy rate, both rates measured on the device in the same run
 // (runner/device_ceilings.h). Prefill counts the projections of every prompt token, the causal
 // attention of each prompt (windowed where layers slide) and one LM-head row per request; decode
-// counts, per step, every weight byte once (max_num_seqs sequences per step at most) and, per
-// generated token after the first, the K/V bytes it attends. No real run can beat it; how far
-// above it a run lands is what the GPU performance targets are stated in.
+// counts, per step, every weight byte once (max_num_seqs sequences per step at most, one token of
+// a request per step) and, per generated token after the first, the K/V bytes it attends. No real
+// run can beat it; how far above it a run lands is what the GPU performance targets are stated in.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +26,8 @@ struct BoundInputs {
 
 struct ThroughputBound {
   double prefill_flop = 0;   // projections + attention + one LM-head row per request
-  double decode_steps = 0;   // ceil(generated tokens after each request's first / max_num_seqs)
+  // max(ceil(generated tokens after each request's first / max_num_seqs), the longest request's)
+  double decode_steps = 0;
   double step_bytes = 0;     // weights read by one decode step
   double kv_read_bytes = 0;  // K/V read by all decode tokens
   double prefill_seconds = 0;

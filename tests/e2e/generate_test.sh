@@ -129,10 +129,13 @@ grep -q "^Ceilings (CPU: .*): copy .* GB/s, GEMM .* TFLOP/s" "$TMP/bench.txt" ||
 grep -q "^Lower bound: .* s = prefill .* + decode .*; this run took .*x the bound" "$TMP/bench.txt" ||
   fail "bench bound"
 python3 -c 'import json, sys; b = json.load(open(sys.argv[1]))["lower_bound"]
-assert b["seconds"] > 0 and b["decode_steps"] == 1 and b["elapsed_over_bound"] > 0, b' \
+assert b["seconds"] > 0 and b["decode_steps"] == 7 and b["elapsed_over_bound"] > 0, b' \
   "$TMP/bench.json" || fail "bench json bound"
 "$BIN" bench throughput --model "$MODEL" --num-prompts 2 --input-len 8 --output-len 4 --no-bound \
   > "$TMP/bench2.txt" 2>/dev/null || fail "bench --no-bound failed"
 grep -q "^Lower bound: not computed (--no-bound)" "$TMP/bench2.txt" || fail "bench --no-bound"
+"$BIN" bench ceilings --device cpu | grep -q "^Ceilings (CPU: .*): copy .* GB/s" || fail "bench ceilings"
+"$BIN" bench ceilings --device tpu 2> "$TMP/ceil_err.txt" && fail "bench ceilings took a bad device"
+grep -q "expected cpu or cuda" "$TMP/ceil_err.txt" || fail "bench ceilings error"
 echo "ok: bench throughput"
 echo "generate_test: all passed"

@@ -26,13 +26,13 @@ TEST(ThroughputBound, CountsPrefillFlopsAndDecodeBytes) {
   // Prefill: 2 x 92,160 x 10 tokens, one LM-head row 2 x 258 x 64, attention 4 x 4 heads x 16 x
   // (1 + ... + 10) per layer.
   EXPECT_DOUBLE_EQ(b.prefill_flop, 2.0 * 92160 * 10 + 2.0 * 16512 + 2 * 4.0 * 4 * 16 * 55);
-  // 4 tokens after the first, one step of every weight and the LM head in 2 bytes.
-  EXPECT_DOUBLE_EQ(b.decode_steps, 1);
+  // 4 tokens after the first, a step each, of every weight and the LM head in 2 bytes.
+  EXPECT_DOUBLE_EQ(b.decode_steps, 4);
   EXPECT_DOUBLE_EQ(b.step_bytes, (92160.0 + 16512) * 2);
   // K and V rows of 2 heads x 16 in 2 bytes, for 11 + 12 + 13 + 14 keys, in both layers.
   EXPECT_DOUBLE_EQ(b.kv_read_bytes, 128.0 * 50 * 2);
   EXPECT_DOUBLE_EQ(b.prefill_seconds, b.prefill_flop / 1e12);
-  EXPECT_DOUBLE_EQ(b.decode_seconds, (b.step_bytes + b.kv_read_bytes) / 1e11);
+  EXPECT_DOUBLE_EQ(b.decode_seconds, (4 * b.step_bytes + b.kv_read_bytes) / 1e11);
   const std::string line = describe_bound(b, ceilings(), 2 * b.seconds());
   EXPECT_NE(line.find("this run took 2.00x the bound"), std::string::npos) << line;
 }
@@ -45,8 +45,11 @@ TEST(ThroughputBound, WindowsStepsAndMixtureOfExperts) {
   in.requests = {{10, 5}, {30, 1}, {20, 3}};
   in.max_num_seqs = 2;
   const ThroughputBound b = throughput_bound(c, in, ceilings());
-  // Generated tokens after each request's first: 4 + 0 + 2 = 6, two per step.
-  EXPECT_DOUBLE_EQ(b.decode_steps, 3);
+  // Generated tokens after each request's first: 4 + 0 + 2 = 6, two per step, but the first
+  // request's 4 take a step each.
+  EXPECT_DOUBLE_EQ(b.decode_steps, 4);
+  in.max_num_seqs = 1;  // then one token per step: 6
+  EXPECT_DOUBLE_EQ(throughput_bound(c, in, ceilings()).decode_steps, 6);
   // Layer 0 attends at most 12 keys: 11 + 12 + 12 + 12 for the first request, 12 + 12 for the
   // third; layer 1 all of them: 11 + ... + 14 and 21 + 22.
   EXPECT_DOUBLE_EQ(b.kv_read_bytes, 128.0 * ((47 + 24) + (50 + 43)));
