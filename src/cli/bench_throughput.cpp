@@ -1,7 +1,7 @@
 // `pagellm bench throughput`: offline throughput like `vllm bench throughput`. N random prompts
 // (--input-len tokens each, --output-len generated with ignore_eos) or a JSONL dataset, run as one
 // batch through the engine; prints requests/s, total tokens/s and output tokens/s, and the run's
-// lower bound from the device's ceilings measured first (cli/throughput_bound.h).
+// lower bound from the device's ceilings, measured after the run (cli/throughput_bound.h).
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -8,24 +8,14 @@ namespace pagellm::cli {
 namespace {
 
 // Weights of one layer's projections a token passes through (a MoE layer: the router and top_k
-// experts), and all of them (every expert).
-struct LayerWeights {
-  double per_token = 0;
-  double all = 0;
-};
-
-LayerWeights layer_weights(const io::ModelConfig& c, int64_t layer) {
+// experts). A decode step reads at least these: every dense weight, top_k of a MoE layer's experts.
+double layer_weights_per_token(const io::ModelConfig& c, int64_t layer) {
   const double h = double(c.hidden_size), d = double(c.head_dim);
   const double attn = h * double(c.num_attention_heads + 2 * c.num_key_value_heads) * d +
                       double(c.num_attention_heads) * d * h;
-  if (!c.moe_layer(layer)) {
-    const double mlp = 3.0 * h * double(c.intermediate_size);
-    return {attn + mlp, attn + mlp};
-  }
+  if (!c.moe_layer(layer)) return attn + 3.0 * h * double(c.intermediate_size);
   const double expert = 3.0 * h * double(c.moe.intermediate_size);
-  const double router = h * double(c.moe.num_experts);
-  return {attn + router + double(c.moe.top_k) * expert,
-          attn + router + double(c.moe.num_experts) * expert};
+  return attn + h * double(c.moe.num_experts) + double(c.moe.top_k) * expert;
 }
 
 // Sum over positions p = first .. last (1-based counts of keys attended) of min(p, window).
@@ -42,15 +32,10 @@ double keys_attended(int64_t first, int64_t last, int64_t window) {
 ThroughputBound throughput_bound(const io::ModelConfig& c, const BoundInputs& in,
                                  const runner::DeviceCeilings& ceilings) {
   ThroughputBound b;
-  double per_token = 0, step_weights = 0;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const LayerWeights w = layer_weights(c, l);
-    per_token += w.per_token;
-    // A decode step reads every dense weight; of a MoE layer at least top_k experts.
-    step_weights += w.per_token;
-  }
+  double per_token = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) per_token += layer_weights_per_token(c, l);
   const double lm_head = double(c.vocab_size) * double(c.hidden_size);
-  b.step_bytes = (step_weights + lm_head) * in.weight_bytes;
+  b.step_bytes = (per_token + lm_head) * in.weight_bytes;
   const double kv_row = 2.0 * double(c.num_key_value_heads) * double(c.head_dim);  // K and V
   double generated_after_first = 0, longest_after_first = 0;
   for (const auto& [prompt, output] : in.requests) {
