@@ -82,6 +82,11 @@ struct EngineArgs {
   int max_num_batched_tokens = 2048;
   bool enable_prefix_caching = true;
   bool enable_chunked_prefill = true;
+  // A model whose layers mix sliding-window and full attention keeps one block table per group of
+  // layers (kv/kv_layout.h) so sliding layers free what their window has passed; true keeps every
+  // layer's KV for the whole sequence (vLLM's --disable-hybrid-kv-cache-manager). The hybrid
+  // layout is also off with pipeline parallelism and with a draft model.
+  bool disable_hybrid_kv_cache_manager = false;
   // With chunked prefill: a prompt computes at most this many tokens per step (vLLM's
   // --long-prefill-token-threshold), so the decodes sharing the step are not held up by a long
   // prompt's chunk; 0 = only the step's token budget limits it.

@@ -21,7 +21,7 @@ _DIRECT = {
     "dtype", "quantization", "kv_cache_dtype", "calculate_kv_scales", "seed", "device",
     "max_model_len", "block_size", "num_kv_blocks", "gpu_memory_utilization",
     "max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching", "enable_chunked_prefill",
-    "long_prefill_token_threshold",
+    "long_prefill_token_threshold", "disable_hybrid_kv_cache_manager",
     "scheduling_policy", "enforce_eager", "disable_custom_all_reduce", "num_threads",
     "chat_template", "tensor_parallel_size", "pipeline_parallel_size", "max_batches_in_flight",
     "data_parallel_size",

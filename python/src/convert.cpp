@@ -65,6 +65,7 @@ const std::map<std::string, Setter>& engine_arg_setters() {
       {"max_num_seqs", set(&EngineArgs::max_num_seqs, "int")},
       {"max_num_batched_tokens", set(&EngineArgs::max_num_batched_tokens, "int")},
       {"enable_prefix_caching", set(&EngineArgs::enable_prefix_caching, "bool")},
+      {"disable_hybrid_kv_cache_manager", set(&EngineArgs::disable_hybrid_kv_cache_manager, "bool")},
       {"enable_chunked_prefill", set(&EngineArgs::enable_chunked_prefill, "bool")},
       {"long_prefill_token_threshold", set(&EngineArgs::long_prefill_token_threshold, "int")},
       {"scheduling_policy", set(&EngineArgs::scheduling_policy, "str")},

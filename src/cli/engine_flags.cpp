@@ -89,6 +89,9 @@ void add_engine_flags(CLI::App& app, EngineArgs& args) {
                "automatic prefix caching (default on)");
   app.add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", args.enable_chunked_prefill,
                "split long prompts over steps (default on)");
+  app.add_flag("--disable-hybrid-kv-cache-manager", args.disable_hybrid_kv_cache_manager,
+               "sliding-window layers keep the KV of the whole sequence instead of freeing what "
+               "their window has passed");
   app.add_option("--scheduling-policy", args.scheduling_policy, "fcfs | priority")->capture_default_str();
   app.add_flag("--enforce-eager", args.enforce_eager, "disable CUDA graphs");
   app.add_flag("--disable-custom-all-reduce", args.disable_custom_all_reduce,

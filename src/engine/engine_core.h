@@ -21,6 +21,7 @@
 #include "engine/stats.h"
 #include "io/hf_config.h"
 #include "kv/kv_cache_manager.h"
+#include "kv/kv_layout.h"
 #include "pagellm/llm.h"
 #include "runner/model_runner.h"
 #include "spec/proposer.h"
@@ -77,6 +78,7 @@ class EngineCore {
 
  private:
   void init(std::unique_ptr<runner::ModelRunner> runner);
+  void log_kv_groups(const kv::KvLayout& layout, int max_model_len) const;
   std::vector<int32_t> tokenize(const PromptInput& prompt) const;
   void process_new_tokens(const std::vector<engine::NewToken>& new_tokens, std::vector<engine::Request*>& touched);
   void count_scheduled_tokens(const engine::SchedulerOutput& batch);

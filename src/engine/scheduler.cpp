@@ -44,7 +44,7 @@ void Scheduler::check_fits(const Request& req) const {
                      std::to_string(config_.max_model_len) + ")");
   }
   // The last sampled token is never fed back, so a sequence holds at most prompt + max_tokens - 1.
-  const int num_blocks = kv_.blocks_for(num_prompt + max_tokens - 1);
+  const int num_blocks = kv_.peak_blocks_for(num_prompt + max_tokens - 1, config_.max_num_batched_tokens);
   if (num_blocks > kv_.num_blocks()) {
     throw_error(ErrorKind::kResourceExhausted,
                 "request needs " + std::to_string(num_blocks) + " KV blocks (prompt " +
@@ -268,7 +268,7 @@ void Scheduler::add_scheduled(Sequence& seq, int num_new_tokens, int num_spec) {
   ScheduledSeq s;
   s.seq_id = seq.seq_id;
   s.num_computed_tokens = seq.num_computed_tokens;
-  s.block_table = kv_.block_table(seq.seq_id);
+  for (int g = 0; g < kv_.num_groups(); ++g) s.block_tables[static_cast<size_t>(g)] = kv_.block_table(seq.seq_id, g);
   if (num_spec > 0) {
     // The drafts are not the sequence's tokens yet: the row is the last token plus the drafts.
     seq.step_token_ids.assign(1, seq.token_ids.back());
@@ -313,10 +313,12 @@ void Scheduler::unschedule(Sequence& seq) {
   seq.num_scheduled_tokens = 0;
   // A copy-on-write into one of its blocks must not run: the block is about to be freed and may be
   // handed to someone else in this very step.
-  const auto table = kv_.block_table(seq.seq_id);
-  std::erase_if(out_.blocks_to_copy, [&](const std::pair<int32_t, int32_t>& p) {
-    return std::find(table.begin(), table.end(), p.second) != table.end();
-  });
+  for (int g = 0; g < kv_.num_groups(); ++g) {
+    const auto table = kv_.block_table(seq.seq_id, g);
+    std::erase_if(out_.blocks_to_copy, [&](const std::pair<int32_t, int32_t>& p) {
+      return std::find(table.begin(), table.end(), p.second) != table.end();
+    });
+  }
 }
 
 Sequence* Scheduler::pick_victim() const {

@@ -76,6 +76,10 @@ struct ModelConfig {
   int64_t layer_window(int64_t layer) const {
     return sliding_window > 0 && sliding_layer.at(static_cast<size_t>(layer)) ? sliding_window : 0;
   }
+  // Set by the model loader, not config.json: the KV cache groups layers by window so sliding
+  // layers free what their window has passed (kv/kv_layout.h). Needs sliding layers and no
+  // pipeline parallelism.
+  bool hybrid_kv_cache = false;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;

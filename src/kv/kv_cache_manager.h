@@ -6,6 +6,13 @@
 // Prefix caching: full block i of a sequence is identified by
 //   hash_i = XXH3_64(hash_{i-1} ‖ tokens[i*bs, (i+1)*bs) ‖ extra)   (hash_{-1} = 0)
 // where `extra` is the request's cache-salt hash, so equal prefixes with different salts never share.
+//
+// KV cache groups (kv/kv_layout.h): a sequence has one block table per group, all drawn from the one
+// pool. A sliding-window group gives its blocks back once every later query's window has passed
+// them: the table keeps their place with id 0 (never read: the kernels start at the window), and the
+// cached content stays findable until the block is handed out again, as any free block's. A prefix
+// hit needs every full group's blocks of the prefix and each sliding group's blocks of the window
+// before the first token left to compute. Group 0's keys are the chain hashes themselves.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +23,7 @@
 #include <vector>
 
 #include "kv/block_pool.h"
+#include "kv/kv_layout.h"
 
 namespace pagellm::kv {
 
@@ -24,6 +32,8 @@ struct KVCacheConfig {
   int block_size = 16;      // tokens per block
   bool enable_prefix_caching = true;
   int num_swap_blocks = 0;  // host blocks for swapping; 0 = swapping unavailable
+  // One entry per KV cache group: 0 = full attention, else its sliding window (tokens).
+  std::vector<int> group_windows = {0};
 };
 
 // Identifies the sequence and its tokens in every call. token_ids must stay the same sequence of
@@ -38,11 +48,12 @@ struct SeqRef {
 class ComputedBlocks {
  public:
   int num_computed_tokens() const { return num_computed_tokens_; }
-  int num_blocks() const { return static_cast<int>(blocks_.size()); }
+  int num_blocks() const { return num_blocks_; }
 
  private:
   friend class KVCacheManager;
-  std::vector<KVBlock*> blocks_;
+  std::vector<std::vector<KVBlock*>> blocks_;  // [group][num_blocks]; null: outside the window
+  int num_blocks_ = 0;
   int num_computed_tokens_ = 0;
   int num_queried_tokens_ = 0;
 };
@@ -84,10 +95,17 @@ class KVCacheManager {
   bool can_swap_in(int64_t seq_id) const;
   void swap_in(int64_t seq_id, int num_computed_tokens, BlockPairs& blocks_to_swap_in);
 
-  // Physical block ids of the sequence, in logical order (empty for unknown ids).
-  std::span<const int32_t> block_table(int64_t seq_id) const;
-  // Blocks a sequence of `num_tokens` tokens needs.
+  // Physical block ids of the sequence's group `group`, in logical order (empty for unknown ids);
+  // 0 where a sliding group gave the block back.
+  std::span<const int32_t> block_table(int64_t seq_id, int group = 0) const;
+  // Blocks a sequence of `num_tokens` tokens needs in one group of full attention.
   int blocks_for(int num_tokens) const { return (num_tokens + block_size_ - 1) / block_size_; }
+  // The most blocks of all groups a sequence of `num_tokens` tokens holds at once when each step
+  // computes at most `max_step_tokens` of them.
+  int peak_blocks_for(int num_tokens, int max_step_tokens) const;
+  // Blocks the sequence holds now, over all groups (0 for unknown ids).
+  int num_held_blocks(int64_t seq_id) const;
+  int num_groups() const { return static_cast<int>(group_windows_.size()); }
 
   int block_size() const { return block_size_; }
   int num_blocks() const { return pool_.num_blocks(); }
@@ -104,21 +122,38 @@ class KVCacheManager {
   uint64_t prefix_cache_hits() const { return num_hit_tokens_; }
 
  private:
+  struct GroupBlocks {
+    std::vector<KVBlock*> blocks;      // [num_blocks] logical → physical; null: given back
+    std::vector<int32_t> block_ids;    // [num_blocks] the same, as ids for the runner (0 for null)
+    std::vector<int32_t> host_blocks;  // swapped-out copies, in logical order (-1 for null)
+    int num_released = 0;              // leading blocks a sliding group has given back
+  };
   struct SeqBlocks {
-    std::vector<KVBlock*> blocks;        // [num_blocks] logical → physical
-    std::vector<int32_t> block_ids;      // [num_blocks] the same, as ids for the runner
+    std::vector<GroupBlocks> groups;     // [num_groups]
     std::vector<BlockHash> hashes;       // chain hashes of the full blocks computed so far
-    std::vector<int32_t> host_blocks;    // swapped-out copies, in logical order
     int num_cached_blocks = 0;           // leading blocks already offered to the prefix cache
+    bool swapped_out = false;
+  };
+  // What allocate_slots will do in one group.
+  struct GroupPlan {
+    int num_new_blocks = 0;
+    bool needs_cow = false;
   };
 
   SeqBlocks& state(int64_t seq_id);
   void extend_hashes(SeqBlocks& s, const SeqRef& seq, int num_full_blocks) const;
   void cache_full_blocks(SeqBlocks& s, const SeqRef& seq, int num_tokens);
-  void push_block(SeqBlocks& s, KVBlock* b);
+  static void push_block(GroupBlocks& g, KVBlock* b);
+  BlockHash group_key(BlockHash hash, int group) const;
+  // The first block a query at `position` reads in group g (0 for full attention).
+  int first_needed_block(int group, int position) const;
+  // Longest hit whose blocks every group has, from each group's cached blocks [group][i].
+  int longest_common_hit(const std::vector<std::vector<KVBlock*>>& found, int max_blocks) const;
+  void release_passed_blocks(GroupBlocks& g, int group, int num_computed_tokens);
 
   BlockPool pool_;
   int block_size_;
+  std::vector<int> group_windows_;
   bool enable_caching_;
   size_t num_swap_blocks_;
   std::vector<int32_t> free_swap_blocks_;  // host block ids

@@ -17,12 +17,15 @@ namespace pagellm::models {
 void KvCache::FreeDeleter::operator()(float* p) const { std::free(p); }
 
 KvCache::KvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t num_kv_heads,
-                 int64_t head_dim, const KvCacheQuant& quant, int64_t layer_begin)
-    : num_layers_(num_layers),
-      num_blocks_(num_blocks),
+                 int64_t head_dim, const KvCacheQuant& quant, int64_t layer_begin, kv::KvLayout layout)
+    : num_blocks_(num_blocks),
       block_size_(block_size),
       num_kv_heads_(num_kv_heads),
-      head_dim_(head_dim) {
+      head_dim_(head_dim),
+      layout_(layout.slots > 0 ? std::move(layout) : kv::KvLayout::uniform(static_cast<int>(num_layers))) {
+  if (layout_.num_layers() != num_layers)
+    throw_error(ErrorKind::kInternal, "KV cache: the layout covers " + std::to_string(layout_.num_layers()) +
+                                          " layers, not " + std::to_string(num_layers));
   if (quant.fp8) {
     fp8_ = quant::fp8_format(*quant.fp8);
     scales_.assign(static_cast<size_t>(2 * num_layers), 1.f);
@@ -34,7 +37,7 @@ KvCache::KvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int
     if (quant.calculate_scales) pending_.assign(static_cast<size_t>(num_layers), 1);
   }
   const size_t count =
-      static_cast<size_t>(num_layers * 2 * num_blocks * block_size * num_kv_heads * head_dim);
+      static_cast<size_t>(layout_.slots * 2 * num_blocks * block_size * num_kv_heads * head_dim);
   data_.reset(static_cast<float*>(std::calloc(count, sizeof(float))));
   if (!data_)
     throw_error(
@@ -42,10 +45,14 @@ KvCache::KvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int
         "KV cache: cannot allocate " + std::to_string(count * sizeof(float) >> 20) + " MiB");
 }
 
-cpu::KvLayerView KvCache::layer(int64_t index) {
+cpu::KvLayerView KvCache::slot(int64_t slot) {
   const int64_t per_tensor = num_blocks_ * block_size_ * num_kv_heads_ * head_dim_;
-  float* base = data_.get() + index * 2 * per_tensor;
-  cpu::KvLayerView v{base, base + per_tensor, block_size_, num_kv_heads_, head_dim_};
+  float* base = data_.get() + slot * 2 * per_tensor;
+  return cpu::KvLayerView{base, base + per_tensor, block_size_, num_kv_heads_, head_dim_};
+}
+
+cpu::KvLayerView KvCache::layer(int64_t index) {
+  cpu::KvLayerView v = slot(layout_.layer_slot.at(static_cast<size_t>(index)));
   if (fp8_) {
     v.fp8 = true;
     v.fp8_format = *fp8_;
@@ -74,8 +81,8 @@ void KvCache::calculate_scales(int64_t index, const float* k, const float* v, in
 void KvCache::copy_block(int64_t src, int64_t dst) {
   const int64_t block_floats =
       block_size_ * num_kv_heads_ * head_dim_;  // [block_size, kv_heads, head_dim]
-  for (int64_t l = 0; l < num_layers_; ++l) {
-    cpu::KvLayerView v = layer(l);
+  for (int64_t l = 0; l < layout_.slots; ++l) {
+    cpu::KvLayerView v = slot(l);
     std::memcpy(v.k + dst * block_floats, v.k + src * block_floats, block_floats * sizeof(float));
     std::memcpy(v.v + dst * block_floats, v.v + src * block_floats, block_floats * sizeof(float));
   }
@@ -254,6 +261,7 @@ void LlamaModel::attention_block(int64_t layer, const ForwardBatch& batch, KvCac
   // --calculate-kv-scales: the layer's first batch sets its scales before any of it is stored.
   const bool calculate = cache.scales_pending(layer);
   cpu::KvLayerView kv = cache.layer(layer);
+  const std::span<const int64_t> slots = batch.group_slots(cache.group(layer));
   parallel_rows(n, 4 * qkv_width, [&](int64_t t0, int64_t t1) {
     float* q = qkv_.data() + t0 * qkv_width;  // [t1 - t0, qkv_width], q heads first
     float* k = q + num_heads * hd;            // same rows, after the q heads
@@ -271,17 +279,17 @@ void LlamaModel::attention_block(int64_t layer, const ForwardBatch& batch, KvCac
                     num_heads + num_kv, hd);
     // K/V of the new tokens go into the cache first, so attention reads every position the same
     // way.
-    if (!calculate) cpu::write_kv(kv, k, v, qkv_width, batch.slot_mapping.data() + t0, t1 - t0);
+    if (!calculate) cpu::write_kv(kv, k, v, qkv_width, slots.data() + t0, t1 - t0);
   });
   if (calculate) {
     const float* k = qkv_.data() + num_heads * hd;
     cache.calculate_scales(layer, k, k + num_kv * hd, qkv_width, n);
     kv = cache.layer(layer);
-    cpu::write_kv(kv, k, k + num_kv * hd, qkv_width, batch.slot_mapping.data(), n);
+    cpu::write_kv(kv, k, k + num_kv * hd, qkv_width, slots.data(), n);
   }
   const io::GemmaConfig& gemma = config_.gemma;
   const double scale_base = gemma.enabled ? gemma.query_pre_attn_scalar : double(hd);
-  cpu::paged_attention(kv, qkv_.data(), qkv_width, batch.seqs, num_heads,
+  cpu::paged_attention(kv, qkv_.data(), qkv_width, batch.group_seqs(cache.group(layer)), num_heads,
                        static_cast<float>(1.0 / std::sqrt(scale_base)), attn_.data(), window,
                        static_cast<float>(gemma.attn_logit_softcapping));
   quantize_activations(attn_, n, num_heads * hd);

@@ -14,6 +14,7 @@
 
 #include "backends/cpu/kernels.h"
 #include "io/hf_config.h"
+#include "kv/kv_layout.h"
 #include "io/safetensors.h"
 #include "parallel/communicator.h"
 #include "parallel/shard.h"
@@ -66,13 +67,22 @@ struct KvCacheQuant {
   bool calculate_scales = false; // --calculate-kv-scales: each layer's from its first batch
 };
 
-// The paged KV cache of all layers: per layer K and V [num_blocks, block_size, num_kv_heads,
-// head_dim]. Layer i of the pool is the model's layer layer_begin + i (pipeline stages).
+// The paged KV cache of all layers: per slot K and V [num_blocks, block_size, num_kv_heads,
+// head_dim], layer i using slot layout.layer_slot[i] with its group's blocks (kv/kv_layout.h; the
+// classic layout: slot i, one group). Layer i of the pool is the model's layer layer_begin + i
+// (pipeline stages).
 class KvCache {
  public:
+  // An empty layout (slots 0) is kv::KvLayout::uniform(num_layers).
   KvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t num_kv_heads,
-          int64_t head_dim, const KvCacheQuant& quant = {}, int64_t layer_begin = 0);
+          int64_t head_dim, const KvCacheQuant& quant = {}, int64_t layer_begin = 0,
+          kv::KvLayout layout = {});
   cpu::KvLayerView layer(int64_t index);
+  // The block tables and slots layer `index` reads (ForwardBatch::group_seqs / group_slots).
+  int group(int64_t index) const { return layout_.layer_group[static_cast<size_t>(index)]; }
+  const kv::KvLayout& layout() const { return layout_; }
+  // Slot `slot`'s K and V without FP8 scales: block copies and swaps move every slot.
+  cpu::KvLayerView slot(int64_t slot);
   // --calculate-kv-scales: whether layer `index` still waits for its first batch, and taking its
   // scales from that batch's K / V rows [num_tokens, row_stride] (num_kv_heads * head_dim used).
   bool scales_pending(int64_t index) const {
@@ -82,20 +92,21 @@ class KvCache {
                         int64_t num_tokens);
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return block_size_; }
-  // Copies every layer's K/V of block src into block dst (copy-on-write).
+  // Copies every slot's K/V of block src into block dst (copy-on-write).
   void copy_block(int64_t src, int64_t dst);
 
  private:
   struct FreeDeleter {
     void operator()(float* p) const;
   };
-  int64_t num_layers_, num_blocks_, block_size_, num_kv_heads_, head_dim_;
+  int64_t num_blocks_, block_size_, num_kv_heads_, head_dim_;
+  kv::KvLayout layout_;
   std::optional<Fp8Format> fp8_;
   std::vector<float> scales_;  // [num_layers_][k, v] (FP8 only)
   std::vector<char> pending_;  // [num_layers_]: scales still to calculate
   // Lazily zeroed (calloc) so an unused pool costs no resident memory.
   std::unique_ptr<float[], FreeDeleter>
-      data_;  // [num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]
+      data_;  // [slots, 2, num_blocks, block_size, num_kv_heads, head_dim]
 };
 
 // One step's flattened input: all scheduled tokens of all sequences.
@@ -104,6 +115,17 @@ struct ForwardBatch {
   std::span<const int32_t> positions;     // [num_tokens]
   std::span<const int64_t> slot_mapping;  // [num_tokens]
   std::span<const cpu::AttentionSeq> seqs;
+  // A cache with several KV groups (kv/kv_layout.h): groups 1.. in order, the same tokens' slots
+  // and seqs through those groups' block tables. Group 0 is slot_mapping / seqs.
+  std::vector<std::span<const int64_t>> more_slot_mappings = {};
+  std::vector<std::span<const cpu::AttentionSeq>> more_seqs = {};
+
+  std::span<const int64_t> group_slots(int group) const {
+    return group == 0 ? slot_mapping : more_slot_mappings.at(static_cast<size_t>(group - 1));
+  }
+  std::span<const cpu::AttentionSeq> group_seqs(int group) const {
+    return group == 0 ? seqs : more_seqs.at(static_cast<size_t>(group - 1));
+  }
 };
 
 // A rank's place in a tensor- and pipeline-parallel group (see parallel/shard.h). `tp` sums the

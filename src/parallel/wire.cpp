@@ -172,7 +172,10 @@ std::vector<unsigned char> encode_step(const engine::SchedulerOutput& step) {
     w.i32(s.prompt_logprobs);
     w.i32(s.num_spec_tokens);  // every rank computes the logits of the same rows
     w.ints(s.token_ids);
-    w.ints(s.block_table);
+    size_t num_groups = 0;
+    while (num_groups < s.block_tables.size() && !s.block_tables[num_groups].empty()) ++num_groups;
+    w.u8(static_cast<uint8_t>(num_groups));
+    for (size_t g = 0; g < num_groups; ++g) w.ints(s.block_tables[g]);
     w.ints(s.prompt_token_ids);
   }
   return w.take();
@@ -186,8 +189,8 @@ std::unique_ptr<DecodedStep> decode_step(const std::vector<unsigned char>& messa
   out.blocks_to_copy = r.pairs();
   out.blocks_to_swap_out = r.pairs();
   out.blocks_to_swap_in = r.pairs();
-  // Each seq takes at least 8 + 4 + 1 + 1 + 4 + 4 + 3 * 8 bytes.
-  const uint64_t num_seqs = r.count(46);
+  // Each seq takes at least 8 + 4 + 1 + 1 + 4 + 4 + 1 + 2 * 8 bytes.
+  const uint64_t num_seqs = r.count(39);
   for (uint64_t i = 0; i < num_seqs; ++i) {
     engine::ScheduledSeq s;
     s.seq_id = r.i64();
@@ -205,7 +208,9 @@ std::unique_ptr<DecodedStep> decode_step(const std::vector<unsigned char>& messa
     s.token_ids = d->storage.emplace_back(r.ints());
     if (s.num_spec_tokens > 0 && (!s.needs_sample || size_t(s.num_spec_tokens) >= s.token_ids.size()))
       bad("draft tokens outside a sampled row");
-    s.block_table = d->storage.emplace_back(r.ints());
+    const uint8_t num_groups = r.u8();
+    if (num_groups > s.block_tables.size()) bad("more KV cache groups than a sequence can have");
+    for (size_t g = 0; g < num_groups; ++g) s.block_tables[g] = d->storage.emplace_back(r.ints());
     s.prompt_token_ids = d->storage.emplace_back(r.ints());
     s.params = &d->params;
     out.seqs.push_back(s);

@@ -16,7 +16,7 @@
 namespace pagellm::parallel {
 
 constexpr uint32_t kWireMagic = 0x504c4c4d;  // "PLLM"
-constexpr uint32_t kWireVersion = 2;  // 2: num_spec_tokens per seq
+constexpr uint32_t kWireVersion = 3;  // 2: num_spec_tokens per seq; 3: a block table per KV group
 // No message is larger: a step of 16M tokens with block tables and prompts fits well below it.
 constexpr size_t kMaxMessageBytes = size_t(1) << 30;
 

@@ -49,11 +49,11 @@ CpuRunner::CpuRunner(std::vector<std::unique_ptr<models::LlamaModel>> models,
     const io::ModelConfig& c = model->local_config();
     const int64_t block_floats = int64_t{block_size} * c.num_key_value_heads * c.head_dim;
     models::KvCache cache(c.num_hidden_layers, num_kv_blocks, block_size, c.num_key_value_heads,
-                          c.head_dim, kv_quant, model->geometry().layer_begin);
+                          c.head_dim, kv_quant, model->geometry().layer_begin, kv::kv_layout_of(c));
     std::unique_ptr<float[], FreeDeleter> swap;
     if (num_swap_blocks_ > 0) {
       const size_t count =
-          size_t(num_swap_blocks_) * 2 * size_t(c.num_hidden_layers) * size_t(block_floats);
+          size_t(num_swap_blocks_) * 2 * size_t(cache.layout().slots) * size_t(block_floats);
       swap.reset(static_cast<float*>(std::calloc(count, sizeof(float))));
       if (!swap)
         throw_error(ErrorKind::kResourceExhausted,
@@ -72,17 +72,16 @@ CpuRunner::~CpuRunner() = default;
 std::span<const float> CpuRunner::swap_block(int host_block, int rank) const {
   if (host_block < 0 || host_block >= num_swap_blocks_) internal("invalid swap block");
   const Shard& sh = shards_.at(size_t(rank));
-  const size_t per_block =
-      2 * size_t(sh.model->local_config().num_hidden_layers) * size_t(sh.block_floats);
+  const size_t per_block = 2 * size_t(sh.cache.layout().slots) * size_t(sh.block_floats);
   return {sh.swap.get() + size_t(host_block) * per_block, per_block};
 }
 
 void CpuRunner::swap_block_copy(Shard& sh, int32_t device, int32_t host, bool to_host) {
   const size_t bytes = size_t(sh.block_floats) * sizeof(float);
-  const int64_t num_layers = sh.model->local_config().num_hidden_layers;
-  float* host_base = sh.swap.get() + size_t(host) * 2 * size_t(num_layers) * size_t(sh.block_floats);
-  for (int64_t l = 0; l < num_layers; ++l) {
-    const cpu::KvLayerView v = sh.cache.layer(l);
+  const int64_t num_slots = sh.cache.layout().slots;
+  float* host_base = sh.swap.get() + size_t(host) * 2 * size_t(num_slots) * size_t(sh.block_floats);
+  for (int64_t l = 0; l < num_slots; ++l) {
+    const cpu::KvLayerView v = sh.cache.slot(l);
     float* dev_k = v.k + int64_t{device} * sh.block_floats;
     float* dev_v = v.v + int64_t{device} * sh.block_floats;
     float* host_k = host_base + size_t(2 * l) * size_t(sh.block_floats);
@@ -105,8 +104,12 @@ void CpuRunner::run_rank(size_t rank, Job& job) {
   for (const auto& [host, dev] : batch.blocks_to_swap_in) swap_block_copy(sh, dev, host, false);
   for (const auto& [src, dst] : batch.blocks_to_copy) sh.cache.copy_block(src, dst);
   // A step may only move blocks (a swap-out with nothing left to run).
-  if (job.seqs.empty()) return;
-  const models::ForwardBatch fb{job.token_ids, job.positions, job.slot_mapping, job.seqs};
+  if (job.seqs.empty() || job.seqs[0].empty()) return;
+  models::ForwardBatch fb{job.token_ids, job.positions, job.slot_mappings[0], job.seqs[0]};
+  for (size_t g = 1; g < job.seqs.size(); ++g) {
+    fb.more_slot_mappings.push_back(job.slot_mappings[g]);
+    fb.more_seqs.push_back(job.seqs[g]);
+  }
   const std::span<const float> hidden = sh.model->forward(fb, sh.cache);
   if (!sh.model->shard().last_stage()) return;
   // The other last-stage ranks take part in the vocabulary all-gather into their own scratch.
@@ -124,7 +127,7 @@ void CpuRunner::run_rank(size_t rank, Job& job) {
 }
 
 int64_t CpuRunner::kv_bytes_per_block(const io::ModelConfig& c, int block_size) {
-  return 2 * c.num_hidden_layers * block_size * c.num_key_value_heads * c.head_dim *
+  return 2 * int64_t{kv::kv_layout_of(c).slots} * block_size * c.num_key_value_heads * c.head_dim *
          static_cast<int64_t>(sizeof(float));
 }
 
@@ -133,10 +136,15 @@ void CpuRunner::flatten(Job& job, bool with_prompt_rows) const {
   const int64_t num_blocks = shards_[0].cache.num_blocks();
   const int64_t bs = shards_[0].cache.block_size();
   const int64_t vocab = config().vocab_size;
+  const size_t num_groups = size_t(shards_[0].cache.layout().num_groups());
   job.token_ids.clear();
   job.positions.clear();
-  job.slot_mapping.clear();
-  job.seqs.clear();
+  job.slot_mappings.resize(num_groups);
+  job.seqs.resize(num_groups);
+  for (size_t g = 0; g < num_groups; ++g) {
+    job.slot_mappings[g].clear();
+    job.seqs[g].clear();
+  }
   job.rows.clear();
   job.pool_rows.clear();
   job.pool_ranges.assign(batch.seqs.size(), {0, 0});
@@ -146,11 +154,19 @@ void CpuRunner::flatten(Job& job, bool with_prompt_rows) const {
     const int64_t begin = static_cast<int64_t>(job.token_ids.size());
     if (n == 0 || seq.num_computed_tokens < 0)
       internal("seq " + std::to_string(seq.seq_id) + " has no tokens");
-    if (static_cast<int64_t>(seq.block_table.size()) * bs < seq.num_computed_tokens + n)
-      internal("block table of seq " + std::to_string(seq.seq_id) + " is too short");
-    for (int32_t b : seq.block_table)
-      if (b < 0 || b >= num_blocks)
-        internal("seq " + std::to_string(seq.seq_id) + " uses an invalid KV block");
+    for (size_t g = 0; g < num_groups; ++g) {
+      const std::span<const int32_t> table = seq.block_tables[g];
+      if (static_cast<int64_t>(table.size()) * bs < seq.num_computed_tokens + n)
+        internal("block table of seq " + std::to_string(seq.seq_id) + " is too short");
+      for (int32_t b : table)
+        if (b < 0 || b >= num_blocks)
+          internal("seq " + std::to_string(seq.seq_id) + " uses an invalid KV block");
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t pos = seq.num_computed_tokens + i;
+        job.slot_mappings[g].push_back(static_cast<int64_t>(table[pos / bs]) * bs + pos % bs);
+      }
+      job.seqs[g].push_back({begin, n, seq.num_computed_tokens, table});
+    }
     for (int64_t i = 0; i < n; ++i) {
       const int32_t id = seq.token_ids[i];
       if (id < 0 || id >= vocab)
@@ -159,9 +175,7 @@ void CpuRunner::flatten(Job& job, bool with_prompt_rows) const {
       const int64_t pos = seq.num_computed_tokens + i;
       job.token_ids.push_back(id);
       job.positions.push_back(static_cast<int32_t>(pos));
-      job.slot_mapping.push_back(static_cast<int64_t>(seq.block_table[pos / bs]) * bs + pos % bs);
     }
-    job.seqs.push_back({begin, n, seq.num_computed_tokens, seq.block_table});
     if (seq.pooling != PoolingType::kNone) {
       // kMean: every row of this step; kLast: the prompt's last row, on its final step.
       job.pool_ranges[s].first = job.pool_rows.size();

@@ -82,8 +82,8 @@ class CpuRunner : public ModelRunner {
     const engine::SchedulerOutput* batch = nullptr;  // the caller's, valid until collected
     std::vector<int32_t> token_ids;     // [num_tokens]
     std::vector<int32_t> positions;     // [num_tokens]
-    std::vector<int64_t> slot_mapping;  // [num_tokens]
-    std::vector<cpu::AttentionSeq> seqs;
+    std::vector<std::vector<int64_t>> slot_mappings;  // [num_kv_groups][num_tokens]
+    std::vector<std::vector<cpu::AttentionSeq>> seqs;  // [num_kv_groups][num scheduled seqs]
     std::vector<LogitsRow> rows;        // logits rows (collected per seq as on execute_logits/execute)
     std::vector<int64_t> logits_rows;   // [num_rows]: flattened row of each logits row
     // Pooling seqs: flattened rows whose final-normed hidden states are needed, and per scheduled
@@ -111,7 +111,7 @@ class CpuRunner : public ModelRunner {
     std::unique_ptr<models::LlamaModel> model;
     models::KvCache cache;
     int64_t block_floats = 0;  // one layer's K (or V) of one block: block_size * kv_heads * head_dim
-    // Host swap pool [num_swap_blocks, num_layers, 2, block_size, kv_heads, head_dim]; calloc'd so
+    // Host swap pool [num_swap_blocks, slots, 2, block_size, kv_heads, head_dim]; calloc'd so
     // untouched swap space costs no resident memory.
     std::unique_ptr<float[], FreeDeleter> swap;
     std::vector<float> logits;  // [num_rows, vocab] scratch of a last-stage rank but the logits one

@@ -133,7 +133,7 @@ bool DraftModelProposer::propose_greedy_chain(std::vector<Active>& active) {
     engine::ScheduledSeq s = draft_context(a, 0);
     s.token_ids = tokens.subspan(static_cast<size_t>(begin));
     s.num_computed_tokens = begin;
-    s.block_table = kv_.block_table(s.seq_id);
+    s.block_tables[0] = kv_.block_table(s.seq_id);
     s.needs_sample = true;
     batch.num_scheduled_tokens += static_cast<int32_t>(s.token_ids.size());
     batch.seqs.push_back(s);
@@ -183,7 +183,7 @@ void DraftModelProposer::draft_step(std::vector<Active>& active, int step) {
       engine::ScheduledSeq s = draft_context(a, step);
       s.token_ids = std::span<const int32_t>(&a.last, 1);
       s.num_computed_tokens = a.seq->num_tokens() - 1 + step;
-      s.block_table = kv_.block_table(s.seq_id);
+      s.block_tables[0] = kv_.block_table(s.seq_id);
       s.needs_sample = true;
       batch.num_scheduled_tokens += 1;
       batch.seqs.push_back(s);
@@ -246,7 +246,7 @@ std::vector<DraftModelProposer::Answer> DraftModelProposer::feed_new_tokens(
       engine::ScheduledSeq s = draft_context(a, 0);
       s.token_ids = tokens.subspan(pos, n);
       s.num_computed_tokens = static_cast<int32_t>(pos);
-      s.block_table = kv_.block_table(s.seq_id);
+      s.block_tables[0] = kv_.block_table(s.seq_id);
       s.needs_sample = pos + n == tokens.size();
       batch.num_scheduled_tokens += static_cast<int32_t>(n);
       batch.seqs.push_back(s);
@@ -296,6 +296,7 @@ std::unique_ptr<Proposer> load_draft_proposer(const EngineArgs& args,
   da.num_kv_blocks = target.num_kv_blocks();  // as many tokens as the target's pool
   da.block_size = target.block_size();
   da.speculative = SpeculativeConfig{};
+  da.disable_hybrid_kv_cache_manager = true;  // its pool holds as many tokens as the target's
   runner::LoadedModel m = runner::load_model(da);
   return std::make_unique<DraftModelProposer>(std::move(m.runner), sc.num_speculative_tokens,
                                               da.max_num_batched_tokens);

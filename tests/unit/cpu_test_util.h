@@ -39,7 +39,7 @@ struct TestSeq {
     const int n = count < 0 ? remaining : std::min(count, remaining);
     s.token_ids = std::span<const int32_t>(tokens.data() + num_computed, static_cast<size_t>(n));
     s.num_computed_tokens = num_computed;
-    s.block_table = block_table;
+    s.block_tables[0] = block_table;
     s.needs_sample = num_computed + n == static_cast<int>(tokens.size());
     return s;
   }

@@ -105,8 +105,8 @@ class FakeRunner : public runner::ModelRunner {
   }
   size_t slot_of(const engine::ScheduledSeq& s, int pos) const {
     const size_t index = static_cast<size_t>(pos / block_size_);
-    if (index >= s.block_table.size()) return kv_.size();
-    const int32_t block = s.block_table[index];
+    if (index >= s.block_tables[0].size()) return kv_.size();
+    const int32_t block = s.block_tables[0][index];
     if (block < 0 || block >= num_blocks_) return kv_.size();
     return static_cast<size_t>(block) * block_size_ + static_cast<size_t>(pos % block_size_);
   }

@@ -32,13 +32,14 @@ std::string error_of(const std::function<void()>& fn) {
 }
 
 TEST(ParallelWire, StepRoundTripsAndBadMessagesAreRefused) {
-  const std::vector<int32_t> toks{5, 6, 7}, table{3, 9}, prompt{1, 5, 6, 7};
+  const std::vector<int32_t> toks{5, 6, 7}, table{3, 9}, table2{0, 4}, prompt{1, 5, 6, 7};
   engine::SchedulerOutput s;
   engine::ScheduledSeq q;
   q.seq_id = 42;
   q.token_ids = toks;
   q.num_computed_tokens = 1;
-  q.block_table = table;
+  q.block_tables[0] = table;
+  q.block_tables[1] = table2;  // a second KV cache group
   q.prompt_token_ids = prompt;
   q.needs_sample = true;
   q.prompt_logprobs = 2;
@@ -55,7 +56,9 @@ TEST(ParallelWire, StepRoundTripsAndBadMessagesAreRefused) {
   const engine::ScheduledSeq& r = d->output.seqs[0];
   EXPECT_EQ(r.seq_id, 42);
   EXPECT_EQ(std::vector<int32_t>(r.token_ids.begin(), r.token_ids.end()), toks);
-  EXPECT_EQ(std::vector<int32_t>(r.block_table.begin(), r.block_table.end()), table);
+  EXPECT_EQ(std::vector<int32_t>(r.block_tables[0].begin(), r.block_tables[0].end()), table);
+  EXPECT_EQ(std::vector<int32_t>(r.block_tables[1].begin(), r.block_tables[1].end()), table2);
+  EXPECT_TRUE(r.block_tables[2].empty());
   EXPECT_EQ(std::vector<int32_t>(r.prompt_token_ids.begin(), r.prompt_token_ids.end()), prompt);
   EXPECT_TRUE(r.needs_sample);
   EXPECT_EQ(r.prompt_logprobs, 2);

@@ -68,7 +68,7 @@ TEST(SpecScheduler, DraftRowVerifiesAndRollsBack) {
   EXPECT_EQ(s.num_computed_tokens, 7);
   EXPECT_TRUE(s.needs_sample);
   EXPECT_EQ(out.num_scheduled_tokens, 4);
-  EXPECT_GE(s.block_table.size() * 4, 11u) << "slots for every draft";
+  EXPECT_GE(s.block_tables[0].size() * 4, 11u) << "slots for every draft";
   EXPECT_EQ(seq.num_tokens(), 8) << "drafts are not the sequence's tokens yet";
 
   ModelRunnerOutput res;
