@@ -118,7 +118,7 @@ void EngineCore::log_kv_groups(const kv::KvLayout& layout, int max_model_len) co
   }
   char line[320];
   std::snprintf(line, sizeof line,
-                "KV cache groups: %d of %d layers per block (windows: %s); a %d-token sequence holds "
+                "KV cache groups: %d (layers per block: %d; windows: %s); a %d-token sequence holds "
                 "at most %d blocks, %.0f%% of what every layer keeping every token would (%.1f such "
                 "sequences fit)",
                 layout.num_groups(), layout.slots, windows.c_str(), max_model_len, per_seq,

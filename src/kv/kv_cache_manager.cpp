@@ -28,6 +28,14 @@ KVCacheManager::KVCacheManager(const KVCacheConfig& config)
   for (int w : group_windows_) {
     if (w < 0) invalid_argument("kv cache: a group's window must be >= 0 (got " + std::to_string(w) + ")");
   }
+  // Blocks a sliding group gave back read as block 0 in its table: with a sliding group, block 0 is
+  // held here for good, so nothing is ever written to it (the runners keep it zero).
+  if (std::any_of(group_windows_.begin(), group_windows_.end(), [](int w) { return w > 0; })) {
+    if (config.num_blocks < 2) invalid_argument("kv cache: a sliding-window group needs at least 2 blocks");
+    pool_.get_new_blocks(1, scratch_);
+    scratch_.clear();
+    num_reserved_ = 1;
+  }
   // Highest id on top so that pop_back hands out low ids first (easier to read in tests).
   for (size_t i = num_swap_blocks_; i > 0; --i) free_swap_blocks_.push_back(static_cast<int32_t>(i - 1));
 }

@@ -9,7 +9,8 @@
 //
 // KV cache groups (kv/kv_layout.h): a sequence has one block table per group, all drawn from the one
 // pool. A sliding-window group gives its blocks back once every later query's window has passed
-// them: the table keeps their place with id 0 (never read: the kernels start at the window), and the
+// them: the table keeps their place with id 0 (a block held for that, never written; a kernel tile
+// may load it masked, never use it), and the
 // cached content stays findable until the block is handed out again, as any free block's. A prefix
 // hit needs every full group's blocks of the prefix and each sliding group's blocks of the window
 // before the first token left to compute. Group 0's keys are the chain hashes themselves.
@@ -108,7 +109,8 @@ class KVCacheManager {
   int num_groups() const { return static_cast<int>(group_windows_.size()); }
 
   int block_size() const { return block_size_; }
-  int num_blocks() const { return pool_.num_blocks(); }
+  // Blocks sequences can get (the pool's, less the null block of a layout with a sliding group).
+  int num_blocks() const { return pool_.num_blocks() - num_reserved_; }
   int num_free_blocks() const { return pool_.num_free_blocks(); }
   int num_swap_blocks() const { return static_cast<int>(num_swap_blocks_); }
   int num_free_swap_blocks() const { return static_cast<int>(free_swap_blocks_.size()); }
@@ -154,6 +156,7 @@ class KVCacheManager {
   BlockPool pool_;
   int block_size_;
   std::vector<int> group_windows_;
+  int num_reserved_ = 0;
   bool enable_caching_;
   size_t num_swap_blocks_;
   std::vector<int32_t> free_swap_blocks_;  // host block ids

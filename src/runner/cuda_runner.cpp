@@ -50,6 +50,7 @@ void CudaRunner::Impl::init(const io::WeightStore* checkpoint) {
   num_kv_heads = int(c.num_key_value_heads);
   head_dim = int(c.head_dim), inter = int(c.intermediate_size), vocab = int(c.vocab_size),
   num_layers = int(c.num_hidden_layers);
+  kv_layout = kv::kv_layout_of(c);
   qkv_width = (num_heads + 2 * num_kv_heads) * head_dim;
   if (c.is_moe()) {
     moe_experts = int(c.moe.num_experts), moe_top_k = int(c.moe.top_k);
@@ -302,10 +303,11 @@ void CudaRunner::Impl::alloc_activations() {
   const size_t S = size_t(max_seqs);
   lay.token_ids = take(T * 4);
   lay.positions = take(T * 4);
-  lay.slots = take(T * 8);
+  const size_t G = size_t(kv_layout.num_groups());
+  lay.slots = take(G * T * 8);  // [group, max_tokens]
   lay.qsl = take((S + 1) * 4);
   lay.seq_lens = take(S * 4);
-  lay.tables = take(S * size_t(max_blocks) * 4);
+  lay.tables = take(G * S * size_t(max_blocks) * 4);  // [group, max_seqs, max_blocks]
   lay.split_items = take(2 * T * 4);
   lay.tile_items = take(2 * (T / cuda::kAttentionTileRows + S + 1) * 4);
   lay.rows = take(T * 4);
@@ -383,7 +385,7 @@ CudaRunner::Impl::Staged CudaRunner::Impl::stage(
     const std::vector<int32_t>& token_ids, const std::vector<int32_t>& positions,
     const std::vector<int64_t>& slots, const std::vector<int32_t>& qsl,
     const std::vector<int32_t>& seq_lens, const std::vector<const int32_t*>& tables,
-    const std::vector<int>& table_lens, int fixed_splits) {
+    const std::vector<int>& table_lens, int fixed_splits, const MoreKvGroups* more) {
   Staged s;
   s.num_tokens = int(token_ids.size());
   s.num_seqs = int(seq_lens.size());
@@ -392,14 +394,22 @@ CudaRunner::Impl::Staged CudaRunner::Impl::stage(
              " seqs exceeds the runner's limits");
   std::memcpy(host<int32_t>(lay.token_ids), token_ids.data(), token_ids.size() * 4);
   std::memcpy(host<int32_t>(lay.positions), positions.data(), positions.size() * 4);
-  std::memcpy(host<int64_t>(lay.slots), slots.data(), slots.size() * 8);
+  for (int g = 0; g < kv_layout.num_groups(); ++g) {
+    const bool own = g > 0 && more && size_t(g - 1) < more->slots.size();
+    const std::vector<int64_t>& gs = own ? more->slots[size_t(g - 1)] : slots;
+    std::memcpy(host<int64_t>(lay.slots) + size_t(g) * max_tokens, gs.data(), gs.size() * 8);
+  }
   std::memcpy(host<int32_t>(lay.qsl), qsl.data(), qsl.size() * 4);
   std::memcpy(host<int32_t>(lay.seq_lens), seq_lens.data(), seq_lens.size() * 4);
-  int32_t* tab = host<int32_t>(lay.tables);  // [num_seqs, max_blocks]
-  for (int i = 0; i < s.num_seqs; ++i) {
-    const int len = std::min(table_lens[size_t(i)], max_blocks);
-    std::memcpy(tab + size_t(i) * max_blocks, tables[size_t(i)], size_t(len) * 4);
-    std::fill(tab + size_t(i) * max_blocks + len, tab + size_t(i + 1) * max_blocks, 0);
+  for (int g = 0; g < kv_layout.num_groups(); ++g) {
+    const bool own = g > 0 && more && size_t(g - 1) < more->tables.size();
+    const std::vector<const int32_t*>& gt = own ? more->tables[size_t(g - 1)] : tables;
+    int32_t* tab = host<int32_t>(lay.tables) + size_t(g) * max_seqs * max_blocks;  // [num_seqs, max_blocks]
+    for (int i = 0; i < s.num_seqs; ++i) {
+      const int len = std::min(table_lens[size_t(i)], max_blocks);
+      std::memcpy(tab + size_t(i) * max_blocks, gt[size_t(i)], size_t(len) * 4);
+      std::fill(tab + size_t(i) * max_blocks + len, tab + size_t(i + 1) * max_blocks, 0);
+    }
   }
   const cuda::AttentionParams ap = planning_params(s.num_tokens, s.num_seqs);
   cuda::AttentionPlanHost ph;
@@ -526,8 +536,8 @@ void CudaRunner::Impl::init_kv_scales(const io::WeightStore* checkpoint) {
 void CudaRunner::Impl::profile_and_alloc_kv() {
   const int64_t bs = opt.block_size;
   block_bytes = size_t(bs) * num_kv_heads * head_dim * dtype_size(kv_dt);
-  const size_t per_block_all_layers = 2 * size_t(num_layers) * block_bytes;
-  // A maximum-size dummy step (max_tokens tokens in seqs of at most max_model_len) on a temporary
+  const size_t per_block_all_layers = 2 * size_t(kv_layout.slots) * block_bytes;
+  // A maximum-size dummy step (every KV group on the same blocks) (max_tokens tokens in seqs of at most max_model_len) on a temporary
   // pool: every activation buffer, cuBLASLt's workspace and lazily created state get touched.
   std::vector<int32_t> ids, pos, qsl{0}, lens, rows;
   std::vector<int64_t> slots;
@@ -586,12 +596,20 @@ void CudaRunner::Impl::profile_and_alloc_kv() {
   num_blocks = int(blocks);
   kv_pool = DevMem(size_t(blocks) * per_block_all_layers, "KV cache");
   stats.kv_bytes = int64_t(kv_pool.bytes());
+  // Sliding-window groups point the blocks they gave back at block 0, which the KV manager never
+  // hands out: a kernel tile that starts before the window loads it, masked, so it must hold
+  // finite values (zeros).
+  if (kv_layout.hybrid()) {
+    for (int t = 0; t < 2 * kv_layout.slots; ++t)
+      check(cudaMemset(kv_pool.as<unsigned char>() + size_t(t) * num_blocks * block_bytes, 0, block_bytes),
+            "clearing the null KV block");
+  }
   alloc_swap_pool();
 }
 
 void CudaRunner::Impl::alloc_swap_pool() {
   if (!(opt.swap_space_gib > 0)) return;  // the same on every rank
-  const size_t per_block_all_layers = 2 * size_t(num_layers) * block_bytes;
+  const size_t per_block_all_layers = 2 * size_t(kv_layout.slots) * block_bytes;
   double blocks = std::floor(opt.swap_space_gib * 1073741824.0 / double(per_block_all_layers));
   blocks = std::min(blocks, double(INT32_MAX / 2));
   // Ranks of different stages hold different layer counts: all use the smallest pool.

@@ -35,9 +35,10 @@ struct LogitsRow {
 
 struct Flat {
   std::vector<int32_t> ids, pos, qsl{0}, lens;
-  std::vector<int64_t> slots;
+  std::vector<int64_t> slots;  // KV cache group 0's (the others': more)
   std::vector<const int32_t*> tables;
   std::vector<int> table_lens;
+  CudaRunner::Impl::MoreKvGroups more;
   std::vector<LogitsRow> rows;
   // Per seq: the flattened rows [first, first + count) whose final-normed hidden states its
   // pooling sums (count 0: none).
@@ -122,10 +123,11 @@ void upload_sample_inputs(CudaRunner::Impl& m, const engine::SchedulerOutput& ba
 void apply_block_ops(CudaRunner::Impl& m, const engine::SchedulerOutput& batch) {
   check_block_ops(batch, m.num_blocks, m.num_swap_blocks, "cuda runner");
   const size_t layer_bytes = size_t(m.num_blocks) * m.block_bytes;  // one layer's K (or V)
-  const size_t host_block_bytes = 2 * size_t(m.num_layers) * m.block_bytes;
+  const int num_slots = m.kv_layout.slots;
+  const size_t host_block_bytes = 2 * size_t(num_slots) * m.block_bytes;
   auto move = [&](int32_t device, int32_t host, bool to_host) {
     unsigned char* h = m.swap_pool + size_t(host) * host_block_bytes;
-    for (int l = 0; l < 2 * m.num_layers; ++l) {
+    for (int l = 0; l < 2 * num_slots; ++l) {
       unsigned char* d =
           m.kv_pool.as<unsigned char>() + size_t(l) * layer_bytes + size_t(device) * m.block_bytes;
       unsigned char* hl = h + size_t(l) * m.block_bytes;
@@ -137,7 +139,7 @@ void apply_block_ops(CudaRunner::Impl& m, const engine::SchedulerOutput& batch) 
   for (const auto& [device, host] : batch.blocks_to_swap_out) move(device, host, true);
   for (const auto& [host, device] : batch.blocks_to_swap_in) move(device, host, false);
   for (const auto& [src, dst] : batch.blocks_to_copy) {
-    for (int l = 0; l < 2 * m.num_layers; ++l) {
+    for (int l = 0; l < 2 * num_slots; ++l) {
       unsigned char* base = m.kv_pool.as<unsigned char>() + size_t(l) * layer_bytes;
       check(cudaMemcpyAsync(base + size_t(dst) * m.block_bytes, base + size_t(src) * m.block_bytes,
                             m.block_bytes, cudaMemcpyDeviceToDevice, m.stream),
@@ -234,6 +236,14 @@ void verify_spec_rows(const engine::SchedulerOutput& batch, const std::vector<Lo
   if (error) std::rethrow_exception(error);
 }
 
+// An empty step of the runner's KV cache groups.
+Flat empty_flat(const CudaRunner::Impl& m) {
+  Flat f;
+  f.more.slots.resize(size_t(m.kv_layout.num_groups() - 1));
+  f.more.tables.resize(size_t(m.kv_layout.num_groups() - 1));
+  return f;
+}
+
 // Appends a padding seq of q tokens to f: it writes no KV and reads block 0.
 void append_padding_seq(Flat& f, int q) {
   static const int32_t kZeroBlock = 0;
@@ -241,10 +251,12 @@ void append_padding_seq(Flat& f, int q) {
     f.ids.push_back(0);
     f.pos.push_back(t);
     f.slots.push_back(-1);
+    for (auto& slots : f.more.slots) slots.push_back(-1);
   }
   f.qsl.push_back(f.qsl.back() + q);
   f.lens.push_back(q);
   f.tables.push_back(&kZeroBlock);
+  for (auto& tables : f.more.tables) tables.push_back(&kZeroBlock);
   f.table_lens.push_back(1);
 }
 
@@ -263,7 +275,7 @@ void run_graph_shape(CudaRunner::Impl& m, Flat& f, int q, const CudaRunner::Impl
   // cache's scales wait for real keys.
   if (q > 1 && !m.kv_scales_pending) m.capture_graph(b, q);
   const CudaRunner::Impl::Staged st =
-      m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables, f.table_lens, shape.num_splits);
+      m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables, f.table_lens, shape.num_splits, &f.more);
   for (int r = 0; r < b * q; ++r)
     m.host<int32_t>(m.lay.rows)[r] = !last_rows ? r : r < b ? r * q + q - 1 : 0;
   m.upload_inputs();
@@ -285,14 +297,18 @@ void append_seq(const CudaRunner::Impl& m, const engine::ScheduledSeq& seq, Flat
   if (n == 0 || seq.num_computed_tokens < 0)
     internal("seq " + std::to_string(seq.seq_id) + " has no tokens");
   const int64_t ctx = seq.num_computed_tokens + n;
-  if (int64_t(seq.block_table.size()) * bs < ctx)
-    internal("block table of seq " + std::to_string(seq.seq_id) + " is too short");
+  const size_t num_groups = size_t(m.kv_layout.num_groups());
+  const std::span<const int32_t> table = seq.block_tables[0];
+  for (size_t g = 0; g < num_groups; ++g) {
+    if (int64_t(seq.block_tables[g].size()) * bs < ctx || seq.block_tables[g].size() != table.size())
+      internal("block table of seq " + std::to_string(seq.seq_id) + " is too short");
+    for (int32_t b : seq.block_tables[g])
+      if (b < 0 || b >= m.num_blocks)
+        internal("seq " + std::to_string(seq.seq_id) + " uses an invalid KV block");
+  }
   if (ctx > int64_t(m.max_blocks) * bs)
     invalid_argument("sequence of " + std::to_string(ctx) + " tokens exceeds the max model length " +
                      std::to_string(m.opt.max_model_len));
-  for (int32_t b : seq.block_table)
-    if (b < 0 || b >= m.num_blocks)
-      internal("seq " + std::to_string(seq.seq_id) + " uses an invalid KV block");
   if (seq.num_spec_tokens < 0 || seq.num_spec_tokens >= n ||
       (seq.num_spec_tokens > 0 && !seq.needs_sample))
     internal("seq " + std::to_string(seq.seq_id) + " has " + std::to_string(seq.num_spec_tokens) +
@@ -305,12 +321,19 @@ void append_seq(const CudaRunner::Impl& m, const engine::ScheduledSeq& seq, Flat
     const int64_t p = seq.num_computed_tokens + i;
     f.ids.push_back(id);
     f.pos.push_back(int32_t(p));
-    f.slots.push_back(int64_t(seq.block_table[size_t(p / bs)]) * bs + p % bs);
+    f.slots.push_back(int64_t(table[size_t(p / bs)]) * bs + p % bs);
+  }
+  if (f.more.slots.size() + 1 != num_groups) internal("flattened step without its KV groups");
+  for (size_t g = 1; g < num_groups; ++g) {
+    const std::span<const int32_t> t = seq.block_tables[g];
+    for (int64_t p = seq.num_computed_tokens; p < ctx; ++p)
+      f.more.slots[g - 1].push_back(int64_t(t[size_t(p / bs)]) * bs + p % bs);
+    f.more.tables[g - 1].push_back(t.data());
   }
   f.qsl.push_back(int32_t(f.ids.size()));
   f.lens.push_back(int32_t(ctx));
-  f.tables.push_back(seq.block_table.data());
-  f.table_lens.push_back(int(seq.block_table.size()));
+  f.tables.push_back(table.data());
+  f.table_lens.push_back(int(table.size()));
 }
 
 // Flattens the step (append_seq) and lists the rows whose logits it needs: the plain rows (prompt
@@ -319,7 +342,7 @@ void append_seq(const CudaRunner::Impl& m, const engine::ScheduledSeq& seq, Flat
 // else 0.
 Flat flatten(const CudaRunner::Impl& m, const engine::SchedulerOutput& batch, bool with_prompt_rows,
              int& graph_q) {
-  Flat f;
+  Flat f = empty_flat(m);
   std::vector<LogitsRow> spec_rows;  // appended to f.rows after the loop: they come last
   bool decode_only = true;
   int uniform_q = 0;  // > 0: every seq so far has this many tokens, all but the first drafts
@@ -430,7 +453,7 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
     return result;
   }
   CudaRunner::Impl::Staged st =
-      m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables, f.table_lens, 0);
+      m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables, f.table_lens, 0, &f.more);
   for (int r = 0; r < num_rows; ++r) m.host<int32_t>(m.lay.rows)[r] = f.rows[size_t(r)].row;
   m.upload_inputs();
   m.forward(st, m.kv_pool.get());
@@ -501,7 +524,7 @@ namespace {
 Flat chain_step(const CudaRunner::Impl& m, const engine::SchedulerOutput& batch,
                 std::span<const int> steps, const std::vector<int32_t>& after, int j) {
   static const int32_t kPlaceholder = 0;
-  Flat f;
+  Flat f = empty_flat(m);
   for (size_t i = 0; i < batch.seqs.size(); ++i) {
     if (j >= steps[i]) {
       append_padding_seq(f, 1);
@@ -532,7 +555,7 @@ void chain_first_step(CudaRunner::Impl& m, const engine::SchedulerOutput& batch,
       uniform ? m.decode_shape(n, int(q)) : CudaRunner::Impl::DecodeShape{};
   if (shape.padded_seqs > 0) return run_graph_shape(m, f, int(q), shape, uploaded, true);
   const CudaRunner::Impl::Staged st =
-      m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables, f.table_lens, 0);
+      m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables, f.table_lens, 0, &f.more);
   for (int r = 0; r < n; ++r) m.host<int32_t>(m.lay.rows)[r] = f.rows[size_t(r)].row;
   m.upload_inputs();
   uploaded();

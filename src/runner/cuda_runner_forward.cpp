@@ -154,7 +154,9 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
     rp.num_kv_heads = num_kv_heads;
     rp.head_dim = head_dim;
     rp.q_token_stride = rp.k_token_stride = qkv_width;
-    unsigned char* k_cache = static_cast<unsigned char*>(pool) + size_t(l) * 2 * layer_bytes;
+    const size_t group = size_t(kv_layout.layer_group[size_t(l)]);
+    unsigned char* k_cache =
+        static_cast<unsigned char*>(pool) + size_t(kv_layout.layer_slot[size_t(l)]) * 2 * layer_bytes;
     unsigned char* v_cache = k_cache + layer_bytes;
     cuda::KvCacheWriteParams kw;
     kw.dtype = dt;
@@ -166,7 +168,7 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
     kw.value = v;
     kw.k_cache = k_cache;
     kw.v_cache = v_cache;
-    kw.slot_mapping = dev<int64_t>(lay.slots);
+    kw.slot_mapping = dev<int64_t>(lay.slots) + group * size_t(max_tokens);
     kw.num_tokens = n;
     kw.num_kv_heads = num_kv_heads;
     kw.head_dim = head_dim;
@@ -188,7 +190,7 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
     ap.v_cache = v_cache;
     ap.query_start_loc = dev<int32_t>(lay.qsl);
     ap.seq_lens = dev<int32_t>(lay.seq_lens);
-    ap.block_tables = dev<int32_t>(lay.tables);
+    ap.block_tables = dev<int32_t>(lay.tables) + group * size_t(max_seqs) * size_t(max_blocks);
     ap.scale = 1.f / std::sqrt(gemma ? float(config.gemma.query_pre_attn_scalar) : float(head_dim));
     ap.window = window;
     check(cuda::run_attention(ap, s.plan, attn_ws.get(), stream), "attention");

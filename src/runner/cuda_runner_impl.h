@@ -10,6 +10,7 @@
 
 #include "backends/cuda/kernels.h"
 #include "common/error.h"
+#include "kv/kv_layout.h"
 #include "models/weight_plan.h"
 #include "runner/cuda_runner.h"
 
@@ -200,7 +201,9 @@ struct CudaRunner::Impl {
   unsigned char* ints_host = nullptr;
   void* logits_host = nullptr;  // [max_seqs, vocab] of dtype
 
-  // KV pool: [num_layers, 2, num_blocks, block_size, Hkv, D] of kv_dt (dt, or FP8).
+  // KV pool: [slots, 2, num_blocks, block_size, Hkv, D] of kv_dt (dt, or FP8); layer l in slot
+  // kv_layout.layer_slot[l] through its group's block tables (kv/kv_layout.h).
+  kv::KvLayout kv_layout;
   DType kv_dt = DType::kBF16;
   // FP8 cache: per local layer (k, v) scales on the device [num_layers, 2]; while
   // kv_scales_pending (--calculate-kv-scales), the next real step computes them first.
@@ -209,7 +212,7 @@ struct CudaRunner::Impl {
   DevMem kv_pool;
   int num_blocks = 0;
   size_t block_bytes = 0;  // one block of one layer's K (or V)
-  // Pinned host swap pool: [num_swap_blocks, num_layers, 2, block_size, Hkv, D] of dtype.
+  // Pinned host swap pool: [num_swap_blocks, slots, 2, block_size, Hkv, D] of dtype.
   unsigned char* swap_pool = nullptr;
   int num_swap_blocks = 0;
 
@@ -314,10 +317,17 @@ struct CudaRunner::Impl {
     int num_tokens = 0, num_seqs = 0;
     cuda::AttentionPlan plan;
   };
+  // The step inputs of KV cache groups 1.. (kv_layout): per group, the tokens' slots and the seqs'
+  // block tables, as long as group 0's. A group not given uses group 0's.
+  struct MoreKvGroups {
+    std::vector<std::vector<int64_t>> slots;
+    std::vector<std::vector<const int32_t*>> tables;
+  };
   Staged stage(const std::vector<int32_t>& token_ids, const std::vector<int32_t>& positions,
                const std::vector<int64_t>& slots, const std::vector<int32_t>& qsl,
                const std::vector<int32_t>& seq_lens, const std::vector<const int32_t*>& tables,
-               const std::vector<int>& table_lens, int fixed_splits);
+               const std::vector<int>& table_lens, int fixed_splits,
+               const MoreKvGroups* more = nullptr);
   void upload_inputs();
   void forward(const Staged& s, void* k_pool);
   // The stage's input hidden states: the (vocab-parallel) embedding on the first stage, else the

@@ -12,7 +12,9 @@
 
 #include "backends/cpu/kernels.h"
 #include "common/error.h"
+#include "engine/engine_core.h"
 #include "io/hf_config.h"
+#include "kv/kv_layout.h"
 #include "io/safetensors.h"
 #include "model_files_util.h"
 #include "models/llama.h"
@@ -456,6 +458,61 @@ TEST(Gemma, TensorAndPipelineParallelGreedyMatchesOneRank) {
     for (const auto& ids : ref) EXPECT_EQ(ids.size(), size_t(tokens)) << name;
     EXPECT_EQ(greedy_ids(model, 2, 1, tokens), ref) << name << " TP=2";
     EXPECT_EQ(greedy_ids(model, 1, 3, tokens), ref) << name << " PP=3";
+  }
+}
+
+// One greedy request through EngineCore: its tokens, and the most KV memory it held at once in
+// layer-blocks (blocks in use x the layers one block holds).
+struct HeldRun {
+  std::vector<int32_t> tokens;
+  int64_t max_layer_blocks = 0;
+};
+
+HeldRun run_holding(const std::filesystem::path& model, bool hybrid, int prompt_len, int max_tokens) {
+  EngineArgs args;
+  args.model = model.string();
+  args.block_size = 8;
+  args.max_num_batched_tokens = 16;  // prefill chunks cross the window edge
+  args.kv_cache_memory_gib = 0.01;
+  args.disable_hybrid_kv_cache_manager = !hybrid;
+  EngineCore core(args);
+  io::ModelConfig config = io::load_model_config(model);
+  config.hybrid_kv_cache = hybrid;
+  const int slots = kv::kv_layout_of(config).slots;
+  PromptInput prompt;
+  for (int i = 0; i < prompt_len; ++i) prompt.token_ids.push_back(int32_t(3 + (i * 37) % 500));
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  core.add_request("r", prompt, p, RequestOptions{}, false);
+  HeldRun run;
+  while (core.has_unfinished()) {
+    for (RequestOutput& o : core.step())
+      if (o.finished) run.tokens = o.outputs.at(0).token_ids;
+    const kv::KVCacheManager& kv = core.kv_cache();
+    run.max_layer_blocks =
+        std::max(run.max_layer_blocks, int64_t(kv.num_blocks() - kv.num_free_blocks()) * slots);
+  }
+  EXPECT_EQ(core.kv_cache().num_free_blocks(), core.kv_cache().num_blocks()) << "KV leaked";
+  return run;
+}
+
+// The hybrid KV layout (kv/kv_layout.h): sliding layers give back the blocks their window has
+// passed, with the same greedy tokens as every layer keeping every token, in less memory.
+TEST(Gemma, HybridKvCacheMatchesTheFullLayoutInLessMemory) {
+  if (!std::filesystem::exists(kModels / "stories260K" / "tokenizer.json")) GTEST_SKIP();
+  testing::TempDir tmp;
+  const int prompt_len = 64, max_tokens = testing::kSanitized ? 40 : 96;
+  for (const char* name : {"gemma2_tiny", "gemma3_tiny"}) {
+    const auto model = with_tokenizer(name, tmp);
+    const HeldRun hybrid = run_holding(model, true, prompt_len, max_tokens);
+    const HeldRun full = run_holding(model, false, prompt_len, max_tokens);
+    EXPECT_EQ(hybrid.tokens.size(), size_t(max_tokens)) << name;
+    EXPECT_EQ(hybrid.tokens, full.tokens) << name;
+    // One full layer in three keeps every block; the two sliding ones about their window's.
+    EXPECT_LT(double(hybrid.max_layer_blocks), 0.6 * double(full.max_layer_blocks))
+        << name << ": " << hybrid.max_layer_blocks << " vs " << full.max_layer_blocks;
   }
 }
 
