@@ -149,9 +149,9 @@ runner::DeviceCeilings ceilings_in_child_process(const EngineArgs& args) {
 }
 
 // The benchmark's requests through an engine of its own (gone when this returns); elapsed: the
-// seconds generate() took.
+// seconds generate() took; stats: the engine's afterwards (its peak KV use).
 std::vector<RequestOutput> run_requests(const EngineArgs& args, const ThroughputOptions& o,
-                                        double& elapsed) {
+                                        double& elapsed, EngineStats& stats) {
   SamplingParams params;  // vLLM: temperature 1, top_p 1, ignore_eos, max_tokens = output_len
   params.temperature = 1.0f;
   params.ignore_eos = true;
@@ -171,6 +171,7 @@ std::vector<RequestOutput> run_requests(const EngineArgs& args, const Throughput
   const auto start = std::chrono::steady_clock::now();
   std::vector<RequestOutput> outputs = llm.generate(prompts, all_params, /*show_progress=*/true);
   elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats = llm.engine().take_stats();
   return outputs;
 }
 
@@ -198,7 +199,8 @@ int run_throughput(int argc, char** argv) {
   const io::ModelConfig config = runner::served_model_config(args);
   std::string no_bound = o.bound ? bound_unsupported(args, config) : "--no-bound";
   double elapsed = 0;
-  const std::vector<RequestOutput> outputs = run_requests(args, o, elapsed);
+  EngineStats stats;
+  const std::vector<RequestOutput> outputs = run_requests(args, o, elapsed, stats);
   // The ceilings once the engine is gone, on the GPU in a process of their own (`bench
   // ceilings`): measured before the run they slowed a short batch-1 run by 1.3-1.6%, and in this
   // process after it the copy rate read 14% under the probe's (H100, docs/PERF.md).
@@ -223,6 +225,8 @@ int run_throughput(int argc, char** argv) {
               total / elapsed, static_cast<double>(num_output_tokens) / elapsed);
   std::printf("Total num prompt tokens:  %llu\n", static_cast<unsigned long long>(num_prompt_tokens));
   std::printf("Total num output tokens:  %llu\n", static_cast<unsigned long long>(num_output_tokens));
+  std::printf("Peak KV cache use: %d of %d blocks (%.1f%%)\n", stats.kv_peak_blocks, stats.num_kv_blocks,
+              100.0 * stats.kv_peak_blocks / std::max(stats.num_kv_blocks, 1));
   std::optional<ThroughputBound> bound;
   if (no_bound.empty()) {
     bound = throughput_bound(config, bound_inputs(args, config, outputs), ceilings);
@@ -238,6 +242,8 @@ int run_throughput(int argc, char** argv) {
                         {"total_num_tokens", num_prompt_tokens + num_output_tokens},
                         {"num_prompt_tokens", num_prompt_tokens},
                         {"num_output_tokens", num_output_tokens},
+                        {"kv_peak_blocks", stats.kv_peak_blocks},
+                        {"num_kv_blocks", stats.num_kv_blocks},
                         {"requests_per_second", rps},
                         {"tokens_per_second", total / elapsed},
                         {"output_tokens_per_second", static_cast<double>(num_output_tokens) / elapsed}};

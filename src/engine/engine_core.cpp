@@ -437,6 +437,7 @@ EngineStats EngineCore::counters() const {
   s.num_swapped = scheduler_->num_swapped();
   s.kv_usage = kv_->usage();
   s.num_kv_blocks = kv_->num_blocks();
+  s.kv_peak_blocks = kv_->peak_used_blocks();
   s.prefix_cache_queries = kv_->prefix_cache_queries();
   s.prefix_cache_hits = kv_->prefix_cache_hits();
   s.num_preemptions = scheduler_->num_preemptions();

@@ -19,6 +19,7 @@ EngineStats sum_stats(const std::vector<EngineStats>& replicas) {
     s.num_waiting += r.num_waiting;
     s.num_swapped += r.num_swapped;
     s.num_kv_blocks += r.num_kv_blocks;
+    s.kv_peak_blocks += r.kv_peak_blocks;
     used_blocks += r.kv_usage * r.num_kv_blocks;
     s.prefix_cache_queries += r.prefix_cache_queries;
     s.prefix_cache_hits += r.prefix_cache_hits;

@@ -242,6 +242,7 @@ bool KVCacheManager::allocate_slots(const SeqRef& seq, int num_computed_tokens, 
     pool_.get_new_blocks(plans[static_cast<size_t>(g)].num_new_blocks, scratch_);
     for (KVBlock* b : scratch_) push_block(gb, b);
   }
+  peak_used_blocks_ = std::max(peak_used_blocks_, num_blocks() - num_free_blocks());
   if (new_computed) {
     s.num_cached_blocks = num_hit_blocks;
     num_queried_tokens_ += static_cast<uint64_t>(new_computed->num_queried_tokens_);
@@ -331,6 +332,7 @@ void KVCacheManager::swap_in(int64_t seq_id, int num_computed_tokens, BlockPairs
     g.host_blocks.clear();
   }
   s.swapped_out = false;
+  peak_used_blocks_ = std::max(peak_used_blocks_, num_blocks() - num_free_blocks());
   // The restored blocks are private copies; the originals may still be cached under the same hashes.
   s.num_cached_blocks =
       std::min(num_computed_tokens / block_size_, static_cast<int>(s.groups[0].blocks.size()));

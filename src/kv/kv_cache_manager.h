@@ -115,7 +115,10 @@ class KVCacheManager {
   int num_swap_blocks() const { return static_cast<int>(num_swap_blocks_); }
   int num_free_swap_blocks() const { return static_cast<int>(free_swap_blocks_.size()); }
   int num_seqs() const { return static_cast<int>(seqs_.size()); }
-  double usage() const { return pool_.usage(); }
+  // Fraction of the blocks sequences can get that they hold now.
+  double usage() const { return static_cast<double>(num_blocks() - num_free_blocks()) / num_blocks(); }
+  // The most blocks sequences held at once since construction.
+  int peak_used_blocks() const { return peak_used_blocks_; }
   bool reset_prefix_cache() { return pool_.reset_prefix_cache(); }
   const BlockPool& pool() const { return pool_; }
 
@@ -157,6 +160,7 @@ class KVCacheManager {
   int block_size_;
   std::vector<int> group_windows_;
   int num_reserved_ = 0;
+  int peak_used_blocks_ = 0;
   bool enable_caching_;
   size_t num_swap_blocks_;
   std::vector<int32_t> free_swap_blocks_;  // host block ids

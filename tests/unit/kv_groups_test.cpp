@@ -126,6 +126,7 @@ TEST(KvGroups, SlidingGroupGivesBackWhatTheWindowHasPassed) {
   EXPECT_EQ(zeros(kv.block_table(1, 0)), 0) << "the full group keeps every block";
   EXPECT_EQ(kv.num_held_blocks(1), 12);
   EXPECT_EQ(kv.num_free_blocks(), 63 - 12);
+  EXPECT_EQ(kv.peak_used_blocks(), 10 + 3) << "positions 36..38: sliding blocks 7, 8 and 9";
   kv.free(1);
   EXPECT_EQ(kv.num_free_blocks(), kv.num_blocks());
 }
