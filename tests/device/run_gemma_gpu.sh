@@ -60,7 +60,7 @@ print("%d sequences, distinct tokens per 64: min %d, median %d" % (len(d), d[0],
           shift
           "$B/pagellm" generate --model $d --prompt "Once upon a time there was a little girl named Lily. She loved to play outside in the sun with her friends and her dog" \
             --max-tokens 120 --temperature 0 --ignore-eos --block-size 8 --max-num-batched-tokens 16 \
-            --kv-cache-memory-gib 0.05 "$@" 2> "$LOGS/hybrid_${name}_$label.log" | tee "$LOGS/hybrid_${name}_$label.out" | md5sum | cut -c1-12
+            --kv-cache-memory 0.05 "$@" 2> "$LOGS/hybrid_${name}_$label.log" | tee "$LOGS/hybrid_${name}_$label.out" | md5sum | cut -c1-12
         }
         a=$(run gpu --device cuda) b=$(run gpufull --device cuda --disable-hybrid-kv-cache-manager) c=$(run cpu --device cpu)
         say "hybrid $name: gpu hybrid $a, gpu full $b, cpu hybrid $c ($([ "$a" = "$b" ] && [ "$a" = "$c" ] && echo same || echo DIFFERENT))"
