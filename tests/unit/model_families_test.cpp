@@ -516,6 +516,38 @@ TEST(Gemma, HybridKvCacheMatchesTheFullLayoutInLessMemory) {
   }
 }
 
+// A prefix hit through the hybrid layout: the second run of a prompt reuses the full layer's blocks
+// and the sliding layers' window blocks (still cached after the first run gave them back), and
+// continues exactly as the first.
+TEST(Gemma, HybridKvCachePrefixHitsContinueExactly) {
+  if (!std::filesystem::exists(kModels / "stories260K" / "tokenizer.json")) GTEST_SKIP();
+  testing::TempDir tmp;
+  const auto model = with_tokenizer("gemma3_tiny", tmp);
+  EngineArgs args;
+  args.model = model.string();
+  args.block_size = 8;
+  args.max_num_batched_tokens = 16;
+  args.kv_cache_memory_gib = 0.01;
+  EngineCore core(args);
+  PromptInput prompt;
+  for (int i = 0; i < 70; ++i) prompt.token_ids.push_back(int32_t(5 + (i * 53) % 500));
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = 24;
+  p.ignore_eos = true;
+  std::vector<std::vector<int32_t>> outputs;
+  for (const char* id : {"first", "second"}) {
+    core.add_request(id, prompt, p, RequestOptions{}, false);
+    while (core.has_unfinished())
+      for (RequestOutput& o : core.step())
+        if (o.finished) outputs.push_back(o.outputs.at(0).token_ids);
+  }
+  ASSERT_EQ(outputs.size(), 2u);
+  EXPECT_EQ(outputs[0], outputs[1]);
+  EXPECT_EQ(core.kv_cache().prefix_cache_hits(), 64u) << "8 full blocks of the 70-token prompt";
+  EXPECT_EQ(core.kv_cache().num_free_blocks(), core.kv_cache().num_blocks());
+}
+
 TEST(Gemma, QuantizationIsRefusedWithOneLine) {
   if (!std::filesystem::exists(kModels / "stories260K" / "tokenizer.json")) GTEST_SKIP();
   testing::TempDir tmp;
