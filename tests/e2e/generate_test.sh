@@ -124,6 +124,8 @@ echo "ok: demo model"
   --output-json "$TMP/bench.json" > "$TMP/bench.txt" 2>/dev/null || fail "bench throughput failed"
 grep -q "^Throughput: .* requests/s, .* total tokens/s, .* output tokens/s" "$TMP/bench.txt" || fail "bench output"
 grep -q '"num_output_tokens": 64' "$TMP/bench.json" || fail "bench json"
+# 8 sequences of 24 tokens in 16-token blocks: 2 blocks each at most.
+grep -qE "^Peak KV cache use: ([1-9]|1[0-6]) of [0-9]+ blocks" "$TMP/bench.txt" || fail "bench peak KV use"
 # ... and ends with the run's lower bound from the ceilings it measured (here the CPU's).
 grep -q "^Ceilings (CPU: .*): copy .* GB/s, GEMM .* TFLOP/s" "$TMP/bench.txt" || fail "bench ceilings"
 grep -q "^Lower bound: .* s = prefill .* + decode .*; this run took .*x the bound" "$TMP/bench.txt" ||
