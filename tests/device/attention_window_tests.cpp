@@ -38,6 +38,14 @@ void window_cases() {
   attention_set_decode_tensor_cores(true);
   test_attention({f32, 8, 2, 64, 16, {40, 1}, {40, 300}, 0, "prefill+decode", f32, 16, 5.f});
   test_attention({DType::kBF16, 8, 4, 256, 16, {100, 1}, {300, 1000}, 0, "generic", f32, 64, 50.f});
+  // head_dim 256 (Gemma 2 / 3) prefill through the 64-row tiles: full attention and windowed,
+  // bf16 / f16, an e4m3 cache, chunks over cached prefixes, rows past one tile.
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    test_attention({t, 16, 8, 256, 16, {300, 64, 5, 1}, {300, 1000, 700, 2000}, 0, "d256 prefill", f32});
+    test_attention(
+        {t, 16, 8, 256, 16, {300, 130, 1}, {1000, 130, 4000}, 0, "d256 window", f32, 100, 50.f});
+    test_attention({t, 16, 8, 256, 16, {200, 1}, {1000, 3000}, 0, "d256 fp8", e4m3, 256});
+  }
   test_attention(
       {DType::kBF16, 32, 8, 128, 16, {200, 1}, {1000, 3000}, 0, "chunk+decode", e4m3, 256, 20.f});
   test_attention(

@@ -69,8 +69,8 @@ bool device_is_sm90() {
 // in the mma.sync kernel only: a model with them plans with them set (the runner's planning
 // params), so every layer's attention runs 64-row tiles.
 bool sm90_tiles(const AttentionParams& p) {
-  return tile_path(p) && p.kv_dtype == p.dtype && p.window == 0 && p.softcap == 0.f &&
-         attention::prefill_wgmma_enabled() && device_is_sm90();
+  return tile_path(p) && p.head_dim <= 128 && p.kv_dtype == p.dtype && p.window == 0 &&
+         p.softcap == 0.f && attention::prefill_wgmma_enabled() && device_is_sm90();
 }
 
 // The launchers for model type T, picked by the cache's dtype (T itself or FP8).

@@ -34,9 +34,11 @@ inline bool kv_dtype_supported(DType dtype, DType kv_dtype) {
          (is_fp8(kv_dtype) && (dtype == DType::kBF16 || dtype == DType::kF16));
 }
 
-// Whether the tensor-core tile kernel serves this dtype / head_dim.
+// Whether the tensor-core tile kernel serves this dtype / head_dim (256: Gemma 2 / 3; the Hopper
+// wgmma tiles take 64 and 128 only, see sm90_tiles).
 inline bool tile_supported(DType dtype, int head_dim) {
-  return (dtype == DType::kBF16 || dtype == DType::kF16) && (head_dim == 64 || head_dim == 128);
+  return (dtype == DType::kBF16 || dtype == DType::kF16) &&
+         (head_dim == 64 || head_dim == 128 || head_dim == 256);
 }
 
 // Process-wide switch of the tensor-core GQA decode path (benchmarks compare both paths).

@@ -246,6 +246,7 @@ cudaError_t launch_tile(const AttentionParams& p, const AttentionPlan& plan, cud
     return cudaErrorInvalidValue;
   if (p.head_dim == 64) return launch_tile_config<T, KV, 64>(p, plan, stream);
   if (p.head_dim == 128) return launch_tile_config<T, KV, 128>(p, plan, stream);
+  if (p.head_dim == 256) return launch_tile_config<T, KV, 256>(p, plan, stream);
   return cudaErrorNotSupported;
 }
 
