@@ -44,7 +44,7 @@ struct EngineStats {
   int num_swapped = 0;
   double kv_usage = 0.0;  // fraction of KV blocks in use, 0..1
   int num_kv_blocks = 0;
-  int kv_peak_blocks = 0;  // the most KV blocks in use at once since the engine started
+  int kv_peak_blocks = 0;             // the most KV blocks in use at once since the engine started
   uint64_t prefix_cache_queries = 0;  // tokens looked up
   uint64_t prefix_cache_hits = 0;     // tokens found
   uint64_t num_preemptions = 0;

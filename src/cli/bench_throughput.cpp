@@ -225,8 +225,8 @@ int run_throughput(int argc, char** argv) {
               total / elapsed, static_cast<double>(num_output_tokens) / elapsed);
   std::printf("Total num prompt tokens:  %llu\n", static_cast<unsigned long long>(num_prompt_tokens));
   std::printf("Total num output tokens:  %llu\n", static_cast<unsigned long long>(num_output_tokens));
-  std::printf("Peak KV cache use: %d of %d blocks (%.1f%%)\n", stats.kv_peak_blocks, stats.num_kv_blocks,
-              100.0 * stats.kv_peak_blocks / std::max(stats.num_kv_blocks, 1));
+  std::printf("Peak KV cache use: %d of %d blocks (%.1f%%)\n", stats.kv_peak_blocks,
+              stats.num_kv_blocks, 100.0 * stats.kv_peak_blocks / std::max(stats.num_kv_blocks, 1));
   std::optional<ThroughputBound> bound;
   if (no_bound.empty()) {
     bound = throughput_bound(config, bound_inputs(args, config, outputs), ceilings);
@@ -237,16 +237,17 @@ int run_throughput(int argc, char** argv) {
   }
   std::fflush(stdout);
   if (!o.output_json.empty()) {
-    nlohmann::json j = {{"elapsed_time", elapsed},
-                        {"num_requests", outputs.size()},
-                        {"total_num_tokens", num_prompt_tokens + num_output_tokens},
-                        {"num_prompt_tokens", num_prompt_tokens},
-                        {"num_output_tokens", num_output_tokens},
-                        {"kv_peak_blocks", stats.kv_peak_blocks},
-                        {"num_kv_blocks", stats.num_kv_blocks},
-                        {"requests_per_second", rps},
-                        {"tokens_per_second", total / elapsed},
-                        {"output_tokens_per_second", static_cast<double>(num_output_tokens) / elapsed}};
+    nlohmann::json j = {
+        {"elapsed_time", elapsed},
+        {"num_requests", outputs.size()},
+        {"total_num_tokens", num_prompt_tokens + num_output_tokens},
+        {"num_prompt_tokens", num_prompt_tokens},
+        {"num_output_tokens", num_output_tokens},
+        {"kv_peak_blocks", stats.kv_peak_blocks},
+        {"num_kv_blocks", stats.num_kv_blocks},
+        {"requests_per_second", rps},
+        {"tokens_per_second", total / elapsed},
+        {"output_tokens_per_second", static_cast<double>(num_output_tokens) / elapsed}};
     if (bound)
       j["lower_bound"] = {{"seconds", bound->seconds()},
                           {"prefill_seconds", bound->prefill_seconds},

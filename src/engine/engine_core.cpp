@@ -68,9 +68,9 @@ void EngineCore::init(std::unique_ptr<runner::ModelRunner> runner) {
   info_.vocab_size = static_cast<int>(config.vocab_size);
 
   const kv::KvLayout layout = kv::kv_layout_of(config);
-  kv_ = std::make_unique<kv::KVCacheManager>(kv::KVCacheConfig{runner_->num_kv_blocks(), runner_->block_size(),
-                                                               args_.enable_prefix_caching,
-                                                               runner_->num_swap_blocks(), layout.group_window});
+  kv_ = std::make_unique<kv::KVCacheManager>(kv::KVCacheConfig{
+      runner_->num_kv_blocks(), runner_->block_size(), args_.enable_prefix_caching,
+      runner_->num_swap_blocks(), layout.group_window});
   engine::SchedulerConfig sc;
   sc.max_num_seqs = args_.max_num_seqs;
   sc.max_num_batched_tokens = args_.max_num_batched_tokens;
@@ -110,19 +110,21 @@ void EngineCore::init(std::unique_ptr<runner::ModelRunner> runner) {
 // max_model_len tokens the pool holds, against every layer keeping every token.
 void EngineCore::log_kv_groups(const kv::KvLayout& layout, int max_model_len) const {
   const int per_seq = kv_->peak_blocks_for(max_model_len, args_.max_num_batched_tokens);
-  const double all_layers = static_cast<double>(kv_->blocks_for(max_model_len)) * layout.num_layers() / layout.slots;
+  const double all_layers =
+      static_cast<double>(kv_->blocks_for(max_model_len)) * layout.num_layers() / layout.slots;
   std::string windows;
   for (int w : layout.group_window) {
     windows.append(windows.empty() ? "" : ", ");
     windows.append(w == 0 ? "full" : std::to_string(w));
   }
   char line[320];
-  std::snprintf(line, sizeof line,
-                "KV cache groups: %d (layers per block: %d; windows: %s); a %d-token sequence holds "
-                "at most %d blocks, %.0f%% of what every layer keeping every token would (%.1f such "
-                "sequences fit)",
-                layout.num_groups(), layout.slots, windows.c_str(), max_model_len, per_seq,
-                100.0 * per_seq / all_layers, static_cast<double>(kv_->num_blocks()) / per_seq);
+  std::snprintf(
+      line, sizeof line,
+      "KV cache groups: %d (layers per block: %d; windows: %s); a %d-token sequence holds "
+      "at most %d blocks, %.0f%% of what every layer keeping every token would (%.1f such "
+      "sequences fit)",
+      layout.num_groups(), layout.slots, windows.c_str(), max_model_len, per_seq,
+      100.0 * per_seq / all_layers, static_cast<double>(kv_->num_blocks()) / per_seq);
   log::info(line);
 }
 

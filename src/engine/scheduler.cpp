@@ -44,7 +44,8 @@ void Scheduler::check_fits(const Request& req) const {
                      std::to_string(config_.max_model_len) + ")");
   }
   // The last sampled token is never fed back, so a sequence holds at most prompt + max_tokens - 1.
-  const int num_blocks = kv_.peak_blocks_for(num_prompt + max_tokens - 1, config_.max_num_batched_tokens);
+  const int num_blocks =
+      kv_.peak_blocks_for(num_prompt + max_tokens - 1, config_.max_num_batched_tokens);
   if (num_blocks > kv_.num_blocks()) {
     throw_error(ErrorKind::kResourceExhausted,
                 "request needs " + std::to_string(num_blocks) + " KV blocks (prompt " +
@@ -268,7 +269,8 @@ void Scheduler::add_scheduled(Sequence& seq, int num_new_tokens, int num_spec) {
   ScheduledSeq s;
   s.seq_id = seq.seq_id;
   s.num_computed_tokens = seq.num_computed_tokens;
-  for (int g = 0; g < kv_.num_groups(); ++g) s.block_tables[static_cast<size_t>(g)] = kv_.block_table(seq.seq_id, g);
+  for (int g = 0; g < kv_.num_groups(); ++g)
+    s.block_tables[static_cast<size_t>(g)] = kv_.block_table(seq.seq_id, g);
   if (num_spec > 0) {
     // The drafts are not the sequence's tokens yet: the row is the last token plus the drafts.
     seq.step_token_ids.assign(1, seq.token_ids.back());

@@ -22,9 +22,9 @@ struct ScheduledSeq {
   int64_t seq_id = 0;                    // engine-internal, stable while the sequence lives
   std::span<const int32_t> token_ids;    // tokens to compute this step: [num_scheduled_tokens]
   int32_t num_computed_tokens = 0;       // position of token_ids[0]; KV for [0, this) is cached
-  // Per KV cache group (kv/kv_layout.h: one, unless the model mixes sliding-window and full layers),
-  // the physical KV blocks covering [0, num_computed + num_scheduled); 0 where a sliding-window
-  // group gave a block back. Groups past the runner's count are empty.
+  // Per KV cache group (kv/kv_layout.h: one, unless the model mixes sliding-window and full
+  // layers), the physical KV blocks covering [0, num_computed + num_scheduled); 0 where a
+  // sliding-window group gave a block back. Groups past the runner's count are empty.
   std::array<std::span<const int32_t>, kv::kMaxKvGroups> block_tables{};
   bool needs_sample = false;  // the last scheduled token is the sequence's last known token
   // Sampling context (read only when needs_sample or prompt_logprobs).

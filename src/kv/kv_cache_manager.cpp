@@ -26,12 +26,14 @@ KVCacheManager::KVCacheManager(const KVCacheConfig& config)
                      std::to_string(group_windows_.size()) + ")");
   }
   for (int w : group_windows_) {
-    if (w < 0) invalid_argument("kv cache: a group's window must be >= 0 (got " + std::to_string(w) + ")");
+    if (w < 0)
+      invalid_argument("kv cache: a group's window must be >= 0 (got " + std::to_string(w) + ")");
   }
   // Blocks a sliding group gave back read as block 0 in its table: with a sliding group, block 0 is
   // held here for good, so nothing is ever written to it (the runners keep it zero).
   if (std::any_of(group_windows_.begin(), group_windows_.end(), [](int w) { return w > 0; })) {
-    if (config.num_blocks < 2) invalid_argument("kv cache: a sliding-window group needs at least 2 blocks");
+    if (config.num_blocks < 2)
+      invalid_argument("kv cache: a sliding-window group needs at least 2 blocks");
     pool_.get_new_blocks(1, scratch_);
     scratch_.clear();
     num_reserved_ = 1;
@@ -72,7 +74,8 @@ int KVCacheManager::peak_blocks_for(int num_tokens, int max_step_tokens) const {
   int total = 0;
   for (int w : group_windows_) {
     // A step's queries [c, c + m) read keys from c - w + 1 on: w - 1 + m positions, unaligned.
-    total += w == 0 ? all : std::min(all, (w - 1 + max_step_tokens + block_size_ - 1) / block_size_ + 1);
+    total +=
+        w == 0 ? all : std::min(all, (w - 1 + max_step_tokens + block_size_ - 1) / block_size_ + 1);
   }
   return total;
 }
@@ -157,7 +160,8 @@ void KVCacheManager::push_block(GroupBlocks& g, KVBlock* b) {
 }
 
 void KVCacheManager::cache_full_blocks(SeqBlocks& s, const SeqRef& seq, int num_tokens) {
-  const int num_full = std::min(num_tokens / block_size_, static_cast<int>(s.groups[0].blocks.size()));
+  const int num_full =
+      std::min(num_tokens / block_size_, static_cast<int>(s.groups[0].blocks.size()));
   if (!enable_caching_) {
     s.num_cached_blocks = std::max(s.num_cached_blocks, num_full);
     return;
@@ -175,7 +179,8 @@ void KVCacheManager::cache_full_blocks(SeqBlocks& s, const SeqRef& seq, int num_
 }
 
 void KVCacheManager::release_passed_blocks(GroupBlocks& g, int group, int num_computed_tokens) {
-  const int first = std::min(first_needed_block(group, num_computed_tokens), static_cast<int>(g.blocks.size()));
+  const int first =
+      std::min(first_needed_block(group, num_computed_tokens), static_cast<int>(g.blocks.size()));
   for (int i = first - 1; i >= g.num_released; --i) {  // the later ones first: evicted last
     KVBlock*& b = g.blocks[static_cast<size_t>(i)];
     if (b == nullptr) continue;
@@ -204,11 +209,13 @@ bool KVCacheManager::allocate_slots(const SeqRef& seq, int num_computed_tokens, 
   for (int g = 0; g < num_groups(); ++g) {
     const GroupBlocks& gb = s.groups[static_cast<size_t>(g)];
     GroupPlan& p = plans[static_cast<size_t>(g)];
-    p.num_new_blocks = std::max(0, blocks_for(total_tokens) - static_cast<int>(gb.blocks.size()) - num_hit_blocks);
+    p.num_new_blocks =
+        std::max(0, blocks_for(total_tokens) - static_cast<int>(gb.blocks.size()) - num_hit_blocks);
     // Copy-on-write: the first token written lands in a partially filled block that another
     // sequence (a forked sample) still references.
-    p.needs_cow = num_new_tokens > 0 && num_computed_tokens % block_size_ != 0 && write_block < gb.blocks.size() &&
-                  gb.blocks[write_block] != nullptr && gb.blocks[write_block]->ref_cnt > 1;
+    p.needs_cow = num_new_tokens > 0 && num_computed_tokens % block_size_ != 0 &&
+                  write_block < gb.blocks.size() && gb.blocks[write_block] != nullptr &&
+                  gb.blocks[write_block]->ref_cnt > 1;
     num_needed += p.num_new_blocks + (p.needs_cow ? 1 : 0);
   }
   // Hit blocks that sit in the free queue stop being free once referenced.
@@ -226,7 +233,8 @@ bool KVCacheManager::allocate_slots(const SeqRef& seq, int num_computed_tokens, 
         if (b != nullptr) pool_.touch(std::span<KVBlock* const>(&b, 1));
         push_block(gb, b);
       }
-      while (gb.num_released < static_cast<int>(hit.size()) && hit[static_cast<size_t>(gb.num_released)] == nullptr)
+      while (gb.num_released < static_cast<int>(hit.size()) &&
+             hit[static_cast<size_t>(gb.num_released)] == nullptr)
         ++gb.num_released;
     }
     if (plans[static_cast<size_t>(g)].needs_cow) {

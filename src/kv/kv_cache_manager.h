@@ -1,14 +1,15 @@
-// The scheduler's only view of KV memory (vLLM V1's KVCacheManager). Each sequence owns a block table
-// (its logical blocks → physical block ids); blocks are taken on demand as the sequence grows, shared by
-// reference between forked samples and prefix-cache hits, and copied on write when a sequence is about
-// to write into a block someone else still references.
+// The scheduler's only view of KV memory (vLLM V1's KVCacheManager). Each sequence owns a block
+// table (its logical blocks → physical block ids); blocks are taken on demand as the sequence
+// grows, shared by reference between forked samples and prefix-cache hits, and copied on write when
+// a sequence is about to write into a block someone else still references.
 //
 // Prefix caching: full block i of a sequence is identified by
 //   hash_i = XXH3_64(hash_{i-1} ‖ tokens[i*bs, (i+1)*bs) ‖ extra)   (hash_{-1} = 0)
-// where `extra` is the request's cache-salt hash, so equal prefixes with different salts never share.
+// where `extra` is the request's cache-salt hash, so equal prefixes with different salts never
+// share.
 //
-// KV cache groups (kv/kv_layout.h): a sequence has one block table per group, all drawn from the one
-// pool. A sliding-window group gives its blocks back once every later query's window has passed
+// KV cache groups (kv/kv_layout.h): a sequence has one block table per group, all drawn from the
+// one pool. A sliding-window group gives its blocks back once every later query's window has passed
 // them: the table keeps their place with id 0 (a block held for that, never written; a kernel tile
 // may load it masked, never use it), and the
 // cached content stays findable until the block is handed out again, as any free block's. A prefix
@@ -116,7 +117,9 @@ class KVCacheManager {
   int num_free_swap_blocks() const { return static_cast<int>(free_swap_blocks_.size()); }
   int num_seqs() const { return static_cast<int>(seqs_.size()); }
   // Fraction of the blocks sequences can get that they hold now.
-  double usage() const { return static_cast<double>(num_blocks() - num_free_blocks()) / num_blocks(); }
+  double usage() const {
+    return static_cast<double>(num_blocks() - num_free_blocks()) / num_blocks();
+  }
   // The most blocks sequences held at once since construction.
   int peak_used_blocks() const { return peak_used_blocks_; }
   bool reset_prefix_cache() { return pool_.reset_prefix_cache(); }

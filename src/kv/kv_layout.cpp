@@ -24,13 +24,15 @@ KvLayout KvLayout::plan(std::span<const int64_t> layer_windows, bool hybrid) {
   for (int l = 0; l < num_layers; ++l) {
     const int64_t w = layer_windows[static_cast<size_t>(l)];
     if (w < 0 || w > INT32_MAX)
-      invalid_argument("kv layout: layer " + std::to_string(l) + " has window " + std::to_string(w));
+      invalid_argument("kv layout: layer " + std::to_string(l) + " has window " +
+                       std::to_string(w));
     by_window[w].push_back(l);
   }
   if (!hybrid || num_layers == 0 || (by_window.size() == 1 && by_window.begin()->first == 0))
     return uniform(num_layers);
   int slots = num_layers;
-  for (const auto& [w, layers] : by_window) slots = std::min(slots, static_cast<int>(layers.size()));
+  for (const auto& [w, layers] : by_window)
+    slots = std::min(slots, static_cast<int>(layers.size()));
   auto groups_with = [&](int s) {
     int n = 0;
     for (const auto& [w, layers] : by_window) n += (static_cast<int>(layers.size()) + s - 1) / s;
@@ -45,7 +47,8 @@ KvLayout KvLayout::plan(std::span<const int64_t> layer_windows, bool hybrid) {
     for (size_t i = 0; i < layers.size(); ++i) {
       if (i % static_cast<size_t>(slots) == 0) out.group_window.push_back(static_cast<int>(w));
       out.layer_group[static_cast<size_t>(layers[i])] = out.num_groups() - 1;
-      out.layer_slot[static_cast<size_t>(layers[i])] = static_cast<int>(i % static_cast<size_t>(slots));
+      out.layer_slot[static_cast<size_t>(layers[i])] =
+          static_cast<int>(i % static_cast<size_t>(slots));
     }
   }
   return out;

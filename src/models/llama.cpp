@@ -17,15 +17,18 @@ namespace pagellm::models {
 void KvCache::FreeDeleter::operator()(float* p) const { std::free(p); }
 
 KvCache::KvCache(int64_t num_layers, int64_t num_blocks, int64_t block_size, int64_t num_kv_heads,
-                 int64_t head_dim, const KvCacheQuant& quant, int64_t layer_begin, kv::KvLayout layout)
+                 int64_t head_dim, const KvCacheQuant& quant, int64_t layer_begin,
+                 kv::KvLayout layout)
     : num_blocks_(num_blocks),
       block_size_(block_size),
       num_kv_heads_(num_kv_heads),
       head_dim_(head_dim),
-      layout_(layout.slots > 0 ? std::move(layout) : kv::KvLayout::uniform(static_cast<int>(num_layers))) {
+      layout_(layout.slots > 0 ? std::move(layout)
+                               : kv::KvLayout::uniform(static_cast<int>(num_layers))) {
   if (layout_.num_layers() != num_layers)
-    throw_error(ErrorKind::kInternal, "KV cache: the layout covers " + std::to_string(layout_.num_layers()) +
-                                          " layers, not " + std::to_string(num_layers));
+    throw_error(ErrorKind::kInternal, "KV cache: the layout covers " +
+                                          std::to_string(layout_.num_layers()) + " layers, not " +
+                                          std::to_string(num_layers));
   if (quant.fp8) {
     fp8_ = quant::fp8_format(*quant.fp8);
     scales_.assign(static_cast<size_t>(2 * num_layers), 1.f);

@@ -14,8 +14,8 @@
 
 #include "backends/cpu/kernels.h"
 #include "io/hf_config.h"
-#include "kv/kv_layout.h"
 #include "io/safetensors.h"
+#include "kv/kv_layout.h"
 #include "parallel/communicator.h"
 #include "parallel/shard.h"
 

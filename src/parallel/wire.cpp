@@ -212,7 +212,8 @@ std::unique_ptr<DecodedStep> decode_step(const std::vector<unsigned char>& messa
     if (num_groups > s.block_tables.size()) bad("more KV cache groups than a sequence can have");
     for (size_t g = 0; g < num_groups; ++g) {
       s.block_tables[g] = d->storage.emplace_back(r.ints());
-      if (s.block_tables[g].empty()) bad("an empty block table");  // the groups sent are the non-empty ones
+      if (s.block_tables[g].empty())
+        bad("an empty block table");  // the groups sent are the non-empty ones
     }
     s.prompt_token_ids = d->storage.emplace_back(r.ints());
     s.params = &d->params;

@@ -82,7 +82,7 @@ class CpuRunner : public ModelRunner {
     const engine::SchedulerOutput* batch = nullptr;  // the caller's, valid until collected
     std::vector<int32_t> token_ids;     // [num_tokens]
     std::vector<int32_t> positions;     // [num_tokens]
-    std::vector<std::vector<int64_t>> slot_mappings;  // [num_kv_groups][num_tokens]
+    std::vector<std::vector<int64_t>> slot_mappings;   // [num_kv_groups][num_tokens]
     std::vector<std::vector<cpu::AttentionSeq>> seqs;  // [num_kv_groups][num scheduled seqs]
     std::vector<LogitsRow> rows;        // logits rows (collected per seq as on execute_logits/execute)
     std::vector<int64_t> logits_rows;   // [num_rows]: flattened row of each logits row

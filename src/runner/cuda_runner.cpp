@@ -404,7 +404,8 @@ CudaRunner::Impl::Staged CudaRunner::Impl::stage(
   for (int g = 0; g < kv_layout.num_groups(); ++g) {
     const bool own = g > 0 && more && size_t(g - 1) < more->tables.size();
     const std::vector<const int32_t*>& gt = own ? more->tables[size_t(g - 1)] : tables;
-    int32_t* tab = host<int32_t>(lay.tables) + size_t(g) * max_seqs * max_blocks;  // [num_seqs, max_blocks]
+    int32_t* tab =
+        host<int32_t>(lay.tables) + size_t(g) * max_seqs * max_blocks;  // [num_seqs, max_blocks]
     for (int i = 0; i < s.num_seqs; ++i) {
       const int len = std::min(table_lens[size_t(i)], max_blocks);
       std::memcpy(tab + size_t(i) * max_blocks, gt[size_t(i)], size_t(len) * 4);
@@ -537,8 +538,9 @@ void CudaRunner::Impl::profile_and_alloc_kv() {
   const int64_t bs = opt.block_size;
   block_bytes = size_t(bs) * num_kv_heads * head_dim * dtype_size(kv_dt);
   const size_t per_block_all_layers = 2 * size_t(kv_layout.slots) * block_bytes;
-  // A maximum-size dummy step (every KV group on the same blocks) (max_tokens tokens in seqs of at most max_model_len) on a temporary
-  // pool: every activation buffer, cuBLASLt's workspace and lazily created state get touched.
+  // A maximum-size dummy step (every KV group on the same blocks) (max_tokens tokens in seqs of at
+  // most max_model_len) on a temporary pool: every activation buffer, cuBLASLt's workspace and
+  // lazily created state get touched.
   std::vector<int32_t> ids, pos, qsl{0}, lens, rows;
   std::vector<int64_t> slots;
   std::vector<std::vector<int32_t>> tables;
@@ -601,7 +603,8 @@ void CudaRunner::Impl::profile_and_alloc_kv() {
   // finite values (zeros).
   if (kv_layout.hybrid()) {
     for (int t = 0; t < 2 * kv_layout.slots; ++t)
-      check(cudaMemset(kv_pool.as<unsigned char>() + size_t(t) * num_blocks * block_bytes, 0, block_bytes),
+      check(cudaMemset(kv_pool.as<unsigned char>() + size_t(t) * num_blocks * block_bytes, 0,
+                       block_bytes),
             "clearing the null KV block");
   }
   alloc_swap_pool();

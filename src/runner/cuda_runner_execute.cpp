@@ -274,8 +274,8 @@ void run_graph_shape(CudaRunner::Impl& m, Flat& f, int q, const CudaRunner::Impl
   // A capture runs dummy steps: before this step's inputs are staged, and never while the FP8
   // cache's scales wait for real keys.
   if (q > 1 && !m.kv_scales_pending) m.capture_graph(b, q);
-  const CudaRunner::Impl::Staged st =
-      m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables, f.table_lens, shape.num_splits, &f.more);
+  const CudaRunner::Impl::Staged st = m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables,
+                                              f.table_lens, shape.num_splits, &f.more);
   for (int r = 0; r < b * q; ++r)
     m.host<int32_t>(m.lay.rows)[r] = !last_rows ? r : r < b ? r * q + q - 1 : 0;
   m.upload_inputs();
@@ -300,15 +300,16 @@ void append_seq(const CudaRunner::Impl& m, const engine::ScheduledSeq& seq, Flat
   const size_t num_groups = size_t(m.kv_layout.num_groups());
   const std::span<const int32_t> table = seq.block_tables[0];
   for (size_t g = 0; g < num_groups; ++g) {
-    if (int64_t(seq.block_tables[g].size()) * bs < ctx || seq.block_tables[g].size() != table.size())
+    if (int64_t(seq.block_tables[g].size()) * bs < ctx ||
+        seq.block_tables[g].size() != table.size())
       internal("block table of seq " + std::to_string(seq.seq_id) + " is too short");
     for (int32_t b : seq.block_tables[g])
       if (b < 0 || b >= m.num_blocks)
         internal("seq " + std::to_string(seq.seq_id) + " uses an invalid KV block");
   }
   if (ctx > int64_t(m.max_blocks) * bs)
-    invalid_argument("sequence of " + std::to_string(ctx) + " tokens exceeds the max model length " +
-                     std::to_string(m.opt.max_model_len));
+    invalid_argument("sequence of " + std::to_string(ctx) +
+                     " tokens exceeds the max model length " + std::to_string(m.opt.max_model_len));
   if (seq.num_spec_tokens < 0 || seq.num_spec_tokens >= n ||
       (seq.num_spec_tokens > 0 && !seq.needs_sample))
     internal("seq " + std::to_string(seq.seq_id) + " has " + std::to_string(seq.num_spec_tokens) +

@@ -155,8 +155,8 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
     rp.head_dim = head_dim;
     rp.q_token_stride = rp.k_token_stride = qkv_width;
     const size_t group = size_t(kv_layout.layer_group[size_t(l)]);
-    unsigned char* k_cache =
-        static_cast<unsigned char*>(pool) + size_t(kv_layout.layer_slot[size_t(l)]) * 2 * layer_bytes;
+    unsigned char* k_cache = static_cast<unsigned char*>(pool) +
+                             size_t(kv_layout.layer_slot[size_t(l)]) * 2 * layer_bytes;
     unsigned char* v_cache = k_cache + layer_bytes;
     cuda::KvCacheWriteParams kw;
     kw.dtype = dt;

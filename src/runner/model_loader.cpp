@@ -216,7 +216,8 @@ LoadedModel describe_model(const EngineArgs& args, std::string* source) {
   parallel::check_parallel_config(m.config, args.tensor_parallel_size,
                                   args.pipeline_parallel_size);
   m.config.hybrid_kv_cache = m.config.sliding_window > 0 && !args.disable_hybrid_kv_cache_manager &&
-                             args.pipeline_parallel_size == 1 && args.speculative.method != "draft_model";
+                             args.pipeline_parallel_size == 1 &&
+                             args.speculative.method != "draft_model";
   return m;
 }
 

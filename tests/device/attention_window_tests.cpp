@@ -41,7 +41,8 @@ void window_cases() {
   // head_dim 256 (Gemma 2 / 3) prefill through the 64-row tiles: full attention and windowed,
   // bf16 / f16, an e4m3 cache, chunks over cached prefixes, rows past one tile.
   for (DType t : {DType::kBF16, DType::kF16}) {
-    test_attention({t, 16, 8, 256, 16, {300, 64, 5, 1}, {300, 1000, 700, 2000}, 0, "d256 prefill", f32});
+    test_attention(
+        {t, 16, 8, 256, 16, {300, 64, 5, 1}, {300, 1000, 700, 2000}, 0, "d256 prefill", f32});
     test_attention(
         {t, 16, 8, 256, 16, {300, 130, 1}, {1000, 130, 4000}, 0, "d256 window", f32, 100, 50.f});
     test_attention({t, 16, 8, 256, 16, {200, 1}, {1000, 3000}, 0, "d256 fp8", e4m3, 256});

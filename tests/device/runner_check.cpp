@@ -204,7 +204,8 @@ void check_stories(const std::filesystem::path& dir) {
       for (int i = 0; i < 64; ++i) {
         auto sch = seq.schedule();
         sch.params = &sp;
-        sch.block_tables[0] = std::span<const int32_t>(seq.block_table.data(), seq.block_table.size());
+        sch.block_tables[0] =
+            std::span<const int32_t>(seq.block_table.data(), seq.block_table.size());
         const auto batch = testing::make_batch({sch});
         const auto out = gpu.execute(batch);
         const std::vector<float> row =

@@ -5,15 +5,12 @@
 #include <gtest/gtest.h>
 
 #include "kv/kv_cache_manager.h"
+#include "kv_test_util.h"
 
 namespace pagellm::kv {
 namespace {
 
-std::vector<int32_t> tokens(int n, int offset = 0) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), offset);
-  return t;
-}
+using testing::tokens;
 
 // Allocates and "computes" the whole sequence, as a step would.
 void run_prefill(KVCacheManager& kv, const SeqRef& seq) {

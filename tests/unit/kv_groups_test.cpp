@@ -11,15 +11,12 @@
 #include "common/error.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/kv_layout.h"
+#include "kv_test_util.h"
 
 namespace pagellm::kv {
 namespace {
 
-std::vector<int32_t> tokens(int n, int offset = 0) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), offset);
-  return t;
-}
+using testing::tokens;
 
 // Every (group, slot) pair names one layer; groups hold only layers of their own window.
 void expect_consistent(const KvLayout& layout, const std::vector<int64_t>& windows) {
@@ -171,7 +168,8 @@ TEST(KvGroups, HitStopsWhereTheSlidingGroupLostItsWindow) {
   ASSERT_EQ(kv.num_held_blocks(1), 8 + 2);
   const int free_now = kv.num_free_blocks();
   ASSERT_EQ(free_now, 14);
-  ASSERT_TRUE(kv.allocate_slots({9, tokens(2 * free_now, 1000), 0}, 0, 2 * free_now, nullptr, copies));
+  ASSERT_TRUE(
+      kv.allocate_slots({9, tokens(2 * free_now, 1000), 0}, 0, 2 * free_now, nullptr, copies));
   EXPECT_EQ(kv.num_free_blocks(), 0);
   kv.free(9);  // the drained blocks come back holding seq 9's content, not seq 1's
   EXPECT_EQ(kv.get_computed_blocks({2, tokens(44), 0}).num_computed_tokens(), 32);
@@ -224,7 +222,8 @@ TEST(KvGroups, PeakBlocksCountTheWindowAndTheStep) {
   EXPECT_EQ(full.num_blocks(), 100) << "no null block without a sliding group";
   EXPECT_THROW(KVCacheManager(KVCacheConfig{1, 4, true, 0, {0, 8}}), Error);
   EXPECT_THROW(KVCacheManager(KVCacheConfig{8, 4, true, 0, {}}), Error);
-  EXPECT_THROW(KVCacheManager(KVCacheConfig{8, 4, true, 0, std::vector<int>(kMaxKvGroups + 1, 0)}), Error);
+  EXPECT_THROW(KVCacheManager(KVCacheConfig{8, 4, true, 0, std::vector<int>(kMaxKvGroups + 1, 0)}),
+               Error);
 }
 
 }  // namespace

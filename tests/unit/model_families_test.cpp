@@ -14,8 +14,8 @@
 #include "common/error.h"
 #include "engine/engine_core.h"
 #include "io/hf_config.h"
-#include "kv/kv_layout.h"
 #include "io/safetensors.h"
+#include "kv/kv_layout.h"
 #include "model_files_util.h"
 #include "models/llama.h"
 #include "models/weight_plan.h"
@@ -468,7 +468,8 @@ struct HeldRun {
   int64_t max_layer_blocks = 0;
 };
 
-HeldRun run_holding(const std::filesystem::path& model, bool hybrid, int prompt_len, int max_tokens) {
+HeldRun run_holding(const std::filesystem::path& model, bool hybrid, int prompt_len,
+                    int max_tokens) {
   EngineArgs args;
   args.model = model.string();
   args.block_size = 8;
