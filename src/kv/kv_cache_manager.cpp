@@ -110,6 +110,10 @@ int KVCacheManager::longest_common_hit(const std::vector<std::vector<KVBlock*>>&
     bool ok = true;
     for (int g = 0; g < num_groups() && ok; ++g) {
       const auto& blocks = found[static_cast<size_t>(g)];
+      if (group_windows_[static_cast<size_t>(g)] == 0) {  // a run of hits: every block up to h
+        ok = h <= static_cast<int>(blocks.size());
+        continue;
+      }
       for (int i = first_needed_block(g, h * block_size_); i < h && ok; ++i) {
         ok = i < static_cast<int>(blocks.size()) && blocks[static_cast<size_t>(i)] != nullptr;
       }
