@@ -1,6 +1,7 @@
 #include "kv/kv_cache_manager.h"
 
 #include <algorithm>
+#include <array>
 #include <string>
 
 #define XXH_INLINE_ALL
@@ -207,7 +208,7 @@ bool KVCacheManager::allocate_slots(const SeqRef& seq, int num_computed_tokens, 
         release_passed_blocks(s.groups[static_cast<size_t>(g)], g, num_computed_tokens);
     }
   }
-  std::vector<GroupPlan> plans(group_windows_.size());
+  std::array<GroupPlan, kMaxKvGroups> plans{};  // no allocation: this runs per sequence per step
   int num_needed = 0;
   const size_t write_block = static_cast<size_t>(num_computed_tokens / block_size_);
   for (int g = 0; g < num_groups(); ++g) {

@@ -302,7 +302,8 @@ void append_seq(const CudaRunner::Impl& m, const engine::ScheduledSeq& seq, Flat
   for (size_t g = 0; g < num_groups; ++g) {
     if (int64_t(seq.block_tables[g].size()) * bs < ctx ||
         seq.block_tables[g].size() != table.size())
-      internal("block table of seq " + std::to_string(seq.seq_id) + " is too short");
+      internal("block tables of seq " + std::to_string(seq.seq_id) +
+               " are too short or of different lengths");
     for (int32_t b : seq.block_tables[g])
       if (b < 0 || b >= m.num_blocks)
         internal("seq " + std::to_string(seq.seq_id) + " uses an invalid KV block");
