@@ -83,6 +83,13 @@ void EngineCore::init(std::unique_ptr<runner::ModelRunner> runner) {
   sc.max_batches_in_flight = max_in_flight_;
   scheduler_ = std::make_unique<engine::Scheduler>(sc, *kv_);
   proposer_ = spec::make_proposer(args_, *runner_, *tokenizer_);
+  if (proposer_ && proposer_->needs_hidden_states()) {
+    // observe() pairs each output with the scheduler's last batch: one batch in flight.
+    if (max_in_flight_ != 1)
+      unsupported("--speculative-config: method " + args_.speculative.method +
+                  " needs one batch in flight (no pipeline parallelism)");
+    runner_->set_return_hidden();
+  }
   if (proposer_) {
     const SpeculativeConfig& spec = args_.speculative;
     log::info("speculative decoding: " + spec.method + (spec.model.empty() ? "" : " " + spec.model) + ", " +
@@ -244,6 +251,7 @@ bool EngineCore::submit_batch() {
   // for them (SchedulerOutput::pending_masks) before it samples.
   start_token_masks(batch);
   runner_->submit(batch);
+  last_batch_ = &batch;
   ++num_in_flight_;
   ++num_submitted_;
   return true;
@@ -265,6 +273,7 @@ void EngineCore::collect_batch(std::vector<RequestOutput>& outputs) {
   } join_masks{this};
   const engine::ModelRunnerOutput result = runner_->wait_next();
   wait_token_masks();  // a runner that sampled nothing need not have waited
+  if (proposer_ && last_batch_) proposer_->observe(*last_batch_, result);
   new_tokens_.clear();
   scheduler_->update_from_output(result, new_tokens_);
   release_retired();

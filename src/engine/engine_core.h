@@ -108,6 +108,8 @@ class EngineCore {
   std::unique_ptr<kv::KVCacheManager> kv_;
   std::unique_ptr<engine::Scheduler> scheduler_;
   std::unique_ptr<spec::Proposer> proposer_;  // null without --speculative-config
+  // The batch submitted last (the scheduler's; valid until the next schedule()): observe()'s.
+  const engine::SchedulerOutput* last_batch_ = nullptr;
   std::vector<std::pair<engine::Sequence*, int>> spec_seqs_;  // reused every step
   std::vector<spec::SpecCandidate> spec_candidates_;
   std::unique_ptr<engine::OutputProcessor> output_processor_;

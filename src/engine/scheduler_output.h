@@ -93,6 +93,10 @@ struct ModelRunnerOutput {
   // num_spec_tokens + 1 tokens, with the target's logprobs of each.
   std::vector<std::vector<int32_t>> spec_token_ids;
   std::vector<std::vector<TokenLogprobs>> spec_logprobs;
+  // Only from a runner asked for them (ModelRunner::set_return_hidden): the final-normed hidden
+  // state of every scheduled token, [num_scheduled_tokens, hidden_size] in SchedulerOutput order
+  // (what an EAGLE head drafts from). Empty otherwise.
+  std::vector<float> hidden_states;
 };
 
 }  // namespace pagellm::engine

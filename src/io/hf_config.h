@@ -80,6 +80,14 @@ struct ModelConfig {
   // layers free what their window has passed (kv/kv_layout.h). Needs sliding layers and no
   // pipeline parallelism.
   bool hybrid_kv_cache = false;
+  // Set by the EAGLE proposer's loader (spec/eagle_proposer.h), not config.json: this is an EAGLE
+  // draft head. Its first layer takes fc(concat(embedding, feature)) of each token, layer 0 has no
+  // input norm, there is no final norm, and the embedding and LM head are the target's. Tensor names
+  // are eagle_prefix + "N.self_attn..." ("layers." or "model.layers."), plus fc.weight [hidden,
+  // 2 * hidden] and, when eagle_fc_bias, fc.bias.
+  bool eagle = false;
+  bool eagle_fc_bias = false;
+  std::string eagle_prefix = "layers.";
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;

@@ -132,6 +132,12 @@ LlamaModel::LlamaModel(io::ModelConfig config, LlamaWeights weights, ModelParall
                     &lw.experts_down})
       std::vector<float>().swap(*v);
   }
+  if (config_.eagle) {
+    if (par_.shard.tp_size != 1 || par_.shard.pp_size != 1)
+      throw_error(ErrorKind::kInternal, "llama: an EAGLE head runs without parallelism");
+    eagle_fc_ = cpu::pack_matrix(w_.eagle_fc.data(), c.hidden_size, 2 * c.hidden_size);
+    std::vector<float>().swap(w_.eagle_fc);
+  }
   if (!par_.shard.last_stage()) return;
   const std::vector<float>& head = w_.lm_head.empty() ? w_.embed : w_.lm_head;
   lm_head_ = cpu::pack_matrix(head.data(), geo_.vocab, c.hidden_size);
@@ -181,8 +187,11 @@ std::span<const float> LlamaModel::forward(const ForwardBatch& batch, KvCache& c
     if (!local_inv_freq_.empty())
       cpu::rope_tables(batch.positions.data() + t0, t1 - t0, hd, local_inv_freq_.data(),
                        local_cos_.data() + t0 * (hd / 2), local_sin_.data() + t0 * (hd / 2));
-    cpu::rms_norm(hidden_.data() + t0 * dim, w_.layers[0].input_norm.data(),
-                  normed_.data() + t0 * dim, t1 - t0, dim, eps);
+    if (w_.layers[0].input_norm.empty())  // an EAGLE head's first layer
+      std::copy_n(hidden_.data() + t0 * dim, (t1 - t0) * dim, normed_.data() + t0 * dim);
+    else
+      cpu::rms_norm(hidden_.data() + t0 * dim, w_.layers[0].input_norm.data(),
+                    normed_.data() + t0 * dim, t1 - t0, dim, eps);
   });
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     attention_block(l, batch, cache);
@@ -205,6 +214,10 @@ void LlamaModel::stage_input(const ForwardBatch& batch) {
   }
   // Gemma scales the embedding by sqrt(hidden_size).
   const float scale = config_.gemma.enabled ? std::sqrt(static_cast<float>(dim)) : 1.0f;
+  if (config_.eagle) {
+    eagle_input(batch);
+    return;
+  }
   if (par_.shard.tp_size == 1) {
     parallel_rows(n, dim, [&](int64_t t0, int64_t t1) {
       float* out = hidden_.data() + t0 * dim;
@@ -226,6 +239,24 @@ void LlamaModel::stage_input(const ForwardBatch& batch) {
       for (int64_t i = 0; i < dim; ++i) out[i] *= scale;
   }
   all_reduce(hidden_, n * dim);
+}
+
+void LlamaModel::eagle_input(const ForwardBatch& batch) {
+  const int64_t n = static_cast<int64_t>(batch.token_ids.size());
+  const int64_t dim = local_.hidden_size;
+  if (batch.features.size() != static_cast<size_t>(n * dim))
+    throw_error(ErrorKind::kInternal, "EAGLE head: " + std::to_string(batch.features.size()) +
+                                          " feature values for " + std::to_string(n) + " tokens");
+  eagle_in_.resize(static_cast<size_t>(n * 2 * dim));
+  parallel_rows(n, 2 * dim, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* row = eagle_in_.data() + t * 2 * dim;
+      cpu::embedding(batch.token_ids.data() + t, w_.embed.data(), row, 1, dim);
+      std::copy_n(batch.features.data() + t * dim, dim, row + dim);
+    }
+  });
+  cpu::matmul(eagle_in_.data(), eagle_fc_, w_.eagle_fc_bias.empty() ? nullptr : w_.eagle_fc_bias.data(),
+              hidden_.data(), n);
 }
 
 // Under an FP8 config the projections' inputs are quantized per token to e4m3 and back (the GPU's
@@ -403,6 +434,11 @@ void LlamaModel::moe_mlp(int64_t layer, int64_t n) {
 void LlamaModel::final_norm_rows(std::span<const float> hidden, std::span<const int64_t> rows,
                                  float* out) const {
   const int64_t dim = config_.hidden_size;
+  if (w_.final_norm.empty()) {  // an EAGLE head: its output goes to the LM head as it is
+    for (size_t r = 0; r < rows.size(); ++r)
+      std::copy_n(hidden.data() + rows[r] * dim, dim, out + int64_t(r) * dim);
+    return;
+  }
   for (size_t r = 0; r < rows.size(); ++r)
     cpu::rms_norm(hidden.data() + rows[r] * dim, w_.final_norm.data(), out + int64_t(r) * dim, 1,
                   dim, static_cast<float>(config_.rms_norm_eps));

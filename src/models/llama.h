@@ -44,6 +44,10 @@ struct LlamaWeights {
   std::vector<LlamaLayerWeights> layers;
   std::vector<float> final_norm;  // [hidden]
   std::vector<float> lm_head;     // [vocab, hidden]; empty when tied to embed
+  // An EAGLE head (io::ModelConfig::eagle): its input projection; embed and lm_head are the
+  // target's (load_target_embeddings), final_norm stays empty.
+  std::vector<float> eagle_fc;       // [hidden, 2 * hidden]
+  std::vector<float> eagle_fc_bias;  // [hidden]; empty without
 };
 
 // Reads a rank's weights (all of them without parallelism) from a checkpoint, checking names and
@@ -56,6 +60,12 @@ LlamaWeights load_llama_weights(const io::ModelConfig& config, const io::WeightS
 // a rank's shard holds the same numbers as the corresponding slice of the whole model.
 LlamaWeights random_llama_weights(const io::ModelConfig& config, uint64_t seed,
                                   const parallel::ShardSpec& shard = {});
+
+// The embedding and LM head of `target` (the whole model's, unsharded): from its checkpoint, or
+// with store == null the random weights random_llama_weights(target, seed) holds. An EAGLE head
+// shares them (io::ModelConfig::eagle).
+LlamaWeights load_target_embeddings(const io::ModelConfig& target, const io::WeightStore* store,
+                                    uint64_t seed);
 
 // Bytes the fp32 weights of one rank take (for refusing configs that cannot fit in memory).
 uint64_t llama_weight_bytes(const io::ModelConfig& config, const parallel::ShardSpec& shard = {});
@@ -119,6 +129,10 @@ struct ForwardBatch {
   // and seqs through those groups' block tables. Group 0 is slot_mapping / seqs.
   std::vector<std::span<const int64_t>> more_slot_mappings = {};
   std::vector<std::span<const cpu::AttentionSeq>> more_seqs = {};
+  // An EAGLE head's second input (io::ModelConfig::eagle): per token [num_tokens, hidden], the
+  // target's final-normed hidden state at the position before the token's, or the head's own
+  // output there.
+  std::span<const float> features = {};
 
   std::span<const int64_t> group_slots(int group) const {
     return group == 0 ? slot_mapping : more_slot_mappings.at(static_cast<size_t>(group - 1));
@@ -178,7 +192,10 @@ class LlamaModel {
   void pack_experts(const LlamaLayerWeights& lw, PackedLayer& p) const;
   // The stage's input: the vocab-parallel embedding on the first stage (rows of ids outside the
   // rank's vocabulary shard are zero, then summed over ranks), else the previous stage's output.
+  // An EAGLE head then projects concat(embedding, batch.features) with fc.
   void stage_input(const ForwardBatch& batch);
+  // hidden_ = fc(concat(embedding, batch.features)) of every token (an EAGLE head's input).
+  void eagle_input(const ForwardBatch& batch);
   // Rows [0, n) of x [.., cols] quantized per token to e4m3 and back under an FP8 config.
   void quantize_activations(std::vector<float>& x, int64_t n, int64_t cols);
   // Sums a row-parallel projection over the stage's tensor-parallel ranks (no-op alone).
@@ -199,6 +216,8 @@ class LlamaModel {
   ModelParallel par_;
   LlamaWeights w_;
   std::vector<PackedLayer> packed_;  // [num_layers]
+  cpu::PackedMatrix eagle_fc_;  // an EAGLE head's fc, packed [hidden, 2 * hidden]
+  std::vector<float> eagle_in_;  // [num_tokens, 2 * hidden]: embedding | feature
   cpu::PackedMatrix lm_head_;  // packed [vocab shard rows, hidden] (the embedding when tied); last stage
   std::vector<float> shard_logits_;    // [num_rows, vocab_shard] this rank's vocabulary columns
   std::vector<float> gathered_logits_;  // [tp_size, num_rows, vocab_shard]

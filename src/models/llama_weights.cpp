@@ -149,6 +149,19 @@ LlamaWeights random_llama_weights(const io::ModelConfig& config, uint64_t seed,
   return build_weights(llama_weight_plan(config, shard), src, quant);
 }
 
+LlamaWeights load_target_embeddings(const io::ModelConfig& target, const io::WeightStore* store,
+                                    uint64_t seed) {
+  std::vector<WeightTensorSpec> plan;
+  for (WeightTensorSpec& t : llama_weight_plan(target))
+    if (t.slot == WeightSlot::kEmbed || t.slot == WeightSlot::kLmHead) plan.push_back(std::move(t));
+  if (store) {
+    CheckpointSource src(*store, target.quant);
+    return build_weights(plan, src, target.quant);
+  }
+  RandomSource src(seed);
+  return build_weights(plan, src, target.quant);
+}
+
 uint64_t llama_weight_bytes(const io::ModelConfig& c, const parallel::ShardSpec& shard) {
   return 4 * plan_num_elements(llama_weight_plan(c, shard));
 }

@@ -117,12 +117,18 @@ std::vector<WeightTensorSpec> llama_weight_plan(const io::ModelConfig& c,
                  TensorSlice slice = {}) {
     add(slot, layer, name, {{name, std::move(shape), slice}});
   };
-  if (shard.first_stage())
+  if (c.eagle) {
+    one(WeightSlot::kEagleFc, -1, "fc.weight", {hidden, 2 * hidden});
+    if (c.eagle_fc_bias) one(WeightSlot::kEagleFcBias, -1, "fc.bias", {hidden});
+  } else if (shard.first_stage()) {
     one(WeightSlot::kEmbed, -1, "model.embed_tokens.weight", {c.vocab_size, hidden}, vocab_slice);
+  }
+  const std::string layer_prefix = c.eagle ? c.eagle_prefix : "model.layers.";
   for (int64_t layer = g.layer_begin; layer < g.layer_end; ++layer) {
     const int i = int(layer - g.layer_begin);
-    const std::string p = "model.layers." + std::to_string(layer) + ".";
-    one(WeightSlot::kInputNorm, i, p + "input_layernorm.weight", {hidden});
+    const std::string p = layer_prefix + std::to_string(layer) + ".";
+    if (!c.eagle || layer > 0)  // EAGLE's first layer takes fc's output unnormalised
+      one(WeightSlot::kInputNorm, i, p + "input_layernorm.weight", {hidden});
     if (fused) {  // Phi-3: one qkv_proj [q_rows + 2 kv_rows, hidden], split by rows
       const std::string name = p + "self_attn.qkv_proj.weight";
       const std::vector<int64_t> shape = {q_rows + 2 * kv_rows, hidden};
@@ -160,7 +166,7 @@ std::vector<WeightTensorSpec> llama_weight_plan(const io::ModelConfig& c,
     }
     add_dense_mlp(c, g, sharded, i, p, plan);
   }
-  if (shard.last_stage()) {
+  if (shard.last_stage() && !c.eagle) {
     one(WeightSlot::kFinalNorm, -1, "model.norm.weight", {hidden});
     if (!c.tie_word_embeddings)
       one(WeightSlot::kLmHead, -1, "lm_head.weight", {c.vocab_size, hidden}, vocab_slice);
@@ -216,6 +222,10 @@ void check_llama_checkpoint(const io::ModelConfig& config, const io::WeightStore
     if (used.count(name) != 0) continue;
     if (name.ends_with("rotary_emb.inv_freq")) continue;  // a buffer older exports saved
     if (name == "lm_head.weight" && config.tie_word_embeddings) continue;
+    // An EAGLE head may carry a copy of the target's embedding (or LM head): the target's serve.
+    if (config.eagle && (name == "embed_tokens.weight" || name == "model.embed_tokens.weight" ||
+                         name == "lm_head.weight"))
+      continue;
     if (quant::is_kv_scale_tensor(name, config.num_hidden_layers)) continue;  // validated by read_kv_scales below
     invalid_argument(store.find(name)->file + ": unexpected tensor '" + name + "' for " +
                      config.architecture + " with this config.json");

@@ -37,6 +37,9 @@ enum class WeightSlot {
   kExpertsDown,    // [num_experts, hidden, expert intermediate]
   kFinalNorm,      // [hidden]
   kLmHead,         // [vocab, hidden]; only when not tied to the embedding
+  // An EAGLE head's input projection (io::ModelConfig::eagle): fc(concat(embedding, feature)).
+  kEagleFc,      // [hidden, 2 * hidden]
+  kEagleFcBias,  // [hidden]
 };
 
 // The part of a checkpoint tensor one rank holds: `count` indices from `begin` along dimension
@@ -90,7 +93,8 @@ struct WeightTensorSpec {
 };
 
 // The plan of a config for one rank, in load order (embedding, layer by layer, final norm, LM
-// head): the stage's layers only; column-parallel parts sliced by rows, row-parallel ones by
+// head; an EAGLE head: fc, then its layers without layer 0's input norm, and no embedding, final
+// norm or LM head, which are the target's): the stage's layers only; column-parallel parts sliced by rows, row-parallel ones by
 // columns, the embedding and LM head by vocabulary rows (see parallel/shard.h). The first stage
 // holds the embedding, the last the final norm and LM head (taken from the embedding when tied
 // and the embedding lives on another stage). Layer indices in the plan are stage-local.
@@ -102,6 +106,11 @@ std::vector<WeightTensorSpec> llama_weight_plan(const io::ModelConfig& config,
 // weights and the CUDA runner's device tensors share this mapping.
 template <typename Model>
 auto& weight_slot(Model& model, const WeightTensorSpec& t) {
+  // An EAGLE head's fc: only the holders that run EAGLE heads have it (the CPU's LlamaWeights).
+  if constexpr (requires { model.eagle_fc; }) {
+    if (t.slot == WeightSlot::kEagleFc) return model.eagle_fc;
+    if (t.slot == WeightSlot::kEagleFcBias) return model.eagle_fc_bias;
+  }
   if (t.layer < 0) {
     switch (t.slot) {
       case WeightSlot::kEmbed:

@@ -106,6 +106,7 @@ void CpuRunner::run_rank(size_t rank, Job& job) {
   // A step may only move blocks (a swap-out with nothing left to run).
   if (job.seqs.empty() || job.seqs[0].empty()) return;
   models::ForwardBatch fb{job.token_ids, job.positions, job.slot_mappings[0], job.seqs[0]};
+  fb.features = job.features;
   for (size_t g = 1; g < job.seqs.size(); ++g) {
     fb.more_slot_mappings.push_back(job.slot_mappings[g]);
     fb.more_seqs.push_back(job.seqs[g]);
@@ -123,6 +124,23 @@ void CpuRunner::run_rank(size_t rank, Job& job) {
     std::vector<float>& pooled = mine ? job.pooled : sh.pooled;
     pooled.resize(job.pool_rows.size() * size_t(config().hidden_size));
     sh.model->final_norm_rows(hidden, job.pool_rows, pooled.data());
+  }
+  if (mine) copy_hidden_rows(job, hidden, *sh.model);
+}
+
+void CpuRunner::copy_hidden_rows(Job& job, std::span<const float> hidden,
+                                 const models::LlamaModel& model) {
+  const size_t dim = size_t(config().hidden_size);
+  job.hidden.clear();
+  if (!job.features.empty()) {  // an EAGLE head: its output at the rows it answers for
+    job.hidden.resize(job.logits_rows.size() * dim);
+    for (size_t r = 0; r < job.logits_rows.size(); ++r)
+      std::copy_n(hidden.data() + size_t(job.logits_rows[r]) * dim, dim, job.hidden.data() + r * dim);
+  } else if (return_hidden_) {
+    all_rows_.resize(job.token_ids.size());
+    for (size_t r = 0; r < all_rows_.size(); ++r) all_rows_[r] = int64_t(r);
+    job.hidden.resize(all_rows_.size() * dim);
+    model.final_norm_rows(hidden, all_rows_, job.hidden.data());
   }
 }
 
@@ -218,6 +236,7 @@ void CpuRunner::start_job(const engine::SchedulerOutput& batch, bool with_prompt
   }
   job->batch = &batch;
   job->ticket = 0;
+  job->features = pending_features_;
   flatten(*job, with_prompt_rows);
   if (!threads_) {
     run_rank(0, *job);
@@ -279,6 +298,42 @@ std::vector<std::vector<float>> CpuRunner::execute_logits(const engine::Schedule
   return out;
 }
 
+void CpuRunner::set_return_hidden() {
+  if (shards_[0].model->shard().tp_size > 1 || shards_[0].model->shard().pp_size > 1)
+    unsupported("EAGLE speculative decoding needs --tensor-parallel-size 1 and "
+                "--pipeline-parallel-size 1 on the CPU backend");
+  return_hidden_ = true;
+}
+
+ModelRunner::FeatureStep CpuRunner::execute_features(const engine::SchedulerOutput& batch,
+                                                     std::span<const float> features) {
+  if (!jobs_.empty()) internal("execute_features() with batches in flight");
+  if (!config().eagle) internal("execute_features() on a model that is not an EAGLE head");
+  const size_t dim = size_t(config().hidden_size);
+  if (features.size() != size_t(batch.num_scheduled_tokens) * dim || features.empty())
+    internal("execute_features(): " + std::to_string(features.size()) + " feature values for " +
+             std::to_string(batch.num_scheduled_tokens) + " tokens");
+  // start_job takes a spare job: it sets the features on whichever it takes (a job's features
+  // are reset by every start_job, so the caller's span is never read after this call).
+  pending_features_ = features;
+  start_job(batch, false);
+  pending_features_ = {};
+  std::unique_ptr<Job> job = finish_job();
+  const size_t vocab = static_cast<size_t>(config().vocab_size);
+  FeatureStep out;
+  out.logits.resize(batch.seqs.size());
+  out.hidden.resize(batch.seqs.size());
+  for (size_t r = 0; r < job->rows.size(); ++r) {
+    const size_t s = job->rows[r].seq;
+    out.logits[s].assign(job->logits.begin() + ptrdiff_t(r * vocab),
+                         job->logits.begin() + ptrdiff_t((r + 1) * vocab));
+    out.hidden[s].assign(job->hidden.begin() + ptrdiff_t(r * dim),
+                         job->hidden.begin() + ptrdiff_t((r + 1) * dim));
+  }
+  spare_jobs_.push_back(std::move(job));
+  return out;
+}
+
 void CpuRunner::collect_pooled(const Job& job, engine::ModelRunnerOutput& out) const {
   if (job.pool_rows.empty()) return;
   const size_t dim = size_t(config().hidden_size);
@@ -304,6 +359,7 @@ engine::ModelRunnerOutput CpuRunner::sample(Job& job) {
   out.sampled_logprobs.resize(batch.seqs.size());
   out.prompt_logprobs.resize(batch.seqs.size());
   collect_pooled(job, out);
+  if (return_hidden_) out.hidden_states = job.hidden;
   // Each seq's sampling rows are contiguous: one group per sampling seq, [first row, end row).
   std::vector<std::pair<size_t, size_t>> groups;
   bool any_spec = false;

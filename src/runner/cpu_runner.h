@@ -57,6 +57,11 @@ class CpuRunner : public ModelRunner {
   // last scheduled token when needs_sample is set (empty otherwise).
   std::vector<std::vector<float>> execute_logits(const engine::SchedulerOutput& batch) override;
 
+  // EAGLE: the target returns every token's final-normed hidden state; a head runs with features.
+  void set_return_hidden() override;
+  FeatureStep execute_features(const engine::SchedulerOutput& batch,
+                               std::span<const float> features) override;
+
   // Bytes of KV cache per block (all layers, K and V) of one rank with this local config (the
   // whole model without parallelism): for sizing the pool.
   static int64_t kv_bytes_per_block(const io::ModelConfig& config, int block_size);
@@ -92,6 +97,11 @@ class CpuRunner : public ModelRunner {
     std::vector<std::pair<size_t, size_t>> pool_ranges;
     std::vector<float> logits;  // [num_rows, vocab]
     std::vector<float> pooled;  // [pool_rows, hidden] final-normed hidden states
+    // EAGLE: the head's input features (execute_features; empty otherwise), and from the logits
+    // rank the final-normed hidden states of every token (a target with return_hidden_) or the
+    // head's output rows of the logits rows (with features).
+    std::span<const float> features;
+    std::vector<float> hidden;
     parallel::RankThreads::Ticket ticket = 0;  // 0: ran inline (one rank)
   };
 
@@ -118,6 +128,8 @@ class CpuRunner : public ModelRunner {
     std::vector<float> pooled;  // [pool_rows, hidden] likewise
   };
 
+  // The logits rank's Job::hidden from the forward pass's output `hidden` (see Job::hidden).
+  void copy_hidden_rows(Job& job, std::span<const float> hidden, const models::LlamaModel& model);
   // The pooled pieces of the step's pooling seqs (ModelRunnerOutput::pooled).
   void collect_pooled(const Job& job, engine::ModelRunnerOutput& out) const;
   // Samples every seq of a finished job (execute's output).
@@ -133,6 +145,9 @@ class CpuRunner : public ModelRunner {
   int64_t parallel_steps_ = 0;  // forward passes of the group so far (the fault hook counts them)
   int num_swap_blocks_ = 0;
   int max_in_flight_ = 1;
+  bool return_hidden_ = false;  // set_return_hidden()
+  std::span<const float> pending_features_;  // execute_features(): for start_job's job
+  std::vector<int64_t> all_rows_;             // 0 .. num_tokens - 1 (copy_hidden_rows)
   std::deque<std::unique_ptr<Job>> jobs_;        // started, not collected; oldest first
   std::vector<std::unique_ptr<Job>> spare_jobs_;  // collected, kept for their buffers
   // Last: its threads run jobs that use everything above, so it goes (draining them) first.

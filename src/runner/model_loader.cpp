@@ -217,7 +217,8 @@ LoadedModel describe_model(const EngineArgs& args, std::string* source) {
                                   args.pipeline_parallel_size);
   m.config.hybrid_kv_cache = m.config.sliding_window > 0 && !args.disable_hybrid_kv_cache_manager &&
                              args.pipeline_parallel_size == 1 &&
-                             args.speculative.method != "draft_model";
+                             args.speculative.method != "draft_model" &&
+                             args.speculative.method != "eagle";
   return m;
 }
 

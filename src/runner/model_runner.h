@@ -47,6 +47,28 @@ class ModelRunner {
   virtual std::vector<std::vector<int32_t>> execute_greedy_chain(
       const engine::SchedulerOutput& batch, std::span<const int> steps);
 
+  // EAGLE speculation, the target's side: from now on every output carries hidden_states, the
+  // final-normed hidden state of each scheduled token. The default refuses (kUnsupported).
+  virtual void set_return_hidden() {
+    throw_error(ErrorKind::kUnsupported,
+                "this backend cannot give an EAGLE head the target's hidden states yet (EAGLE runs "
+                "on the CPU backend)");
+  }
+
+  // EAGLE speculation, the head's side: the forward pass of execute_logits() with each scheduled
+  // token's feature (features: [num_scheduled_tokens, hidden], in order; ForwardBatch::features),
+  // answering per seq with needs_sample the logits of its last token and the head's output hidden
+  // state there (the next position's feature). Empty vectors for the other seqs.
+  struct FeatureStep {
+    std::vector<std::vector<float>> logits;  // per seq: [vocab]
+    std::vector<std::vector<float>> hidden;  // per seq: [hidden]
+  };
+  virtual FeatureStep execute_features(const engine::SchedulerOutput& batch,
+                                       std::span<const float> features) {
+    (void)batch, (void)features;
+    throw_error(ErrorKind::kUnsupported, "this model runner does not run EAGLE heads");
+  }
+
   // Batches in flight (pipeline parallelism, vLLM's batch queue): submit() starts a batch and, on a
   // runner that overlaps batches, returns before it is done; wait_next() returns the output of the
   // oldest batch not yet collected (rethrowing its error; it is collected either way). A submitted

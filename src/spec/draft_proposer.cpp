@@ -154,15 +154,7 @@ bool DraftModelProposer::propose_greedy_chain(std::vector<Active>& active) {
 }
 
 engine::ScheduledSeq DraftModelProposer::draft_context(const Active& a, int step) {
-  const engine::Sequence& seq = *a.seq;
-  engine::ScheduledSeq base;
-  base.seq_id = seq.seq_id;
-  base.params = &seq.request->params;
-  base.seed = seq.seed;
-  base.prompt_token_ids = seq.prompt_ids();
-  base.output_token_ids = seq.output_ids();
-  base.banned_token_ids = seq.banned_token_ids;
-  return position_context(base, seq.spec_token_ids, step, a.output);
+  return draft_sampling_context(*a.seq, step, a.output);
 }
 
 void DraftModelProposer::draft_step(std::vector<Active>& active, int step) {
@@ -259,18 +251,11 @@ std::vector<DraftModelProposer::Answer> DraftModelProposer::feed_new_tokens(
 }
 
 int32_t DraftModelProposer::choose(std::span<float> logits, Active& a, int step) {
-  engine::Sequence& seq = *a.seq;
   if (logits.size() != static_cast<size_t>(vocab_)) {
     throw_error(ErrorKind::kInternal,
                 "draft model: logits row of " + std::to_string(logits.size()) + " entries");
   }
-  const engine::ScheduledSeq ctx = draft_context(a, step);
-  probs_.resize(logits.size());
-  engine::sampling_probs(logits, ctx, probs_);
-  const int32_t token =
-      draw_index(probs_, stream_uniform(seq.seed, Stream::kDraft, ctx.output_token_ids.size()));
-  seq.spec_draft_probs.insert(seq.spec_draft_probs.end(), probs_.begin(), probs_.end());
-  return token;
+  return draw_sampled_draft(logits, *a.seq, step, a.output, probs_);
 }
 
 std::unique_ptr<Proposer> load_draft_proposer(const EngineArgs& args,

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "engine/request.h"
 #include "pagellm/engine_args.h"
@@ -29,7 +30,27 @@ class Proposer {
   // The sequence has finished or was aborted: forget what is kept for it.
   virtual void release(int64_t seq_id) { (void)seq_id; }
   virtual int num_speculative_tokens() const = 0;
+  // Whether the target must return its hidden states (ModelRunner::set_return_hidden), which the
+  // engine then hands to observe() after every step, before the scheduler takes the step's tokens.
+  virtual bool needs_hidden_states() const { return false; }
+  virtual void observe(const engine::SchedulerOutput& batch, const engine::ModelRunnerOutput& out) {
+    (void)batch, (void)out;
+  }
 };
+
+// The sampling context of `seq`'s draft number `step`: its output extended by the drafts proposed
+// so far (spec::position_context; the extended output lives in scratch).
+engine::ScheduledSeq draft_sampling_context(const engine::Sequence& seq, int step,
+                                            std::vector<int32_t>& scratch);
+
+// A sampled seq's draft number `step` from the proposer's logits row: drawn from the seq's
+// sampling distribution q in that context, which is appended to seq.spec_draft_probs for the
+// rejection sampler. probs is scratch.
+int32_t draw_sampled_draft(std::span<float> logits, engine::Sequence& seq, int step,
+                           std::vector<int32_t>& scratch, std::vector<float>& probs);
+
+// The index of the first largest logit (a greedy seq's draft).
+int32_t argmax_draft(std::span<const float> logits);
 
 // The proposer args.speculative asks for (null when speculation is off). For draft_model it loads
 // the draft on the CPU and checks it against the target: same vocabulary size and tokenizer

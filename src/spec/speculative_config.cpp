@@ -61,7 +61,7 @@ SpeculativeConfig SpeculativeConfig::from_json(const std::string& json) {
   // vLLM's shorthands: "model": "ngram" selects n-gram lookup; a model alone is a draft model.
   if (c.method.empty() && c.model == "ngram") c.model.clear(), c.method = "ngram";
   if (c.method.empty() && !c.model.empty()) c.method = "draft_model";
-  if (c.method.empty()) bad("'method' is missing (ngram or draft_model)");
+  if (c.method.empty()) bad("'method' is missing (ngram, draft_model or eagle)");
   if (!has_k) bad("num_speculative_tokens is missing");
   if (c.method == "ngram") {
     // vLLM's defaults: 5 and 5 when neither bound is given, else the given one for both.
@@ -76,10 +76,10 @@ SpeculativeConfig SpeculativeConfig::from_json(const std::string& json) {
 
 void SpeculativeConfig::validate() const {
   if (method.empty()) return;
-  if (method != "ngram" && method != "draft_model") {
-    bad("unknown method '" + method +
-        "' (supported: ngram, draft_model; eagle/eagle3 are not available yet)");
-  }
+  if (method == "eagle3")
+    bad("method eagle3 is not available yet (supported: ngram, draft_model, eagle)");
+  if (method != "ngram" && method != "draft_model" && method != "eagle")
+    bad("unknown method '" + method + "' (supported: ngram, draft_model, eagle)");
   if (num_speculative_tokens < 1 || num_speculative_tokens > kMaxSpeculativeTokens) {
     bad("num_speculative_tokens must be in [1, " + std::to_string(kMaxSpeculativeTokens) +
         "], got " + std::to_string(num_speculative_tokens));
@@ -97,7 +97,9 @@ void SpeculativeConfig::validate() const {
     if (prompt_lookup_max > 1024)
       bad("prompt_lookup_max must be <= 1024, got " + std::to_string(prompt_lookup_max));
   } else {
-    if (model.empty()) bad("method draft_model needs \"model\": the draft model's folder");
+    if (model.empty())
+      bad("method " + method + " needs \"model\": the " +
+          (method == "eagle" ? "EAGLE head's" : "draft model's") + " folder");
     if (prompt_lookup_min != 0 || prompt_lookup_max != 0)
       bad("prompt_lookup_min/max apply to method ngram only");
   }
