@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `pagellm generate` with --speculative-config on the CPU: greedy text identical to the run without
-# speculation (draft model pycode-draft-10M and n-gram on pycode-25M, n-gram on stories260K; one
+# speculation (draft model pycode-draft-10M, the EAGLE head tests/data/pycode-25M-eagle and n-gram
+# on pycode-25M, n-gram on stories260K; one
 # prompt and a batched --prompts-file), acceptance counters logged, and bad configs refused with a
 # one-line error.
 set -euo pipefail
@@ -14,6 +15,7 @@ STORIES=$MODELS/stories260K
 e2e_init
 
 DRAFT_CFG='{"method": "draft_model", "model": "'$DRAFT'", "num_speculative_tokens": 4}'
+EAGLE_CFG='{"method": "eagle", "model": "tests/data/pycode-25M-eagle", "num_speculative_tokens": 4}'
 NGRAM_CFG='{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}'
 
 # same MODEL PROMPT CONFIG: the greedy text with CONFIG equals the one without.
@@ -32,6 +34,8 @@ same() {
 
 same "$PYCODE" $'def parse_args(argv):\n' "$DRAFT_CFG"
 echo "ok: draft model, pycode-25M"
+same "$PYCODE" $'class Config:\n    def __init__(self, path):\n' "$EAGLE_CFG"
+echo "ok: EAGLE head, pycode-25M"
 same "$PYCODE" $'import os\nimport sys\n\n\ndef main():\n' "$NGRAM_CFG"
 echo "ok: n-gram, pycode-25M"
 same "$STORIES" "Once upon a time, Lily saw a big tree." \
@@ -47,7 +51,7 @@ echo "ok: n-gram, stories260K"
 } > "$TMP/prompts.jsonl"
 "$BIN" generate --model "$PYCODE" --prompts-file "$TMP/prompts.jsonl" --temperature 0 \
   --output "$TMP/plain.jsonl" 2> "$TMP/batch_plain.err" || { cat "$TMP/batch_plain.err" >&2; fail "batch"; }
-for cfg in "$DRAFT_CFG" "$NGRAM_CFG"; do
+for cfg in "$DRAFT_CFG" "$EAGLE_CFG" "$NGRAM_CFG"; do
   "$BIN" generate --model "$PYCODE" --prompts-file "$TMP/prompts.jsonl" --temperature 0 \
     --speculative-config "$cfg" --output "$TMP/spec.jsonl" 2> "$TMP/batch_spec.err" \
     || { cat "$TMP/batch_spec.err" >&2; fail "batch with $cfg"; }
@@ -68,5 +72,7 @@ bad() {
 bad '{"method": "ngram", "num_speculative_tokens": 0}' "num_speculative_tokens must be in \[1, 16\]"
 bad '{"method": "eagle9", "num_speculative_tokens": 2}' "unknown method 'eagle9'"
 bad '{"method": "draft_model", "model": "'$STORIES'", "num_speculative_tokens": 2}' "vocab_size 512 but the target has 32000"
+bad '{"method": "eagle", "model": "'$DRAFT'", "num_speculative_tokens": 2}' "has no tensor fc.weight: not an EAGLE head"
+bad '{"method": "eagle3", "model": "x", "num_speculative_tokens": 2}' "eagle3 is not available yet"
 bad 'not json' "expected a JSON object"
 echo "ok: bad configs refused"
