@@ -76,11 +76,14 @@ CudaRunnerOptions cuda_options(const EngineArgs& args, const LoadedModel& m) {
 // ours: its room is kept out of our KV budget. The weights are counted from the draft's config;
 // activations get a generous bound (every buffer of a full step, twice) and 512 MiB covers the
 // cuBLAS workspace and the draft's CUDA graphs.
+// An EAGLE head is counted the same way (its config's layers, and a copy of the embedding and LM
+// head).
 void keep_room_for_draft(const EngineArgs& args, CudaRunnerOptions& o) {
-  if (args.speculative.method != "draft_model") return;
+  if (args.speculative.method != "draft_model" && args.speculative.method != "eagle") return;
   if (args.data_parallel_size > 1)
-    unsupported("--speculative-config: a draft model with --data-parallel-size > 1 on cuda is not "
-                "supported yet (use ngram, or one replica)");
+    unsupported("--speculative-config: " + args.speculative.method +
+                " with --data-parallel-size > 1 on cuda is not supported yet (use ngram, or one "
+                "replica)");
   const std::filesystem::path dir(args.speculative.model);
   if (!std::filesystem::exists(dir / "config.json")) return;  // the draft's loader says so
   const io::ModelConfig d = io::load_model_config(dir);
@@ -252,6 +255,26 @@ int run_cuda_worker(const EngineArgs& args, const LoadedModel& m, const parallel
   leader->close();
   watcher.join();
   return code;
+}
+
+std::unique_ptr<ModelRunner> load_cuda_eagle_head(const EngineArgs& args,
+                                                  const io::ModelConfig& head,
+                                                  const io::WeightStore& store,
+                                                  const ModelRunner& target,
+                                                  const io::WeightStore* target_store) {
+  LoadedModel m;
+  m.name = args.speculative.model;
+  m.config = head;
+  m.config.torch_dtype = target.config().torch_dtype;  // the target's features come in its dtype
+  CudaRunnerOptions o = cuda_options(args, m);
+  o.num_kv_blocks = target.num_kv_blocks();  // as many tokens as the target's pool
+  o.block_size = target.block_size();
+  o.swap_space_gib = 0.0;
+  o.kv_cache_fp8.reset();
+  o.calculate_kv_scales = false;
+  o.shared_embed_config = target.config();
+  o.shared_embed_checkpoint = target_store;
+  return std::make_unique<CudaRunner>(m.config, &store, o);
 }
 
 }  // namespace pagellm::runner

@@ -8,6 +8,7 @@
 
 #include "pagellm/engine_args.h"
 #include "parallel/launch.h"
+#include "io/safetensors.h"
 #include "runner/model_loader.h"
 
 namespace pagellm::runner {
@@ -18,6 +19,15 @@ int num_visible_gpus();
 // m: the model as model_loader described it (name, config); fills m.runner and logs the startup.
 LoadedModel load_cuda_model(const EngineArgs& args, LoadedModel m, const parallel::LaunchPlan& plan,
                             std::chrono::steady_clock::time_point start);
+
+// An EAGLE head's runner (spec/eagle_proposer.cpp) on the target's GPU, with a KV pool of as many
+// tokens as the target's and the target's embedding and LM head (from target_store, or its dummy
+// weights when null).
+std::unique_ptr<ModelRunner> load_cuda_eagle_head(const EngineArgs& args,
+                                                  const io::ModelConfig& head,
+                                                  const io::WeightStore& store,
+                                                  const ModelRunner& target,
+                                                  const io::WeightStore* target_store);
 
 // A worker process of a multi-process group (see run_worker_process); returns its exit code.
 int run_cuda_worker(const EngineArgs& args, const LoadedModel& m, const parallel::LaunchPlan& plan);

@@ -162,6 +162,23 @@ void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
   // Names and shapes of the whole checkpoint are checked before anything is allocated or read.
   if (checkpoint) models::check_llama_checkpoint(c, *checkpoint);
   check_weights_fit(plan_device_bytes(plan, checkpoint));
+  layers.resize(size_t(num_layers));
+  load_plan(plan, checkpoint);
+  if (c.eagle) {  // the embedding and LM head are the target's
+    if (!opt.shared_embed_config)
+      throw_error(ErrorKind::kInternal, "EAGLE head runner without its target's config");
+    std::vector<models::WeightTensorSpec> shared;
+    for (models::WeightTensorSpec& t : models::llama_weight_plan(*opt.shared_embed_config))
+      if (t.slot == models::WeightSlot::kEmbed || t.slot == models::WeightSlot::kLmHead)
+        shared.push_back(std::move(t));
+    load_plan(shared, opt.shared_embed_checkpoint);
+  }
+  fp8_staging8 = DevMem(), fp8_staging16 = DevMem();
+  load_rope_tables();
+}
+
+void CudaRunner::Impl::load_plan(const std::vector<models::WeightTensorSpec>& plan,
+                                 const io::WeightStore* checkpoint) {
   std::optional<WeightUploader> uploader;
   if (checkpoint) {
     size_t largest = 0;
@@ -172,7 +189,6 @@ void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
               largest, size_t(part.num_elements()) * dtype_size(checkpoint->get(part.name).dtype));
     uploader.emplace(stream, dt, largest);
   }
-  layers.resize(size_t(num_layers));
   for (const models::WeightTensorSpec& t : plan) {
     DevMem& mem = models::weight_slot(*this, t);
     if (fp8_layer(t, checkpoint)) {
@@ -206,11 +222,13 @@ void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
   }
   if (uploader) {
     uploader->finish();
-    stats.checkpoint_bytes = int64_t(uploader->bytes_read());
+    stats.checkpoint_bytes += int64_t(uploader->bytes_read());
   }
   check(cudaStreamSynchronize(stream), "loading weights");
-  fp8_staging8 = DevMem(), fp8_staging16 = DevMem();
+}
 
+void CudaRunner::Impl::load_rope_tables() {
+  const auto& c = config;
   cuda::RopeScalingSpec spec;
   spec.type = c.rope_scaling.type == io::RopeScaling::Type::kLinear ? cuda::RopeScalingType::kLinear
               : c.rope_scaling.type == io::RopeScaling::Type::kLlama3
@@ -257,6 +275,11 @@ void CudaRunner::Impl::alloc_activations() {
     x_act = DevMem(T * inter * esz, "activations");
   }
   x_rows = DevMem(size_t(max_seqs) * hidden * esz, "activations");
+  if (config.eagle) {
+    x_eagle_in = DevMem(T * 2 * hidden * esz, "activations");
+    x_features = DevMem(T * hidden * esz, "activations");
+    check(cudaMemset(x_features.get(), 0, x_features.bytes()), "zeroing EAGLE features");
+  }
   if (moe_experts > 0) {
     const size_t slots = T * size_t(moe_top_k);
     x_router = DevMem(T * moe_experts * esz, "MoE activations");

@@ -55,6 +55,10 @@ struct CudaRunnerOptions {
   int device = 0;
   parallel::Communicator* tp = nullptr;
   parallel::Communicator* world = nullptr;
+  // An EAGLE head's runner (config.eagle): the target's config and checkpoint (null: its dummy
+  // weights, from `seed`), for the embedding and LM head the head shares with it.
+  std::optional<io::ModelConfig> shared_embed_config;
+  const io::WeightStore* shared_embed_checkpoint = nullptr;
   // Every rank must hold the same number of KV (and swap) blocks, since one block table drives
   // them all: called by every rank in the same order with its own count, returns the minimum over
   // the ranks. Null without parallelism.
@@ -96,6 +100,15 @@ class CudaRunner : public ModelRunner {
   // input on the device, one synchronization per chain (decode steps replay their graphs).
   std::vector<std::vector<int32_t>> execute_greedy_chain(const engine::SchedulerOutput& batch,
                                                          std::span<const int> steps) override;
+
+  // EAGLE speculation: the target returns every token's final-normed hidden state (one GPU); an
+  // EAGLE head runs with the features given.
+  void set_return_hidden() override;
+  FeatureStep execute_features(const engine::SchedulerOutput& batch,
+                               std::span<const float> features) override;
+  std::vector<std::vector<int32_t>> execute_feature_chain(const engine::SchedulerOutput& batch,
+                                                          std::span<const float> features,
+                                                          std::span<const int> steps) override;
 
   const CudaStartupStats& startup_stats() const;
 

@@ -51,6 +51,7 @@ struct StepResult {
   std::vector<float> logits;                // [rows with a host_index, vocab] fp32
   std::vector<cuda::SampleOutput> sampled;  // [rows] sampling steps only
   std::vector<std::vector<float>> pooled;   // per seq: ModelRunnerOutput::pooled (leader only)
+  std::vector<float> hidden;  // ModelRunnerOutput::hidden_states (Impl::return_hidden, sampling)
 };
 
 // The pooled pieces of the step's pooling seqs from x_normed (the final-normed hidden states, left
@@ -448,10 +449,15 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
   // all) take a graph shape.
   const CudaRunner::Impl::DecodeShape shape =
       graph_q > 0 ? m.decode_shape(num_seqs, graph_q) : CudaRunner::Impl::DecodeShape{};
+  // An EAGLE head's target: the final-normed rows of the step's tokens (the padding's come after).
+  auto keep_hidden = [&] {
+    if (sample && m.return_hidden) result.hidden = m.download_normed(0, batch.num_scheduled_tokens);
+  };
   if (shape.padded_seqs > 0) {
     run_graph_shape(m, f, graph_q, shape);
     if (sample) upload_sample_inputs(m, batch, f.rows, sin);
     fetch(0, num_rows);
+    keep_hidden();
     return result;
   }
   CudaRunner::Impl::Staged st =
@@ -469,6 +475,7 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
     fetch(first, count);
   }
   if (num_rows == 0) check(cudaStreamSynchronize(m.stream), "running the step");
+  keep_hidden();
   return result;
 }
 
@@ -485,6 +492,7 @@ engine::ModelRunnerOutput CudaRunner::execute(const engine::SchedulerOutput& bat
   out.prompt_logprobs.resize(batch.seqs.size());
   if (!impl_->leader) return out;
   out.pooled = std::move(step.pooled);
+  out.hidden_states = std::move(step.hidden);
   verify_spec_rows(batch, rows, step, size_t(impl_->vocab), out);
   for (size_t r = 0; r < rows.size(); ++r) {
     const LogitsRow& row = rows[r];
@@ -509,6 +517,60 @@ std::vector<std::vector<float>> CudaRunner::execute_logits(const engine::Schedul
   for (size_t r = 0; r < rows.size(); ++r)
     out[rows[r].seq].assign(logits.begin() + ptrdiff_t(r * vocab),
                             logits.begin() + ptrdiff_t((r + 1) * vocab));
+  return out;
+}
+
+void CudaRunner::set_return_hidden() {
+  if (impl_->opt.shard.tp_size > 1 || impl_->opt.shard.pp_size > 1)
+    unsupported("EAGLE speculative decoding needs --tensor-parallel-size 1 and "
+                "--pipeline-parallel-size 1");
+  impl_->return_hidden = true;
+}
+
+std::vector<float> CudaRunner::Impl::download_normed(int first, int num_rows) {
+  std::vector<uint8_t> raw(size_t(num_rows) * size_t(hidden) * esz);
+  std::vector<float> out(size_t(num_rows) * size_t(hidden));
+  check(cudaStreamSynchronize(stream), "running the step");
+  check(cudaMemcpy(raw.data(), x_normed.as<uint8_t>() + size_t(first) * hidden * esz, raw.size(),
+                   cudaMemcpyDeviceToHost),
+        "downloading hidden states");
+  convert_to_f32(dt, raw.data(), out.data(), out.size());
+  return out;
+}
+
+void CudaRunner::Impl::upload_features(const engine::SchedulerOutput& batch,
+                                       std::span<const float> features) {
+  const size_t n = size_t(batch.num_scheduled_tokens), dim = size_t(hidden);
+  if (!config.eagle) internal("EAGLE features for a model that is not an EAGLE head");
+  if (features.size() != n * dim || n == 0 || n > size_t(max_tokens))
+    internal("EAGLE: " + std::to_string(features.size()) + " feature values for " +
+             std::to_string(n) + " tokens");
+  // In the model dtype, into x_features (the forward pass's fc reads them there), once the
+  // previous step has read them.
+  check(cudaStreamSynchronize(stream), "finishing the previous step");
+  std::vector<uint16_t> raw(esz == 2 ? features.size() : 0);
+  for (size_t i = 0; i < raw.size(); ++i)
+    raw[i] = dt == DType::kBF16 ? f32_to_bf16(features[i]) : f32_to_f16(features[i]);
+  const void* src = esz == 2 ? static_cast<const void*>(raw.data()) : features.data();
+  check(cudaMemcpy(x_features.get(), src, n * dim * esz, cudaMemcpyHostToDevice),
+        "uploading EAGLE features");
+}
+
+ModelRunner::FeatureStep CudaRunner::execute_features(const engine::SchedulerOutput& batch,
+                                                      std::span<const float> features) {
+  Impl& m = *impl_;
+  m.upload_features(batch, features);
+  std::vector<LogitsRow> rows;
+  const std::vector<float> logits = run_step(m, batch, false, false, rows).logits;
+  const size_t vocab = size_t(m.vocab);
+  FeatureStep out;
+  out.logits.resize(batch.seqs.size());
+  out.hidden.resize(batch.seqs.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    out.logits[rows[r].seq].assign(logits.begin() + ptrdiff_t(r * vocab),
+                                   logits.begin() + ptrdiff_t((r + 1) * vocab));
+    out.hidden[rows[r].seq] = m.download_normed(rows[r].row, 1);
+  }
   return out;
 }
 
@@ -568,12 +630,12 @@ void chain_first_step(CudaRunner::Impl& m, const engine::SchedulerOutput& batch,
 
 }  // namespace
 
-std::vector<std::vector<int32_t>> CudaRunner::execute_greedy_chain(
-    const engine::SchedulerOutput& batch, std::span<const int> steps) {
-  Impl& m = *impl_;
-  // A parallel group would need every rank to follow the leader's answers: the host loop does.
-  if (m.opt.shard.tp_size > 1 || m.opt.shard.pp_size > 1)
-    return ModelRunner::execute_greedy_chain(batch, steps);
+// Both chains on the GPU (execute_greedy_chain; execute_feature_chain when `features` is set: an
+// EAGLE head, whose every step's output rows become the next step's features on the device).
+static std::vector<std::vector<int32_t>> run_chain(CudaRunner::Impl& m,
+                                                   const engine::SchedulerOutput& batch,
+                                                   std::span<const int> steps,
+                                                   std::span<const float> features) {
   check_greedy_chain(batch, steps);
   const int n = int(batch.seqs.size());
   if (n == 0) return {};
@@ -585,12 +647,23 @@ std::vector<std::vector<int32_t>> CudaRunner::execute_greedy_chain(
   if (m.chain_tokens.bytes() < answer_bytes) m.chain_tokens = DevMem(answer_bytes, "chain answers");
   if (!m.inputs_uploaded)
     check(cudaEventCreateWithFlags(&m.inputs_uploaded, cudaEventDisableTiming), "creating an event");
+  if (!features.empty()) m.upload_features(batch, features);
   apply_block_ops(m, batch);
   cuda::SampleRow argmax;
   argmax.temperature = 0.f;
   std::fill_n(m.host<cuda::SampleRow>(m.lay.sample_rows), n, argmax);  // uploaded with each step
   int32_t* answers = m.chain_tokens.as<int32_t>();  // [max_steps, n]
   auto uploaded = [&] { check(cudaEventRecord(m.inputs_uploaded, m.stream), "recording an event"); };
+  // An EAGLE head: seq i's output row (its last token's) becomes row i of x_features.
+  const size_t row = size_t(m.hidden) * m.esz;
+  auto keep_features = [&](const std::vector<int32_t>& rows) {
+    if (features.empty()) return;
+    for (int i = 0; i < n; ++i)
+      check(cudaMemcpyAsync(m.x_features.as<uint8_t>() + size_t(i) * row,
+                            m.x_normed.as<uint8_t>() + size_t(rows[size_t(i)]) * row, row,
+                            cudaMemcpyDeviceToDevice, m.stream),
+            "feeding an EAGLE chain's features");
+  };
   auto keep_answers = [&](int j) {
     m.launch_sampler(n);
     check(cudaMemcpy2DAsync(answers + size_t(j) * size_t(n), sizeof(int32_t), m.x_sample_out.get(),
@@ -600,12 +673,18 @@ std::vector<std::vector<int32_t>> CudaRunner::execute_greedy_chain(
   };
   chain_first_step(m, batch, uploaded);
   keep_answers(0);
-  std::vector<int32_t> after(static_cast<size_t>(n));
+  std::vector<int32_t> after(static_cast<size_t>(n)), last_rows(static_cast<size_t>(n));
+  int32_t flat = 0;  // step 0's rows: each seq's tokens in order
   for (int i = 0; i < n; ++i) {
     const engine::ScheduledSeq& seq = batch.seqs[size_t(i)];
     after[size_t(i)] = seq.num_computed_tokens + int32_t(seq.token_ids.size());
+    flat += int32_t(seq.token_ids.size());
+    last_rows[size_t(i)] = flat - 1;
   }
-  const Impl::DecodeShape shape = m.decode_shape(n, 1);
+  keep_features(last_rows);
+  std::vector<int32_t> decode_rows(static_cast<size_t>(n));  // later steps: seq i is row i
+  for (int i = 0; i < n; ++i) decode_rows[size_t(i)] = i;
+  const CudaRunner::Impl::DecodeShape shape = m.decode_shape(n, 1);
   for (int j = 1; j < max_steps; ++j) {
     Flat g = chain_step(m, batch, steps, after, j);
     // The pinned inputs are rewritten only once the previous step's upload has read them.
@@ -617,6 +696,7 @@ std::vector<std::vector<int32_t>> CudaRunner::execute_greedy_chain(
             "feeding a chain's answers");
     });
     keep_answers(j);
+    keep_features(decode_rows);
   }
   auto* host = static_cast<int32_t*>(m.logits_host);
   check(cudaMemcpyAsync(host, answers, answer_bytes, cudaMemcpyDeviceToHost, m.stream),
@@ -626,6 +706,22 @@ std::vector<std::vector<int32_t>> CudaRunner::execute_greedy_chain(
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < steps[size_t(i)]; ++j) out[size_t(i)].push_back(host[size_t(j) * n + i]);
   return out;
+}
+
+std::vector<std::vector<int32_t>> CudaRunner::execute_greedy_chain(
+    const engine::SchedulerOutput& batch, std::span<const int> steps) {
+  // A parallel group would need every rank to follow the leader's answers: the host loop does.
+  if (impl_->opt.shard.tp_size > 1 || impl_->opt.shard.pp_size > 1)
+    return ModelRunner::execute_greedy_chain(batch, steps);
+  return run_chain(*impl_, batch, steps, {});
+}
+
+std::vector<std::vector<int32_t>> CudaRunner::execute_feature_chain(
+    const engine::SchedulerOutput& batch, std::span<const float> features,
+    std::span<const int> steps) {
+  if (!impl_->config.eagle) internal("execute_feature_chain() on a model that is not an EAGLE head");
+  if (features.empty()) internal("an EAGLE chain without features");
+  return run_chain(*impl_, batch, steps, features);
 }
 
 }  // namespace pagellm::runner

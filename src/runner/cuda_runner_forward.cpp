@@ -118,7 +118,11 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
   for (int l = 0; l < num_layers; ++l) {
     const LayerWeights& w = layers[size_t(l)];
     // Later layers' input norm was fused into the previous layer's last all-reduce.
-    if (l == 0) {
+    if (l == 0 && config.eagle) {  // an EAGLE head's first layer takes fc's output as it is
+      check(cudaMemcpyAsync(x_normed.get(), x_hidden.get(), size_t(n) * hidden * esz,
+                            cudaMemcpyDeviceToDevice, stream),
+            "EAGLE layer 0 input");
+    } else if (l == 0) {
       const cuda::Fp8Out q = qkv_fp8_input(0);
       norm(opt.shard.first_stage() ? x_hidden.get() : x_proj.get(),
            opt.shard.first_stage() ? nullptr : x_hidden.get(), w.input_norm, x_normed.get(), q);
@@ -234,9 +238,16 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
       if (gemma) normalize_proj(w.mlp_out_norm);
     }
     // The next norm: the next layer's input norm, or the final norm at the end of the last stage.
-    if (l + 1 < num_layers)
+    if (l + 1 < num_layers) {
       qkv_quantized = all_reduce_add_norm(layers[size_t(l) + 1].input_norm, qkv_fp8_input(l + 1));
-    else if (opt.shard.last_stage())
+    } else if (config.eagle) {
+      // No final norm: x_hidden += x_proj (the norm's residual add; its normed rows are dropped
+      // into x_proj), then the rows as they are.
+      norm(x_proj.get(), x_hidden.get(), w.post_norm, x_proj.get());
+      check(cudaMemcpyAsync(x_normed.get(), x_hidden.get(), size_t(n) * hidden * esz,
+                            cudaMemcpyDeviceToDevice, stream),
+            "EAGLE output");
+    } else if (opt.shard.last_stage())
       all_reduce_add_norm(final_norm);
     else if (!proj_reduced)
       all_reduce_proj(n);  // sent on as two halves below
@@ -300,6 +311,21 @@ void CudaRunner::Impl::stage_input(int n) {
   }
   check(cuda::embedding(p, stream), "embedding");
   if (opt.shard.tp_size > 1) opt.tp->all_reduce_sum(x_hidden.get(), size_t(n) * hidden, dt, stream);
+  if (config.eagle) eagle_input(n);
+}
+
+void CudaRunner::Impl::eagle_input(int n) {
+  const size_t row = size_t(hidden) * esz;
+  check(cudaMemcpy2DAsync(x_eagle_in.get(), 2 * row, x_hidden.get(), row, row, size_t(n),
+                          cudaMemcpyDeviceToDevice, stream),
+        "EAGLE input (embedding)");
+  check(cudaMemcpy2DAsync(x_eagle_in.as<unsigned char>() + row, 2 * row, x_features.get(), row,
+                          row, size_t(n), cudaMemcpyDeviceToDevice, stream),
+        "EAGLE input (features)");
+  const cuda::GemmParams p{dt,     x_eagle_in.get(), eagle_fc.get(), x_hidden.get(),
+                           n,      hidden,           2 * hidden,     false,
+                           eagle_fc_bias.get()};
+  check(cuda::gemm(this->gemm, p, stream), "EAGLE fc");
 }
 
 void CudaRunner::Impl::all_reduce_proj(int n) {

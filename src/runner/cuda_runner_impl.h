@@ -140,6 +140,11 @@ struct CudaRunner::Impl {
   // Gemma 3's sliding layers: their own (unscaled) rotary base; empty otherwise.
   DevMem local_inv_freq, local_rope_cache;
   std::vector<LayerWeights> layers;
+  // An EAGLE head (config.eagle): its fc [hidden, 2 * hidden] and bias (or empty); its input rows
+  // [T, 2 * hidden] (embedding | feature) and the features uploaded for a step [T, hidden].
+  DevMem eagle_fc, eagle_fc_bias, x_eagle_in, x_features;
+  // The target of an EAGLE head (set_return_hidden): every step's final-normed rows go back.
+  bool return_hidden = false;
 
   // FP8 linear layers: activation quantization scratch (gemm/fp8_gemm.h), sized for max_tokens
   // rows of the widest input; empty without FP8.
@@ -245,6 +250,10 @@ struct CudaRunner::Impl {
   void init(const io::WeightStore* checkpoint);
   // Weights of the shared plan (models/weight_plan.h): streamed from the checkpoint, or dummy.
   void load_weights(const io::WeightStore* checkpoint);
+  // Fills the weights of `plan` from `checkpoint` (null: dummy weights) in the runner's dtype.
+  void load_plan(const std::vector<models::WeightTensorSpec>& plan,
+                 const io::WeightStore* checkpoint);
+  void load_rope_tables();
   void check_weights_fit(uint64_t weight_bytes);
   // FP8 layers (cuda_fp8_loader.cpp). Whether plan entry t runs in FP8 under config.quant.
   bool fp8_layer(const models::WeightTensorSpec& t, const io::WeightStore* checkpoint) const;
@@ -333,6 +342,12 @@ struct CudaRunner::Impl {
   // The stage's input hidden states: the (vocab-parallel) embedding on the first stage, else the
   // residual stream and last projection received from the stage before.
   void stage_input(int num_tokens);
+  // An EAGLE head's input: x_hidden = fc(concat(x_hidden, x_features)) (the embedding in x_hidden).
+  void eagle_input(int num_tokens);
+  // An EAGLE head's features of the batch's tokens into x_features, in the model dtype.
+  void upload_features(const engine::SchedulerOutput& batch, std::span<const float> features);
+  // The first num_rows rows of x_normed, as fp32 (synchronizes the stream).
+  std::vector<float> download_normed(int first, int num_rows);
   // x_proj = the mixture-of-experts MLP of x_normed (this rank's share, before the all-reduce).
   void moe_mlp(const LayerWeights& w, int num_tokens);
   // Sums x_proj's first num_tokens rows over the stage's tensor-parallel ranks (row-parallel

@@ -25,8 +25,14 @@ void check_greedy_chain(const engine::SchedulerOutput& batch, std::span<const in
   }
 }
 
-std::vector<std::vector<int32_t>> ModelRunner::execute_greedy_chain(
-    const engine::SchedulerOutput& batch, std::span<const int> steps) {
+namespace {
+
+// Both chains on the host: with no features, execute_logits steps; with features, execute_features
+// steps, each later one fed the seq's previous output hidden state as its feature.
+std::vector<std::vector<int32_t>> host_chain(ModelRunner& runner,
+                                             const engine::SchedulerOutput& batch,
+                                             std::span<const int> steps,
+                                             std::span<const float> features) {
   check_greedy_chain(batch, steps);
   const size_t n = batch.seqs.size();
   std::vector<std::vector<int32_t>> answers(n);
@@ -34,10 +40,19 @@ std::vector<std::vector<int32_t>> ModelRunner::execute_greedy_chain(
   engine::SchedulerOutput step = batch;
   std::vector<size_t> owner(n);  // per seq of `step`: its index in batch
   for (size_t i = 0; i < n; ++i) owner[i] = i;
+  std::vector<float> feats(features.begin(), features.end()), next_feats;
   while (!step.seqs.empty()) {
-    const std::vector<std::vector<float>> logits = execute_logits(step);
+    std::vector<std::vector<float>> logits, hidden;
+    if (features.empty()) {
+      logits = runner.execute_logits(step);
+    } else {
+      ModelRunner::FeatureStep r = runner.execute_features(step, feats);
+      logits = std::move(r.logits);
+      hidden = std::move(r.hidden);
+    }
     engine::SchedulerOutput next;
     std::vector<size_t> next_owner;
+    next_feats.clear();
     for (size_t s = 0; s < step.seqs.size(); ++s) {
       const size_t i = owner[s];
       const std::vector<float>& row = logits.at(s);
@@ -51,11 +66,27 @@ std::vector<std::vector<int32_t>> ModelRunner::execute_greedy_chain(
       next.seqs.push_back(seq);
       next.num_scheduled_tokens += 1;
       next_owner.push_back(i);
+      if (!features.empty()) next_feats.insert(next_feats.end(), hidden.at(s).begin(), hidden.at(s).end());
     }
     step = std::move(next);
     owner = std::move(next_owner);
+    std::swap(feats, next_feats);
   }
   return answers;
+}
+
+}  // namespace
+
+std::vector<std::vector<int32_t>> ModelRunner::execute_greedy_chain(
+    const engine::SchedulerOutput& batch, std::span<const int> steps) {
+  return host_chain(*this, batch, steps, {});
+}
+
+std::vector<std::vector<int32_t>> ModelRunner::execute_feature_chain(
+    const engine::SchedulerOutput& batch, std::span<const float> features,
+    std::span<const int> steps) {
+  if (features.empty()) bad_chain("an EAGLE chain without features");
+  return host_chain(*this, batch, steps, features);
 }
 
 }  // namespace pagellm::runner

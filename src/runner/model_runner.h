@@ -51,8 +51,8 @@ class ModelRunner {
   // final-normed hidden state of each scheduled token. The default refuses (kUnsupported).
   virtual void set_return_hidden() {
     throw_error(ErrorKind::kUnsupported,
-                "this backend cannot give an EAGLE head the target's hidden states yet (EAGLE runs "
-                "on the CPU backend)");
+                "this runner cannot give an EAGLE head its hidden states (EAGLE needs "
+                "--tensor-parallel-size 1 and --pipeline-parallel-size 1)");
   }
 
   // EAGLE speculation, the head's side: the forward pass of execute_logits() with each scheduled
@@ -68,6 +68,15 @@ class ModelRunner {
     (void)batch, (void)features;
     throw_error(ErrorKind::kUnsupported, "this model runner does not run EAGLE heads");
   }
+
+  // EAGLE greedy drafting: execute_features(batch, features), then single-token steps in which
+  // each seq's input is its previous answer (the argmax of the raw logits) with the head's own
+  // output there as its feature, until seq i has steps[i] answers (as execute_greedy_chain). The
+  // default runs execute_features() once per step; the CUDA runner keeps answers and features on
+  // the GPU between steps and synchronizes once.
+  virtual std::vector<std::vector<int32_t>> execute_feature_chain(
+      const engine::SchedulerOutput& batch, std::span<const float> features,
+      std::span<const int> steps);
 
   // Batches in flight (pipeline parallelism, vLLM's batch queue): submit() starts a batch and, on a
   // runner that overlaps batches, returns before it is done; wait_next() returns the output of the

@@ -12,6 +12,7 @@
 #include "io/safetensors.h"
 #include "models/llama.h"
 #include "runner/cpu_runner.h"
+#include "runner/cuda_model_loader.h"
 
 namespace pagellm::spec {
 
@@ -139,8 +140,10 @@ void EagleProposer::propose(std::span<const SpecCandidate> candidates) {
     active.push_back({&seq, &st, n, keep, -1, {}, {}});
   }
   if (active.empty()) return;
-  catch_up(active);
-  for (int step = 1; step < k_; ++step) draft_step(active, step);
+  if (!propose_greedy_chain(active)) {
+    catch_up(active);
+    for (int step = 1; step < k_; ++step) draft_step(active, step);
+  }
   for (Active& a : active) {
     // The head's KV now holds the target's features up to position len - 2; the features before
     // len - 1 are spent.
@@ -151,6 +154,34 @@ void EagleProposer::propose(std::span<const SpecCandidate> candidates) {
     st.feats.erase(st.feats.begin(), st.feats.begin() + ptrdiff_t(size_t(drop) * size_t(hidden_)));
     st.feat_begin += drop;
   }
+}
+
+bool EagleProposer::propose_greedy_chain(std::vector<Active>& active) {
+  engine::SchedulerOutput batch;
+  std::vector<float> features;
+  std::vector<int> steps;
+  for (const Active& a : active) {
+    if (!a.seq->request->params.greedy()) return false;
+    const std::span<const int32_t> tokens(a.seq->token_ids);
+    const int last = static_cast<int>(tokens.size()) - 2;
+    engine::ScheduledSeq s;
+    s.seq_id = a.seq->seq_id;
+    s.token_ids = tokens.subspan(size_t(a.begin) + 1, size_t(last + 1 - a.begin));
+    s.num_computed_tokens = a.begin;
+    s.block_tables[0] = kv_.block_table(s.seq_id);
+    s.needs_sample = true;
+    for (int p = a.begin; p <= last; ++p) append_feature(*a.state, p, features);
+    batch.num_scheduled_tokens += static_cast<int32_t>(s.token_ids.size());
+    batch.seqs.push_back(s);
+    steps.push_back(a.num_drafts);
+  }
+  // A catch-up longer than one step goes in pieces (catch_up).
+  if (batch.num_scheduled_tokens > max_batch_tokens_) return false;
+  const std::vector<std::vector<int32_t>> answers =
+      head_->execute_feature_chain(batch, features, steps);
+  for (size_t i = 0; i < active.size(); ++i)
+    active[i].seq->spec_token_ids.assign(answers.at(i).begin(), answers.at(i).end());
+  return true;
 }
 
 void EagleProposer::catch_up(std::vector<Active>& active) {
@@ -294,9 +325,6 @@ io::ModelConfig eagle_head_config(const std::filesystem::path& dir, const io::Mo
 std::unique_ptr<Proposer> load_eagle_proposer(const EngineArgs& args,
                                               const runner::ModelRunner& target) {
   const SpeculativeConfig& sc = args.speculative;
-  if (args.device != "cpu")
-    unsupported("--speculative-config: method eagle runs on the CPU backend only for now "
-                "(--device cpu); on a GPU use draft_model or ngram");
   if (args.tensor_parallel_size != 1 || args.pipeline_parallel_size != 1)
     unsupported("--speculative-config: method eagle needs --tensor-parallel-size 1 and "
                 "--pipeline-parallel-size 1");
@@ -306,10 +334,18 @@ std::unique_ptr<Proposer> load_eagle_proposer(const EngineArgs& args,
     bad_head("'" + dir.string() + "' has no config.json");
   const io::WeightStore store = io::WeightStore::open(dir);
   const io::ModelConfig config = eagle_head_config(dir, target.config(), store);
-  models::LlamaWeights w = models::load_llama_weights(config, store);
   // The head embeds and predicts with the target's tensors.
   std::optional<io::WeightStore> target_store;
   if (args.load_format != "dummy") target_store.emplace(io::WeightStore::open(args.model));
+  if (args.device == "cuda") {
+#ifdef PAGELLM_HAVE_CUDA
+    return std::make_unique<EagleProposer>(
+        runner::load_cuda_eagle_head(args, config, store, target,
+                                     target_store ? &*target_store : nullptr),
+        sc.num_speculative_tokens, args.max_num_batched_tokens);
+#endif
+  }
+  models::LlamaWeights w = models::load_llama_weights(config, store);
   models::LlamaWeights shared = models::load_target_embeddings(
       target.config(), target_store ? &*target_store : nullptr, args.seed);
   w.embed = std::move(shared.embed);

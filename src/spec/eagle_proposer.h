@@ -4,7 +4,10 @@
 // t[p + 2]; the head's KV cache sits at the target's positions. Per round the head first catches
 // up on the positions the target has computed since the last round (the prompt on a sequence's
 // first round, afterwards the verified tokens), which gives the first draft; each further draft
-// feeds the previous draft's token with the head's own output as its feature.
+// feeds the previous draft's token with the head's own output as its feature. When every sequence
+// of the round is greedy and the catch-up fits one step, the round is one
+// ModelRunner::execute_feature_chain (argmax drafts; the CUDA runner keeps tokens and features on
+// the GPU and synchronizes once); otherwise each step is a runner call.
 //
 // Where the features come from: the target returns every scheduled token's hidden state
 // (ModelRunner::set_return_hidden) and the engine hands them to observe() after each step; they
@@ -70,6 +73,10 @@ class EagleProposer : public Proposer {
   void evict(int64_t seq_id, State& st);
   // Appends position p's feature (the target's, or zeros) to out.
   void append_feature(const State& st, int p, std::vector<float>& out) const;
+  // All of `active` greedy and their catch-up within one step: the drafts of every seq by one
+  // ModelRunner::execute_feature_chain (on a GPU without a host round trip per draft). False
+  // (nothing done) otherwise.
+  bool propose_greedy_chain(std::vector<Active>& active);
   // The catch-up step: positions [begin, len - 2] of every active seq, in batches of at most
   // max_batch_tokens_; gives each seq its first draft.
   void catch_up(std::vector<Active>& active);
@@ -90,10 +97,10 @@ class EagleProposer : public Proposer {
   std::vector<float> probs_;
 };
 
-// Loads the EAGLE head named by args.speculative.model for `target` (the CPU backend, without
-// parallelism): its config.json and fc / layer tensors (with or without a "model." prefix), and
-// the target's embedding and LM head. Throws pagellm::Error (one line) for a folder that is not an
-// EAGLE head of this target (hidden size, vocabulary), an EAGLE-3 head, or another backend.
+// Loads the EAGLE head named by args.speculative.model for `target`, on the target's backend (the
+// CPU, or its GPU; without parallelism): its config.json and fc / layer tensors (with or without a
+// "model." prefix), and the target's embedding and LM head. Throws pagellm::Error (one line) for a
+// folder that is not an EAGLE head of this target (hidden size, vocabulary) or an EAGLE-3 head.
 std::unique_ptr<Proposer> load_eagle_proposer(const EngineArgs& args,
                                               const runner::ModelRunner& target);
 
