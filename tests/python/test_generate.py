@@ -268,6 +268,23 @@ def test_vllm_engine_keywords(llm):
         LLM(STORIES, speculative_config={"method": "nope"}, **ENGINE_KWARGS)
 
 
+def test_eagle_speculative_config():
+    # An EAGLE head (tests/data/pycode-25M-eagle) drafts for pycode-25M: the same greedy tokens.
+    from conftest import ROOT, SHARED
+    pycode = str(SHARED / "models" / "pycode-25M")
+    head = str(ROOT / "tests" / "data" / "pycode-25M-eagle")
+    prompts = ["def parse_args(argv):\n", "class Config:\n    def __init__(self, path):\n"]
+    p = SamplingParams(temperature=0, max_tokens=32)
+    plain = LLM(pycode, **ENGINE_KWARGS).generate(prompts, p, use_tqdm=False)
+    eagle = LLM(pycode, speculative_config={"method": "eagle", "model": head,
+                                            "num_speculative_tokens": 3}, **ENGINE_KWARGS)
+    assert [o.outputs[0].token_ids for o in eagle.generate(prompts, p, use_tqdm=False)] == \
+        [o.outputs[0].token_ids for o in plain]
+    with pytest.raises(ValueError, match="not an EAGLE head"):
+        LLM(pycode, speculative_config={"method": "eagle", "model": str(SHARED / "models" / "stories260K"),
+                                        "num_speculative_tokens": 2}, **ENGINE_KWARGS)
+
+
 def test_generation_config_defaults(tmp_path):
     import json
     (tmp_path / "generation_config.json").write_text(
