@@ -82,9 +82,9 @@ struct ModelConfig {
   bool hybrid_kv_cache = false;
   // Set by the EAGLE proposer's loader (spec/eagle_proposer.h), not config.json: this is an EAGLE
   // draft head. Its first layer takes fc(concat(embedding, feature)) of each token, layer 0 has no
-  // input norm, there is no final norm, and the embedding and LM head are the target's. Tensor names
-  // are eagle_prefix + "N.self_attn..." ("layers." or "model.layers."), plus fc.weight [hidden,
-  // 2 * hidden] and, when eagle_fc_bias, fc.bias.
+  // input norm, there is no final norm, and the embedding and LM head are the target's. Tensor
+  // names are eagle_prefix + "N.self_attn..." ("layers." or "model.layers."), plus fc.weight
+  // [hidden, 2 * hidden] and, when eagle_fc_bias, fc.bias.
   bool eagle = false;
   bool eagle_fc_bias = false;
   std::string eagle_prefix = "layers.";

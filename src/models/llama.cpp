@@ -255,8 +255,8 @@ void LlamaModel::eagle_input(const ForwardBatch& batch) {
       std::copy_n(batch.features.data() + t * dim, dim, row + dim);
     }
   });
-  cpu::matmul(eagle_in_.data(), eagle_fc_, w_.eagle_fc_bias.empty() ? nullptr : w_.eagle_fc_bias.data(),
-              hidden_.data(), n);
+  cpu::matmul(eagle_in_.data(), eagle_fc_,
+              w_.eagle_fc_bias.empty() ? nullptr : w_.eagle_fc_bias.data(), hidden_.data(), n);
 }
 
 // Under an FP8 config the projections' inputs are quantized per token to e4m3 and back (the GPU's

@@ -216,8 +216,8 @@ class LlamaModel {
   ModelParallel par_;
   LlamaWeights w_;
   std::vector<PackedLayer> packed_;  // [num_layers]
-  cpu::PackedMatrix eagle_fc_;  // an EAGLE head's fc, packed [hidden, 2 * hidden]
-  std::vector<float> eagle_in_;  // [num_tokens, 2 * hidden]: embedding | feature
+  cpu::PackedMatrix eagle_fc_;       // an EAGLE head's fc, packed [hidden, 2 * hidden]
+  std::vector<float> eagle_in_;      // [num_tokens, 2 * hidden]: embedding | feature
   cpu::PackedMatrix lm_head_;  // packed [vocab shard rows, hidden] (the embedding when tied); last stage
   std::vector<float> shard_logits_;    // [num_rows, vocab_shard] this rank's vocabulary columns
   std::vector<float> gathered_logits_;  // [tp_size, num_rows, vocab_shard]

@@ -94,10 +94,11 @@ struct WeightTensorSpec {
 
 // The plan of a config for one rank, in load order (embedding, layer by layer, final norm, LM
 // head; an EAGLE head: fc, then its layers without layer 0's input norm, and no embedding, final
-// norm or LM head, which are the target's): the stage's layers only; column-parallel parts sliced by rows, row-parallel ones by
-// columns, the embedding and LM head by vocabulary rows (see parallel/shard.h). The first stage
-// holds the embedding, the last the final norm and LM head (taken from the embedding when tied
-// and the embedding lives on another stage). Layer indices in the plan are stage-local.
+// norm or LM head, which are the target's): the stage's layers only; column-parallel parts sliced
+// by rows, row-parallel ones by columns, the embedding and LM head by vocabulary rows (see
+// parallel/shard.h). The first stage holds the embedding, the last the final norm and LM head
+// (taken from the embedding when tied and the embedding lives on another stage). Layer indices in
+// the plan are stage-local.
 std::vector<WeightTensorSpec> llama_weight_plan(const io::ModelConfig& config,
                                                 const parallel::ShardSpec& shard = {});
 

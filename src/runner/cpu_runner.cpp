@@ -135,7 +135,8 @@ void CpuRunner::copy_hidden_rows(Job& job, std::span<const float> hidden,
   if (!job.features.empty()) {  // an EAGLE head: its output at the rows it answers for
     job.hidden.resize(job.logits_rows.size() * dim);
     for (size_t r = 0; r < job.logits_rows.size(); ++r)
-      std::copy_n(hidden.data() + size_t(job.logits_rows[r]) * dim, dim, job.hidden.data() + r * dim);
+      std::copy_n(hidden.data() + size_t(job.logits_rows[r]) * dim, dim,
+                  job.hidden.data() + r * dim);
   } else if (return_hidden_) {
     all_rows_.resize(job.token_ids.size());
     for (size_t r = 0; r < all_rows_.size(); ++r) all_rows_[r] = int64_t(r);
@@ -300,8 +301,9 @@ std::vector<std::vector<float>> CpuRunner::execute_logits(const engine::Schedule
 
 void CpuRunner::set_return_hidden() {
   if (shards_[0].model->shard().tp_size > 1 || shards_[0].model->shard().pp_size > 1)
-    unsupported("EAGLE speculative decoding needs --tensor-parallel-size 1 and "
-                "--pipeline-parallel-size 1 on the CPU backend");
+    unsupported(
+        "EAGLE speculative decoding needs --tensor-parallel-size 1 and "
+        "--pipeline-parallel-size 1 on the CPU backend");
   return_hidden_ = true;
 }
 

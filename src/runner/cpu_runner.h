@@ -145,9 +145,9 @@ class CpuRunner : public ModelRunner {
   int64_t parallel_steps_ = 0;  // forward passes of the group so far (the fault hook counts them)
   int num_swap_blocks_ = 0;
   int max_in_flight_ = 1;
-  bool return_hidden_ = false;  // set_return_hidden()
-  std::span<const float> pending_features_;  // execute_features(): for start_job's job
-  std::vector<int64_t> all_rows_;             // 0 .. num_tokens - 1 (copy_hidden_rows)
+  bool return_hidden_ = false;                   // set_return_hidden()
+  std::span<const float> pending_features_;      // execute_features(): for start_job's job
+  std::vector<int64_t> all_rows_;                // 0 .. num_tokens - 1 (copy_hidden_rows)
   std::deque<std::unique_ptr<Job>> jobs_;        // started, not collected; oldest first
   std::vector<std::unique_ptr<Job>> spare_jobs_;  // collected, kept for their buffers
   // Last: its threads run jobs that use everything above, so it goes (draining them) first.

@@ -6,9 +6,9 @@
 
 #include <chrono>
 
+#include "io/safetensors.h"
 #include "pagellm/engine_args.h"
 #include "parallel/launch.h"
-#include "io/safetensors.h"
 #include "runner/model_loader.h"
 
 namespace pagellm::runner {

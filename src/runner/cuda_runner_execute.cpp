@@ -522,8 +522,9 @@ std::vector<std::vector<float>> CudaRunner::execute_logits(const engine::Schedul
 
 void CudaRunner::set_return_hidden() {
   if (impl_->opt.shard.tp_size > 1 || impl_->opt.shard.pp_size > 1)
-    unsupported("EAGLE speculative decoding needs --tensor-parallel-size 1 and "
-                "--pipeline-parallel-size 1");
+    unsupported(
+        "EAGLE speculative decoding needs --tensor-parallel-size 1 and "
+        "--pipeline-parallel-size 1");
   impl_->return_hidden = true;
 }
 
@@ -719,7 +720,8 @@ std::vector<std::vector<int32_t>> CudaRunner::execute_greedy_chain(
 std::vector<std::vector<int32_t>> CudaRunner::execute_feature_chain(
     const engine::SchedulerOutput& batch, std::span<const float> features,
     std::span<const int> steps) {
-  if (!impl_->config.eagle) internal("execute_feature_chain() on a model that is not an EAGLE head");
+  if (!impl_->config.eagle)
+    internal("execute_feature_chain() on a model that is not an EAGLE head");
   if (features.empty()) internal("an EAGLE chain without features");
   return run_chain(*impl_, batch, steps, features);
 }

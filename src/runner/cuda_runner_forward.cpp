@@ -319,12 +319,11 @@ void CudaRunner::Impl::eagle_input(int n) {
   check(cudaMemcpy2DAsync(x_eagle_in.get(), 2 * row, x_hidden.get(), row, row, size_t(n),
                           cudaMemcpyDeviceToDevice, stream),
         "EAGLE input (embedding)");
-  check(cudaMemcpy2DAsync(x_eagle_in.as<unsigned char>() + row, 2 * row, x_features.get(), row,
-                          row, size_t(n), cudaMemcpyDeviceToDevice, stream),
+  check(cudaMemcpy2DAsync(x_eagle_in.as<unsigned char>() + row, 2 * row, x_features.get(), row, row,
+                          size_t(n), cudaMemcpyDeviceToDevice, stream),
         "EAGLE input (features)");
-  const cuda::GemmParams p{dt,     x_eagle_in.get(), eagle_fc.get(), x_hidden.get(),
-                           n,      hidden,           2 * hidden,     false,
-                           eagle_fc_bias.get()};
+  const cuda::GemmParams p{dt,     x_eagle_in.get(), eagle_fc.get(), x_hidden.get(),     n,
+                           hidden, 2 * hidden,       false,          eagle_fc_bias.get()};
   check(cuda::gemm(this->gemm, p, stream), "EAGLE fc");
 }
 

@@ -66,7 +66,8 @@ std::vector<std::vector<int32_t>> host_chain(ModelRunner& runner,
       next.seqs.push_back(seq);
       next.num_scheduled_tokens += 1;
       next_owner.push_back(i);
-      if (!features.empty()) next_feats.insert(next_feats.end(), hidden.at(s).begin(), hidden.at(s).end());
+      if (!features.empty())
+        next_feats.insert(next_feats.end(), hidden.at(s).begin(), hidden.at(s).end());
     }
     step = std::move(next);
     owner = std::move(next_owner);

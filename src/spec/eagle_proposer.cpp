@@ -73,10 +73,9 @@ void EagleProposer::observe(const engine::SchedulerOutput& batch,
   if (out.hidden_states.empty()) return;
   const size_t dim = size_t(hidden_);
   if (out.hidden_states.size() != size_t(batch.num_scheduled_tokens) * dim)
-    throw_error(ErrorKind::kInternal, "EAGLE: the target returned " +
-                                          std::to_string(out.hidden_states.size()) +
-                                          " hidden values for " +
-                                          std::to_string(batch.num_scheduled_tokens) + " tokens");
+    throw_error(ErrorKind::kInternal,
+                "EAGLE: the target returned " + std::to_string(out.hidden_states.size()) +
+                    " hidden values for " + std::to_string(batch.num_scheduled_tokens) + " tokens");
   const float* rows = out.hidden_states.data();
   for (const engine::ScheduledSeq& s : batch.seqs) {
     const size_t n = s.token_ids.size();
@@ -241,7 +240,8 @@ void EagleProposer::draft_step(std::vector<Active>& active, int step) {
   }
   if (batch.seqs.empty()) return;
   runner::ModelRunner::FeatureStep r = head_->execute_features(batch, features);
-  for (size_t j = 0; j < owner.size(); ++j) take_answer(active[owner[j]], step, r.logits[j], r.hidden[j]);
+  for (size_t j = 0; j < owner.size(); ++j)
+    take_answer(active[owner[j]], step, r.logits[j], r.hidden[j]);
 }
 
 void EagleProposer::take_answer(Active& a, int step, std::vector<float>& logits,
@@ -304,14 +304,15 @@ io::ModelConfig eagle_head_config(const std::filesystem::path& dir, const io::Mo
                 " is an EAGLE-3 head; method eagle takes EAGLE(-1) heads (fc + decoder layers), "
                 "and eagle3 is not available yet");
   io::ModelConfig c = io::parse_model_config(j.dump(), file.string());
-  if (!store.find("fc.weight"))
-    bad_head(name + " has no tensor fc.weight: not an EAGLE head");
+  if (!store.find("fc.weight")) bad_head(name + " has no tensor fc.weight: not an EAGLE head");
   if (c.hidden_size != target.hidden_size)
     mismatch(name, "hidden_size", c.hidden_size, target.hidden_size);
-  if (c.vocab_size != target.vocab_size) mismatch(name, "vocab_size", c.vocab_size, target.vocab_size);
+  if (c.vocab_size != target.vocab_size)
+    mismatch(name, "vocab_size", c.vocab_size, target.vocab_size);
   c.eagle = true;
   c.eagle_fc_bias = store.find("fc.bias") != nullptr;
-  c.eagle_prefix = store.find("model.layers.0.self_attn.q_proj.weight") ? "model.layers." : "layers.";
+  c.eagle_prefix =
+      store.find("model.layers.0.self_attn.q_proj.weight") ? "model.layers." : "layers.";
   c.tie_word_embeddings = target.tie_word_embeddings;
   c.sliding_window = 0;
   c.sliding_layer.clear();
@@ -326,8 +327,9 @@ std::unique_ptr<Proposer> load_eagle_proposer(const EngineArgs& args,
                                               const runner::ModelRunner& target) {
   const SpeculativeConfig& sc = args.speculative;
   if (args.tensor_parallel_size != 1 || args.pipeline_parallel_size != 1)
-    unsupported("--speculative-config: method eagle needs --tensor-parallel-size 1 and "
-                "--pipeline-parallel-size 1");
+    unsupported(
+        "--speculative-config: method eagle needs --tensor-parallel-size 1 and "
+        "--pipeline-parallel-size 1");
   if (args.model.empty()) invalid_argument("--speculative-config: method eagle needs --model");
   const std::filesystem::path dir = sc.model;
   if (!std::filesystem::exists(dir / "config.json"))

@@ -63,10 +63,10 @@ class EagleProposer : public Proposer {
     engine::Sequence* seq = nullptr;
     State* state = nullptr;
     int num_drafts = 0;
-    int begin = 0;                  // first position fed in the catch-up step
-    int32_t last = -1;              // the token fed by the next single-token step
-    std::vector<float> feature;     // the head's output at the last position fed: [hidden]
-    std::vector<int32_t> scratch;   // draft_sampling_context's
+    int begin = 0;                 // first position fed in the catch-up step
+    int32_t last = -1;             // the token fed by the next single-token step
+    std::vector<float> feature;    // the head's output at the last position fed: [hidden]
+    std::vector<int32_t> scratch;  // draft_sampling_context's
   };
 
   bool reserve(int64_t seq_id, std::span<const int32_t> tokens, int num_computed, int num_tokens);

@@ -23,7 +23,8 @@ namespace {
 using namespace spec_test;
 
 double mean_acceptance_length(const EngineStats& s) {
-  return 1.0 + double(s.spec_num_accepted_tokens) / double(std::max<uint64_t>(1, s.spec_num_drafts));
+  return 1.0 +
+         double(s.spec_num_accepted_tokens) / double(std::max<uint64_t>(1, s.spec_num_drafts));
 }
 
 TEST(SpecEagle, GreedyEqualsPlainBatchedAndDraftsAreAccepted) {
@@ -46,7 +47,8 @@ TEST(SpecEagle, ChunkedPrefillPrefixCachingAndPreemptionKeepOutputsIdentical) {
   for (int i = 0; i < 10; ++i)
     prefix += "def f" + std::to_string(i) + "(x):\n    return x * " + std::to_string(i) + "\n\n";
   std::vector<PromptInput> prompts;
-  for (const PromptInput& p : code_prompts()) prompts.push_back(PromptInput::from_text(prefix + p.text));
+  for (const PromptInput& p : code_prompts())
+    prompts.push_back(PromptInput::from_text(prefix + p.text));
   const std::vector<SamplingParams> params(prompts.size(), greedy(48));
   EngineArgs plain_args = base_args(kPycode);
   plain_args.enable_prefix_caching = false;
@@ -203,14 +205,16 @@ std::string eagle_error(const std::string& head) {
 TEST(SpecEagle, BadHeadsAreRefused) {
   // A model that is no EAGLE head; another target's head; an EAGLE-3 head; no folder.
   std::string message = eagle_error(kDraft);
-  EXPECT_NE(message.find("has no tensor fc.weight: not an EAGLE head"), std::string::npos) << message;
+  EXPECT_NE(message.find("has no tensor fc.weight: not an EAGLE head"), std::string::npos)
+      << message;
   testing::TempDir dir;
   nlohmann::json config = nlohmann::json::parse(std::ifstream(kEagle + "/config.json"));
   config["hidden_size"] = 256;
   std::ofstream(dir.path() / "config.json") << config.dump();
   std::filesystem::copy_file(kEagle + "/model.safetensors", dir.path() / "model.safetensors");
   message = eagle_error(dir.path().string());
-  EXPECT_NE(message.find("has hidden_size 256 but the target has 384"), std::string::npos) << message;
+  EXPECT_NE(message.find("has hidden_size 256 but the target has 384"), std::string::npos)
+      << message;
   config["hidden_size"] = 384;
   config["intermediate_size"] = 2048;  // the checkpoint's MLP is 1024 wide
   std::ofstream(dir.path() / "config.json") << config.dump();
@@ -226,7 +230,8 @@ TEST(SpecEagle, BadHeadsAreRefused) {
   EXPECT_NE(message.find("is an EAGLE-3 head"), std::string::npos) << message;
   EXPECT_NE(eagle_error((dir.path() / "missing").string()).find("has no config.json"),
             std::string::npos);
-  for (const std::string& m : {message, eagle_error(kDraft)}) EXPECT_EQ(m.find('\n'), std::string::npos);
+  for (const std::string& m : {message, eagle_error(kDraft)})
+    EXPECT_EQ(m.find('\n'), std::string::npos);
   SpeculativeConfig sc = eagle(2);
   sc.model.clear();
   EXPECT_NE(load_error(sc).find("method eagle needs \"model\""), std::string::npos);
@@ -235,7 +240,8 @@ TEST(SpecEagle, BadHeadsAreRefused) {
                 .find("has no config.json"),
             std::string::npos);
   try {
-    SpeculativeConfig::from_json(R"({"method": "eagle3", "model": "x", "num_speculative_tokens": 2})");
+    SpeculativeConfig::from_json(
+        R"({"method": "eagle3", "model": "x", "num_speculative_tokens": 2})");
     ADD_FAILURE() << "eagle3 accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("eagle3 is not available yet"), std::string::npos);

@@ -96,7 +96,7 @@ struct SpecRun {
 };
 
 inline SpecRun generate(EngineArgs args, const std::vector<PromptInput>& prompts,
-                 const std::vector<SamplingParams>& params) {
+                        const std::vector<SamplingParams>& params) {
   LLM llm(args);
   SpecRun r;
   r.outputs = llm.generate(prompts, params);
@@ -104,7 +104,8 @@ inline SpecRun generate(EngineArgs args, const std::vector<PromptInput>& prompts
   return r;
 }
 
-inline void expect_same_outputs(const SpecRun& plain, const SpecRun& spec, bool same_counts = true) {
+inline void expect_same_outputs(const SpecRun& plain, const SpecRun& spec,
+                                bool same_counts = true) {
   ASSERT_EQ(plain.outputs.size(), spec.outputs.size());
   for (size_t i = 0; i < plain.outputs.size(); ++i) {
     const CompletionOutput& a = plain.outputs[i].outputs.at(0);
@@ -147,7 +148,7 @@ inline void expect_consistent_counters(const EngineStats& s, int k) {
 // Two-sample chi-square of token counts at one position (equal sample sizes): tokens seen fewer
 // than 10 times in both runs together are pooled. Returns (statistic, degrees of freedom).
 inline std::pair<double, int> two_sample_chi_square(const std::map<int32_t, int>& a,
-                                             const std::map<int32_t, int>& b) {
+                                                    const std::map<int32_t, int>& b) {
   std::map<int32_t, std::pair<int, int>> cells;
   for (const auto& [t, n] : a) cells[t].first += n;
   for (const auto& [t, n] : b) cells[t].second += n;
@@ -179,8 +180,8 @@ inline double chi_square_999(int df) {
 // The token at output positions 1..num_positions-1 over many seeds, with and without speculation.
 // `base` gives the sampling parameters but the seed and length.
 inline void expect_same_distribution(const std::string& model, const SpeculativeConfig& sc,
-                              const std::string& prompt, const SamplingParams& base, int num_seeds,
-                              int num_positions) {
+                                     const std::string& prompt, const SamplingParams& base,
+                                     int num_seeds, int num_positions) {
   std::vector<PromptInput> prompts(static_cast<size_t>(num_seeds), PromptInput::from_text(prompt));
   std::vector<SamplingParams> params;
   for (int s = 0; s < num_seeds; ++s) {
