@@ -96,10 +96,7 @@ void DraftModelProposer::propose(std::span<const SpecCandidate> candidates) {
   std::vector<Active> active;
   for (const SpecCandidate& c : candidates) {
     engine::Sequence& seq = *c.seq;
-    seq.spec_token_ids.clear();
-    seq.spec_draft_probs.clear();
-    seq.spec_base_len = seq.num_tokens();
-    const int len = seq.num_tokens();
+    const int len = clear_drafts(seq);
     // The last draft step feeds position len + n - 2.
     const int n = std::min({k_, c.max_drafts, max_positions_ - len + 1});
     if (n <= 0 || len < 1) continue;

@@ -119,10 +119,7 @@ void EagleProposer::propose(std::span<const SpecCandidate> candidates) {
   std::vector<Active> active;
   for (const SpecCandidate& c : candidates) {
     engine::Sequence& seq = *c.seq;
-    seq.spec_token_ids.clear();
-    seq.spec_draft_probs.clear();
-    seq.spec_base_len = seq.num_tokens();
-    const int len = seq.num_tokens();
+    const int len = clear_drafts(seq);
     // Draft j (1-based) is read at head position len - 3 + j.
     const int n = std::min({k_, c.max_drafts, max_positions_ - len + 2});
     if (n <= 0 || len < 2) continue;

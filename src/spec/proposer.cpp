@@ -25,6 +25,13 @@ std::unique_ptr<Proposer> make_proposer(const EngineArgs& args, const runner::Mo
   return load_draft_proposer(args, target, tokenizer);
 }
 
+int clear_drafts(engine::Sequence& seq) {
+  seq.spec_token_ids.clear();
+  seq.spec_draft_probs.clear();
+  seq.spec_base_len = seq.num_tokens();
+  return seq.num_tokens();
+}
+
 engine::ScheduledSeq draft_sampling_context(const engine::Sequence& seq, int step,
                                             std::vector<int32_t>& scratch) {
   engine::ScheduledSeq base;

@@ -38,6 +38,9 @@ class Proposer {
   }
 };
 
+// Empties seq's drafts and their probabilities, bases them on its current length, and returns it.
+int clear_drafts(engine::Sequence& seq);
+
 // The sampling context of `seq`'s draft number `step`: its output extended by the drafts proposed
 // so far (spec::position_context; the extended output lives in scratch).
 engine::ScheduledSeq draft_sampling_context(const engine::Sequence& seq, int step,
