@@ -296,12 +296,15 @@ void EngineCore::release_retired() {
 void EngineCore::propose_drafts() {
   scheduler_->spec_candidates(spec_seqs_);
   spec_candidates_.clear();
-  for (const auto& [seq, room] : spec_seqs_)
+  for (const auto& [seq, room] : spec_seqs_) {
     // A structured-output sequence gets no drafts: verifying them would need its grammar's mask at
     // every draft position, and the runner applies one mask per row. Bad words, whose bans change
     // with every token, and allowed_token_ids (a mask too) are treated alike.
     if (seq->token_mask.empty() && seq->request->bad_words_token_ids.empty())
       spec_candidates_.push_back({seq, room});
+    else
+      proposer_->release(seq->seq_id);  // what an EAGLE proposer keeps for it would never serve
+  }
   // The adaptive switch: a batch this large decodes without drafts (their drafts, if any, were
   // proposed for an earlier length and are ignored by the scheduler).
   if (spec_candidates_.size() > size_t(args_.speculative.max_speculating_seqs())) return;

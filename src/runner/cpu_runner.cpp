@@ -361,7 +361,7 @@ engine::ModelRunnerOutput CpuRunner::sample(Job& job) {
   out.sampled_logprobs.resize(batch.seqs.size());
   out.prompt_logprobs.resize(batch.seqs.size());
   collect_pooled(job, out);
-  if (return_hidden_) out.hidden_states = job.hidden;
+  if (return_hidden_) out.hidden_states = std::move(job.hidden);
   // Each seq's sampling rows are contiguous: one group per sampling seq, [first row, end row).
   std::vector<std::pair<size_t, size_t>> groups;
   bool any_spec = false;

@@ -28,6 +28,7 @@ EagleProposer::EagleProposer(std::unique_ptr<runner::ModelRunner> head, int num_
               ? static_cast<int>(std::min<int64_t>(head_->config().max_position_embeddings,
                                                    std::numeric_limits<int>::max()))
               : std::numeric_limits<int>::max()),
+      max_held_(std::max<size_t>(1, kMaxHeldFeatureBytes / (sizeof(float) * size_t(hidden_)))),
       kv_(kv::KVCacheConfig{head_->num_kv_blocks(), head_->block_size(), false, 0}) {
   if (!head_->config().eagle)
     throw_error(ErrorKind::kInternal, "EAGLE proposer: the runner is not an EAGLE head");
@@ -95,8 +96,8 @@ void EagleProposer::observe(const engine::SchedulerOutput& batch,
     }
     st.feats.insert(st.feats.end(), mine, mine + n * dim);
     const size_t now = st.feats.size() / dim;
-    if (now > size_t(kMaxHeldFeatures)) {
-      const size_t drop = now - size_t(kMaxHeldFeatures);
+    if (now > max_held_) {
+      const size_t drop = now - max_held_;
       st.feats.erase(st.feats.begin(), st.feats.begin() + ptrdiff_t(drop * dim));
       st.feat_begin += static_cast<int>(drop);
     }

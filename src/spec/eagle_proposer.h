@@ -48,8 +48,9 @@ class EagleProposer : public Proposer {
   int num_tracked() const { return static_cast<int>(states_.size()); }
   int num_held_features(int64_t seq_id) const;
 
-  // Features held per sequence at most (positions); older ones are dropped (then zeros).
-  static constexpr int kMaxHeldFeatures = 1 << 14;
+  // Feature bytes held per sequence at most (fp32 rows); older positions are dropped (they then
+  // feed zeros): 64 MiB is 4,096 positions of an 8B model's 4,096-wide rows.
+  static constexpr size_t kMaxHeldFeatureBytes = size_t{64} << 20;
 
  private:
   struct State {
@@ -91,6 +92,7 @@ class EagleProposer : public Proposer {
   int vocab_;
   int hidden_;
   int max_positions_;
+  size_t max_held_;  // positions: kMaxHeldFeatureBytes of rows
   kv::KVCacheManager kv_;
   std::unordered_map<int64_t, State> states_;
   uint64_t clock_ = 0;

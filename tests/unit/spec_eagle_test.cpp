@@ -143,11 +143,15 @@ TEST(SpecEagle, HeadStateIsReleasedWithItsSequences) {
   const auto prompts = code_prompts();
   for (size_t i = 0; i < prompts.size(); ++i)
     core.add_request(std::to_string(i), prompts[i], greedy(40), {}, false);
+  // Bad words keep a sequence from speculating: nothing may pile up for it (60 tokens).
+  SamplingParams banned = greedy(60);
+  banned.bad_words = {" foo"};
+  core.add_request("banned", prompts[0], banned, {}, false);
   int max_tracked = 0, max_held = 0;
   for (int step = 0; step < 10000 && core.has_unfinished(); ++step) {
     core.step();
     max_tracked = std::max(max_tracked, proposer->num_tracked());
-    for (int i = 0; i < 16; ++i) max_held = std::max(max_held, proposer->num_held_features(i));
+    for (int i = 0; i < 32; ++i) max_held = std::max(max_held, proposer->num_held_features(i));
     if (step == 5) {
       EXPECT_TRUE(core.abort_request("2"));
     }
