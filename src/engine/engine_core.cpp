@@ -211,6 +211,7 @@ void EngineCore::submit(std::unique_ptr<Request> req) {
   req->arrival_index = next_arrival_++;
   req->base_seed = req->params.seed ? *req->params.seed
                                     : engine::splitmix64(args_.seed ^ engine::splitmix64(req->arrival_index));
+  req->spec_features = proposer_ && proposer_->needs_hidden_states() && may_speculate(*req);
   scheduler_->add_request(*req);
   if (req->grammar || !req->allowed_mask.empty()) {
     engine::Sequence& seq = *req->seqs.front();
@@ -293,14 +294,22 @@ void EngineCore::release_retired() {
   std::erase_if(retired_, [&](const auto& r) { return r.second <= num_collected_; });
 }
 
+bool EngineCore::may_speculate(const engine::Request& req) const {
+  // A structured-output request gets no drafts: verifying them would need its grammar's mask at
+  // every draft position, and the runner applies one mask per row. Bad words, whose bans change
+  // with every token, and allowed_token_ids (a mask too) are treated alike. Sampled requests on a
+  // runner that verifies their drafts slowly (the CUDA runners: on the host) decode without
+  // drafts too.
+  return !req.grammar && req.allowed_mask.empty() && req.bad_words_token_ids.empty() &&
+         req.pooling == PoolingType::kNone &&
+         (req.params.greedy() || runner_->verifies_sampled_drafts());
+}
+
 void EngineCore::propose_drafts() {
   scheduler_->spec_candidates(spec_seqs_);
   spec_candidates_.clear();
   for (const auto& [seq, room] : spec_seqs_) {
-    // A structured-output sequence gets no drafts: verifying them would need its grammar's mask at
-    // every draft position, and the runner applies one mask per row. Bad words, whose bans change
-    // with every token, and allowed_token_ids (a mask too) are treated alike.
-    if (seq->token_mask.empty() && seq->request->bad_words_token_ids.empty())
+    if (may_speculate(*seq->request))
       spec_candidates_.push_back({seq, room});
     else
       proposer_->release(seq->seq_id);  // what an EAGLE proposer keeps for it would never serve

@@ -84,6 +84,8 @@ class EngineCore {
   void count_scheduled_tokens(const engine::SchedulerOutput& batch);
   // Speculative decoding: drafts for every running sequence in decode, before schedule().
   void propose_drafts();
+  // Whether the request's sequences may get drafts (propose_drafts).
+  bool may_speculate(const engine::Request& req) const;
   // Structured output and allowed_token_ids: starts building the allowed-token mask of every
   // scheduled seq that samples this step on the mask pool, and marks the batch's masks pending
   // (the runner waits for them before sampling, so they are built while the forward pass runs).

@@ -86,6 +86,9 @@ struct Request {
   // params.allowed_token_ids as a mask ([ceil(vocab / 32)] words; empty = no restriction).
   std::vector<uint32_t> allowed_mask;
   std::vector<std::vector<int32_t>> bad_words_token_ids;  // params.bad_words, tokenized
+  // An EAGLE proposer drafts for this request: its steps return their hidden states
+  // (ScheduledSeq::return_hidden; set by EngineCore::submit).
+  bool spec_features = false;
   std::string prompt_text;
   std::vector<int32_t> prompt_token_ids;
   uint64_t base_seed = 0;      // params.seed, or derived from the engine seed and arrival_index

@@ -295,6 +295,7 @@ void Scheduler::add_scheduled(Sequence& seq, int num_new_tokens, int num_spec) {
   s.banned_token_ids = seq.banned_token_ids;
   if (s.needs_sample && !seq.token_mask.empty()) s.allowed_token_mask = seq.token_mask;
   s.pooling = req.pooling;
+  s.return_hidden = req.spec_features;
   if (req.params.prompt_logprobs && static_cast<int>(req.prompt_logprobs.size()) < req.num_prompt_tokens()) {
     // The runner contract asks for > 0; a request for 0 alternatives gets 1, trimmed on collection.
     s.prompt_logprobs = std::max(1, *req.params.prompt_logprobs);

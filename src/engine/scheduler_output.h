@@ -44,7 +44,10 @@ struct ScheduledSeq {
   // set). The runner computes logits at all 1 + num_spec_tokens positions and verifies the drafts
   // (spec::verify_drafts), answering in ModelRunnerOutput::spec_token_ids.
   int32_t num_spec_tokens = 0;
-  std::span<const float> draft_probs;  // [num_spec_tokens, vocab] the draft's q; empty = point masses
+  std::span<const float> draft_probs;
+  // An EAGLE proposer drafts for this seq: a runner asked for hidden states
+  // (ModelRunner::set_return_hidden) returns this step's (ModelRunnerOutput::hidden_states).
+  bool return_hidden = false;  // [num_spec_tokens, vocab] the draft's q; empty = point masses
 };
 
 // Allowed-token masks that may still be in the making when the runner starts: EngineCore builds
@@ -70,6 +73,13 @@ struct SchedulerOutput {
   const MaskFence* pending_masks = nullptr;
 };
 
+// Whether some seq of the batch wants its hidden states back (ScheduledSeq::return_hidden).
+inline bool any_return_hidden(const SchedulerOutput& batch) {
+  for (const ScheduledSeq& s : batch.seqs)
+    if (s.return_hidden) return true;
+  return false;
+}
+
 inline void wait_for_masks(const SchedulerOutput& batch) {
   if (batch.pending_masks != nullptr) batch.pending_masks->wait();
 }
@@ -93,9 +103,10 @@ struct ModelRunnerOutput {
   // num_spec_tokens + 1 tokens, with the target's logprobs of each.
   std::vector<std::vector<int32_t>> spec_token_ids;
   std::vector<std::vector<TokenLogprobs>> spec_logprobs;
-  // Only from a runner asked for them (ModelRunner::set_return_hidden): the final-normed hidden
-  // state of every scheduled token, [num_scheduled_tokens, hidden_size] in SchedulerOutput order
-  // (what an EAGLE head drafts from). Empty otherwise.
+  // Only from a runner asked for them (ModelRunner::set_return_hidden), on a step where some seq
+  // has return_hidden: the final-normed hidden state of every scheduled token,
+  // [num_scheduled_tokens, hidden_size] in SchedulerOutput order (what an EAGLE head drafts from;
+  // the rows of the other seqs may be zeros). Empty otherwise.
   std::vector<float> hidden_states;
 };
 

@@ -137,7 +137,7 @@ void CpuRunner::copy_hidden_rows(Job& job, std::span<const float> hidden,
     for (size_t r = 0; r < job.logits_rows.size(); ++r)
       std::copy_n(hidden.data() + size_t(job.logits_rows[r]) * dim, dim,
                   job.hidden.data() + r * dim);
-  } else if (return_hidden_) {
+  } else if (return_hidden_ && engine::any_return_hidden(*job.batch)) {
     all_rows_.resize(job.token_ids.size());
     for (size_t r = 0; r < all_rows_.size(); ++r) all_rows_[r] = int64_t(r);
     job.hidden.resize(all_rows_.size() * dim);

@@ -68,6 +68,8 @@ class ParallelCudaRunner : public ModelRunner {
   engine::ModelRunnerOutput wait_next() override;
   bool healthy() const override { return !aborting_.load(); }
   std::vector<std::vector<float>> execute_logits(const engine::SchedulerOutput& batch) override;
+  // A sampled seq's drafts are verified on the host (the rows come back as logits).
+  bool verifies_sampled_drafts() const override { return false; }
   // The first local rank's startup costs (weights are per rank: its slice).
   const CudaStartupStats& startup_stats() const { return ranks_[0]->startup_stats(); }
   int num_ranks() const { return int(ranks_.size()); }

@@ -110,6 +110,9 @@ class CudaRunner : public ModelRunner {
                                                           std::span<const float> features,
                                                           std::span<const int> steps) override;
 
+  // A sampled seq's drafts are verified on the host (the rows come back as logits).
+  bool verifies_sampled_drafts() const override { return false; }
+
   const CudaStartupStats& startup_stats() const;
 
   struct Impl;

@@ -451,7 +451,8 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
       graph_q > 0 ? m.decode_shape(num_seqs, graph_q) : CudaRunner::Impl::DecodeShape{};
   // An EAGLE head's target: the final-normed rows of the step's tokens (the padding's come after).
   auto keep_hidden = [&] {
-    if (sample && m.return_hidden) result.hidden = m.download_normed(0, batch.num_scheduled_tokens);
+    if (sample && m.return_hidden && engine::any_return_hidden(batch))
+      result.hidden = m.download_normed(0, batch.num_scheduled_tokens);
   };
   if (shape.padded_seqs > 0) {
     run_graph_shape(m, f, graph_q, shape);

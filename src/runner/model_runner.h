@@ -47,6 +47,11 @@ class ModelRunner {
   virtual std::vector<std::vector<int32_t>> execute_greedy_chain(
       const engine::SchedulerOutput& batch, std::span<const int> steps);
 
+  // Whether drafts of sampled (temperature > 0) sequences are worth verifying here: the CUDA
+  // runners verify them on the host from downloaded logits rows (spec::verify_drafts), slower than
+  // decoding without drafts, so the engine speculates only for their greedy sequences.
+  virtual bool verifies_sampled_drafts() const { return true; }
+
   // EAGLE speculation, the target's side: from now on every output carries hidden_states, the
   // final-normed hidden state of each scheduled token. The default refuses (kUnsupported).
   virtual void set_return_hidden() {

@@ -82,7 +82,7 @@ void EagleProposer::observe(const engine::SchedulerOutput& batch,
     const size_t n = s.token_ids.size();
     const float* mine = rows;
     rows += n * dim;
-    if (s.pooling != PoolingType::kNone) continue;
+    if (!s.return_hidden) continue;
     State& st = states_[s.seq_id];
     const int p0 = s.num_computed_tokens;
     const int held = static_cast<int>(st.feats.size() / dim);

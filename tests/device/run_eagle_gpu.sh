@@ -3,7 +3,7 @@
 # the Llama-3.1-8B config and tokenizer; pycode-25M comes in a second folder (MODELS, the carry
 # limit) or is already under /tmp/pagellm-keep from an earlier call; the EAGLE head is the
 # checkout's tests/data/pycode-25M-eagle.
-#   bash BUNDLE/run_eagle_gpu.sh BUNDLE [MODELS] [STAGE...]   stages: same speed sampled cost (default: all)
+#   bash BUNDLE/run_eagle_gpu.sh BUNDLE [MODELS] [STAGE...]   stages: same speed sampled cost batch (default: all)
 # same:    pycode-25M greedy, 8 prompts x 128 tokens: no speculation, EAGLE k=4 (graphs) and EAGLE
 #          k=4 --enforce-eager: the token ids must be the ones without speculation;
 # speed:   batch 1, 512 greedy tokens, 4 prompts: tokens/s without speculation and with EAGLE
@@ -11,7 +11,10 @@
 # sampled: batch 1, T 0.8 / top-p 0.95, seed 0: without speculation and with EAGLE k=4;
 # cost:    Llama-3.1-8B shapes (dummy target weights) with a random EAGLE head of its shapes made
 #          here (torch): generate at batch 1 without and with EAGLE k=4 (the cost side: a random
-#          head's drafts are rejected).
+#          head's drafts are rejected);
+# batch:   the same shapes and head (made by the cost stage), bench throughput of 64 concurrent
+#          requests (512 in, 128 out): no speculation, EAGLE k=4 with the adaptive switch (default:
+#          no drafts while more than 256 / 5 = 51 seqs decode), and EAGLE always on.
 set -uo pipefail
 SRC=$(cd "${1:?usage: run_eagle_gpu.sh BUNDLE [MODELS] [STAGE...]}" && pwd)
 shift
@@ -20,7 +23,7 @@ if [ -n "${1:-}" ] && [ -d "$1" ]; then
   rm -rf "$KEEP" && mkdir -p "$KEEP" && cp -r "$1"/. "$KEEP"/ && shift
   find "$KEEP" -name "*.xz" -exec xz -d -T4 {} +
 fi
-STAGES=" ${*:-same speed sampled cost} "
+STAGES=" ${*:-same speed sampled cost batch} "
 stage() { [[ "$STAGES" == *" $1 "* ]]; }
 [ -f "$SRC/pagellm.xz" ] || [ -f "$SRC/pagellm" ] || { echo "models kept in $KEEP"; ls "$KEEP"; exit 0; }
 . "$SRC/unpack_bundle.sh"
@@ -129,4 +132,21 @@ PY
     say "cost, 8B shapes, $spec (exit $?): $(grep -o '[0-9.]* tokens/s' "$LOGS/cost_$spec.log" | tail -1) $(grep -o 'speculative decoding: .*' "$LOGS/cost_$spec.log")"
   done
   grep -iE "error" "$LOGS"/cost_*.log | head -3 | tee -a "$SUMMARY"
+fi
+
+if stage batch; then
+  H8=$B/eagle-8b
+  bench() {  # NAME [FLAGS...]: requests/s
+    local name=$1
+    shift
+    timeout 300 "$P" bench throughput --model "$B/llama31-8b" --load-format dummy --device cuda \
+      --max-model-len 4096 --num-prompts 64 --input-len 512 --output-len 128 --no-bound "$@" \
+      > "$LOGS/batch_$name.log" 2>&1
+    echo "exit $? $(grep -oE 'Throughput: [0-9.]+ requests/s' "$LOGS/batch_$name.log" | head -1) $(grep -o 'speculative decoding: [0-9].*' "$LOGS/batch_$name.log" | tail -1 | cut -c1-90)"
+  }
+  for r in 1 2; do
+    say "batch 64, none (run $r): $(bench none)"
+    say "batch 64, eagle k=4 adaptive (run $r): $(bench adaptive --speculative-config "$(eagle 4 "$H8")")"
+  done
+  say "batch 64, eagle k=4 always: $(bench always --speculative-config "{\"method\": \"eagle\", \"model\": \"$H8\", \"num_speculative_tokens\": 4, \"disable_by_batch_size\": 1000}")"
 fi

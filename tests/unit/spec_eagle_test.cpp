@@ -13,9 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "model_files_util.h"
+#include "runner/model_loader.h"
 #include "sanitized.h"
 #include "spec/eagle_proposer.h"
 #include "spec_test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace pagellm {
 namespace {
@@ -198,6 +200,51 @@ TEST(SpecEagle, HeadLayoutsWithPrefixBiasAndSeveralLayersLoad) {
   const SpecRun spec = generate(a, three, params);
   expect_same_outputs(generate(base_args(kPycode), three, params), spec);
   EXPECT_GT(spec.stats.spec_num_draft_tokens, 0u);
+}
+
+// A CPU runner that answers like the CUDA runners: sampled seqs' drafts are not worth verifying.
+class HostVerifyingRunner : public runner::ModelRunner {
+ public:
+  explicit HostVerifyingRunner(std::unique_ptr<runner::ModelRunner> inner)
+      : inner_(std::move(inner)) {}
+  int num_kv_blocks() const override { return inner_->num_kv_blocks(); }
+  int block_size() const override { return inner_->block_size(); }
+  const io::ModelConfig& config() const override { return inner_->config(); }
+  engine::ModelRunnerOutput execute(const engine::SchedulerOutput& batch) override {
+    return inner_->execute(batch);
+  }
+  void set_return_hidden() override { inner_->set_return_hidden(); }
+  bool verifies_sampled_drafts() const override { return false; }
+
+ private:
+  std::unique_ptr<runner::ModelRunner> inner_;
+};
+
+// There, sampled requests decode without drafts and hand the proposer no hidden states; greedy
+// ones still speculate.
+TEST(SpecEagle, SampledRequestsDecodeWithoutDraftsWhereVerifyingThemIsSlow) {
+  EngineArgs a = base_args(kPycode);
+  a.speculative = eagle(3);
+  runner::LoadedModel m = runner::load_model(a);
+  EngineCore core(a, std::make_unique<HostVerifyingRunner>(std::move(m.runner)),
+                  tok::Tokenizer::from_dir(kPycode), m.generation_config, m.name);
+  auto* proposer = dynamic_cast<spec::EagleProposer*>(core.proposer());
+  ASSERT_NE(proposer, nullptr);
+  const auto prompts = code_prompts();
+  SamplingParams sampled = at_temperature(0.8f);
+  sampled.max_tokens = 24;
+  sampled.seed = 3;
+  core.add_request("sampled", prompts[0], sampled, {}, false);
+  int max_held = 0;
+  while (core.has_unfinished()) {
+    core.step();
+    for (int i = 0; i < 8; ++i) max_held = std::max(max_held, proposer->num_held_features(i));
+  }
+  EXPECT_EQ(core.take_stats().spec_num_drafts, 0u);
+  EXPECT_EQ(max_held, 0);
+  core.add_request("greedy", prompts[1], greedy(24), {}, false);
+  while (core.has_unfinished()) core.step();
+  EXPECT_GT(core.take_stats().spec_num_drafts, 0u);
 }
 
 std::string eagle_error(const std::string& head) {
