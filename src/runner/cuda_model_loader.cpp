@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "io/eagle_config.h"
 #include "quant/kv_cache_quant.h"
 #include "runner/cuda_parallel_runner.h"
 #include "runner/cuda_runner.h"
@@ -86,7 +87,10 @@ void keep_room_for_draft(const EngineArgs& args, CudaRunnerOptions& o) {
                 "replica)");
   const std::filesystem::path dir(args.speculative.model);
   if (!std::filesystem::exists(dir / "config.json")) return;  // the draft's loader says so
-  const io::ModelConfig d = io::load_model_config(dir);
+  bool eagle3 = false;
+  const io::ModelConfig d = args.speculative.method == "eagle"
+                                ? io::load_eagle_head_config(dir, &eagle3)
+                                : io::load_model_config(dir);
   DType dt = d.torch_dtype;
   if (args.dtype != "auto") dt = o.dtype;
   const int64_t esz = int64_t(dtype_size(dt));

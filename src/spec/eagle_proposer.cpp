@@ -2,13 +2,11 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "common/error.h"
+#include "io/eagle_config.h"
 #include "io/safetensors.h"
 #include "models/llama.h"
 #include "runner/cpu_runner.h"
@@ -281,27 +279,12 @@ io::ModelConfig eagle_head_config(const std::filesystem::path& dir, const io::Mo
   std::string name = "'";
   name += dir.string();
   name += '\'';
-  // EAGLE heads name their architecture LlamaForCausalLM, or after EAGLE (EagleLlamaForCausalLM,
-  // LlamaForCausalLMEagle; EAGLE-3's carry "Eagle3"): the layers are Llama's either way.
-  const std::filesystem::path file = dir / "config.json";
-  std::ifstream in(file);
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) invalid_argument(file.string() + ": not a JSON object");
-  bool eagle3 = store.find("midlayer.hidden_norm.weight") != nullptr;
-  if (j.contains("architectures") && j["architectures"].is_array()) {
-    for (auto& arch : j["architectures"]) {
-      if (!arch.is_string()) continue;
-      const std::string a = arch.get<std::string>();
-      eagle3 = eagle3 || a.find("Eagle3") != std::string::npos;
-      if (a.find("Eagle") != std::string::npos && a.find("Llama") != std::string::npos)
-        arch = "LlamaForCausalLM";
-    }
-  }
-  if (eagle3)
+  bool eagle3 = false;
+  io::ModelConfig c = io::load_eagle_head_config(dir, &eagle3);
+  if (eagle3 || store.find("midlayer.hidden_norm.weight"))
     unsupported("--speculative-config: " + name +
                 " is an EAGLE-3 head; method eagle takes EAGLE(-1) heads (fc + decoder layers), "
                 "and eagle3 is not available yet");
-  io::ModelConfig c = io::parse_model_config(j.dump(), file.string());
   if (!store.find("fc.weight")) bad_head(name + " has no tensor fc.weight: not an EAGLE head");
   if (c.hidden_size != target.hidden_size)
     mismatch(name, "hidden_size", c.hidden_size, target.hidden_size);
