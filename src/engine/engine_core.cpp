@@ -308,12 +308,10 @@ bool EngineCore::may_speculate(const engine::Request& req) const {
 void EngineCore::propose_drafts() {
   scheduler_->spec_candidates(spec_seqs_);
   spec_candidates_.clear();
-  for (const auto& [seq, room] : spec_seqs_) {
-    if (may_speculate(*seq->request))
-      spec_candidates_.push_back({seq, room});
-    else
-      proposer_->release(seq->seq_id);  // what an EAGLE proposer keeps for it would never serve
-  }
+  // Requests that may not speculate never give a proposer anything to keep (an EAGLE proposer
+  // gets hidden states only for Request::spec_features, which may_speculate decides).
+  for (const auto& [seq, room] : spec_seqs_)
+    if (may_speculate(*seq->request)) spec_candidates_.push_back({seq, room});
   // The adaptive switch: a batch this large decodes without drafts (their drafts, if any, were
   // proposed for an earlier length and are ignored by the scheduler).
   if (spec_candidates_.size() > size_t(args_.speculative.max_speculating_seqs())) return;
