@@ -369,6 +369,7 @@ cuda::AttentionParams CudaRunner::Impl::planning_params(int num_tokens, int num_
   ap.head_dim = head_dim;
   ap.block_size = opt.block_size;
   ap.max_blocks_per_seq = max_blocks;
+  ap.num_slots = kv_pool.get() ? int64_t(num_blocks) * opt.block_size : 0;
   ap.q_token_stride = qkv_width;
   // A model with sliding windows or soft caps plans with them, so that no layer's attention is
   // planned for the wgmma kernel, which has neither (attention.cu).

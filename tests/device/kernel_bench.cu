@@ -133,6 +133,7 @@ double bench_attention(const AttnBench& c, double* kv_bytes, double* flops, int*
   p.head_dim = c.head_dim;
   p.block_size = c.block_size;
   p.max_blocks_per_seq = nb_per_seq;
+  p.num_slots = int64_t(table.size()) * c.block_size;
   p.scale = 1.f / std::sqrt(float(c.head_dim));
   int num_sms = 0;
   BK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0));
@@ -168,6 +169,31 @@ double bench_attention(const AttnBench& c, double* kv_bytes, double* flops, int*
 
 }  // namespace
 
+// Prefill attention (tile kernels), causal, bf16: on Hopper the wgmma kernel, then mma.sync.
+void prefill_attention_bench() {
+  std::printf("%-52s %9s %10s\n", "prefill attention (tensor-core tiles)", "ms", "TFLOP/s");
+  const AttnBench prefill[] = {
+      {1, 8192, 8192, 32, 8, 128, 16},
+      {1, 4096, 4096, 32, 8, 128, 16}, {4, 2048, 2048, 32, 8, 128, 16},
+      {1, 2048, 8192, 32, 8, 128, 16}, {8, 1024, 1024, 32, 32, 64, 16},
+      {2, 1024, 1024, 32, 8, 128, 16}, {1, 4096, 4096, 32, 8, 128, 16, DType::kF8E4M3},
+  };
+  for (const auto& c : prefill)
+    for (bool wgmma : {true, false}) {       // on Hopper: the wgmma kernel, then mma.sync
+      if (!wgmma && is_fp8(c.kv)) continue;  // FP8 caches always take the mma.sync kernel
+      attention_set_prefill_wgmma(wgmma);
+      double bytes, flops;
+      int splits;
+      const double ms = bench_attention(c, &bytes, &flops, &splits);
+      attention_set_prefill_wgmma(true);
+      char label[96];
+      std::snprintf(label, sizeof label, "seqs=%d q=%d ctx=%d H=%d/%d D=%d%s %s", c.batch, c.q_len,
+                    c.ctx, c.heads, c.kv_heads, c.head_dim, is_fp8(c.kv) ? " kv=e4m3" : "",
+                    wgmma && !is_fp8(c.kv) ? "wgmma" : "mma.sync");
+      std::printf("%-52s %9.3f %10.1f\n", label, ms, flops / (ms * 1e9));
+    }
+}
+
 void bench_main() {
   std::printf("== benchmarks (bf16)\n");
   const double copy = copy_bandwidth_gbs();
@@ -200,26 +226,7 @@ void bench_main() {
       const double gbs = bytes / (ms * 1e6);
       std::printf("%-52s %9.3f %10.0f %7.1f%% %9d\n", label, ms, gbs, 100.0 * gbs / copy, splits);
     }
-  std::printf("%-52s %9s %10s\n", "prefill attention (tensor-core tiles)", "ms", "TFLOP/s");
-  const AttnBench prefill[] = {
-      {1, 4096, 4096, 32, 8, 128, 16}, {4, 2048, 2048, 32, 8, 128, 16},
-      {1, 2048, 8192, 32, 8, 128, 16}, {8, 1024, 1024, 32, 32, 64, 16},
-      {2, 1024, 1024, 32, 8, 128, 16}, {1, 4096, 4096, 32, 8, 128, 16, DType::kF8E4M3},
-  };
-  for (const auto& c : prefill)
-    for (bool wgmma : {true, false}) {       // on Hopper: the wgmma kernel, then mma.sync
-      if (!wgmma && is_fp8(c.kv)) continue;  // FP8 caches always take the mma.sync kernel
-      attention_set_prefill_wgmma(wgmma);
-      double bytes, flops;
-      int splits;
-      const double ms = bench_attention(c, &bytes, &flops, &splits);
-      attention_set_prefill_wgmma(true);
-      char label[96];
-      std::snprintf(label, sizeof label, "seqs=%d q=%d ctx=%d H=%d/%d D=%d%s %s", c.batch, c.q_len,
-                    c.ctx, c.heads, c.kv_heads, c.head_dim, is_fp8(c.kv) ? " kv=e4m3" : "",
-                    wgmma && !is_fp8(c.kv) ? "wgmma" : "mma.sync");
-      std::printf("%-52s %9.3f %10.1f\n", label, ms, flops / (ms * 1e9));
-    }
+  prefill_attention_bench();
   // Decode-shaped GEMMs of Llama-3.1-8B (m = batch): weight-read bandwidth. Weights rotate over
   // >= 512 MB of copies so that L2 (50 MB) cannot serve them.
   std::printf("%-52s %9s %10s %8s\n", "gemm bf16 (gemv for m<=8 / cuBLASLt)", "ms", "W GB/s",

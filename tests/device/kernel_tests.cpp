@@ -2,6 +2,7 @@
 // kernel_reference.cpp. Runs on the GPU machine (no gtest, no Debian libraries there):
 //   cuda_kernel_tests [--filter SUBSTRING] [--bench | --bench-only] [--sampler-bench]
 //                     [--fp8-bench | --fp8-bench-only] [--int-bench-only]
+//                     [--attention-bench-only]
 // (--filter fp8: only the FP8 linear tests; --fp8-bench-only: only their benchmark)
 // Every output buffer is poisoned with NaN before the kernel runs, every input is fresh random
 // data, and NaN never passes. Exit status 0 only if every case passed.
@@ -267,6 +268,7 @@ void test_attention(const AttnCase& c) {
   p.head_dim = c.head_dim;
   p.block_size = c.block_size;
   p.max_blocks_per_seq = s.max_blocks;
+  p.num_slots = int64_t(s.num_blocks) * c.block_size;
   p.scale = 1.f / std::sqrt(float(c.head_dim));
   p.window = c.window;
   p.softcap = c.softcap;
@@ -350,6 +352,10 @@ void prefill_cases(std::initializer_list<DType> dtypes) {
     test_attention({t, 8, 2, 128, 16, {512}, {8191}, 0, "chunk 512 after 7679 cached"});
     test_attention({t, 8, 8, 64, 32, {1000, 300}, {1000, 2300}, 0, "prefill 1000 + chunk 300"});
     test_attention({t, 32, 4, 128, 16, {130, 1, 2, 3}, {130, 5000, 2, 50}, 0, "mixed small q"});
+    // Pages of 8 and 128 keys (16 and 1 TMA boxes per 128-key tile on Hopper), partial last pages
+    // and key counts on tile boundaries.
+    test_attention({t, 16, 4, 128, 8, {300, 203, 256}, {300, 1213, 256}, 0, "prefill bs8"});
+    test_attention({t, 16, 2, 64, 128, {257, 130, 384}, {257, 1500, 640}, 0, "prefill bs128"});
     test_attention({t,
                     32,
                     8,
@@ -735,13 +741,14 @@ void fp8_fused_bench();                                                     // f
 void fp8_bench();                                                         // fp8_bench.cpp
 void int_suite(const std::string& filter, int& passed, int& failed);      // int_tests.cpp
 void int_bench();                                                         // int_tests.cpp
+void prefill_attention_bench();                                           // kernel_bench.cu
 
 }  // namespace pagellm::cuda::test
 
 int main(int argc, char** argv) {
   using namespace pagellm::cuda::test;
   bool bench = false, tests = true, sampler_only_bench = false, fp8_only_bench = false,
-       int_only_bench = false, fused_only_bench = false;
+       int_only_bench = false, fused_only_bench = false, attention_only_bench = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--filter" && i + 1 < argc)
@@ -761,13 +768,17 @@ int main(int argc, char** argv) {
     } else if (a == "--fp8-fused-bench-only") {
       fused_only_bench = true;
       tests = false;
+    } else if (a == "--attention-bench-only") {
+      attention_only_bench = true;
+      tests = false;
     } else if (a == "--int-bench-only") {
       int_only_bench = true;
       tests = false;
     } else {
       std::fprintf(stderr,
                    "usage: %s [--filter SUBSTRING] [--bench | --bench-only] [--sampler-bench] "
-                   "[--fp8-bench | --fp8-bench-only] [--fp8-fused-bench-only] [--int-bench-only]\n",
+                   "[--fp8-bench | --fp8-bench-only] [--fp8-fused-bench-only] [--int-bench-only] "
+                   "[--attention-bench-only]\n",
                    argv[0]);
       return 2;
     }
@@ -792,6 +803,7 @@ int main(int argc, char** argv) {
     std::printf("kernel tests: %d passed, %d failed (%.1f s)\n", g_passed, g_failed, secs);
   }
   if (bench) bench_main();
+  if (attention_only_bench) prefill_attention_bench();
   if (bench || sampler_only_bench) sampler_bench();
   if (bench || fp8_only_bench) fp8_bench();
   if (bench || int_only_bench) int_bench();

@@ -16,14 +16,25 @@ PARTS=${*:-tests bench e2e}
 "$B/cuda_probe" > "$LOGS/probe.log" 2>&1
 say "probe: $(grep -iE 'copy|gemm' "$LOGS/probe.log" | tr '\n' ' ')"
 if [[ $PARTS == *tests* ]]; then
-  timeout 400 "$B/cuda_kernel_tests" --filter attention > "$LOGS/attention_tests.log" 2>&1
-  say "attention tests (exit $?): $(grep -E 'kernel tests:' "$LOGS/attention_tests.log")"
-  grep -E "FAIL" "$LOGS/attention_tests.log" | head -20 | tee -a "$SUMMARY"
+  for pp in 1 0; do  # the Hopper kernel with and without its consumers taking turns
+    PAGELLM_PREFILL_PINGPONG=$pp timeout 200 "$B/cuda_kernel_tests" --filter attention \
+      > "$LOGS/attention_tests_pp$pp.log" 2>&1
+    say "attention tests, pingpong=$pp (exit $?): $(grep -E 'kernel tests:' "$LOGS/attention_tests_pp$pp.log")"
+    grep -E "FAIL" "$LOGS/attention_tests_pp$pp.log" | head -20 | tee -a "$SUMMARY"
+  done
 fi
-if [[ $PARTS == *bench* ]]; then
-  timeout 300 "$B/cuda_kernel_tests" --bench-only > "$LOGS/kernel_bench.log" 2>&1
-  say "kernel bench (exit $?):"
-  sed -n '/prefill attention/,/gemm bf16/p' "$LOGS/kernel_bench.log" | tee -a "$SUMMARY"
+if [[ $PARTS == *bench* ]]; then  # prefill attention: a base build's binary first, when bundled
+  if [ -x "$B/cuda_kernel_tests.base" ]; then
+    timeout 120 "$B/cuda_kernel_tests.base" --attention-bench-only > "$LOGS/attention_bench_base.log" 2>&1
+    say "prefill attention bench, base build (exit $?):"
+    tee -a "$SUMMARY" < "$LOGS/attention_bench_base.log"
+  fi
+  for pp in 1 0; do
+    PAGELLM_PREFILL_PINGPONG=$pp timeout 120 "$B/cuda_kernel_tests" --attention-bench-only \
+      > "$LOGS/attention_bench_pp$pp.log" 2>&1
+    say "prefill attention bench, pingpong=$pp (exit $?):"
+    tee -a "$SUMMARY" < "$LOGS/attention_bench_pp$pp.log"
+  done
 fi
 if [[ $PARTS == *ncu* ]]; then  # where the wgmma kernel's time goes: its first benchmark launch
   NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)

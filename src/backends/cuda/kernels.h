@@ -210,6 +210,9 @@ struct AttentionParams {
   int head_dim = 0;
   int block_size = 0;
   int max_blocks_per_seq = 0;
+  // Slots in each cache (num_blocks * block_size): the bounds of the Hopper prefill kernel's TMA
+  // loads. 0 (unknown) leaves prefill to the mma.sync tile kernel.
+  int64_t num_slots = 0;
   int64_t q_token_stride = 0;  // 0 = num_heads * head_dim
   float scale = 0.f;           // softmax scale, usually 1/sqrt(head_dim)
   // > 0: a query at position p attends keys (p - window, p] only (sliding-window layers).

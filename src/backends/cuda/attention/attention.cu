@@ -2,6 +2,7 @@
 // tensor-core tile kernel when it serves the dtype and head_dim; every other token goes to the
 // split-KV kernel, with the split count chosen to fill the GPU.
 #include <algorithm>
+#include <climits>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include "backends/cuda/attention/attention_internal.h"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/fp8_convert.cuh"
+#include "backends/cuda/tma.h"
 
 namespace pagellm::cuda {
 
@@ -21,8 +23,13 @@ std::atomic<bool> g_prefill_wgmma{[] {
   const char* env = std::getenv("PAGELLM_PREFILL_WGMMA");
   return !(env && std::strcmp(env, "0") == 0);
 }()};
+std::atomic<bool> g_prefill_pingpong{[] {
+  const char* env = std::getenv("PAGELLM_PREFILL_PINGPONG");
+  return !(env && std::strcmp(env, "0") == 0);
+}()};
 }  // namespace
 
+bool attention::prefill_pingpong_enabled() { return g_prefill_pingpong; }
 void attention_set_decode_tensor_cores(bool enabled) { g_decode_tensor_cores = enabled; }
 bool attention::decode_tensor_cores_enabled() { return g_decode_tensor_cores; }
 void attention_set_prefill_wgmma(bool enabled) { g_prefill_wgmma = enabled; }
@@ -70,7 +77,8 @@ bool device_is_sm90() {
 // params), so every layer's attention runs 64-row tiles.
 bool sm90_tiles(const AttentionParams& p) {
   return tile_path(p) && p.head_dim <= 128 && p.kv_dtype == p.dtype && p.window == 0 &&
-         p.softcap == 0.f && attention::prefill_wgmma_enabled() && device_is_sm90();
+         p.softcap == 0.f && attention::sm90_tma_fits(p) && attention::prefill_wgmma_enabled() &&
+         device_is_sm90() && tma_available();
 }
 
 // The launchers for model type T, picked by the cache's dtype (T itself or FP8).
@@ -137,6 +145,26 @@ void order_tiles_longest_first(const int32_t* qsl, const int32_t* seq_lens,
 }
 
 }  // namespace
+
+bool attention::sm90_tma_fits(const AttentionParams& p) {
+  const int64_t stride = p.q_token_stride ? p.q_token_stride : int64_t{p.num_heads} * p.head_dim;
+  const int bs = p.block_size;
+  return (p.head_dim == 64 || p.head_dim == 128) && element_size(p.dtype) == 2 && aligned16(p.q) &&
+         aligned16(p.k_cache) && aligned16(p.v_cache) && aligned16(p.out) && stride % 8 == 0 &&
+         p.num_slots > 0 && p.num_slots <= INT32_MAX && bs >= 8 && bs <= 128 && (bs & (bs - 1)) == 0;
+}
+
+bool attention::make_sm90_maps(const AttentionParams& p, Sm90Maps* maps) {
+  const uint64_t d = uint64_t(p.head_dim), row_bytes = d * 2;
+  const uint64_t q_stride = uint64_t(p.q_token_stride ? p.q_token_stride : p.num_heads * d) * 2;
+  const uint64_t slot_bytes = uint64_t(p.num_kv_heads) * row_bytes;
+  const uint64_t q_dims[3] = {d, uint64_t(p.num_heads), uint64_t(p.num_tokens)};
+  const uint64_t kv_dims[3] = {d, uint64_t(p.num_kv_heads), uint64_t(p.num_slots)};
+  const uint32_t q_box[3] = {64, 1, 64}, kv_box[3] = {64, 1, uint32_t(p.block_size)};
+  return encode_tma_3d_u16(&maps->q, p.q, q_dims, {row_bytes, q_stride}, q_box) &&
+         encode_tma_3d_u16(&maps->k, p.k_cache, kv_dims, {row_bytes, slot_bytes}, kv_box) &&
+         encode_tma_3d_u16(&maps->v, p.v_cache, kv_dims, {row_bytes, slot_bytes}, kv_box);
+}
 
 cudaError_t plan_attention(const AttentionParams& p, const int32_t* query_start_loc_host,
                            const int32_t* seq_lens_host, int num_sms, int fixed_num_splits,

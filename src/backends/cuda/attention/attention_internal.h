@@ -2,6 +2,7 @@
 // the CI compile parallelises and each TU holds few instantiations).
 #pragma once
 
+#include <cuda.h>  // CUtensorMap
 #include <cuda_runtime.h>
 
 #include "backends/cuda/kernels.h"
@@ -46,6 +47,9 @@ bool decode_tensor_cores_enabled();
 
 // Process-wide switch of the Hopper (wgmma) prefill kernel; off, Hopper runs the mma.sync tiles.
 bool prefill_wgmma_enabled();
+// Whether that kernel's two consumer warpgroups take turns at the tensor cores (PAGELLM_PREFILL_
+// PINGPONG=0 at start: they do not).
+bool prefill_pingpong_enabled();
 
 // Split-KV kernel over plan.split_items; with num_splits > 1 the last block of each split group
 // merges the group (merge_splits_if_last, counting in plan.split_counters: one per split item and
@@ -60,6 +64,20 @@ cudaError_t launch_split_kv(const AttentionParams& p, const AttentionPlan& plan,
 // Tensor-core tile kernel over plan.tile_items (bf16 / f16, head_dim 64 or 128).
 template <typename T, typename KV>
 cudaError_t launch_tile(const AttentionParams& p, const AttentionPlan& plan, cudaStream_t stream);
+
+// The tensor maps of one Hopper prefill launch: Q as [num_tokens, num_heads, D] (token stride
+// q_token_stride) in boxes of 64 rows x 64 columns of one head; the K and V caches as [num_slots,
+// num_kv_heads, D] in boxes of one page (block_size slots) x 64 columns of one KV head.
+struct Sm90Maps {
+  CUtensorMap q, k, v;
+};
+
+// Whether p's buffers and shapes fit the Hopper kernel's TMA loads: 16-byte aligned operands and
+// strides, a known cache size (num_slots) and block sizes that tile 128 keys in 1024-byte pages.
+bool sm90_tma_fits(const AttentionParams& p);
+
+// Encodes the three maps of p (false: the driver refused one).
+bool make_sm90_maps(const AttentionParams& p, Sm90Maps* maps);
 
 // Hopper wgmma tile kernel over plan.tile_items of kSm90TileRows rows (bf16 / f16 with a cache of
 // the same dtype, head_dim 64 or 128; compute capability 9.0 only).

@@ -1,14 +1,15 @@
-// Paged prefill attention on Hopper's warpgroup MMAs (wgmma, sm_90a), for 16-bit caches: the
-// FlashAttention-3 arithmetic (S = Q·Kᵀ and O += P·V as asynchronous warpgroup MMAs reading K and V
-// straight from 128-byte-swizzled shared memory; P fed from the score registers as the A operand)
-// inside the pipeline of the mma.sync tile kernel (tile.cuh), whose paged gather it keeps.
+// Paged prefill attention on Hopper's warpgroup MMAs (wgmma, sm_90a), for 16-bit caches, built as
+// FlashAttention-3 builds it: S = Q·Kᵀ and O += P·V as asynchronous warpgroup MMAs reading K and V
+// straight from 128-byte-swizzled shared memory (P fed from the score registers as the A operand),
+// K/V brought in by the tensor memory accelerator (TMA) under a producer warp, mbarriers between
+// producer and consumers, and the registers moved to the consumers (setmaxnreg).
 //
-// One block = two warpgroups = 128 query rows of one sequence and one query head (64 rows per
-// warpgroup, 16 per warp; each thread holds rows g and g + 8 of its warp's 16, as in mma.sync).
-// K/V tiles of 128 keys are gathered from the paged cache with cp.async into three stages, so tile
-// j + 1 loads while tile j's scores and tile j - 1's P·V are multiplied; both warpgroups read each
-// tile, halving the K/V traffic per query row of a 64-row block. A warpgroup skips the tiles that lie wholly past its last row
-// (the causal diagonal) but keeps the block's barriers.
+// One block = 128 query rows of one sequence and one query head: a producer warpgroup and two
+// consumer warpgroups of 64 rows (16 per warp; each thread holds rows g and g + 8 of its warp's 16,
+// as in mma.sync). K/V tiles of 128 keys, one TMA box per cache page and 64 columns (the page's
+// rows of one KV head are block_size rows 2 x num_kv_heads x D bytes apart, a 3-D tensor map
+// [slots, kv_heads, D]), rotate over three stages; both consumers read each tile, halving the K/V
+// traffic per query row of a 64-row block.
 //
 // Included once per dtype by tile_sm90_*.cu. Code built for sm_80 gets an empty body; the planner
 // picks this kernel only on compute capability 9.0 (attention.cu: sm90_tiles).
@@ -21,20 +22,51 @@
 #include "backends/cuda/attention/mma_softmax.cuh"
 #include "backends/cuda/attention/wgmma.cuh"
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/tma.cuh"
 
 namespace pagellm::cuda::attention {
 
 constexpr int kSm90Keys = 128;     // keys per K/V tile
 constexpr int kSm90Stages = 3;     // K/V tiles in shared memory at once
-constexpr int kSm90Threads = 256;  // two warpgroups
-static_assert(kSm90TileRows == 2 * 64, "one warpgroup per 64 query rows");
+constexpr int kSm90Threads = 384;  // a producer warpgroup and two consumer warpgroups
+constexpr int kSm90ConsumerWarps = 8;
+// Registers per thread after the reallocation: 128 x 40 + 256 x 232 = the 384 x 168 of the launch.
+constexpr int kSm90ProducerRegs = 40;
+constexpr int kSm90ConsumerRegs = 232;
+static_assert(kSm90TileRows == 2 * 64, "one consumer warpgroup per 64 query rows");
 
 // Shared memory: Q [kSm90TileRows, D], then kSm90Stages K tiles [kSm90Keys, D] and as many V
-// tiles, all 16-bit and 1024-byte aligned (the swizzle atoms); 1024 bytes of slack to align the
-// base. 225 KB at D = 128, within the 227 KB a block may have.
+// tiles, all 16-bit and 1024-byte aligned (the swizzle atoms), then the barriers; 1024 bytes of
+// slack to align the base. 225 KB at D = 128, within the 227 KB a block may have.
+constexpr int kSm90Barriers = 4 * kSm90Stages + 2;
 template <int D>
 constexpr int sm90_smem_bytes() {
-  return (kSm90TileRows + 2 * kSm90Stages * kSm90Keys) * D * 2 + 1024;
+  return (kSm90TileRows + 2 * kSm90Stages * kSm90Keys) * D * 2 + 1024 + kSm90Barriers * 8;
+}
+
+// The block's shared memory. Barriers: full_* complete when a stage's tile has landed (the
+// producer's arrival and the TMA bytes), empty_* when all consumer warps are done with it; q_full
+// for Q, v_fixed for the last V tile once its rows past the keys are zeroed.
+struct Sm90Smem {
+  unsigned char *q, *k, *v;
+  uint64_t *full_k, *full_v, *empty_k, *empty_v, *q_full, *v_fixed;
+};
+
+template <int D>
+__device__ __forceinline__ Sm90Smem sm90_smem(unsigned char* raw) {
+  constexpr int kKvTileBytes = kSm90Keys * D * 2;
+  Sm90Smem sm;
+  sm.q = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 1023) &
+                                          ~uintptr_t{1023});
+  sm.k = sm.q + kSm90TileRows * D * 2;
+  sm.v = sm.k + kSm90Stages * kKvTileBytes;
+  sm.full_k = reinterpret_cast<uint64_t*>(sm.v + kSm90Stages * kKvTileBytes);
+  sm.full_v = sm.full_k + kSm90Stages;
+  sm.empty_k = sm.full_v + kSm90Stages;
+  sm.empty_v = sm.empty_k + kSm90Stages;
+  sm.q_full = sm.empty_v + kSm90Stages;
+  sm.v_fixed = sm.q_full + 1;
+  return sm;
 }
 
 #if PAGELLM_WGMMA_AVAILABLE
@@ -134,98 +166,164 @@ __device__ __forceinline__ void softmax_step(float (&s)[kSm90Keys / 8][4], float
   l_a = l_a * corr_a + sum_a;
   l_b = l_b * corr_b + sum_b;
 }
+
+// The producer warp (warpgroup 0's first warp): Q once, then K and V tile by tile into the ring of
+// kSm90Stages stages, each page of the tile one TMA box per 64 columns (pages past the keys read
+// at a negative slot, which TMA fills with zeros). A stage is refilled once all eight consumer
+// warps released it. A last page holding fewer keys than block_size leaves cache rows past the keys
+// (stale, possibly NaN) in V: once that tile has landed, the warp zeroes them and signals
+// v_fixed, which the consumers wait on for that tile instead (their P is 0 there, but 0 · NaN is
+// not). K needs no such care: the causal mask overwrites those keys' scores.
+template <int D>
+__device__ __forceinline__ void produce_sm90_tiles(const AttentionParams& p, const TileSpan& t,
+                                                   const Sm90Maps& maps, int n_tiles,
+                                                   const Sm90Smem& sm, int lane) {
+  constexpr int kKvTileBytes = kSm90Keys * D * 2;
+  constexpr int kColBlocks = D / 64;
+  if (lane == 0) {
+    tma::arrive_expect_tx(sm.q_full, kSm90TileRows * D * 2);
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int cb = 0; cb < kColBlocks; ++cb)
+        tma::load_3d(sm.q + cb * (kSm90TileRows * 128) + half * 64 * 128, maps.q, sm.q_full,
+                     cb * 64, t.head, t.q_begin + t.row0 + half * 64);
+  }
+  const int bs = p.block_size;
+  const int pages = kSm90Keys / bs;
+  const int32_t* table = p.block_tables + static_cast<int64_t>(t.seq) * p.max_blocks_per_seq;
+  const auto load_tile = [&](unsigned char* dst, const CUtensorMap& map, uint64_t* full, int slot) {
+    if (lane == 0) tma::arrive_expect_tx(full, kKvTileBytes);
+    __syncwarp();
+    if (lane < pages) {
+#pragma unroll
+      for (int cb = 0; cb < kColBlocks; ++cb)
+        tma::load_3d(dst + cb * (kSm90Keys * 128) + lane * bs * 128, map, full, cb * 64, t.kv_head,
+                     slot);
+    }
+  };
+  for (int j = 0; j < n_tiles; ++j) {
+    const int stage = j % kSm90Stages, use = j / kSm90Stages;
+    const int key = j * kSm90Keys + lane * bs;  // this lane's page
+    const int slot = lane < pages && key < t.n_keys ? table[key / bs] * bs : -bs;
+    if (use > 0) tma::wait(sm.empty_k + stage, (use - 1) & 1);
+    load_tile(sm.k + stage * kKvTileBytes, maps.k, sm.full_k + stage, slot);
+    if (use > 0) tma::wait(sm.empty_v + stage, (use - 1) & 1);
+    load_tile(sm.v + stage * kKvTileBytes, maps.v, sm.full_v + stage, slot);
+  }
+  const int tail = t.n_keys % bs;
+  if (tail == 0) return;
+  const int j = n_tiles - 1, stage = j % kSm90Stages;
+  tma::wait(sm.full_v + stage, (j / kSm90Stages) & 1);
+  const int first = t.n_keys - j * kSm90Keys;  // the tile's first row past the keys
+  const int rows = bs - tail;                  // up to the end of its page
+  unsigned char* v = sm.v + stage * kKvTileBytes;
+  for (int c = lane; c < rows * (D / 8); c += 32)
+    *reinterpret_cast<uint4*>(v + wgmma::sw128_offset<kSm90Keys>(first + c / (D / 8), c % (D / 8))) =
+        make_uint4(0, 0, 0, 0);
+  wgmma::fence_proxy_async();  // the zeros, visible to the MMAs' reads
+  __syncwarp();
+  if (lane == 0) tma::arrive(sm.v_fixed);
+}
 #endif  // PAGELLM_WGMMA_AVAILABLE
 
-// The loop follows FlashAttention-3's in-warpgroup overlap: iteration j issues S_j = Q·K_jᵀ and
-// O += P_{j-1}·V_{j-1} back to back, waits for S_j only, and runs S_j's softmax while the tensor
-// cores finish P·V; O takes S_j's correction after that wait. K/V tiles rotate over three stages:
-// tile j + 1 loads during iteration j, into the stage that held tile j - 2, whose V every
-// warpgroup had finished with before iteration j's barrier.
-template <typename T, int D>
+// Warp-specialised, as FlashAttention-3: warpgroup 0 produces (one warp issuing TMA loads, with
+// few registers), warpgroups 1 and 2 consume (64 query rows each, with the registers the producer
+// gave back), so the MMAs never wait at a block barrier for loads. Per consumer warpgroup, the
+// in-warpgroup overlap: iteration j issues S_j = Q·K_jᵀ and O += P_{j-1}·V_{j-1} back to back,
+// waits for S_j only, releases K_j's stage and runs S_j's softmax while the tensor cores finish
+// P·V; O takes S_j's correction after that wait, and V_{j-1}'s stage is released. A warpgroup skips
+// the tiles that lie wholly past its last row (the causal diagonal) but still takes each tile's
+// turn (waits for it, releases it), so that every stage's phases count all eight warps.
+//
+// kPingPong: the consumers also take turns at the tensor cores (FlashAttention-3's inter-warpgroup
+// schedule): each issues its iteration's MMAs only after the other issued its own, over two named
+// barriers, so one warpgroup's softmax runs while the other's MMAs do.
+template <typename T, int D, bool kPingPong>
 __global__ void __launch_bounds__(kSm90Threads, 1)
     tile_attention_sm90_kernel(const __grid_constant__ AttentionParams p,
-                               const __grid_constant__ AttentionPlan plan) {
+                               const __grid_constant__ AttentionPlan plan,
+                               const __grid_constant__ Sm90Maps maps) {
 #if PAGELLM_WGMMA_AVAILABLE
   pdl_launch_dependents();
   pdl_wait();
-  constexpr int kChunks = D / 8;                        // 16-byte chunks per row
-  constexpr int kRowsPerPass = kSm90Threads / kChunks;  // K/V rows one pass of the block loads
   constexpr int kKvTileBytes = kSm90Keys * D * 2;
-  static_assert(kRowsPerPass % 8 == 0, "a thread's K/V rows share one swizzled column");
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* s_q = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});  // [kSm90TileRows, D]
-  unsigned char* s_k = s_q + kSm90TileRows * D * 2;       // [kSm90Stages][kSm90Keys, D]
-  unsigned char* s_v = s_k + kSm90Stages * kKvTileBytes;  // [kSm90Stages][kSm90Keys, D]
-
+  const Sm90Smem sm = sm90_smem<D>(smem_raw);
   const TileSpan t = tile_span(p, plan, kSm90TileRows);
-  const int row0 = t.row0, q_begin = t.q_begin, q_len = t.q_len, pos0 = t.pos0, n_keys = t.n_keys;
-  const int n_tiles = (n_keys + kSm90Keys - 1) / kSm90Keys;
-
-  const int tid = threadIdx.x;
-  const int lane = tid & 31;
-  const int warp = tid >> 5;
-  const int32_t* table = p.block_tables + static_cast<int64_t>(t.seq) * p.max_blocks_per_seq;
-  const T* q_base = static_cast<const T*>(p.q) + static_cast<int64_t>(t.head) * D;
-  const T* k_base = static_cast<const T*>(p.k_cache) + static_cast<int64_t>(t.kv_head) * D;
-  const T* v_base = static_cast<const T*>(p.v_cache) + static_cast<int64_t>(t.kv_head) * D;
-
-  for (int c = tid; c < kSm90TileRows * kChunks; c += kSm90Threads) {
-    const int r = c / kChunks, ch = c % kChunks;
-    const bool valid = row0 + r < q_len;
-    const T* src =
-        valid ? q_base + static_cast<int64_t>(q_begin + row0 + r) * p.q_token_stride + ch * 8
-              : q_base;
-    cp_async16(s_q + wgmma::sw128_offset<kSm90TileRows>(r, ch), src, valid ? 16 : 0);
-  }
-  // Each thread copies one 16-byte column (ch) of every kRowsPerPass-th row. Keys at or past n_keys
-  // are zero-filled: no garbage (possibly NaN) reaches the MMAs, and the causal mask removes their
-  // scores. Power-of-two block sizes (all of pagellm's) avoid an integer division per row.
-  const int ch = tid % kChunks;
-  const int bs = p.block_size;
-  const bool bs_pow2 = (bs & (bs - 1)) == 0;
-  const int bs_shift = __ffs(bs) - 1;
-  const int64_t slot_stride = int64_t{p.num_kv_heads} * D;
-  // A thread's rows r0 + i * kRowsPerPass share r0 & 7, hence one swizzled column: its
-  // destinations are dst0 + i * kRowsPerPass * 128.
-  const int r0 = tid / kChunks;
-  const int dst0 = wgmma::sw128_offset<kSm90Keys>(r0, ch);
-  const auto load_kv = [&](int tile, int stage) {
-#pragma unroll
-    for (int i = 0; i < kSm90Keys / kRowsPerPass; ++i) {
-      const int key = tile * kSm90Keys + r0 + i * kRowsPerPass;
-      const bool valid = key < n_keys;
-      int64_t off = 0;
-      if (valid) {
-        const int blk = bs_pow2 ? key >> bs_shift : key / bs;
-        off = (static_cast<int64_t>(table[blk]) * bs + (key - blk * bs)) * slot_stride + ch * 8;
-      }
-      const int dst = stage * kKvTileBytes + dst0 + i * kRowsPerPass * 128;
-      cp_async16(s_k + dst, k_base + off, valid ? 16 : 0);
-      cp_async16(s_v + dst, v_base + off, valid ? 16 : 0);
+  const int n_tiles = (t.n_keys + kSm90Keys - 1) / kSm90Keys;
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kSm90Stages; ++s) {
+      tma::init(sm.full_k + s, 1);
+      tma::init(sm.full_v + s, 1);
+      tma::init(sm.empty_k + s, kSm90ConsumerWarps);
+      tma::init(sm.empty_v + s, kSm90ConsumerWarps);
     }
-  };
-  load_kv(0, 0);
-  cp_async_commit();
-
-  const int g = lane >> 2;  // accumulator row within the warp's 16 (and g + 8)
-  const int t4 = lane & 3;  // accumulator column pair
+    tma::init(sm.q_full, 1);
+    tma::init(sm.v_fixed, 1);
+    tma::fence_init();
+  }
+  __syncthreads();
+  if (warp < 4) {  // the producer warpgroup
+    tma::release_registers<kSm90ProducerRegs>();
+    if (warp == 0) produce_sm90_tiles<D>(p, t, maps, n_tiles, sm, lane);
+    return;
+  }
+  tma::claim_registers<kSm90ConsumerRegs>();
+  const int cwarp = warp - 4;        // consumer warp 0 .. 7
+  const int g = lane >> 2;           // accumulator row within the warp's 16 (and g + 8)
+  const int t4 = lane & 3;           // accumulator column pair
+  const int wrow = cwarp * 16;       // this warp's first row in the block
+  const int wg_row = (cwarp >> 2) * 64;  // this warpgroup's first row
   const float qscale = p.scale * 1.4426950408889634f;  // softmax in the log2 domain
-  const int wrow = warp * 16;                          // this warp's first row in the block
-  const int wg_row = (warp >> 2) * 64;                 // this warpgroup's first row
-  const bool wg_active = row0 + wg_row < q_len;  // warpgroup-uniform, like everything wgmma uses
-  const int wg_pos = pos0 + row0 + wg_row;       // position of the warpgroup's first row
+  const bool wg_active = t.row0 + wg_row < t.q_len;  // warpgroup-uniform, like everything wgmma uses
+  const int wg_pos = t.pos0 + t.row0 + wg_row;       // position of the warpgroup's first row
   // Tiles this warpgroup multiplies: those holding keys up to its last row's position.
   const int wg_tiles =
-      wg_active ? min(n_tiles, (pos0 + min(row0 + wg_row + 63, q_len - 1)) / kSm90Keys + 1) : 0;
-  const int pos_a = pos0 + row0 + wrow + g;  // positions of this thread's two rows
+      wg_active ? min(n_tiles, (t.pos0 + min(t.row0 + wg_row + 63, t.q_len - 1)) / kSm90Keys + 1)
+                : 0;
+  const int pos_a = t.pos0 + t.row0 + wrow + g;  // positions of this thread's two rows
   const int pos_b = pos_a + 8;
+  const bool tail = t.n_keys % p.block_size != 0;
   // Descriptors of stage 0's tiles; a tile or step further on adds its byte offset / 16 to the
   // start-address field (shared addresses stay below 2^18, so the field never carries over).
-  const uint64_t k_desc = wgmma::sw128_desc(smem_addr(s_k), 16, 1024);
-  const uint64_t v_desc = wgmma::sw128_desc(smem_addr(s_v), kSm90Keys * 128, 1024);
+  const uint64_t k_desc = wgmma::sw128_desc(smem_addr(sm.k), 16, 1024);
+  const uint64_t v_desc = wgmma::sw128_desc(smem_addr(sm.v), kSm90Keys * 128, 1024);
+  const auto stage_of = [](int tile) {
+    return static_cast<uint32_t>((tile % kSm90Stages) * (kKvTileBytes >> 4));
+  };
+  const auto release = [&](uint64_t* bar) {
+    __syncwarp();
+    if (lane == 0) tma::arrive(bar);
+  };
+  // kPingPong's turns: barrier 1 + w is warpgroup w's (its 128 threads wait, the other's arrive).
+  const int cwg = cwarp >> 2;
+  const auto take_turn = [&] {
+    if constexpr (kPingPong) tma::named_barrier_sync(1 + cwg, 256);
+  };
+  const auto pass_turn = [&](int j) {
+    if constexpr (kPingPong) {
+      if (cwg == 0 || j + 1 < n_tiles) tma::named_barrier_arrive(2 - cwg, 256);
+    }
+  };
+  if constexpr (kPingPong) {
+    if (cwg == 1) tma::named_barrier_arrive(1, 256);  // warpgroup 0 goes first
+  }
+  const auto wait_v = [&](int tile) {
+    if (tile == n_tiles - 1 && tail)
+      tma::wait(sm.v_fixed, 0);
+    else
+      tma::wait(sm.full_v + tile % kSm90Stages, (tile / kSm90Stages) & 1);
+  };
 
   uint32_t qf[D / 16][4];
+  tma::wait(sm.q_full, 0);
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    ldmatrix_x4(qf[kk],
+                sm.q + wgmma::sw128_offset<kSm90TileRows>(wrow + (lane & 15), 2 * kk + (lane >> 4)));
   uint32_t pf[kSm90Keys / 16][4];  // P of the previous tile, the A operand of its P·V
   float o[D / 8][4];
 #pragma unroll
@@ -233,28 +331,21 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
 
   for (int j = 0; j < n_tiles; ++j) {
-    cp_async_wait<0>();
-    wgmma::fence_proxy_async();  // this thread's cp.async data, visible to the MMAs' reads
-    __syncthreads();             // ... and everyone's; every warpgroup is done with tile j - 2
-    if (j + 1 < n_tiles) load_kv(j + 1, (j + 1) % kSm90Stages);
-    cp_async_commit();
-    if (j == 0) {
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk)
-        ldmatrix_x4(qf[kk], s_q + wgmma::sw128_offset<kSm90TileRows>(wrow + (lane & 15),
-                                                                     2 * kk + (lane >> 4)));
-    }
-    const uint32_t stage = (j % kSm90Stages) * (kKvTileBytes >> 4);
-    const uint32_t prev_stage = ((j + kSm90Stages - 1) % kSm90Stages) * (kKvTileBytes >> 4);
+    tma::wait(sm.full_k + j % kSm90Stages, (j / kSm90Stages) & 1);
     if (j < wg_tiles) {
       float s[kSm90Keys / 8][4];
-      issue_scores<T, D>(s, qf, k_desc + stage);
+      take_turn();
+      issue_scores<T, D>(s, qf, k_desc + stage_of(j));
       if (j > 0) {
-        issue_pv<T, D>(o, pf, v_desc + prev_stage);
+        wait_v(j - 1);
+        issue_pv<T, D>(o, pf, v_desc + stage_of(j - 1));
+        pass_turn(j);
         wgmma::wait<1>();
       } else {
+        pass_turn(j);
         wgmma::wait<0>();
       }
+      release(sm.empty_k + j % kSm90Stages);
       wgmma::fence_operands(s);
       // Causal mask only on tiles reaching past the warpgroup's first row.
       const int key0 = j * kSm90Keys;
@@ -266,6 +357,7 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
         softmax_step<false>(s, qscale, 0, 0, m_a, m_b, l_a, l_b, corr_a, corr_b);
       wgmma::wait<0>();
       wgmma::fence_operands(o);
+      if (j > 0) release(sm.empty_v + (j - 1) % kSm90Stages);
 #pragma unroll
       for (int i = 0; i < D / 8; ++i) {
         o[i][0] *= corr_a;
@@ -274,14 +366,27 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
         o[i][3] *= corr_b;
       }
       pack_probabilities<T>(s, pf);
-    } else if (j == wg_tiles && wg_tiles > 0) {  // the warpgroup's last P·V, past its diagonal
-      issue_pv<T, D>(o, pf, v_desc + prev_stage);
-      wgmma::wait<0>();
-      wgmma::fence_operands(o);
+    } else {
+      take_turn();
+      release(sm.empty_k + j % kSm90Stages);
+      if (j > 0) {
+        wait_v(j - 1);
+        if (j == wg_tiles && wg_tiles > 0)  // the warpgroup's last P·V, past its diagonal
+          issue_pv<T, D>(o, pf, v_desc + stage_of(j - 1));
+      }
+      pass_turn(j);
+      if (j > 0) {
+        if (j == wg_tiles && wg_tiles > 0) {
+          wgmma::wait<0>();
+          wgmma::fence_operands(o);
+        }
+        release(sm.empty_v + (j - 1) % kSm90Stages);
+      }
     }
   }
   if (wg_tiles > 0 && wg_tiles == n_tiles) {
-    issue_pv<T, D>(o, pf, v_desc + ((n_tiles - 1) % kSm90Stages) * (kKvTileBytes >> 4));
+    wait_v(n_tiles - 1);
+    issue_pv<T, D>(o, pf, v_desc + stage_of(n_tiles - 1));
     wgmma::wait<0>();
     wgmma::fence_operands(o);
   }
@@ -289,30 +394,37 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
   quad_sum(l_a, l_b);
   const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f;
   const float inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
-  store_tile_rows<T, D>(p, t, o, row0 + wrow + g, t4, inv_a, inv_b);
+  store_tile_rows<T, D>(p, t, o, t.row0 + wrow + g, t4, inv_a, inv_b);
 #endif  // PAGELLM_WGMMA_AVAILABLE
 }
 
-template <typename T, int D>
+template <typename T, int D, bool kPingPong>
 cudaError_t launch_tile_sm90_config(const AttentionParams& p, const AttentionPlan& plan,
                                     cudaStream_t stream) {
   constexpr int kSmem = sm90_smem_bytes<D>();
-  const cudaError_t attr = allow_dynamic_smem<tile_attention_sm90_kernel<T, D>>(kSmem);
+  const cudaError_t attr = allow_dynamic_smem<tile_attention_sm90_kernel<T, D, kPingPong>>(kSmem);
   if (attr != cudaSuccess) return attr;
   if (p.num_heads > 65535) return cudaErrorInvalidValue;
+  Sm90Maps maps;
+  if (!make_sm90_maps(p, &maps)) return cudaErrorNotSupported;
   dim3 grid(plan.num_tile_items, p.num_heads);
-  return launch_kernel(tile_attention_sm90_kernel<T, D>, grid, kSm90Threads, kSmem, stream, p,
-                       plan);
+  return launch_kernel(tile_attention_sm90_kernel<T, D, kPingPong>, grid, kSm90Threads, kSmem,
+                       stream, p, plan, maps);
+}
+
+template <typename T, int D>
+cudaError_t launch_tile_sm90_head_dim(const AttentionParams& p, const AttentionPlan& plan,
+                                      cudaStream_t stream) {
+  return prefill_pingpong_enabled() ? launch_tile_sm90_config<T, D, true>(p, plan, stream)
+                                    : launch_tile_sm90_config<T, D, false>(p, plan, stream);
 }
 
 template <typename T>
 cudaError_t launch_tile_sm90(const AttentionParams& p, const AttentionPlan& plan,
                              cudaStream_t stream) {
-  if (!aligned16(p.q) || !aligned16(p.k_cache) || !aligned16(p.v_cache) || !aligned16(p.out) ||
-      (p.q_token_stride * sizeof(T)) % 16 != 0)
-    return cudaErrorInvalidValue;
-  if (p.head_dim == 64) return launch_tile_sm90_config<T, 64>(p, plan, stream);
-  if (p.head_dim == 128) return launch_tile_sm90_config<T, 128>(p, plan, stream);
+  if (!sm90_tma_fits(p)) return cudaErrorInvalidValue;
+  if (p.head_dim == 64) return launch_tile_sm90_head_dim<T, 64>(p, plan, stream);
+  if (p.head_dim == 128) return launch_tile_sm90_head_dim<T, 128>(p, plan, stream);
   return cudaErrorNotSupported;
 }
 
