@@ -16,20 +16,22 @@ PARTS=${*:-tests bench e2e}
 "$B/cuda_probe" > "$LOGS/probe.log" 2>&1
 say "probe: $(grep -iE 'copy|gemm' "$LOGS/probe.log" | tr '\n' ' ')"
 if [[ $PARTS == *tests* ]]; then
-  for pp in 1 0; do  # the Hopper kernel with and without its consumers taking turns
+  for pp in ${PP:-1 0}; do  # the Hopper kernel with and without its consumers taking turns
     PAGELLM_PREFILL_PINGPONG=$pp timeout 200 "$B/cuda_kernel_tests" --filter attention \
       > "$LOGS/attention_tests_pp$pp.log" 2>&1
     say "attention tests, pingpong=$pp (exit $?): $(grep -E 'kernel tests:' "$LOGS/attention_tests_pp$pp.log")"
     grep -E "FAIL" "$LOGS/attention_tests_pp$pp.log" | head -20 | tee -a "$SUMMARY"
   done
 fi
-if [[ $PARTS == *bench* ]]; then  # prefill attention: a base build's binary first, when bundled
-  if [ -x "$B/cuda_kernel_tests.base" ]; then
-    timeout 120 "$B/cuda_kernel_tests.base" --attention-bench-only > "$LOGS/attention_bench_base.log" 2>&1
-    say "prefill attention bench, base build (exit $?):"
-    tee -a "$SUMMARY" < "$LOGS/attention_bench_base.log"
-  fi
-  for pp in 1 0; do
+if [[ $PARTS == *bench* ]]; then  # prefill attention: other builds' binaries first, when bundled
+  for other in "$B"/cuda_kernel_tests.*; do  # cuda_kernel_tests.NAME: the build NAME (base, ...)
+    [ -x "$other" ] || continue
+    name=${other##*.}
+    timeout 120 "$other" --attention-bench-only > "$LOGS/attention_bench_$name.log" 2>&1
+    say "prefill attention bench, build $name (exit $?):"
+    tee -a "$SUMMARY" < "$LOGS/attention_bench_$name.log"
+  done
+  for pp in ${PP:-1 0}; do
     PAGELLM_PREFILL_PINGPONG=$pp timeout 120 "$B/cuda_kernel_tests" --attention-bench-only \
       > "$LOGS/attention_bench_pp$pp.log" 2>&1
     say "prefill attention bench, pingpong=$pp (exit $?):"

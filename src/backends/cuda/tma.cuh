@@ -40,18 +40,26 @@ __device__ __forceinline__ void arrive(uint64_t* bar) {
 }
 
 // Waits until the phase of parity `parity` has completed (phase k has parity k & 1): a barrier's
-// k-th use waits with parity k & 1.
+// k-th use waits with parity k & 1. The retry loop lives inside the asm, so the compiler sees no
+// divergent branch here (one next to an asynchronous warpgroup MMA serialises the MMAs).
 __device__ __forceinline__ void wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(shared_addr(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT;\n}\n" ::"r"(shared_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// arrive(bar) in the threads where `pred` holds, predicated inside the asm (no branch).
+__device__ __forceinline__ void arrive_if(uint64_t* bar, bool pred) {
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "setp.ne.b32 p, %1, 0;\n"
+      "@p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(shared_addr(bar)),
+      "r"(static_cast<int>(pred))
+      : "memory");
 }
 
 // Loads the box at coordinates (c0, c1, c2) (innermost first) of a 3-D tensor map into shared

@@ -227,18 +227,145 @@ __device__ __forceinline__ void produce_sm90_tiles(const AttentionParams& p, con
 }
 #endif  // PAGELLM_WGMMA_AVAILABLE
 
-// Warp-specialised, as FlashAttention-3: warpgroup 0 produces (one warp issuing TMA loads, with
-// few registers), warpgroups 1 and 2 consume (64 query rows each, with the registers the producer
-// gave back), so the MMAs never wait at a block barrier for loads. Per consumer warpgroup, the
-// in-warpgroup overlap: iteration j issues S_j = Q·K_jᵀ and O += P_{j-1}·V_{j-1} back to back,
-// waits for S_j only, releases K_j's stage and runs S_j's softmax while the tensor cores finish
-// P·V; O takes S_j's correction after that wait, and V_{j-1}'s stage is released. A warpgroup skips
-// the tiles that lie wholly past its last row (the causal diagonal) but still takes each tile's
-// turn (waits for it, releases it), so that every stage's phases count all eight warps.
+#if PAGELLM_WGMMA_AVAILABLE
+// A consumer warpgroup (warp cwarp of 8, 64 query rows per warpgroup). The in-warpgroup overlap,
+// in FlashAttention-3's order: iteration j issues S_j = Q·K_jᵀ; while the tensor cores run it, O
+// takes the previous softmax step's correction and O += P_{j-1}·V_{j-1} is issued behind it; the
+// warpgroup waits for S_j only, releases K_j's stage and runs S_j's softmax (P_j packed into fresh
+// registers, P_{j-1} being in flight) while P·V finishes; then V_{j-1}'s stage is released. Tiles
+// wholly past the warpgroup's last row (the causal diagonal) are skipped, but each still takes its
+// turn (waited for, released), so that every stage's phases count all eight warps.
 //
-// kPingPong: the consumers also take turns at the tensor cores (FlashAttention-3's inter-warpgroup
-// schedule): each issues its iteration's MMAs only after the other issued its own, over two named
-// barriers, so one warpgroup's softmax runs while the other's MMAs do.
+// kPingPong: the two consumers also take turns at the tensor cores (FlashAttention-3's
+// inter-warpgroup schedule): each issues its iteration's MMAs only after the other issued its own,
+// over two named barriers, so one warpgroup's softmax runs while the other's MMAs do.
+template <typename T, int D, bool kPingPong>
+__device__ __forceinline__ void consume_sm90_tiles(const AttentionParams& p, const TileSpan& t,
+                                                   int n_tiles, const Sm90Smem& sm, int cwarp,
+                                                   int lane) {
+  constexpr int kKvTileBytes = kSm90Keys * D * 2;
+  // Every branch of the loop must be warp-uniform to the compiler, or it serialises the MMAs: the
+  // values that steer it are broadcast from lane 0.
+  const auto uniform = [](int v) { return __shfl_sync(0xffffffffu, v, 0); };
+  const int g = lane >> 2;               // accumulator row within the warp's 16 (and g + 8)
+  const int t4 = lane & 3;               // accumulator column pair
+  const int wrow = cwarp * 16;           // this warp's first row in the block
+  const int cwg = uniform(cwarp >> 2);   // this consumer warpgroup, 0 or 1
+  n_tiles = uniform(n_tiles);
+  const int wg_pos = uniform(t.pos0 + t.row0 + cwg * 64);  // the warpgroup's first row's position
+  // Tiles this warpgroup multiplies: those holding keys up to its last row's position.
+  const int wg_tiles = uniform(
+      t.row0 + cwg * 64 < t.q_len
+          ? min(n_tiles, (t.pos0 + min(t.row0 + cwg * 64 + 63, t.q_len - 1)) / kSm90Keys + 1)
+          : 0);
+  const int pos_a = t.pos0 + t.row0 + wrow + g;  // positions of this thread's two rows
+  const int pos_b = pos_a + 8;
+  const float qscale = p.scale * 1.4426950408889634f;  // softmax in the log2 domain
+  const bool tail = uniform(t.n_keys % p.block_size != 0);
+  // Descriptors of stage 0's tiles; a tile or step further on adds its byte offset / 16 to the
+  // start-address field (shared addresses stay below 2^18, so the field never carries over).
+  const uint64_t k_desc = wgmma::sw128_desc(smem_addr(sm.k), 16, 1024);
+  const uint64_t v_desc = wgmma::sw128_desc(smem_addr(sm.v), kSm90Keys * 128, 1024);
+  const auto stage_of = [](int tile) {
+    return static_cast<uint32_t>((tile % kSm90Stages) * (kKvTileBytes >> 4));
+  };
+  const auto release = [&](uint64_t* bar) {
+    __syncwarp();
+    tma::arrive_if(bar, lane == 0);
+  };
+  // kPingPong's turns: barrier 1 + w is warpgroup w's (its 128 threads wait, the other's arrive).
+  const auto take_turn = [&] {
+    if constexpr (kPingPong) tma::named_barrier_sync(1 + cwg, 256);
+  };
+  const auto pass_turn = [&] {
+    if constexpr (kPingPong) tma::named_barrier_arrive(2 - cwg, 256);
+  };
+  if constexpr (kPingPong) {
+    if (cwg == 1) tma::named_barrier_arrive(1, 256);  // warpgroup 0 goes first
+  }
+
+  uint32_t qf[D / 16][4];
+  tma::wait(sm.q_full, 0);
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    ldmatrix_x4(qf[kk],
+                sm.q + wgmma::sw128_offset<kSm90TileRows>(wrow + (lane & 15), 2 * kk + (lane >> 4)));
+  uint32_t pf[kSm90Keys / 16][4];  // P of the previous tile, the A operand of its P·V
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
+  const auto wait_v = [&](int tile) {
+    if (tile == n_tiles - 1 && tail)
+      tma::wait(sm.v_fixed, 0);
+    else
+      tma::wait(sm.full_v + tile % kSm90Stages, (tile / kSm90Stages) & 1);
+  };
+
+  for (int j = 0; j < n_tiles; ++j) {
+    // Both waits come before any MMA is issued: nothing waits while an MMA is in flight.
+    tma::wait(sm.full_k + j % kSm90Stages, (j / kSm90Stages) & 1);
+    const bool pv = j > 0 && j <= wg_tiles;  // P·V of tile j - 1 this iteration
+    if (j > 0) wait_v(j - 1);
+    take_turn();
+    if (j < wg_tiles) {
+      float s[kSm90Keys / 8][4];
+      issue_scores<T, D>(s, qf, k_desc + stage_of(j));
+      if (pv) issue_pv<T, D>(o, pf, v_desc + stage_of(j - 1));
+      if (pv)
+        wgmma::wait<1>();
+      else
+        wgmma::wait<0>();
+      pass_turn();
+      wgmma::fence_operands(s);
+      release(sm.empty_k + j % kSm90Stages);
+      // Causal mask only on tiles reaching past the warpgroup's first row.
+      const int key0 = j * kSm90Keys;
+      float corr_a, corr_b;
+      if (key0 + kSm90Keys - 1 > wg_pos)
+        softmax_step<true>(s, qscale, pos_a - key0 - 2 * t4, pos_b - key0 - 2 * t4, m_a, m_b, l_a,
+                           l_b, corr_a, corr_b);
+      else
+        softmax_step<false>(s, qscale, 0, 0, m_a, m_b, l_a, l_b, corr_a, corr_b);
+      wgmma::wait<0>();
+      wgmma::fence_operands(o);
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i) {
+        o[i][0] *= corr_a;
+        o[i][1] *= corr_a;
+        o[i][2] *= corr_b;
+        o[i][3] *= corr_b;
+      }
+      pack_probabilities<T>(s, pf);
+    } else {
+      if (pv) issue_pv<T, D>(o, pf, v_desc + stage_of(j - 1));  // the last P·V, past the diagonal
+      pass_turn();
+      wgmma::wait<0>();
+      wgmma::fence_operands(o);
+      release(sm.empty_k + j % kSm90Stages);
+    }
+    if (j > 0) release(sm.empty_v + (j - 1) % kSm90Stages);
+  }
+  if constexpr (kPingPong) {  // warpgroup 1's last turn passed to warpgroup 0, taken
+    if (cwg == 0) take_turn();
+  }
+  if (wg_tiles > 0 && wg_tiles == n_tiles) {
+    wait_v(n_tiles - 1);
+    issue_pv<T, D>(o, pf, v_desc + stage_of(n_tiles - 1));
+    wgmma::wait<0>();
+    wgmma::fence_operands(o);
+  }
+
+  quad_sum(l_a, l_b);
+  const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f;
+  const float inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
+  store_tile_rows<T, D>(p, t, o, t.row0 + wrow + g, t4, inv_a, inv_b);
+}
+#endif  // PAGELLM_WGMMA_AVAILABLE
+
+// Warp-specialised, as FlashAttention-3: warpgroup 0 produces (one warp issuing TMA loads, with
+// few registers: produce_sm90_tiles), warpgroups 1 and 2 consume (consume_sm90_tiles, with the
+// registers the producer gave back), so the MMAs never wait at a block barrier for loads.
 template <typename T, int D, bool kPingPong>
 __global__ void __launch_bounds__(kSm90Threads, 1)
     tile_attention_sm90_kernel(const __grid_constant__ AttentionParams p,
@@ -247,7 +374,6 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
 #if PAGELLM_WGMMA_AVAILABLE
   pdl_launch_dependents();
   pdl_wait();
-  constexpr int kKvTileBytes = kSm90Keys * D * 2;
   extern __shared__ unsigned char smem_raw[];
   const Sm90Smem sm = sm90_smem<D>(smem_raw);
   const TileSpan t = tile_span(p, plan, kSm90TileRows);
@@ -272,129 +398,7 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
     return;
   }
   tma::claim_registers<kSm90ConsumerRegs>();
-  const int cwarp = warp - 4;        // consumer warp 0 .. 7
-  const int g = lane >> 2;           // accumulator row within the warp's 16 (and g + 8)
-  const int t4 = lane & 3;           // accumulator column pair
-  const int wrow = cwarp * 16;       // this warp's first row in the block
-  const int wg_row = (cwarp >> 2) * 64;  // this warpgroup's first row
-  const float qscale = p.scale * 1.4426950408889634f;  // softmax in the log2 domain
-  const bool wg_active = t.row0 + wg_row < t.q_len;  // warpgroup-uniform, like everything wgmma uses
-  const int wg_pos = t.pos0 + t.row0 + wg_row;       // position of the warpgroup's first row
-  // Tiles this warpgroup multiplies: those holding keys up to its last row's position.
-  const int wg_tiles =
-      wg_active ? min(n_tiles, (t.pos0 + min(t.row0 + wg_row + 63, t.q_len - 1)) / kSm90Keys + 1)
-                : 0;
-  const int pos_a = t.pos0 + t.row0 + wrow + g;  // positions of this thread's two rows
-  const int pos_b = pos_a + 8;
-  const bool tail = t.n_keys % p.block_size != 0;
-  // Descriptors of stage 0's tiles; a tile or step further on adds its byte offset / 16 to the
-  // start-address field (shared addresses stay below 2^18, so the field never carries over).
-  const uint64_t k_desc = wgmma::sw128_desc(smem_addr(sm.k), 16, 1024);
-  const uint64_t v_desc = wgmma::sw128_desc(smem_addr(sm.v), kSm90Keys * 128, 1024);
-  const auto stage_of = [](int tile) {
-    return static_cast<uint32_t>((tile % kSm90Stages) * (kKvTileBytes >> 4));
-  };
-  const auto release = [&](uint64_t* bar) {
-    __syncwarp();
-    if (lane == 0) tma::arrive(bar);
-  };
-  // kPingPong's turns: barrier 1 + w is warpgroup w's (its 128 threads wait, the other's arrive).
-  const int cwg = cwarp >> 2;
-  const auto take_turn = [&] {
-    if constexpr (kPingPong) tma::named_barrier_sync(1 + cwg, 256);
-  };
-  const auto pass_turn = [&](int j) {
-    if constexpr (kPingPong) {
-      if (cwg == 0 || j + 1 < n_tiles) tma::named_barrier_arrive(2 - cwg, 256);
-    }
-  };
-  if constexpr (kPingPong) {
-    if (cwg == 1) tma::named_barrier_arrive(1, 256);  // warpgroup 0 goes first
-  }
-  const auto wait_v = [&](int tile) {
-    if (tile == n_tiles - 1 && tail)
-      tma::wait(sm.v_fixed, 0);
-    else
-      tma::wait(sm.full_v + tile % kSm90Stages, (tile / kSm90Stages) & 1);
-  };
-
-  uint32_t qf[D / 16][4];
-  tma::wait(sm.q_full, 0);
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk)
-    ldmatrix_x4(qf[kk],
-                sm.q + wgmma::sw128_offset<kSm90TileRows>(wrow + (lane & 15), 2 * kk + (lane >> 4)));
-  uint32_t pf[kSm90Keys / 16][4];  // P of the previous tile, the A operand of its P·V
-  float o[D / 8][4];
-#pragma unroll
-  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
-
-  for (int j = 0; j < n_tiles; ++j) {
-    tma::wait(sm.full_k + j % kSm90Stages, (j / kSm90Stages) & 1);
-    if (j < wg_tiles) {
-      float s[kSm90Keys / 8][4];
-      take_turn();
-      issue_scores<T, D>(s, qf, k_desc + stage_of(j));
-      if (j > 0) {
-        wait_v(j - 1);
-        issue_pv<T, D>(o, pf, v_desc + stage_of(j - 1));
-        pass_turn(j);
-        wgmma::wait<1>();
-      } else {
-        pass_turn(j);
-        wgmma::wait<0>();
-      }
-      release(sm.empty_k + j % kSm90Stages);
-      wgmma::fence_operands(s);
-      // Causal mask only on tiles reaching past the warpgroup's first row.
-      const int key0 = j * kSm90Keys;
-      float corr_a, corr_b;
-      if (key0 + kSm90Keys - 1 > wg_pos)
-        softmax_step<true>(s, qscale, pos_a - key0 - 2 * t4, pos_b - key0 - 2 * t4, m_a, m_b, l_a,
-                           l_b, corr_a, corr_b);
-      else
-        softmax_step<false>(s, qscale, 0, 0, m_a, m_b, l_a, l_b, corr_a, corr_b);
-      wgmma::wait<0>();
-      wgmma::fence_operands(o);
-      if (j > 0) release(sm.empty_v + (j - 1) % kSm90Stages);
-#pragma unroll
-      for (int i = 0; i < D / 8; ++i) {
-        o[i][0] *= corr_a;
-        o[i][1] *= corr_a;
-        o[i][2] *= corr_b;
-        o[i][3] *= corr_b;
-      }
-      pack_probabilities<T>(s, pf);
-    } else {
-      take_turn();
-      release(sm.empty_k + j % kSm90Stages);
-      if (j > 0) {
-        wait_v(j - 1);
-        if (j == wg_tiles && wg_tiles > 0)  // the warpgroup's last P·V, past its diagonal
-          issue_pv<T, D>(o, pf, v_desc + stage_of(j - 1));
-      }
-      pass_turn(j);
-      if (j > 0) {
-        if (j == wg_tiles && wg_tiles > 0) {
-          wgmma::wait<0>();
-          wgmma::fence_operands(o);
-        }
-        release(sm.empty_v + (j - 1) % kSm90Stages);
-      }
-    }
-  }
-  if (wg_tiles > 0 && wg_tiles == n_tiles) {
-    wait_v(n_tiles - 1);
-    issue_pv<T, D>(o, pf, v_desc + stage_of(n_tiles - 1));
-    wgmma::wait<0>();
-    wgmma::fence_operands(o);
-  }
-
-  quad_sum(l_a, l_b);
-  const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f;
-  const float inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
-  store_tile_rows<T, D>(p, t, o, t.row0 + wrow + g, t4, inv_a, inv_b);
+  consume_sm90_tiles<T, D, kPingPong>(p, t, n_tiles, sm, warp - 4, lane);
 #endif  // PAGELLM_WGMMA_AVAILABLE
 }
 
