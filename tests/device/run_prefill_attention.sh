@@ -84,7 +84,7 @@ if [[ $PARTS == *e2e* ]]; then
   for q in bf16 fp8; do
     flags=()
     [ $q = fp8 ] && flags=(--quantization fp8)
-    for wg in 1 0; do
+    for wg in ${WG:-1 0}; do
       for shape in "prefill_64x1024 --num-prompts 64 --input-len 1024 --output-len 1" \
                    "1000x1024x128 --num-prompts 1000 --input-len 1024 --output-len 128"; do
         set -- $shape

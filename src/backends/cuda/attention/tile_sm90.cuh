@@ -75,13 +75,11 @@ __device__ __forceinline__ Sm90Smem sm90_smem(unsigned char* raw) {
 template <typename T, int D>
 __device__ __forceinline__ void issue_scores(float (&s)[kSm90Keys / 8][4],
                                              const uint32_t (&qf)[D / 16][4], uint64_t k_desc) {
-#pragma unroll
-  for (int n = 0; n < kSm90Keys / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
   wgmma::fence();
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
+  for (int kk = 0; kk < D / 16; ++kk) {  // the first step overwrites s (no zeroing needed)
     const uint32_t offset = (kk >> 2) * (kSm90Keys * 128) + (kk & 3) * 32;
-    wgmma::mma_m64k16<T, 0>(s, qf[kk], k_desc + (offset >> 4), 1);
+    wgmma::mma_m64k16<T, 0>(s, qf[kk], k_desc + (offset >> 4), kk > 0);
   }
   wgmma::commit();
 }
@@ -228,24 +226,28 @@ __device__ __forceinline__ void produce_sm90_tiles(const AttentionParams& p, con
 #endif  // PAGELLM_WGMMA_AVAILABLE
 
 #if PAGELLM_WGMMA_AVAILABLE
-// A consumer warpgroup (warp cwarp of 8, 64 query rows per warpgroup). The in-warpgroup overlap,
-// in FlashAttention-3's order: iteration j issues S_j = Q·K_jᵀ; while the tensor cores run it, O
-// takes the previous softmax step's correction and O += P_{j-1}·V_{j-1} is issued behind it; the
-// warpgroup waits for S_j only, releases K_j's stage and runs S_j's softmax (P_j packed into fresh
-// registers, P_{j-1} being in flight) while P·V finishes; then V_{j-1}'s stage is released. Tiles
-// wholly past the warpgroup's last row (the causal diagonal) are skipped, but each still takes its
-// turn (waited for, released), so that every stage's phases count all eight warps.
+// A consumer warpgroup (warp cwarp of 8, 64 query rows per warpgroup). The in-warpgroup overlap of
+// FlashAttention-3: iteration j waits for K_j and V_{j-1}, issues S_j = Q·K_jᵀ and O +=
+// P_{j-1}·V_{j-1} back to back, waits for S_j only, releases K_j's stage and runs S_j's softmax
+// while the tensor cores finish P·V; O takes S_j's correction after that wait, and V_{j-1}'s stage
+// is released. Tiles wholly past the warpgroup's last row (the causal diagonal) are skipped, but
+// each still takes its turn (waited for, released), so that every stage's phases count all eight
+// warps.
+//
+// ptxas serialises the asynchronous MMAs (a wait after each) when it finds, between an MMA and the
+// wait covering it, a branch it cannot prove warp-uniform, a barrier, or an instruction touching
+// the accumulators. Hence: the loop's steering values broadcast from lane 0, the mbarrier retry
+// loop and the single-lane arrivals inside their asm, and nothing but MMAs between issue and wait.
 //
 // kPingPong: the two consumers also take turns at the tensor cores (FlashAttention-3's
-// inter-warpgroup schedule): each issues its iteration's MMAs only after the other issued its own,
-// over two named barriers, so one warpgroup's softmax runs while the other's MMAs do.
+// inter-warpgroup schedule): each issues its iteration's MMAs only once the other's scores are
+// done, over two named barriers, so one warpgroup's softmax runs while the other's MMAs do.
 template <typename T, int D, bool kPingPong>
 __device__ __forceinline__ void consume_sm90_tiles(const AttentionParams& p, const TileSpan& t,
                                                    int n_tiles, const Sm90Smem& sm, int cwarp,
                                                    int lane) {
   constexpr int kKvTileBytes = kSm90Keys * D * 2;
-  // Every branch of the loop must be warp-uniform to the compiler, or it serialises the MMAs: the
-  // values that steer it are broadcast from lane 0.
+  // The values that steer the loop, warp-uniform to the compiler (see above).
   const auto uniform = [](int v) { return __shfl_sync(0xffffffffu, v, 0); };
   const int g = lane >> 2;               // accumulator row within the warp's 16 (and g + 8)
   const int t4 = lane & 3;               // accumulator column pair
