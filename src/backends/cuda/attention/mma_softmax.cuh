@@ -81,18 +81,25 @@ struct TileSpan {
   int n_keys;          // keys up to the block's last row, causal
 };
 
-__device__ __forceinline__ TileSpan tile_span(const AttentionParams& p, const AttentionPlan& plan,
-                                              int rows) {
+// The span of tile item `item` for query head `head` (tile_span: the block's, blockIdx.x / .y).
+__device__ __forceinline__ TileSpan tile_span_at(const AttentionParams& p,
+                                                 const AttentionPlan& plan, int rows, int item,
+                                                 int head) {
   TileSpan t;
-  t.seq = plan.tile_items[2 * blockIdx.x];
-  t.row0 = plan.tile_items[2 * blockIdx.x + 1];
-  t.head = blockIdx.y;
+  t.seq = plan.tile_items[2 * item];
+  t.row0 = plan.tile_items[2 * item + 1];
+  t.head = head;
   t.kv_head = t.head / (p.num_heads / p.num_kv_heads);
   t.q_begin = p.query_start_loc[t.seq];
   t.q_len = p.query_start_loc[t.seq + 1] - t.q_begin;
   t.pos0 = p.seq_lens[t.seq] - t.q_len;
   t.n_keys = t.pos0 + min(t.row0 + rows, t.q_len);
   return t;
+}
+
+__device__ __forceinline__ TileSpan tile_span(const AttentionParams& p, const AttentionPlan& plan,
+                                              int rows) {
+  return tile_span_at(p, plan, rows, blockIdx.x, blockIdx.y);
 }
 
 // Stores a thread's two output rows (query rows row_a and row_a + 8 of the span's sequence; rows

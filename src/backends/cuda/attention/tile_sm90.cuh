@@ -18,6 +18,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <climits>
+
 #include "backends/cuda/attention/attention_internal.h"
 #include "backends/cuda/attention/mma_softmax.cuh"
 #include "backends/cuda/attention/wgmma.cuh"
@@ -38,7 +41,7 @@ static_assert(kSm90TileRows == 2 * 64, "one consumer warpgroup per 64 query rows
 // Shared memory: Q [kSm90TileRows, D], then kSm90Stages K tiles [kSm90Keys, D] and as many V
 // tiles, all 16-bit and 1024-byte aligned (the swizzle atoms), then the barriers; 1024 bytes of
 // slack to align the base. 225 KB at D = 128, within the 227 KB a block may have.
-constexpr int kSm90Barriers = 4 * kSm90Stages + 2;
+constexpr int kSm90Barriers = 4 * kSm90Stages + 4;
 template <int D>
 constexpr int sm90_smem_bytes() {
   return (kSm90TileRows + 2 * kSm90Stages * kSm90Keys) * D * 2 + 1024 + kSm90Barriers * 8;
@@ -46,10 +49,18 @@ constexpr int sm90_smem_bytes() {
 
 // The block's shared memory. Barriers: full_* complete when a stage's tile has landed (the
 // producer's arrival and the TMA bytes), empty_* when all consumer warps are done with it; q_full
-// for Q, v_fixed for the last V tile once its rows past the keys are zeroed.
+// when Q has landed, q_empty when the consumers hold it in registers; v_fixed when an item's last
+// V tile has its rows past the keys zeroed, v_done when every consumer warp has seen that.
 struct Sm90Smem {
   unsigned char *q, *k, *v;
-  uint64_t *full_k, *full_v, *empty_k, *empty_v, *q_full, *v_fixed;
+  uint64_t *full_k, *full_v, *empty_k, *empty_v, *q_full, *q_empty, *v_fixed, *v_done;
+};
+
+// What a block's producer and consumers count alike over its work items, and so agree on without
+// talking: K/V tiles through the ring (a tile's stage and phase), items (Q's phase), and items
+// with a partial last page (v_fixed's and v_done's phase).
+struct Sm90Progress {
+  int tiles = 0, items = 0, tails = 0;
 };
 
 template <int D>
@@ -65,7 +76,9 @@ __device__ __forceinline__ Sm90Smem sm90_smem(unsigned char* raw) {
   sm.empty_k = sm.full_v + kSm90Stages;
   sm.empty_v = sm.empty_k + kSm90Stages;
   sm.q_full = sm.empty_v + kSm90Stages;
-  sm.v_fixed = sm.q_full + 1;
+  sm.q_empty = sm.q_full + 1;
+  sm.v_fixed = sm.q_empty + 1;
+  sm.v_done = sm.v_fixed + 1;
   return sm;
 }
 
@@ -165,19 +178,22 @@ __device__ __forceinline__ void softmax_step(float (&s)[kSm90Keys / 8][4], float
   l_b = l_b * corr_b + sum_b;
 }
 
-// The producer warp (warpgroup 0's first warp): Q once, then K and V tile by tile into the ring of
-// kSm90Stages stages, each page of the tile one TMA box per 64 columns (pages past the keys read
-// at a negative slot, which TMA fills with zeros). A stage is refilled once all eight consumer
-// warps released it. A last page holding fewer keys than block_size leaves cache rows past the keys
-// (stale, possibly NaN) in V: once that tile has landed, the warp zeroes them and signals
-// v_fixed, which the consumers wait on for that tile instead (their P is 0 there, but 0 · NaN is
-// not). K needs no such care: the causal mask overwrites those keys' scores.
+// The producer warp (warpgroup 0's first warp), per work item: Q once the consumers hold the last
+// item's in registers, then K and V tile by tile into the ring of kSm90Stages stages, each page of
+// the tile one TMA box per 64 columns (pages past the keys read at a negative slot, which TMA
+// fills with zeros). A stage is refilled once all eight consumer warps released it. A last page
+// holding fewer keys than block_size leaves cache rows past the keys (stale, possibly NaN) in V:
+// once that tile has landed, the warp zeroes them and signals v_fixed, which the consumers wait on
+// for that tile instead (their P is 0 there, but 0 · NaN is not); it signals the next such item
+// only after v_done, so the two stay one phase apart. K needs no such care: the causal mask
+// overwrites those keys' scores.
 template <int D>
-__device__ __forceinline__ void produce_sm90_tiles(const AttentionParams& p, const TileSpan& t,
-                                                   const Sm90Maps& maps, int n_tiles,
-                                                   const Sm90Smem& sm, int lane) {
+__device__ __forceinline__ void produce_sm90_item(const AttentionParams& p, const TileSpan& t,
+                                                  const Sm90Maps& maps, int n_tiles,
+                                                  const Sm90Smem& sm, int lane, Sm90Progress& pr) {
   constexpr int kKvTileBytes = kSm90Keys * D * 2;
   constexpr int kColBlocks = D / 64;
+  if (pr.items > 0) tma::wait(sm.q_empty, (pr.items - 1) & 1);
   if (lane == 0) {
     tma::arrive_expect_tx(sm.q_full, kSm90TileRows * D * 2);
 #pragma unroll
@@ -201,7 +217,8 @@ __device__ __forceinline__ void produce_sm90_tiles(const AttentionParams& p, con
     }
   };
   for (int j = 0; j < n_tiles; ++j) {
-    const int stage = j % kSm90Stages, use = j / kSm90Stages;
+    const int ring = pr.tiles + j;
+    const int stage = ring % kSm90Stages, use = ring / kSm90Stages;
     const int key = j * kSm90Keys + lane * bs;  // this lane's page
     const int slot = lane < pages && key < t.n_keys ? table[key / bs] * bs : -bs;
     if (use > 0) tma::wait(sm.empty_k + stage, (use - 1) & 1);
@@ -209,12 +226,15 @@ __device__ __forceinline__ void produce_sm90_tiles(const AttentionParams& p, con
     if (use > 0) tma::wait(sm.empty_v + stage, (use - 1) & 1);
     load_tile(sm.v + stage * kKvTileBytes, maps.v, sm.full_v + stage, slot);
   }
+  pr.tiles += n_tiles;
+  pr.items += 1;
   const int tail = t.n_keys % bs;
   if (tail == 0) return;
-  const int j = n_tiles - 1, stage = j % kSm90Stages;
-  tma::wait(sm.full_v + stage, (j / kSm90Stages) & 1);
-  const int first = t.n_keys - j * kSm90Keys;  // the tile's first row past the keys
-  const int rows = bs - tail;                  // up to the end of its page
+  const int last = pr.tiles - 1, stage = last % kSm90Stages;
+  tma::wait(sm.full_v + stage, (last / kSm90Stages) & 1);
+  if (pr.tails > 0) tma::wait(sm.v_done, (pr.tails - 1) & 1);
+  const int first = t.n_keys - (n_tiles - 1) * kSm90Keys;  // the tile's first row past the keys
+  const int rows = bs - tail;                               // up to the end of its page
   unsigned char* v = sm.v + stage * kKvTileBytes;
   for (int c = lane; c < rows * (D / 8); c += 32)
     *reinterpret_cast<uint4*>(v + wgmma::sw128_offset<kSm90Keys>(first + c / (D / 8), c % (D / 8))) =
@@ -222,6 +242,7 @@ __device__ __forceinline__ void produce_sm90_tiles(const AttentionParams& p, con
   wgmma::fence_proxy_async();  // the zeros, visible to the MMAs' reads
   __syncwarp();
   if (lane == 0) tma::arrive(sm.v_fixed);
+  pr.tails += 1;
 }
 #endif  // PAGELLM_WGMMA_AVAILABLE
 
@@ -243,9 +264,9 @@ __device__ __forceinline__ void produce_sm90_tiles(const AttentionParams& p, con
 // inter-warpgroup schedule): each issues its iteration's MMAs only once the other's scores are
 // done, over two named barriers, so one warpgroup's softmax runs while the other's MMAs do.
 template <typename T, int D, bool kPingPong>
-__device__ __forceinline__ void consume_sm90_tiles(const AttentionParams& p, const TileSpan& t,
-                                                   int n_tiles, const Sm90Smem& sm, int cwarp,
-                                                   int lane) {
+__device__ __forceinline__ void consume_sm90_item(const AttentionParams& p, const TileSpan& t,
+                                                  int n_tiles, const Sm90Smem& sm, int cwarp,
+                                                  int lane, Sm90Progress& pr) {
   constexpr int kKvTileBytes = kSm90Keys * D * 2;
   // The values that steer the loop, warp-uniform to the compiler (see above).
   const auto uniform = [](int v) { return __shfl_sync(0xffffffffu, v, 0); };
@@ -268,8 +289,9 @@ __device__ __forceinline__ void consume_sm90_tiles(const AttentionParams& p, con
   // start-address field (shared addresses stay below 2^18, so the field never carries over).
   const uint64_t k_desc = wgmma::sw128_desc(smem_addr(sm.k), 16, 1024);
   const uint64_t v_desc = wgmma::sw128_desc(smem_addr(sm.v), kSm90Keys * 128, 1024);
-  const auto stage_of = [](int tile) {
-    return static_cast<uint32_t>((tile % kSm90Stages) * (kKvTileBytes >> 4));
+  const int ring0 = pr.tiles;  // the ring position of this item's tile 0
+  const auto stage_of = [&](int tile) {
+    return static_cast<uint32_t>(((ring0 + tile) % kSm90Stages) * (kKvTileBytes >> 4));
   };
   const auto release = [&](uint64_t* bar) {
     __syncwarp();
@@ -282,31 +304,30 @@ __device__ __forceinline__ void consume_sm90_tiles(const AttentionParams& p, con
   const auto pass_turn = [&] {
     if constexpr (kPingPong) tma::named_barrier_arrive(2 - cwg, 256);
   };
-  if constexpr (kPingPong) {
-    if (cwg == 1) tma::named_barrier_arrive(1, 256);  // warpgroup 0 goes first
-  }
 
   uint32_t qf[D / 16][4];
-  tma::wait(sm.q_full, 0);
+  tma::wait(sm.q_full, pr.items & 1);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk)
     ldmatrix_x4(qf[kk],
                 sm.q + wgmma::sw128_offset<kSm90TileRows>(wrow + (lane & 15), 2 * kk + (lane >> 4)));
+  release(sm.q_empty);
   uint32_t pf[kSm90Keys / 16][4];  // P of the previous tile, the A operand of its P·V
   float o[D / 8][4];
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
   const auto wait_v = [&](int tile) {
+    const int ring = ring0 + tile;
     if (tile == n_tiles - 1 && tail)
-      tma::wait(sm.v_fixed, 0);
+      tma::wait(sm.v_fixed, pr.tails & 1);
     else
-      tma::wait(sm.full_v + tile % kSm90Stages, (tile / kSm90Stages) & 1);
+      tma::wait(sm.full_v + ring % kSm90Stages, (ring / kSm90Stages) & 1);
   };
 
   for (int j = 0; j < n_tiles; ++j) {
     // Both waits come before any MMA is issued: nothing waits while an MMA is in flight.
-    tma::wait(sm.full_k + j % kSm90Stages, (j / kSm90Stages) & 1);
+    tma::wait(sm.full_k + (ring0 + j) % kSm90Stages, ((ring0 + j) / kSm90Stages) & 1);
     const bool pv = j > 0 && j <= wg_tiles;  // P·V of tile j - 1 this iteration
     if (j > 0) wait_v(j - 1);
     take_turn();
@@ -320,7 +341,7 @@ __device__ __forceinline__ void consume_sm90_tiles(const AttentionParams& p, con
         wgmma::wait<0>();
       pass_turn();
       wgmma::fence_operands(s);
-      release(sm.empty_k + j % kSm90Stages);
+      release(sm.empty_k + (ring0 + j) % kSm90Stages);
       // Causal mask only on tiles reaching past the warpgroup's first row.
       const int key0 = j * kSm90Keys;
       float corr_a, corr_b;
@@ -344,19 +365,22 @@ __device__ __forceinline__ void consume_sm90_tiles(const AttentionParams& p, con
       pass_turn();
       wgmma::wait<0>();
       wgmma::fence_operands(o);
-      release(sm.empty_k + j % kSm90Stages);
+      release(sm.empty_k + (ring0 + j) % kSm90Stages);
     }
-    if (j > 0) release(sm.empty_v + (j - 1) % kSm90Stages);
+    if (j > 0) release(sm.empty_v + (ring0 + j - 1) % kSm90Stages);
   }
-  if constexpr (kPingPong) {  // warpgroup 1's last turn passed to warpgroup 0, taken
-    if (cwg == 0) take_turn();
-  }
+  // The last V tile: multiplied if the warpgroup reaches it, waited for and released either way.
+  wait_v(n_tiles - 1);
   if (wg_tiles > 0 && wg_tiles == n_tiles) {
-    wait_v(n_tiles - 1);
     issue_pv<T, D>(o, pf, v_desc + stage_of(n_tiles - 1));
     wgmma::wait<0>();
     wgmma::fence_operands(o);
   }
+  release(sm.empty_v + (ring0 + n_tiles - 1) % kSm90Stages);
+  if (tail) release(sm.v_done);
+  pr.tiles += n_tiles;
+  pr.items += 1;
+  pr.tails += tail ? 1 : 0;
 
   quad_sum(l_a, l_b);
   const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f;
@@ -366,8 +390,11 @@ __device__ __forceinline__ void consume_sm90_tiles(const AttentionParams& p, con
 #endif  // PAGELLM_WGMMA_AVAILABLE
 
 // Warp-specialised, as FlashAttention-3: warpgroup 0 produces (one warp issuing TMA loads, with
-// few registers: produce_sm90_tiles), warpgroups 1 and 2 consume (consume_sm90_tiles, with the
+// few registers: produce_sm90_item), warpgroups 1 and 2 consume (consume_sm90_item, with the
 // registers the producer gave back), so the MMAs never wait at a block barrier for loads.
+// Persistent: one block per SM takes work items (tile item, query head; the plan's order, longest
+// first, the heads of an item together) in snake order (work_item); the producer loads the next
+// item's Q and first tiles while the consumers finish and store the last one.
 template <typename T, int D, bool kPingPong>
 __global__ void __launch_bounds__(kSm90Threads, 1)
     tile_attention_sm90_kernel(const __grid_constant__ AttentionParams p,
@@ -378,8 +405,7 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
   pdl_wait();
   extern __shared__ unsigned char smem_raw[];
   const Sm90Smem sm = sm90_smem<D>(smem_raw);
-  const TileSpan t = tile_span(p, plan, kSm90TileRows);
-  const int n_tiles = (t.n_keys + kSm90Keys - 1) / kSm90Keys;
+  const int num_work = plan.num_tile_items * p.num_heads;
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
@@ -390,17 +416,48 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
       tma::init(sm.empty_v + s, kSm90ConsumerWarps);
     }
     tma::init(sm.q_full, 1);
+    tma::init(sm.q_empty, kSm90ConsumerWarps);
     tma::init(sm.v_fixed, 1);
+    tma::init(sm.v_done, kSm90ConsumerWarps);
     tma::fence_init();
   }
   __syncthreads();
+  Sm90Progress pr;
+  // Round r takes work item r * gridDim.x + blockIdx.x, or counting down on odd rounds: with items
+  // longest first, the snake order evens the blocks' sums.
+  const int grid = gridDim.x;
+  const auto work_item = [&](int r) {
+    return r * grid + ((r & 1) ? grid - 1 - int(blockIdx.x) : int(blockIdx.x));
+  };
+  const auto span = [&](int w) {
+    return tile_span_at(p, plan, kSm90TileRows, w / p.num_heads, w % p.num_heads);
+  };
   if (warp < 4) {  // the producer warpgroup
     tma::release_registers<kSm90ProducerRegs>();
-    if (warp == 0) produce_sm90_tiles<D>(p, t, maps, n_tiles, sm, lane);
+    if (warp == 0) {
+      for (int r = 0, w = work_item(0); w < num_work; w = work_item(++r)) {
+        const TileSpan t = span(w);
+        produce_sm90_item<D>(p, t, maps, (t.n_keys + kSm90Keys - 1) / kSm90Keys, sm, lane, pr);
+      }
+    }
     return;
   }
   tma::claim_registers<kSm90ConsumerRegs>();
-  consume_sm90_tiles<T, D, kPingPong>(p, t, n_tiles, sm, warp - 4, lane);
+  const int cwarp = warp - 4;
+  const int cwg = __shfl_sync(0xffffffffu, cwarp >> 2, 0);
+  // Ping-pong turns run on across items: warpgroup 0 goes first, and at the end takes the turn
+  // warpgroup 1 passed last.
+  if constexpr (kPingPong) {
+    if (cwg == 1) tma::named_barrier_arrive(1, 256);
+  }
+  for (int r = 0, w = work_item(0); w < num_work; w = work_item(++r)) {
+    const TileSpan t = span(w);
+    consume_sm90_item<T, D, kPingPong>(p, t, (t.n_keys + kSm90Keys - 1) / kSm90Keys, sm, cwarp,
+                                       lane, pr);
+  }
+  if constexpr (kPingPong) {
+    if (cwg == 0) tma::named_barrier_sync(1, 256);
+  }
 #endif  // PAGELLM_WGMMA_AVAILABLE
 }
 
@@ -410,10 +467,11 @@ cudaError_t launch_tile_sm90_config(const AttentionParams& p, const AttentionPla
   constexpr int kSmem = sm90_smem_bytes<D>();
   const cudaError_t attr = allow_dynamic_smem<tile_attention_sm90_kernel<T, D, kPingPong>>(kSmem);
   if (attr != cudaSuccess) return attr;
-  if (p.num_heads > 65535) return cudaErrorInvalidValue;
   Sm90Maps maps;
   if (!make_sm90_maps(p, &maps)) return cudaErrorNotSupported;
-  dim3 grid(plan.num_tile_items, p.num_heads);
+  const int64_t work = int64_t{plan.num_tile_items} * p.num_heads;
+  if (work > INT32_MAX) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(work, sm_count())));
   return launch_kernel(tile_attention_sm90_kernel<T, D, kPingPong>, grid, kSm90Threads, kSmem,
                        stream, p, plan, maps);
 }
