@@ -1,7 +1,7 @@
 #include "backends/cuda/tma.h"
 
-#include <cuda_runtime.h>
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+#include <cuda_runtime.h>
 
 namespace pagellm::cuda {
 namespace {

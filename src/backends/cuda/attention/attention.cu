@@ -2,8 +2,8 @@
 // tensor-core tile kernel when it serves the dtype and head_dim; every other token goes to the
 // split-KV kernel, with the split count chosen to fill the GPU.
 #include <algorithm>
-#include <climits>
 #include <atomic>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -151,7 +151,8 @@ bool attention::sm90_tma_fits(const AttentionParams& p) {
   const int bs = p.block_size;
   return (p.head_dim == 64 || p.head_dim == 128) && element_size(p.dtype) == 2 && aligned16(p.q) &&
          aligned16(p.k_cache) && aligned16(p.v_cache) && aligned16(p.out) && stride % 8 == 0 &&
-         p.num_slots > 0 && p.num_slots <= INT32_MAX && bs >= 8 && bs <= 128 && (bs & (bs - 1)) == 0;
+         p.num_slots > 0 && p.num_slots <= INT32_MAX && bs >= 8 && bs <= 128 &&
+         (bs & (bs - 1)) == 0;
 }
 
 bool attention::make_sm90_maps(const AttentionParams& p, Sm90Maps* maps) {

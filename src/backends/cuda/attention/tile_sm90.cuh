@@ -234,11 +234,11 @@ __device__ __forceinline__ void produce_sm90_item(const AttentionParams& p, cons
   tma::wait(sm.full_v + stage, (last / kSm90Stages) & 1);
   if (pr.tails > 0) tma::wait(sm.v_done, (pr.tails - 1) & 1);
   const int first = t.n_keys - (n_tiles - 1) * kSm90Keys;  // the tile's first row past the keys
-  const int rows = bs - tail;                               // up to the end of its page
+  const int rows = bs - tail;                              // up to the end of its page
   unsigned char* v = sm.v + stage * kKvTileBytes;
   for (int c = lane; c < rows * (D / 8); c += 32)
-    *reinterpret_cast<uint4*>(v + wgmma::sw128_offset<kSm90Keys>(first + c / (D / 8), c % (D / 8))) =
-        make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4*>(v + wgmma::sw128_offset<kSm90Keys>(
+                                      first + c / (D / 8), c % (D / 8))) = make_uint4(0, 0, 0, 0);
   wgmma::fence_proxy_async();  // the zeros, visible to the MMAs' reads
   __syncwarp();
   if (lane == 0) tma::arrive(sm.v_fixed);
@@ -270,10 +270,10 @@ __device__ __forceinline__ void consume_sm90_item(const AttentionParams& p, cons
   constexpr int kKvTileBytes = kSm90Keys * D * 2;
   // The values that steer the loop, warp-uniform to the compiler (see above).
   const auto uniform = [](int v) { return __shfl_sync(0xffffffffu, v, 0); };
-  const int g = lane >> 2;               // accumulator row within the warp's 16 (and g + 8)
-  const int t4 = lane & 3;               // accumulator column pair
-  const int wrow = cwarp * 16;           // this warp's first row in the block
-  const int cwg = uniform(cwarp >> 2);   // this consumer warpgroup, 0 or 1
+  const int g = lane >> 2;              // accumulator row within the warp's 16 (and g + 8)
+  const int t4 = lane & 3;              // accumulator column pair
+  const int wrow = cwarp * 16;          // this warp's first row in the block
+  const int cwg = uniform(cwarp >> 2);  // this consumer warpgroup, 0 or 1
   n_tiles = uniform(n_tiles);
   const int wg_pos = uniform(t.pos0 + t.row0 + cwg * 64);  // the warpgroup's first row's position
   // Tiles this warpgroup multiplies: those holding keys up to its last row's position.
@@ -309,8 +309,8 @@ __device__ __forceinline__ void consume_sm90_item(const AttentionParams& p, cons
   tma::wait(sm.q_full, pr.items & 1);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk)
-    ldmatrix_x4(qf[kk],
-                sm.q + wgmma::sw128_offset<kSm90TileRows>(wrow + (lane & 15), 2 * kk + (lane >> 4)));
+    ldmatrix_x4(qf[kk], sm.q + wgmma::sw128_offset<kSm90TileRows>(wrow + (lane & 15),
+                                                                  2 * kk + (lane >> 4)));
   release(sm.q_empty);
   uint32_t pf[kSm90Keys / 16][4];  // P of the previous tile, the A operand of its P·V
   float o[D / 8][4];
