@@ -4,9 +4,9 @@
 // K/V brought in by the tensor memory accelerator (TMA) under a producer warp, mbarriers between
 // producer and consumers, and the registers moved to the consumers (setmaxnreg).
 //
-// One block = 128 query rows of one sequence and one query head: a producer warpgroup and two
-// consumer warpgroups of 64 rows (16 per warp; each thread holds rows g and g + 8 of its warp's 16,
-// as in mma.sync). K/V tiles of 128 keys, one TMA box per cache page and 64 columns (the page's
+// A work item = 128 query rows of one sequence and one query head; a block (one per SM, taking
+// work items in turn) = a producer warpgroup and two consumer warpgroups of 64 rows (16 per warp;
+// each thread holds rows g and g + 8 of its warp's 16, as in mma.sync). K/V tiles of 128 keys, one TMA box per cache page and 64 columns (the page's
 // rows of one KV head are block_size rows 2 x num_kv_heads x D bytes apart, a 3-D tensor map
 // [slots, kv_heads, D]), rotate over three stages; both consumers read each tile, halving the K/V
 // traffic per query row of a 64-row block.
