@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # The Hopper (wgmma) prefill attention kernel against the mma.sync one, on the GPU machine, from a
-# bundle made by make_bundle.sh: the ceilings probe, the attention kernel tests through both
-# kernels, the kernel benchmark (prefill rows: wgmma, then mma.sync), an Nsight Compute profile of
-# the wgmma kernel (ncu, on request), pycode-draft-10M's perplexity and greedy text through both
-# kernels (model: needs models/pycode-draft-10M and heldout_python.txt in the bundle), and
-# `bench throughput` on
-# Llama-3.1-8B shapes (dummy weights), bf16 and FP8, with PAGELLM_PREFILL_WGMMA=1 and =0.
+# bundle (docs/PERF.md, "Prefill attention, warp-specialised with TMA, persistent", lists what goes
+# in):
+#   - the ceilings probe;
+#   - the attention kernel tests through both kernels, with the Hopper kernel's ping-pong on and
+#     off (PP="1 0" by default);
+#   - the prefill attention benchmark: first any other builds' test binaries bundled as
+#     cuda_kernel_tests.NAME (base, prev, ...), then this build's with PP's settings;
+#   - an Nsight Compute profile of the wgmma kernel (ncu, on request);
+#   - pycode-draft-10M's perplexity and greedy text through both kernels (model: needs
+#     models/pycode-draft-10M and heldout_python.txt in the bundle);
+#   - `bench throughput` on Llama-3.1-8B shapes (dummy weights), bf16 and FP8, with
+#     PAGELLM_PREFILL_WGMMA=1 and =0 (WG="1 0" by default).
 #   bash BUNDLE/run_prefill_attention.sh BUNDLE [tests] [bench] [ncu] [model] [e2e]
 #   (default: tests bench e2e)
 set -uo pipefail
