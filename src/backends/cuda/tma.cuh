@@ -35,10 +35,6 @@ __device__ __forceinline__ void arrive_expect_tx(uint64_t* bar, uint32_t bytes) 
                : "memory");
 }
 
-__device__ __forceinline__ void arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_addr(bar)) : "memory");
-}
-
 // Waits until the phase of parity `parity` has completed (phase k has parity k & 1): a barrier's
 // k-th use waits with parity k & 1. The retry loop lives inside the asm, so the compiler sees no
 // divergent branch here (one next to an asynchronous warpgroup MMA serialises the MMAs).
@@ -52,7 +48,8 @@ __device__ __forceinline__ void wait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
-// arrive(bar) in the threads where `pred` holds, predicated inside the asm (no branch).
+// One arrival on bar from each thread where `pred` holds, predicated inside the asm (no branch
+// for the compiler to see beside an asynchronous MMA).
 __device__ __forceinline__ void arrive_if(uint64_t* bar, bool pred) {
   asm volatile(
       "{\n.reg .pred p;\n"

@@ -6,10 +6,10 @@
 //
 // A work item = 128 query rows of one sequence and one query head; a block (one per SM, taking
 // work items in turn) = a producer warpgroup and two consumer warpgroups of 64 rows (16 per warp;
-// each thread holds rows g and g + 8 of its warp's 16, as in mma.sync). K/V tiles of 128 keys, one TMA box per cache page and 64 columns (the page's
-// rows of one KV head are block_size rows 2 x num_kv_heads x D bytes apart, a 3-D tensor map
-// [slots, kv_heads, D]), rotate over three stages; both consumers read each tile, halving the K/V
-// traffic per query row of a 64-row block.
+// each thread holds rows g and g + 8 of its warp's 16, as in mma.sync). K/V tiles of 128 keys,
+// one TMA box per cache page and 64 columns (the page's rows of one KV head are block_size rows
+// 2 x num_kv_heads x D bytes apart, a 3-D tensor map [slots, kv_heads, D]), rotate over three
+// stages; both consumers read each tile, halving the K/V traffic per query row of a 64-row block.
 //
 // Included once per dtype by tile_sm90_*.cu. Code built for sm_80 gets an empty body; the planner
 // picks this kernel only on compute capability 9.0 (attention.cu: sm90_tiles).
@@ -42,6 +42,11 @@ static_assert(kSm90TileRows == 2 * 64, "one consumer warpgroup per 64 query rows
 // tiles, all 16-bit and 1024-byte aligned (the swizzle atoms), then the barriers; 1024 bytes of
 // slack to align the base. 225 KB at D = 128, within the 227 KB a block may have.
 constexpr int kSm90Barriers = 4 * kSm90Stages + 4;
+
+// K/V tiles of a span: those holding its n_keys keys.
+__device__ __forceinline__ int sm90_tiles_of(const TileSpan& t) {
+  return (t.n_keys + kSm90Keys - 1) / kSm90Keys;
+}
 template <int D>
 constexpr int sm90_smem_bytes() {
   return (kSm90TileRows + 2 * kSm90Stages * kSm90Keys) * D * 2 + 1024 + kSm90Barriers * 8;
@@ -189,9 +194,10 @@ __device__ __forceinline__ void softmax_step(float (&s)[kSm90Keys / 8][4], float
 // overwrites those keys' scores.
 template <int D>
 __device__ __forceinline__ void produce_sm90_item(const AttentionParams& p, const TileSpan& t,
-                                                  const Sm90Maps& maps, int n_tiles,
-                                                  const Sm90Smem& sm, int lane, Sm90Progress& pr) {
+                                                  const Sm90Maps& maps, const Sm90Smem& sm,
+                                                  int lane, Sm90Progress& pr) {
   constexpr int kKvTileBytes = kSm90Keys * D * 2;
+  const int n_tiles = sm90_tiles_of(t);
   constexpr int kColBlocks = D / 64;
   if (pr.items > 0) tma::wait(sm.q_empty, (pr.items - 1) & 1);
   if (lane == 0) {
@@ -241,7 +247,7 @@ __device__ __forceinline__ void produce_sm90_item(const AttentionParams& p, cons
                                       first + c / (D / 8), c % (D / 8))) = make_uint4(0, 0, 0, 0);
   wgmma::fence_proxy_async();  // the zeros, visible to the MMAs' reads
   __syncwarp();
-  if (lane == 0) tma::arrive(sm.v_fixed);
+  tma::arrive_if(sm.v_fixed, lane == 0);
   pr.tails += 1;
 }
 #endif  // PAGELLM_WGMMA_AVAILABLE
@@ -265,8 +271,8 @@ __device__ __forceinline__ void produce_sm90_item(const AttentionParams& p, cons
 // done, over two named barriers, so one warpgroup's softmax runs while the other's MMAs do.
 template <typename T, int D, bool kPingPong>
 __device__ __forceinline__ void consume_sm90_item(const AttentionParams& p, const TileSpan& t,
-                                                  int n_tiles, const Sm90Smem& sm, int cwarp,
-                                                  int lane, Sm90Progress& pr) {
+                                                  const Sm90Smem& sm, int cwarp, int lane,
+                                                  Sm90Progress& pr) {
   constexpr int kKvTileBytes = kSm90Keys * D * 2;
   // The values that steer the loop, warp-uniform to the compiler (see above).
   const auto uniform = [](int v) { return __shfl_sync(0xffffffffu, v, 0); };
@@ -274,7 +280,7 @@ __device__ __forceinline__ void consume_sm90_item(const AttentionParams& p, cons
   const int t4 = lane & 3;              // accumulator column pair
   const int wrow = cwarp * 16;          // this warp's first row in the block
   const int cwg = uniform(cwarp >> 2);  // this consumer warpgroup, 0 or 1
-  n_tiles = uniform(n_tiles);
+  const int n_tiles = uniform(sm90_tiles_of(t));
   const int wg_pos = uniform(t.pos0 + t.row0 + cwg * 64);  // the warpgroup's first row's position
   // Tiles this warpgroup multiplies: those holding keys up to its last row's position.
   const int wg_tiles = uniform(
@@ -436,8 +442,7 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
     tma::release_registers<kSm90ProducerRegs>();
     if (warp == 0) {
       for (int r = 0, w = work_item(0); w < num_work; w = work_item(++r)) {
-        const TileSpan t = span(w);
-        produce_sm90_item<D>(p, t, maps, (t.n_keys + kSm90Keys - 1) / kSm90Keys, sm, lane, pr);
+        produce_sm90_item<D>(p, span(w), maps, sm, lane, pr);
       }
     }
     return;
@@ -451,9 +456,7 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
     if (cwg == 1) tma::named_barrier_arrive(1, 256);
   }
   for (int r = 0, w = work_item(0); w < num_work; w = work_item(++r)) {
-    const TileSpan t = span(w);
-    consume_sm90_item<T, D, kPingPong>(p, t, (t.n_keys + kSm90Keys - 1) / kSm90Keys, sm, cwarp,
-                                       lane, pr);
+    consume_sm90_item<T, D, kPingPong>(p, span(w), sm, cwarp, lane, pr);
   }
   if constexpr (kPingPong) {
     if (cwg == 0) tma::named_barrier_sync(1, 256);
