@@ -6,16 +6,23 @@
 # 1. ceilings (cuda_probe); 2. every kernel test; 3. the engine check (graphs vs eager, batched vs
 # solo, preemption, prefix caching); 4. the runner check with the flags (GPU vs CPU runner, then
 # Llama-3.1-8B decode at batch 1 / 16 / 64); 5. per-kernel ncu times (below); 6. decode figures
-# only, base and new alternating twice, so that both see the same clocks. Logs in $OUT; the
-# summary is printed last (the device tool returns only 8 files).
+# only, base and new (and variants bundled as cuda_runner_check.vNAME) alternating twice, so that
+# all see the same clocks, once per value of PDL_MODES (PAGELLM_PDL, default "0"; PDL_MODES="0 1"
+# measures both launch modes; steps 2-4 run with the last mode). NCU_DETAIL=1 adds a full Nsight
+# Compute report of one batch-1 decode attention launch (where its time goes); SKIP_CHECKS=1 skips
+# steps 2-4. Logs in $OUT; the summary is printed last (the device tool returns only 8 files).
 set -uo pipefail
 SRC=$(cd "${1:?usage: run_decode_ab.sh BUNDLE [FLAGS...]}" && pwd)
 shift
 FLAGS=("$@")
 [ ${#FLAGS[@]} -eq 0 ] && FLAGS=(--fp8 --int4)
 . "$SRC/unpack_bundle.sh"
+PDL_MODES=${PDL_MODES:-0}
+export PAGELLM_PDL=${PDL_MODES##* }
+say "checks with PAGELLM_PDL=$PAGELLM_PDL; perf modes: $PDL_MODES"
 timeout 120 "$B/cuda_probe" > "$LOGS/probe.log" 2>&1
 say "probe: $(grep -iE 'copy|gemm|tflop|GB/s' "$LOGS/probe.log" | tr '\n' ' ' | cut -c1-400)"
+if [ "${SKIP_CHECKS:-0}" != 1 ]; then  # SKIP_CHECKS=1: figures only (steps 1, 5, 6)
 timeout 400 "$B/cuda_kernel_tests" > "$LOGS/kernel_tests.log" 2>&1
 say "kernel tests (exit $?): $(grep -E '^kernel tests:' "$LOGS/kernel_tests.log")"
 grep -E "FAIL" "$LOGS/kernel_tests.log" | cut -c1-200 | head -20 | tee -a "$SUMMARY"
@@ -25,6 +32,7 @@ grep -E "FAIL" "$LOGS/engine_check.log" | cut -c1-200 | head -20 | tee -a "$SUMM
 timeout 420 "$B/cuda_runner_check" "$B/models" "${FLAGS[@]}" > "$LOGS/runner_check.log" 2>&1
 say "runner check ${FLAGS[*]} (exit $?):"
 grep -E "FAIL|runner checks:|tok/s|copy" "$LOGS/runner_check.log" | head -30 | tee -a "$SUMMARY"
+fi
 # Per-kernel time of the attention and rope / KV-write kernels of decode steps (Nsight Compute,
 # base clocks, cold caches) for the new build at the batches in NCU_BATCHES (default 16 8 1).
 # --launch-skip lands past the prefill and graph capture of `--perf-only --batch N`.
@@ -45,16 +53,23 @@ for r in rows:
 print("; ".join("%s n=%d %.2f us" % (k, n, us / n) for k, (n, us) in agg.items()))
 ' "$LOGS/ncu_$bs.csv")"
 done
+if [ "${NCU_DETAIL:-0}" = 1 ]; then
+  timeout 200 "$NCU" --set full --kernel-name regex:decode_mma --launch-skip 200 --launch-count 1 \
+    "$B/cuda_runner_check" "$B/models" --perf-only --batch 1 > "$LOGS/ncu_detail.txt" 2>&1
+  say "ncu detail (exit $?): $(grep -cE '' "$LOGS/ncu_detail.txt") lines in ncu_detail.txt"
+fi
 for round in 1 2; do
-  for which in base new; do
-    bin=$B/cuda_runner_check
-    [ $which = base ] && bin=$B/cuda_runner_check.base
-    [ -x "$bin" ] || continue
-    timeout 300 "$bin" "$B/models" --perf-only "${FLAGS[@]}" > "$LOGS/perf_${which}_$round.log" 2>&1
-    say "perf $which, round $round (exit $?):"
-    grep -E "tok/s|copy" "$LOGS/perf_${which}_$round.log" | awk '{print $1, $4, $7}' |
-      tr '\n' ' ' | tee -a "$SUMMARY"
-    echo | tee -a "$SUMMARY"
+  for pdl in $PDL_MODES; do
+    for which in base new $(cd "$B" && ls cuda_runner_check.v* 2>/dev/null | sed 's/.*\.//'); do
+      bin=$B/cuda_runner_check
+      [ $which != new ] && bin=$B/cuda_runner_check.$which
+      [ -x "$bin" ] || continue
+      log=$LOGS/perf_${which}_pdl${pdl}_$round.log
+      PAGELLM_PDL=$pdl timeout 300 "$bin" "$B/models" --perf-only "${FLAGS[@]}" > "$log" 2>&1
+      say "perf $which PDL=$pdl, round $round (exit $?):"
+      grep -E "tok/s|copy" "$log" | awk '{print $1, $4, $7}' | tr '\n' ' ' | tee -a "$SUMMARY"
+      echo | tee -a "$SUMMARY"
+    done
   done
 done
 echo "==== summary"

@@ -131,7 +131,10 @@ inline cudaError_t launch_status() { return cudaGetLastError(); }
 // an earlier kernel wrote or writes anything an earlier kernel reads; pdl_wait() returns once the
 // previous kernel has finished and its writes are visible (and so, transitively, every earlier
 // one). pdl_launch_dependents() lets the next kernel start launching. Both are no-ops on older GPUs
-// and in kernels launched the ordinary way.
+// and in kernels launched the ordinary way. Short kernels call it first thing; the weight-streaming
+// GEMVs and the decode attention call it late, once their last loads are in flight: the next
+// kernel's early blocks then overlap only their drain, instead of competing with their whole
+// stream for HBM and holding SM slots idle (docs/PERF.md, "late trigger").
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -76,10 +76,12 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
   // for it (common.cuh: programmatic dependent launch), so the weight stream starts early.
   if (first_k + (kUnroll - 1) * kStep < p.k) load_weights(first_k);
   pdl_wait();
-  pdl_launch_dependents();
   // Main loop.
   for (; k0 + (kUnroll - 1) * kStep < p.k; k0 += kUnroll * kStep) {
     if (k0 != first_k) load_weights(k0);
+    // This lane's last full round is in flight: the next kernel may start its own weight stream
+    // (common.cuh: launch the dependents late).
+    if (k0 + (2 * kUnroll - 1) * kStep >= p.k) pdl_launch_dependents();
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll

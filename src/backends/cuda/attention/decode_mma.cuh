@@ -47,7 +47,6 @@ __global__ void __launch_bounds__(kTileThreads)
     decode_mma_kernel(const __grid_constant__ AttentionParams p,
                       const __grid_constant__ AttentionPlan plan, float* __restrict__ partial_out,
                       float* __restrict__ partial_lse, unsigned* __restrict__ counters) {
-  pdl_launch_dependents();
   pdl_wait();
   constexpr bool kFp8 = kIsFp8<KV>;
   constexpr int kChunks = D / 8;
@@ -167,6 +166,9 @@ __global__ void __launch_bounds__(kTileThreads)
     __syncthreads();  // the stage just read is refilled kStages - 1 iterations later
   }
   cp_async_wait<0>();
+  // The cache is read: the next kernel (the o projection) may start its weight stream while the
+  // warps and splits merge (common.cuh: launch the dependents late).
+  pdl_launch_dependents();
   __syncthreads();
 
   // Merge the four warps' states (rows g and g + 8 of each) through the K/V area.

@@ -123,9 +123,11 @@ __global__ void __launch_bounds__(kThreads)
   // it (common.cuh: programmatic dependent launch), so the weight stream starts early.
   load_weights(lane);
   pdl_wait();
-  pdl_launch_dependents();
   for (int v0 = lane; v0 < num_vec; v0 += 32 * U) {
     if (v0 != lane) load_weights(v0);
+    // The warp's last weight round is in flight (v0 - lane is warp-uniform): the next kernel may
+    // start its own stream (common.cuh: launch the dependents late).
+    if (v0 - lane + 32 * U >= num_vec) pdl_launch_dependents();
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int v = v0 + u * 32;

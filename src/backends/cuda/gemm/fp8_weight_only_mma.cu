@@ -69,9 +69,10 @@ __global__ void __launch_bounds__(kThreads)
   const int first_chunk = warp * kChunk;
   if (first_chunk < p.k) load_weights(first_chunk);
   pdl_wait();
-  pdl_launch_dependents();
   for (int chunk = first_chunk; chunk < p.k; chunk += kWarps * kChunk) {
     if (chunk != first_chunk) load_weights(chunk);
+    // The last weight round is in flight: the next kernel may start its own stream (late_trigger).
+    if (chunk + kWarps * kChunk >= p.k) pdl_launch_dependents();
 #pragma unroll
     for (int u = 0; u < kPieces; ++u) {
       if (chunk + u * 64 >= p.k) break;  // warp-uniform: no lane has a piece left
