@@ -10,7 +10,7 @@
 # all see the same clocks, once per value of PDL_MODES (PAGELLM_PDL, default "0"; PDL_MODES="0 1"
 # measures both launch modes; steps 2-4 run with the last mode). NCU_DETAIL=1 adds a full Nsight
 # Compute report of one batch-1 decode attention launch (where its time goes); SKIP_CHECKS=1 skips
-# steps 2-4. Logs in $OUT; the summary is printed last (the device tool returns only 8 files).
+# steps 2-4, PERF_ROUNDS=0 step 6 (PAGELLM_PDL=auto is the default per-step mode). Logs in $OUT; the summary is printed last (the device tool returns only 8 files).
 set -uo pipefail
 SRC=$(cd "${1:?usage: run_decode_ab.sh BUNDLE [FLAGS...]}" && pwd)
 shift
@@ -58,7 +58,7 @@ if [ "${NCU_DETAIL:-0}" = 1 ]; then
     "$B/cuda_runner_check" "$B/models" --perf-only --batch 1 > "$LOGS/ncu_detail.txt" 2>&1
   say "ncu detail (exit $?): $(grep -cE '' "$LOGS/ncu_detail.txt") lines in ncu_detail.txt"
 fi
-for round in 1 2; do
+for round in $(seq "${PERF_ROUNDS:-2}"); do
   for pdl in $PDL_MODES; do
     for which in base new $(cd "$B" && ls cuda_runner_check.v* 2>/dev/null | sed 's/.*\.//'); do
       bin=$B/cuda_runner_check

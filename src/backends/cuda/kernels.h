@@ -21,12 +21,27 @@
 namespace pagellm::cuda {
 
 // ---- launch.cpp --------------------------------------------------------------------------------
-// Whether the forward-pass kernels start as programmatic dependent launches (common.cuh). Off by
-// default: measured on an H100 (docs/PERF.md, "Decode step overhead") it made bf16 decode at batch 1
-// 5% slower and FP8 at batch 16 6% slower while FP8 at batch 1 gained 2%. PAGELLM_PDL=1 or
-// set_programmatic_launch(true) turns it on where the GPU has it (sm_90+; refused elsewhere).
+// Whether the forward-pass kernels start as programmatic dependent launches (common.cuh), on GPUs
+// that have them (sm_90+). By default per step: on inside a ProgrammaticLaunchScope that wants it
+// (the CUDA runner asks for it on single-GPU decode steps, where it measured +1-4 %, except FP8
+// steps on the tensor-core weight-only kernel, which lose 1.5 %; docs/PERF.md "late trigger"),
+// off elsewhere.
+// PAGELLM_PDL=1 / set_programmatic_launch(true) turn it on everywhere, PAGELLM_PDL=0 /
+// set_programmatic_launch(false) off everywhere.
 bool programmatic_launch();
 void set_programmatic_launch(bool on);
+// The calling thread's launches follow `wanted` while the scope lives (per-step mode only); a
+// CUDA graph captured inside keeps the launch kind its kernels were captured with.
+class ProgrammaticLaunchScope {
+ public:
+  explicit ProgrammaticLaunchScope(bool wanted);
+  ~ProgrammaticLaunchScope();
+  ProgrammaticLaunchScope(const ProgrammaticLaunchScope&) = delete;
+  ProgrammaticLaunchScope& operator=(const ProgrammaticLaunchScope&) = delete;
+
+ private:
+  bool outer_;
+};
 // The current device's SM count (cached per device; 132 if the query fails), for grids sized to
 // the GPU (persistent weight streams, k splits).
 int sm_count();

@@ -17,27 +17,47 @@ bool device_supports_pdl() {
   return major >= 9;
 }
 
-std::atomic<int>& pdl_state() {  // -1: not decided yet, 0: off, 1: on
-  static std::atomic<int> state{-1};
-  return state;
+// The process-wide mode: PAGELLM_PDL=1 / set_programmatic_launch(true) on, PAGELLM_PDL=0 /
+// set_programmatic_launch(false) off, else per step (ProgrammaticLaunchScope).
+enum Mode : int { kUndecided = -1, kOff = 0, kOn = 1, kPerStep = 2 };
+
+std::atomic<int>& pdl_mode() {
+  static std::atomic<int> mode{kUndecided};
+  return mode;
 }
+
+bool pdl_supported() {
+  static const bool supported = device_supports_pdl();
+  return supported;
+}
+
+thread_local bool t_step_wants_pdl = false;  // the innermost ProgrammaticLaunchScope's wish
 
 }  // namespace
 
 bool programmatic_launch() {
-  int s = pdl_state().load(std::memory_order_relaxed);
-  if (s < 0) {
+  int mode = pdl_mode().load(std::memory_order_relaxed);
+  if (mode == kUndecided) {
     const char* env = std::getenv("PAGELLM_PDL");
-    const bool on = env && std::strcmp(env, "1") == 0;
-    s = on && device_supports_pdl() ? 1 : 0;
-    pdl_state().store(s, std::memory_order_relaxed);
+    mode = !env                        ? kPerStep
+           : std::strcmp(env, "1") == 0 ? kOn
+           : std::strcmp(env, "0") == 0 ? kOff
+                                        : kPerStep;
+    pdl_mode().store(mode, std::memory_order_relaxed);
   }
-  return s == 1;
+  if (mode == kOff || (mode == kPerStep && !t_step_wants_pdl)) return false;
+  return pdl_supported();
 }
 
 void set_programmatic_launch(bool on) {
-  pdl_state().store(on && device_supports_pdl() ? 1 : 0, std::memory_order_relaxed);
+  pdl_mode().store(on ? kOn : kOff, std::memory_order_relaxed);
 }
+
+ProgrammaticLaunchScope::ProgrammaticLaunchScope(bool wanted) : outer_(t_step_wants_pdl) {
+  t_step_wants_pdl = wanted;
+}
+
+ProgrammaticLaunchScope::~ProgrammaticLaunchScope() { t_step_wants_pdl = outer_; }
 
 int sm_count() {
   static std::atomic<int> count[64] = {};
