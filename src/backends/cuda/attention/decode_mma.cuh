@@ -47,7 +47,6 @@ __global__ void __launch_bounds__(kTileThreads)
     decode_mma_kernel(const __grid_constant__ AttentionParams p,
                       const __grid_constant__ AttentionPlan plan, float* __restrict__ partial_out,
                       float* __restrict__ partial_lse, unsigned* __restrict__ counters) {
-  pdl_wait();
   constexpr bool kFp8 = kIsFp8<KV>;
   constexpr int kChunks = D / 8;
   constexpr int kKvChunks = D * sizeof(KV) / 16;  // 16-byte chunks per cache row
@@ -77,14 +76,6 @@ __global__ void __launch_bounds__(kTileThreads)
   const KV* k_base = static_cast<const KV*>(p.k_cache) + static_cast<int64_t>(kv_head) * D;
   const KV* v_base = static_cast<const KV*>(p.v_cache) + static_cast<int64_t>(kv_head) * D;
 
-  // Q rows: the group's heads; rows past the group are zero.
-  const T* q_row0 = static_cast<const T*>(p.q) + static_cast<int64_t>(token) * p.q_token_stride +
-                    static_cast<int64_t>(head0) * D;
-  for (int c = tid; c < 16 * kChunks; c += kTileThreads) {
-    const int r = c / kChunks, ch = c % kChunks;
-    const bool valid = r < group;
-    cp_async16(s_q + swz<D>(r, ch), valid ? q_row0 + r * D + ch * 8 : q_row0, valid ? 16 : 0);
-  }
   auto load_tile = [&](int tile) {
     const int stage = tile % kStages;
     T* sk = s_kv + stage * 2 * kTileN * D;  // 16-bit caches only
@@ -93,10 +84,30 @@ __global__ void __launch_bounds__(kTileThreads)
                               k_end, c / kKvChunks, c % kKvChunks,
                               s_raw + stage * 2 * kTileN * D, sk, sk + kTileN * D);
   };
-  // Group 0 holds Q and tile 0; one group per tile after that (possibly empty).
+  // Before waiting for the kernel before (common.cuh: programmatic dependent launch): the step's
+  // metadata above came from the host, and so do the cache rows of keys before this step's own,
+  // which the RoPE + KV-write kernel before writes. First tiles holding only such keys are loaded
+  // now, under that kernel; Q and the rest after the wait.
+  const int step_keys = p.seq_lens[seq] - (p.query_start_loc[seq + 1] - p.query_start_loc[seq]);
+  bool early[kStages - 1];
 #pragma unroll
   for (int t = 0; t < kStages - 1; ++t) {
-    if (t < n_tiles) load_tile(t);
+    early[t] = t < n_tiles && min(k_end, k_begin + (t + 1) * kTileN) <= step_keys;
+    if (early[t]) load_tile(t);
+  }
+  pdl_wait();
+  // Q rows: the group's heads; rows past the group are zero.
+  const T* q_row0 = static_cast<const T*>(p.q) + static_cast<int64_t>(token) * p.q_token_stride +
+                    static_cast<int64_t>(head0) * D;
+  for (int c = tid; c < 16 * kChunks; c += kTileThreads) {
+    const int r = c / kChunks, ch = c % kChunks;
+    const bool valid = r < group;
+    cp_async16(s_q + swz<D>(r, ch), valid ? q_row0 + r * D + ch * 8 : q_row0, valid ? 16 : 0);
+  }
+  // Group 0 holds Q, tile 0 and the early tiles; one group per later tile (possibly empty).
+#pragma unroll
+  for (int t = 0; t < kStages - 1; ++t) {
+    if (t < n_tiles && !early[t]) load_tile(t);
     cp_async_commit();
   }
 
