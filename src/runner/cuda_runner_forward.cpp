@@ -11,18 +11,22 @@
 
 namespace pagellm::runner {
 
+// Programmatic dependent launch on single-GPU decode steps (kernels.h), where the next kernel's
+// weight stream starting under this one's drain was measured to pay (H200: +1-2 % at batch 1,
+// INT4 +3-4 % at 16 and 64), except FP8 steps of 2-16 tokens (the tensor-core weight-only
+// kernel's range: -1.5 %). Prefill-sized steps were not measured with it.
+bool CudaRunner::Impl::step_wants_pdl(int n) const {
+  const bool fp8_mma_rows =
+      !layers.empty() && layers[0].qkv_fp8.on() && n > 1 && n <= cuda::kFp8WeightOnlyMaxRows;
+  return n <= 64 && !fp8_mma_rows && opt.shard.tp_size == 1 && opt.shard.first_stage() &&
+         opt.shard.last_stage();
+}
+
 // Enqueues the whole forward pass of a staged step on `stream` (graph-capturable: no sync, no
 // allocation). Leaves the final-normed hidden states in x_normed.
 void CudaRunner::Impl::forward(const Staged& s, void* pool) {
   const int n = s.num_tokens;
-  // Programmatic dependent launch on single-GPU decode steps (kernels.h), where the next kernel's
-  // weight stream starting under this one's drain was measured to pay (H200: +1-2 % at batch 1,
-  // INT4 +3-4 % at 16 and 64), except FP8 steps of 2-16 tokens (the tensor-core weight-only
-  // kernel's range: -1.5 %). Prefill-sized steps were not measured with it.
-  const bool fp8_mma_rows = !layers.empty() && layers[0].qkv_fp8.on() && n > 1 &&
-                            n <= cuda::kFp8WeightOnlyMaxRows;
-  const cuda::ProgrammaticLaunchScope pdl(n <= 64 && !fp8_mma_rows && opt.shard.tp_size == 1 &&
-                                          opt.shard.first_stage() && opt.shard.last_stage());
+  const cuda::ProgrammaticLaunchScope pdl(step_wants_pdl(n));
   const float eps = float(config.rms_norm_eps);
   const bool gemma = config.gemma.enabled;
   const size_t layer_bytes = size_t(num_blocks) * block_bytes;  // one layer's K (or V)

@@ -339,6 +339,8 @@ struct CudaRunner::Impl {
                const MoreKvGroups* more = nullptr);
   void upload_inputs();
   void forward(const Staged& s, void* k_pool);
+  // Whether a forward pass of num_tokens launches its kernels with programmatic dependent launch.
+  bool step_wants_pdl(int num_tokens) const;
   // The stage's input hidden states: the (vocab-parallel) embedding on the first stage, else the
   // residual stream and last projection received from the stage before.
   void stage_input(int num_tokens);

@@ -39,7 +39,7 @@ bool programmatic_launch() {
   int mode = pdl_mode().load(std::memory_order_relaxed);
   if (mode == kUndecided) {
     const char* env = std::getenv("PAGELLM_PDL");
-    mode = !env                        ? kPerStep
+    mode = !env                         ? kPerStep
            : std::strcmp(env, "1") == 0 ? kOn
            : std::strcmp(env, "0") == 0 ? kOff
                                         : kPerStep;
