@@ -10,7 +10,8 @@
 # all see the same clocks, once per value of PDL_MODES (PAGELLM_PDL, default "0"; PDL_MODES="0 1"
 # measures both launch modes; steps 2-4 run with the last mode). NCU_DETAIL=1 adds a full Nsight
 # Compute report of one batch-1 decode attention launch (where its time goes); SKIP_CHECKS=1 skips
-# steps 2-4, PERF_ROUNDS=0 step 6 (PAGELLM_PDL=auto is the default per-step mode). Logs in $OUT; the summary is printed last (the device tool returns only 8 files).
+# steps 2-4, PERF_ROUNDS=0 step 6 (PAGELLM_PDL=auto is the default per-step mode). Logs in $OUT;
+# the summary is printed last (the device tool returns only 8 files).
 set -uo pipefail
 SRC=$(cd "${1:?usage: run_decode_ab.sh BUNDLE [FLAGS...]}" && pwd)
 shift
@@ -54,7 +55,9 @@ print("; ".join("%s n=%d %.2f us" % (k, n, us / n) for k, (n, us) in agg.items()
 ' "$LOGS/ncu_$bs.csv")"
 done
 if [ "${NCU_DETAIL:-0}" = 1 ]; then
-  timeout 200 "$NCU" --set full --kernel-name regex:decode_mma --launch-skip 200 --launch-count 1 \
+  # 1750 decode_mma launches (warm-ups of every graph size) land in the timed batch-1 loop; 200
+  # landed on a batch-32 warm-up (both seen on an H200, 2026-11-29).
+  timeout 200 "$NCU" --set full --kernel-name regex:decode_mma --launch-skip 1750 --launch-count 1 \
     "$B/cuda_runner_check" "$B/models" --perf-only --batch 1 > "$LOGS/ncu_detail.txt" 2>&1
   say "ncu detail (exit $?): $(grep -cE '' "$LOGS/ncu_detail.txt") lines in ncu_detail.txt"
 fi
