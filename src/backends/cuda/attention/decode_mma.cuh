@@ -23,11 +23,18 @@ constexpr int kDecodeMmaFp8Stages = 5;
 constexpr int kDecodeMmaMaxGroup = 16;
 
 template <typename KV, int D>
-constexpr int decode_mma_smem_bytes() {
+constexpr int decode_mma_kv_bytes() {
   // Q [16, D] + stages × (K, V) [64, D], 2-byte elements; FP8: four warps' [16, D] conversion
   // buffers, then stages of raw (K, V) codes. The final merge reuses the area after Q.
   if constexpr (kIsFp8<KV>) return 16 * D * 2 + 4 * 16 * D * 2 + kDecodeMmaFp8Stages * 2 * kTileN * D;
   return (16 + kDecodeMmaStages * 2 * kTileN) * D * 2;
+}
+
+template <typename KV, int D>
+constexpr int decode_mma_smem_bytes() {
+  // Then the cache slots of each stage's keys.
+  constexpr int stages = kIsFp8<KV> ? kDecodeMmaFp8Stages : kDecodeMmaStages;
+  return decode_mma_kv_bytes<KV, D>() + stages * kTileN * 8;
 }
 
 // This warp's 16 rows of a raw FP8 tile ([kTileN, D] codes) converted into its [16, D] buffer.
@@ -55,6 +62,9 @@ __global__ void __launch_bounds__(kTileThreads)
   constexpr int kStages = kFp8 ? kDecodeMmaFp8Stages : kDecodeMmaStages;
   T* s_kv = s_q + 16 * D;  // [stages, 2, kTileN, D]; FP8: [4 warps, 16, D] converted rows
   unsigned char* s_raw = reinterpret_cast<unsigned char*>(s_kv + 4 * 16 * D);  // FP8 [stages, 2, ..]
+  // [stages, kTileN]: the cache slot of each key of the tile in that stage (-1 past k_end), looked
+  // up once per key instead of by each of the 16 threads that load a row's chunks.
+  int64_t* s_slot = reinterpret_cast<int64_t*>(smem_raw + decode_mma_kv_bytes<KV, D>());
 
   const int item = blockIdx.x;
   const int token = plan.split_items[2 * item];
@@ -76,14 +86,25 @@ __global__ void __launch_bounds__(kTileThreads)
   const KV* k_base = static_cast<const KV*>(p.k_cache) + static_cast<int64_t>(kv_head) * D;
   const KV* v_base = static_cast<const KV*>(p.v_cache) + static_cast<int64_t>(kv_head) * D;
 
+  // The slots of tile `tile`'s keys into its stage's row of s_slot (threads < kTileN; visible
+  // after the next barrier).
+  auto find_slots = [&](int tile) {
+    if (tid < kTileN)
+      s_slot[(tile % kStages) * kTileN + tid] =
+          kv_slot(p, table, k_begin + tile * kTileN + tid, k_end);
+  };
   auto load_tile = [&](int tile) {
     const int stage = tile % kStages;
     T* sk = s_kv + stage * 2 * kTileN * D;  // 16-bit caches only
     for (int c = tid; c < kTileN * kKvChunks; c += kTileThreads)
-      load_kv_chunk<T, KV, D>(p, table, k_base, v_base, k_begin + tile * kTileN + c / kKvChunks,
-                              k_end, c / kKvChunks, c % kKvChunks,
-                              s_raw + stage * 2 * kTileN * D, sk, sk + kTileN * D);
+      load_kv_chunk_at<T, KV, D>(p, k_base, v_base, s_slot[stage * kTileN + c / kKvChunks],
+                                 c / kKvChunks, c % kKvChunks, s_raw + stage * 2 * kTileN * D, sk,
+                                 sk + kTileN * D);
   };
+  // The block tables come from the host: every stage's slots are found before the wait.
+#pragma unroll
+  for (int t = 0; t < kStages; ++t) find_slots(t);
+  __syncthreads();
   // Before waiting for the kernel before (common.cuh: programmatic dependent launch): the step's
   // metadata above came from the host, and so do the cache rows of keys before this step's own,
   // which the RoPE + KV-write kernel before writes. First tiles holding only such keys are loaded
@@ -124,6 +145,9 @@ __global__ void __launch_bounds__(kTileThreads)
   const int row0 = kFp8 ? 0 : warp * 16;  // this warp's first key row in sk / sv
   for (int j = 0; j < n_tiles; ++j) {
     if (j + kStages - 1 < n_tiles) load_tile(j + kStages - 1);
+    // Tile j's slots are spent (it was issued kStages - 1 iterations ago): its row takes tile
+    // j + kStages's, for the next iteration's load (after this one's closing barrier).
+    if (j + kStages < n_tiles) find_slots(j + kStages);
     cp_async_commit();
     cp_async_wait<kStages - 1>();
     __syncthreads();

@@ -43,21 +43,23 @@ __device__ __forceinline__ void convert_fp8_chunk(const unsigned char* raw, T* t
       make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
 }
 
-// Issues the cp.async of 16-byte chunk ch of row r of a K/V tile whose row r holds `key` of the
-// sequence (zero-filled at or past key_end): FP8 codes into raw ([kTileN, D] bytes of K, then of
-// V), 16-bit elements into the swizzled tiles sk / sv. Shared by the tile and decode kernels.
+// The cache slot of `key` of the sequence whose block table is `table`, or -1 at or past key_end.
+__device__ __forceinline__ int64_t kv_slot(const AttentionParams& p, const int32_t* table, int key,
+                                           int key_end) {
+  if (key >= key_end) return -1;
+  return static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
+}
+
+// Issues the cp.async of 16-byte chunk ch of row r of a K/V tile whose row r holds cache slot
+// `slot` (kv_slot; -1: zero-filled): FP8 codes into raw ([kTileN, D] bytes of K, then of V), 16-bit
+// elements into the swizzled tiles sk / sv. Shared by the tile and decode kernels.
 template <typename T, typename KV, int D>
-__device__ __forceinline__ void load_kv_chunk(const AttentionParams& p, const int32_t* table,
-                                              const KV* k_base, const KV* v_base, int key,
-                                              int key_end, int r, int ch, unsigned char* raw,
-                                              T* sk, T* sv) {
-  const bool valid = key < key_end;
-  int64_t off = 0;
-  if (valid) {
-    const int64_t slot =
-        static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
-    off = slot * p.num_kv_heads * D + ch * static_cast<int>(16 / sizeof(KV));
-  }
+__device__ __forceinline__ void load_kv_chunk_at(const AttentionParams& p, const KV* k_base,
+                                                 const KV* v_base, int64_t slot, int r, int ch,
+                                                 unsigned char* raw, T* sk, T* sv) {
+  const bool valid = slot >= 0;
+  const int64_t off =
+      valid ? slot * p.num_kv_heads * D + ch * static_cast<int>(16 / sizeof(KV)) : 0;
   if constexpr (kIsFp8<KV>) {
     cp_async16(raw + r * D + ch * 16, k_base + off, valid ? 16 : 0);
     cp_async16(raw + kTileN * D + r * D + ch * 16, v_base + off, valid ? 16 : 0);
@@ -65,6 +67,16 @@ __device__ __forceinline__ void load_kv_chunk(const AttentionParams& p, const in
     cp_async16(sk + swz<D>(r, ch), k_base + off, valid ? 16 : 0);
     cp_async16(sv + swz<D>(r, ch), v_base + off, valid ? 16 : 0);
   }
+}
+
+// The same for row r holding `key` of the sequence (zero-filled at or past key_end).
+template <typename T, typename KV, int D>
+__device__ __forceinline__ void load_kv_chunk(const AttentionParams& p, const int32_t* table,
+                                              const KV* k_base, const KV* v_base, int key,
+                                              int key_end, int r, int ch, unsigned char* raw, T* sk,
+                                              T* sv) {
+  load_kv_chunk_at<T, KV, D>(p, k_base, v_base, kv_slot(p, table, key, key_end), r, ch, raw, sk,
+                             sv);
 }
 
 // Shared memory of the tile kernel: Q [kTileM, D] T, then K/V: two stages of [kTileN, D] T each
