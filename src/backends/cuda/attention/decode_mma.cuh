@@ -7,9 +7,9 @@
 // softmax state, and the four warps merge at the end. Partial results use the split-KV layout, so
 // the same in-kernel merge joins splits. FP8 caches: raw codes travel through a deeper pipeline
 // (five stages: measured faster than three with either two or three blocks per SM), and each warp
-// converts its own 16 keys to T in a private [16, D] buffer, first the K rows for Q·Kᵀ, then the
-// V rows for P·V. This path streams at ~57% of the copy rate (the 16-bit one at ~95%); see
-// docs/PERF.md for what is left.
+// reads its K fragments straight from the raw codes (one 4-byte read per fragment: Q's dims are
+// permuted to match, load_q_fragments) and converts its own 16 V rows to T in a private [16, D]
+// buffer for P·V's ldmatrix. See docs/PERF.md for where that path stands.
 #pragma once
 
 #include "backends/cuda/attention/mma_softmax.cuh"
@@ -45,6 +45,30 @@ __device__ __forceinline__ void convert_warp_rows(const unsigned char* raw, T* b
   for (int c = lane; c < 16 * (D / 16); c += 32)
     convert_fp8_chunk<T, KV, D>(raw + warp * 16 * D, buf, c / (D / 16), c % (D / 16));
   __syncwarp();
+}
+
+// The Q fragments of every k-step (rows g and g + 8 of the group's heads). 16-bit caches: the
+// mma's layout, by ldmatrix. FP8 caches: k-step kk's logical columns 2 t4, 2 t4 + 1 (and + 8, + 9)
+// are the dims 16 kk + 4 t4 .. + 3 of the row, in that order, so that a lane's K fragment is one
+// 4-byte read of the raw codes (the sum over dims does not depend on their order).
+template <typename T, int D, bool kFp8>
+__device__ __forceinline__ void load_q_fragments(const T* s_q, int lane,
+                                                 uint32_t (&qf)[D / 16][4]) {
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint2 v = *reinterpret_cast<const uint2*>(
+            s_q + swz<D>(g + 8 * h, 2 * kk + (t4 >> 1)) + (t4 & 1) * 4);
+        qf[kk][h] = v.x;
+        qf[kk][2 + h] = v.y;
+      }
+    } else {
+      ldmatrix_x4(qf[kk], s_q + swz<D>((lane & 7) + ((lane >> 3) & 1) * 8, 2 * kk + (lane >> 4)));
+    }
+  }
 }
 
 // SPLIT: num_splits > 1 (partial rows and the in-kernel merge). A compile-time choice: the merge
@@ -97,9 +121,9 @@ __global__ void __launch_bounds__(kTileThreads)
     const int stage = tile % kStages;
     T* sk = s_kv + stage * 2 * kTileN * D;  // 16-bit caches only
     for (int c = tid; c < kTileN * kKvChunks; c += kTileThreads)
-      load_kv_chunk_at<T, KV, D>(p, k_base, v_base, s_slot[stage * kTileN + c / kKvChunks],
-                                 c / kKvChunks, c % kKvChunks, s_raw + stage * 2 * kTileN * D, sk,
-                                 sk + kTileN * D);
+      load_kv_chunk_at<T, KV, D, true>(p, k_base, v_base, s_slot[stage * kTileN + c / kKvChunks],
+                                       c / kKvChunks, c % kKvChunks, s_raw + stage * 2 * kTileN * D,
+                                       sk, sk + kTileN * D);
   };
   // The block tables come from the host: every stage's slots are found before the wait.
 #pragma unroll
@@ -141,7 +165,7 @@ __global__ void __launch_bounds__(kTileThreads)
   for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
 
-  T* conv = s_kv + warp * 16 * D;  // FP8: this warp's converted K, then V rows
+  T* conv = s_kv + warp * 16 * D;         // FP8: this warp's converted V rows
   const int row0 = kFp8 ? 0 : warp * 16;  // this warp's first key row in sk / sv
   for (int j = 0; j < n_tiles; ++j) {
     if (j + kStages - 1 < n_tiles) load_tile(j + kStages - 1);
@@ -151,23 +175,32 @@ __global__ void __launch_bounds__(kTileThreads)
     cp_async_commit();
     cp_async_wait<kStages - 1>();
     __syncthreads();
-    if (j == 0) {
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk)
-        ldmatrix_x4(qf[kk], s_q + swz<D>((lane & 7) + ((lane >> 3) & 1) * 8, 2 * kk + (lane >> 4)));
-    }
+    if (j == 0) load_q_fragments<T, D, kFp8>(s_q, lane, qf);
     const unsigned char* raw = s_raw + (j % kStages) * 2 * kTileN * D;  // FP8 only
-    if constexpr (kFp8) convert_warp_rows<T, KV, D>(raw, conv, warp, lane);
-    const T* sk = kFp8 ? conv : s_kv + (j % kStages) * 2 * kTileN * D;
+    const T* sk = s_kv + (j % kStages) * 2 * kTileN * D;                // 16-bit caches
     const T* sv = kFp8 ? conv : sk + kTileN * D;
     // S = Q Kᵀ over this warp's 16 keys (two n-tiles of 8).
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t b[4];
-      ldmatrix_x4(b, sk + swz<D>(row0 + (lane >> 4) * 8 + (lane & 7), 2 * kk + ((lane >> 3) & 1)));
-      mma16816<T>(s[0], qf[kk], b[0], b[1]);
-      mma16816<T>(s[1], qf[kk], b[2], b[3]);
+      if constexpr (kFp8) {
+        // K fragments straight from the raw codes: key 8 n + g, its dims 16 kk + 4 t4 .. + 3 (the
+        // k order of load_q_fragments), one 4-byte read and a conversion per n-tile.
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          const uint32_t four = *reinterpret_cast<const uint32_t*>(
+              raw + raw_swz<D>(warp * 16 + n * 8 + g, kk) + 4 * t4);
+          uint32_t b0, b1;
+          fp8x4_to_pairs_fast<T, kFp8Interp<KV>>(four, b0, b1);
+          mma16816<T>(s[n], qf[kk], b0, b1);
+        }
+      } else {
+        uint32_t b[4];
+        ldmatrix_x4(b,
+                    sk + swz<D>(row0 + (lane >> 4) * 8 + (lane & 7), 2 * kk + ((lane >> 3) & 1)));
+        mma16816<T>(s[0], qf[kk], b[0], b[1]);
+        mma16816<T>(s[1], qf[kk], b[2], b[3]);
+      }
     }
     const int key0 = k_begin + j * kTileN + warp * 16;
     // A warp whose keys of this tile are all past k_end keeps max -inf (handled by the step).
@@ -179,10 +212,7 @@ __global__ void __launch_bounds__(kTileThreads)
     online_softmax_step(s, scale_mask, m_a, m_b, l_a, l_b, corr_a, corr_b);
     uint32_t a[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]),
                      pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][2], s[1][3])};
-    if constexpr (kFp8) {
-      __syncwarp();  // the K rows are read: the buffer takes the V rows
-      convert_warp_rows<T, KV, D>(raw + kTileN * D, conv, warp, lane);
-    }
+    if constexpr (kFp8) convert_warp_rows<T, KV, D>(raw + kTileN * D, conv, warp, lane);
 #pragma unroll
     for (int dp = 0; dp < D / 16; ++dp) {
       o[2 * dp][0] *= corr_a;
