@@ -8,8 +8,8 @@
 // the same in-kernel merge joins splits. FP8 caches: raw codes travel through a deeper pipeline
 // (five stages: measured faster than three with either two or three blocks per SM), and each warp
 // reads its K fragments straight from the raw codes (one 4-byte read per fragment: Q's dims are
-// permuted to match, load_q_fragments) and converts its own 16 V rows to T in a private [16, D]
-// buffer for P·V's ldmatrix. See docs/PERF.md for where that path stands.
+// permuted to match, load_q_fragments) and its V fragments by ldmatrix.trans over byte pairs
+// (accumulate_pv_raw): no tile is converted in shared memory. See docs/PERF.md.
 #pragma once
 
 #include "backends/cuda/attention/mma_softmax.cuh"
@@ -24,9 +24,9 @@ constexpr int kDecodeMmaMaxGroup = 16;
 
 template <typename KV, int D>
 constexpr int decode_mma_kv_bytes() {
-  // Q [16, D] + stages × (K, V) [64, D], 2-byte elements; FP8: four warps' [16, D] conversion
-  // buffers, then stages of raw (K, V) codes. The final merge reuses the area after Q.
-  if constexpr (kIsFp8<KV>) return 16 * D * 2 + 4 * 16 * D * 2 + kDecodeMmaFp8Stages * 2 * kTileN * D;
+  // Q [16, D] + stages × (K, V) [64, D], 2-byte elements; FP8: stages of raw (K, V) codes. The
+  // final merge reuses the area after Q.
+  if constexpr (kIsFp8<KV>) return 16 * D * 2 + kDecodeMmaFp8Stages * 2 * kTileN * D;
   return (16 + kDecodeMmaStages * 2 * kTileN) * D * 2;
 }
 
@@ -35,16 +35,6 @@ constexpr int decode_mma_smem_bytes() {
   // Then the cache slots of each stage's keys.
   constexpr int stages = kIsFp8<KV> ? kDecodeMmaFp8Stages : kDecodeMmaStages;
   return decode_mma_kv_bytes<KV, D>() + stages * kTileN * 8;
-}
-
-// This warp's 16 rows of a raw FP8 tile ([kTileN, D] codes) converted into its [16, D] buffer.
-template <typename T, typename KV, int D>
-__device__ __forceinline__ void convert_warp_rows(const unsigned char* raw, T* buf, int warp,
-                                                  int lane) {
-#pragma unroll
-  for (int c = lane; c < 16 * (D / 16); c += 32)
-    convert_fp8_chunk<T, KV, D>(raw + warp * 16 * D, buf, c / (D / 16), c % (D / 16));
-  __syncwarp();
 }
 
 // The Q fragments of every k-step (rows g and g + 8 of the group's heads). 16-bit caches: the
@@ -71,6 +61,40 @@ __device__ __forceinline__ void load_q_fragments(const T* s_q, int lane,
   }
 }
 
+// P·V for FP8 caches, from the raw V codes of this warp's 16 keys (rows row0 .. row0 + 15 of the
+// tile, chunks laid out by raw_swz): ldmatrix.trans over byte pairs hands lane (g, t4) keys 2 t4,
+// 2 t4 + 1 of dims 16 c + 2 g and + 1, which split into the B fragments of two n-tiles, one for
+// the even dims of the chunk and one for the odd (pv_out_dim says which dims an accumulator
+// holds). The V tile is never converted in shared memory.
+template <typename T, typename KV, int D>
+__device__ __forceinline__ void accumulate_pv_raw(const unsigned char* raw_v, int row0, int lane,
+                                                  const uint32_t (&a)[4], float (&o)[D / 8][4]) {
+#pragma unroll
+  for (int cc = 0; cc < D / 32; ++cc) {
+    // Matrices: keys 0-7 / 8-15 of chunk 2 cc, then of chunk 2 cc + 1.
+    uint32_t r[4];
+    ldmatrix_x4_trans(
+        r, raw_v + raw_swz<D>(row0 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * cc + (lane >> 4)));
+    uint32_t even[4], odd[4];  // (key 2 t4, key 2 t4 + 1) pairs at dim 2 g, at dim 2 g + 1
+#pragma unroll
+    for (int m = 0; m < 4; ++m)
+      fp8x4_to_pairs_fast<T, kFp8Interp<KV>>(__byte_perm(r[m], 0, 0x3120), even[m], odd[m]);
+    mma16816<T>(o[4 * cc], a, even[0], even[1]);
+    mma16816<T>(o[4 * cc + 1], a, odd[0], odd[1]);
+    mma16816<T>(o[4 * cc + 2], a, even[2], even[3]);
+    mma16816<T>(o[4 * cc + 3], a, odd[2], odd[3]);
+  }
+}
+
+// The head dim of P·V accumulator o[i][e] (e odd: the second column) for lane quad position t4:
+// 16-bit caches, the mma's own order; FP8 caches, accumulate_pv_raw's (n-tile i = 2 c + parity,
+// column n = 2 t4 (+ 1) stands for dim 16 c + 2 n + parity).
+template <bool kFp8>
+__device__ __forceinline__ int pv_out_dim(int i, int t4, int e) {
+  if constexpr (kFp8) return 16 * (i >> 1) + 4 * t4 + 2 * (e & 1) + (i & 1);
+  return 8 * i + 2 * t4 + (e & 1);
+}
+
 // SPLIT: num_splits > 1 (partial rows and the in-kernel merge). A compile-time choice: the merge
 // code in the unsplit kernel cost it 9% at batch 64 (ncu, docs/PERF.md).
 template <typename T, typename KV, int D, bool SPLIT>
@@ -84,8 +108,8 @@ __global__ void __launch_bounds__(kTileThreads)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* s_q = reinterpret_cast<T*>(smem_raw);  // [16, D]
   constexpr int kStages = kFp8 ? kDecodeMmaFp8Stages : kDecodeMmaStages;
-  T* s_kv = s_q + 16 * D;  // [stages, 2, kTileN, D]; FP8: [4 warps, 16, D] converted rows
-  unsigned char* s_raw = reinterpret_cast<unsigned char*>(s_kv + 4 * 16 * D);  // FP8 [stages, 2, ..]
+  T* s_kv = s_q + 16 * D;  // [stages, 2, kTileN, D] (16-bit caches); the merge's area
+  unsigned char* s_raw = reinterpret_cast<unsigned char*>(s_kv);  // FP8: [stages, 2, kTileN, D]
   // [stages, kTileN]: the cache slot of each key of the tile in that stage (-1 past k_end), looked
   // up once per key instead of by each of the 16 threads that load a row's chunks.
   int64_t* s_slot = reinterpret_cast<int64_t*>(smem_raw + decode_mma_kv_bytes<KV, D>());
@@ -165,8 +189,7 @@ __global__ void __launch_bounds__(kTileThreads)
   for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
 
-  T* conv = s_kv + warp * 16 * D;         // FP8: this warp's converted V rows
-  const int row0 = kFp8 ? 0 : warp * 16;  // this warp's first key row in sk / sv
+  const int row0 = warp * 16;  // this warp's first key row of the tile
   for (int j = 0; j < n_tiles; ++j) {
     if (j + kStages - 1 < n_tiles) load_tile(j + kStages - 1);
     // Tile j's slots are spent (it was issued kStages - 1 iterations ago): its row takes tile
@@ -178,7 +201,7 @@ __global__ void __launch_bounds__(kTileThreads)
     if (j == 0) load_q_fragments<T, D, kFp8>(s_q, lane, qf);
     const unsigned char* raw = s_raw + (j % kStages) * 2 * kTileN * D;  // FP8 only
     const T* sk = s_kv + (j % kStages) * 2 * kTileN * D;                // 16-bit caches
-    const T* sv = kFp8 ? conv : sk + kTileN * D;
+    const T* sv = sk + kTileN * D;
     // S = Q Kᵀ over this warp's 16 keys (two n-tiles of 8).
     float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
@@ -188,8 +211,8 @@ __global__ void __launch_bounds__(kTileThreads)
         // k order of load_q_fragments), one 4-byte read and a conversion per n-tile.
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
-          const uint32_t four = *reinterpret_cast<const uint32_t*>(
-              raw + raw_swz<D>(warp * 16 + n * 8 + g, kk) + 4 * t4);
+          const uint32_t four =
+              *reinterpret_cast<const uint32_t*>(raw + raw_swz<D>(row0 + n * 8 + g, kk) + 4 * t4);
           uint32_t b0, b1;
           fp8x4_to_pairs_fast<T, kFp8Interp<KV>>(four, b0, b1);
           mma16816<T>(s[n], qf[kk], b0, b1);
@@ -212,21 +235,24 @@ __global__ void __launch_bounds__(kTileThreads)
     online_softmax_step(s, scale_mask, m_a, m_b, l_a, l_b, corr_a, corr_b);
     uint32_t a[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]),
                      pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][2], s[1][3])};
-    if constexpr (kFp8) convert_warp_rows<T, KV, D>(raw + kTileN * D, conv, warp, lane);
 #pragma unroll
-    for (int dp = 0; dp < D / 16; ++dp) {
-      o[2 * dp][0] *= corr_a;
-      o[2 * dp][1] *= corr_a;
-      o[2 * dp][2] *= corr_b;
-      o[2 * dp][3] *= corr_b;
-      o[2 * dp + 1][0] *= corr_a;
-      o[2 * dp + 1][1] *= corr_a;
-      o[2 * dp + 1][2] *= corr_b;
-      o[2 * dp + 1][3] *= corr_b;
-      uint32_t b[4];
-      ldmatrix_x4_trans(b, sv + swz<D>(row0 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * dp + (lane >> 4)));
-      mma16816<T>(o[2 * dp], a, b[0], b[1]);
-      mma16816<T>(o[2 * dp + 1], a, b[2], b[3]);
+    for (int i = 0; i < D / 8; ++i) {
+      o[i][0] *= corr_a;
+      o[i][1] *= corr_a;
+      o[i][2] *= corr_b;
+      o[i][3] *= corr_b;
+    }
+    if constexpr (kFp8) {
+      accumulate_pv_raw<T, KV, D>(raw + kTileN * D, row0, lane, a, o);
+    } else {
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(
+            b, sv + swz<D>(row0 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * dp + (lane >> 4)));
+        mma16816<T>(o[2 * dp], a, b[0], b[1]);
+        mma16816<T>(o[2 * dp + 1], a, b[2], b[3]);
+      }
     }
     __syncthreads();  // the stage just read is refilled kStages - 1 iterations later
   }
@@ -243,11 +269,11 @@ __global__ void __launch_bounds__(kTileThreads)
   float* s_l = s_m + 4 * 16;                    // [4, 16]
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) {
-    const int d = i * 8 + 2 * t4;
-    s_o[(warp * 16 + g) * D + d] = o[i][0];
-    s_o[(warp * 16 + g) * D + d + 1] = o[i][1];
-    s_o[(warp * 16 + g + 8) * D + d] = o[i][2];
-    s_o[(warp * 16 + g + 8) * D + d + 1] = o[i][3];
+    const int d0 = pv_out_dim<kFp8>(i, t4, 0), d1 = pv_out_dim<kFp8>(i, t4, 1);
+    s_o[(warp * 16 + g) * D + d0] = o[i][0];
+    s_o[(warp * 16 + g) * D + d1] = o[i][1];
+    s_o[(warp * 16 + g + 8) * D + d0] = o[i][2];
+    s_o[(warp * 16 + g + 8) * D + d1] = o[i][3];
   }
   if (t4 == 0) {
     s_m[warp * 16 + g] = m_a;
@@ -292,8 +318,9 @@ template <typename T, typename KV, int D>
 cudaError_t launch_decode_mma_config(const AttentionParams& p, const AttentionPlan& plan,
                                      float* partial_out, float* partial_lse, cudaStream_t stream) {
   constexpr int kSmem = decode_mma_smem_bytes<KV, D>();
-  static_assert(16 * D * 2 + 4 * 16 * D * 4 + 2 * 4 * 16 * 4 <= kSmem, "merge area fits");
-  static_assert(16 * D * 2 + kDecodeMmaMaxGroup * kCombineMaxSplits * 4 <= kSmem,
+  constexpr int kArea = decode_mma_kv_bytes<KV, D>();  // Q and the K/V stages
+  static_assert(16 * D * 2 + 4 * 16 * D * 4 + 2 * 4 * 16 * 4 <= kArea, "merge area fits");
+  static_assert(16 * D * 2 + kDecodeMmaMaxGroup * kCombineMaxSplits * 4 <= kArea,
                 "split weights fit");
   static_assert(kDecodeMmaMaxGroup <= kMergeMaxHeads, "merge_splits_if_last takes the group");
   const bool split = plan.num_splits > 1;

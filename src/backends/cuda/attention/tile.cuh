@@ -51,9 +51,9 @@ __device__ __forceinline__ int64_t kv_slot(const AttentionParams& p, const int32
 }
 
 // Byte offset of 16-byte chunk ch of row r in a raw FP8 tile ([rows, D] codes) whose chunks are
-// XOR-swizzled so that 4-byte reads of one chunk column by 8 consecutive rows hit 32 distinct banks
-// (the decode kernel's K fragments): D = 128 rows fill the 32 banks each, so the chunk moves with
-// r & 7; D = 64 rows pair up in 128 bytes, so with (r >> 1) & 3.
+// XOR-swizzled so that reads of one chunk column by 8 consecutive rows hit 32 distinct banks (the
+// decode kernel's K fragments and V ldmatrix): D = 128 rows fill the 32 banks each, so the chunk
+// moves with r & 7; D = 64 rows pair up in 128 bytes, so with (r >> 1) & 3.
 template <int D>
 __device__ __forceinline__ int raw_swz(int r, int ch) {
   static_assert(D == 64 || D == 128, "one or two rows per 128 bytes");
@@ -62,9 +62,9 @@ __device__ __forceinline__ int raw_swz(int r, int ch) {
 
 // Issues the cp.async of 16-byte chunk ch of row r of a K/V tile whose row r holds cache slot
 // `slot` (kv_slot; -1: zero-filled): FP8 codes into raw ([kTileN, D] bytes of K, then of V; with
-// kSwizzleRawK the K rows laid out by raw_swz), 16-bit elements into the swizzled tiles sk / sv.
+// kSwizzleRaw both laid out by raw_swz), 16-bit elements into the swizzled tiles sk / sv.
 // Shared by the tile and decode kernels.
-template <typename T, typename KV, int D, bool kSwizzleRawK = false>
+template <typename T, typename KV, int D, bool kSwizzleRaw = false>
 __device__ __forceinline__ void load_kv_chunk_at(const AttentionParams& p, const KV* k_base,
                                                  const KV* v_base, int64_t slot, int r, int ch,
                                                  unsigned char* raw, T* sk, T* sv) {
@@ -72,10 +72,10 @@ __device__ __forceinline__ void load_kv_chunk_at(const AttentionParams& p, const
   const int64_t off =
       valid ? slot * p.num_kv_heads * D + ch * static_cast<int>(16 / sizeof(KV)) : 0;
   if constexpr (kIsFp8<KV>) {
-    int k_at = r * D + ch * 16;
-    if constexpr (kSwizzleRawK) k_at = raw_swz<D>(r, ch);
-    cp_async16(raw + k_at, k_base + off, valid ? 16 : 0);
-    cp_async16(raw + kTileN * D + r * D + ch * 16, v_base + off, valid ? 16 : 0);
+    int at = r * D + ch * 16;
+    if constexpr (kSwizzleRaw) at = raw_swz<D>(r, ch);
+    cp_async16(raw + at, k_base + off, valid ? 16 : 0);
+    cp_async16(raw + kTileN * D + at, v_base + off, valid ? 16 : 0);
   } else {
     cp_async16(sk + swz<D>(r, ch), k_base + off, valid ? 16 : 0);
     cp_async16(sv + swz<D>(r, ch), v_base + off, valid ? 16 : 0);
