@@ -235,13 +235,7 @@ __global__ void __launch_bounds__(kTileThreads)
     online_softmax_step(s, scale_mask, m_a, m_b, l_a, l_b, corr_a, corr_b);
     uint32_t a[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]),
                      pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][2], s[1][3])};
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
-      o[i][0] *= corr_a;
-      o[i][1] *= corr_a;
-      o[i][2] *= corr_b;
-      o[i][3] *= corr_b;
-    }
+    rescale_rows(o, corr_a, corr_b);
     if constexpr (kFp8) {
       accumulate_pv_raw<T, KV, D>(raw + kTileN * D, row0, lane, a, o);
     } else {

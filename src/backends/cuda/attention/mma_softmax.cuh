@@ -197,4 +197,17 @@ __device__ __forceinline__ void online_softmax_step(float (&s)[N][4], const Scal
   l_b = l_b * corr_b + sum_b;
 }
 
+// Rescales a thread's output accumulators (rows g and g + 8 of each n-tile) by the factors
+// online_softmax_step returned, before the tile's P·V is added.
+template <int NT>
+__device__ __forceinline__ void rescale_rows(float (&o)[NT][4], float corr_a, float corr_b) {
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+    o[i][0] *= corr_a;
+    o[i][1] *= corr_a;
+    o[i][2] *= corr_b;
+    o[i][3] *= corr_b;
+  }
+}
+
 }  // namespace pagellm::cuda::attention

@@ -217,13 +217,7 @@ __global__ void __launch_bounds__(kTileThreads)
     };
     float corr_a, corr_b;
     online_softmax_step(s, scale_mask, m_a, m_b, l_a, l_b, corr_a, corr_b);
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
-      o[i][0] *= corr_a;
-      o[i][1] *= corr_a;
-      o[i][2] *= corr_b;
-      o[i][3] *= corr_b;
-    }
+    rescale_rows(o, corr_a, corr_b);
 
     // O += P V, P taken from the score accumulators as the A operand.
 #pragma unroll

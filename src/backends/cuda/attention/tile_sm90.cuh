@@ -358,13 +358,7 @@ __device__ __forceinline__ void consume_sm90_item(const AttentionParams& p, cons
         softmax_step<false>(s, qscale, 0, 0, m_a, m_b, l_a, l_b, corr_a, corr_b);
       wgmma::wait<0>();
       wgmma::fence_operands(o);
-#pragma unroll
-      for (int i = 0; i < D / 8; ++i) {
-        o[i][0] *= corr_a;
-        o[i][1] *= corr_a;
-        o[i][2] *= corr_b;
-        o[i][3] *= corr_b;
-      }
+      rescale_rows(o, corr_a, corr_b);
       pack_probabilities<T>(s, pf);
     } else {
       if (pv) issue_pv<T, D>(o, pf, v_desc + stage_of(j - 1));  // the last P·V, past the diagonal
