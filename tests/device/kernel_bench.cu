@@ -209,20 +209,29 @@ void bench_main() {
       {64, 1, 4096, 32, 8, 128, 16, DType::kF8E4M3}, {1, 1, 131072, 32, 8, 128, 16, DType::kF8E4M3},
       {128, 1, 8192, 32, 8, 128, 16, DType::kF8E4M3}, {64, 1, 4096, 16, 16, 64, 16, DType::kF8E4M3},
   };
+  // Tensor cores in both MMA layouts where the group allows keys on the rows (<= 8), then CUDA
+  // cores.
+  enum Path { kHeads, kKeys, kCores };
   for (const auto& c : decode)
-    for (bool tc : {true, false}) {
-      if (!tc && c.heads == c.kv_heads) continue;  // MHA always runs on CUDA cores
-      attention_set_decode_tensor_cores(tc);
+    for (Path path : {kHeads, kKeys, kCores}) {
+      const int group = c.heads / c.kv_heads;
+      if (path != kHeads && group == 1) continue;  // MHA always runs on CUDA cores
+      if (path == kKeys && group > 8) continue;
+      attention_set_decode_tensor_cores(path != kCores);
+      attention_set_decode_mma_layout(path == kKeys ? DecodeMmaLayout::kKeyRows
+                                                    : DecodeMmaLayout::kHeadRows);
       double bytes, flops;
       int splits;
       const double ms = bench_attention(c, &bytes, &flops, &splits);
       attention_set_decode_tensor_cores(true);
+      attention_set_decode_mma_layout(DecodeMmaLayout::kAuto);
       char label[96];
       std::snprintf(label, sizeof label, "batch=%d ctx=%d H=%d/%d D=%d bs=%d%s %s", c.batch, c.ctx,
                     c.heads, c.kv_heads, c.head_dim, c.block_size, is_fp8(c.kv) ? " kv=e4m3" : "",
-                    c.heads == c.kv_heads ? ""
-                    : tc                  ? "tc"
-                                          : "cores");
+                    group == 1       ? ""
+                    : path == kHeads ? "tc"
+                    : path == kKeys  ? "tc-keys"
+                                     : "cores");
       const double gbs = bytes / (ms * 1e6);
       std::printf("%-52s %9.3f %10.0f %7.1f%% %9d\n", label, ms, gbs, 100.0 * gbs / copy, splits);
     }

@@ -368,10 +368,54 @@ void prefill_cases(std::initializer_list<DType> dtypes) {
   }
 }
 
+// Decode through the tensor-core kernel in one MMA layout (tag: the layout, in the case names);
+// with `all`, also the cases that other kernels serve (f32, MHA, head_dim 8 / 96).
+void decode_tensor_core_cases(const std::string& tag, bool all) {
+  const std::vector<DType> dtypes =
+      all ? std::vector<DType>(std::begin(kAttnDtypes), std::end(kAttnDtypes))
+          : std::vector<DType>{DType::kBF16, DType::kF16};
+  const std::vector<int> dims = all ? std::vector<int>{8, 64, 128} : std::vector<int>{64, 128};
+  for (DType t : dtypes) {
+    for (int d : dims) {
+      for (Heads hd : kAttnHeads) {
+        if (!all && hd.h == hd.kv) continue;
+        for (int bs : {16, 32}) {
+          for (int batch : {1, 7, 64}) {
+            AttnCase c{t,
+                       hd.h,
+                       hd.kv,
+                       d,
+                       bs,
+                       std::vector<int>(batch, 1),
+                       pick({1, 15, 16, 17, 33, 1000}, batch),
+                       0,
+                       "decode" + tag};
+            test_attention(c);
+          }
+        }
+      }
+    }
+  }
+  for (DType t : dtypes) {
+    test_attention({t, 32, 8, 128, 16, std::vector<int>(256, 1),
+                    pick({1, 15, 16, 17, 200, 1000}, 256), 0, "decode b256" + tag});
+    test_attention({t, 8, 1, 64, 16, {1, 1}, {8191, 4000}, 0, "decode ctx8191 G8" + tag});
+    test_attention({t, 16, 4, 128, 32, {1, 1, 1}, {8191, 17, 1}, 0, "decode ctx8191" + tag});
+    test_attention({t, 16, 4, 128, 16, {1, 1, 1}, {1, 17, 100}, 64, "decode empty splits" + tag});
+    test_attention(
+        {t, 32, 8, 128, 16, {1, 1, 1}, {300, 2000, 129}, 16, "decode active splits" + tag});
+    if (!all) continue;
+    test_attention(
+        {t, 8, 4, 8, 16, {1, 1, 1, 1}, {1, 15, 16, 256}, 0, "decode stories-shape" + tag});
+    test_attention({t, 12, 12, 96, 16, {1, 1}, {300, 31}, 0, "decode generic D96" + tag});
+    test_attention({t, 32, 2, 128, 16, {1, 1, 1}, {3000, 64, 65}, 0, "decode G16" + tag});
+    test_attention({t, 8, 4, 64, 32, {1, 1, 1, 1, 1}, {1, 2, 63, 64, 6000}, 0, "decode G2" + tag});
+  }
+}
+
 void attention_suite() {
   std::printf("== attention\n");
   const auto& dtypes = kAttnDtypes;
-  const auto& heads = kAttnHeads;
   // Decode: context lengths across block boundaries, batch sizes 1..256; GQA decode in bf16 / f16
   // also through the CUDA-core kernel (the default is tensor cores).
   attention_set_decode_tensor_cores(false);
@@ -384,38 +428,12 @@ void attention_suite() {
     }
   }
   attention_set_decode_tensor_cores(true);
-  for (DType t : dtypes) {
-    for (int d : {8, 64, 128}) {
-      for (Heads hd : heads) {
-        for (int bs : {16, 32}) {
-          for (int batch : {1, 7, 64}) {
-            AttnCase c{t,
-                       hd.h,
-                       hd.kv,
-                       d,
-                       bs,
-                       std::vector<int>(batch, 1),
-                       pick({1, 15, 16, 17, 33, 1000}, batch),
-                       0,
-                       "decode"};
-            test_attention(c);
-          }
-        }
-      }
-    }
-  }
-  for (DType t : dtypes) {
-    test_attention({t, 32, 8, 128, 16, std::vector<int>(256, 1),
-                    pick({1, 15, 16, 17, 200, 1000}, 256), 0, "decode b256"});
-    test_attention({t, 8, 1, 64, 16, {1, 1}, {8191, 4000}, 0, "decode ctx8191 G8"});
-    test_attention({t, 16, 4, 128, 32, {1, 1, 1}, {8191, 17, 1}, 0, "decode ctx8191"});
-    test_attention({t, 16, 4, 128, 16, {1, 1, 1}, {1, 17, 100}, 64, "decode empty splits"});
-    test_attention({t, 32, 8, 128, 16, {1, 1, 1}, {300, 2000, 129}, 16, "decode active splits"});
-    test_attention({t, 8, 4, 8, 16, {1, 1, 1, 1}, {1, 15, 16, 256}, 0, "decode stories-shape"});
-    test_attention({t, 12, 12, 96, 16, {1, 1}, {300, 31}, 0, "decode generic D96"});
-    test_attention({t, 32, 2, 128, 16, {1, 1, 1}, {3000, 64, 65}, 0, "decode G16"});
-    test_attention({t, 8, 4, 64, 32, {1, 1, 1, 1, 1}, {1, 2, 63, 64, 6000}, 0, "decode G2"});
-  }
+  // Both layouts of the tensor-core kernel (groups of up to 8: keys or heads on the MMA rows).
+  attention_set_decode_mma_layout(DecodeMmaLayout::kHeadRows);
+  decode_tensor_core_cases(" heads", true);
+  attention_set_decode_mma_layout(DecodeMmaLayout::kKeyRows);
+  decode_tensor_core_cases(" keys", false);
+  attention_set_decode_mma_layout(DecodeMmaLayout::kAuto);
   // Prefill and chunked prefill (cached prefix + new tokens), mixed with decode tokens; on Hopper
   // through the wgmma kernel (128-row tiles, the default) and the mma.sync one (64-row tiles).
   // f32 never takes the tile kernels, so its cases run once.
@@ -443,8 +461,24 @@ void attention_suite() {
   for (DType t : {DType::kBF16, DType::kF16}) {
     for (DType kv : {DType::kF8E4M3, DType::kF8E5M2}) {
       for (int d : {64, 128}) {
-        test_attention({t, 32, 8, d, 16, std::vector<int>(64, 1),
-                        pick({1, 15, 16, 17, 200, 1000}, 64), 0, "decode", kv});
+        for (DecodeMmaLayout layout : {DecodeMmaLayout::kHeadRows, DecodeMmaLayout::kKeyRows}) {
+          const bool keys = layout == DecodeMmaLayout::kKeyRows;
+          attention_set_decode_mma_layout(layout);
+          test_attention({t, 32, 8, d, 16, std::vector<int>(64, 1),
+                          pick({1, 15, 16, 17, 200, 1000}, 64), 0,
+                          keys ? "decode keys" : "decode heads", kv});
+          test_attention({t,
+                          32,
+                          4,
+                          d,
+                          16,
+                          {1, 1, 1},
+                          {8191, 17, 100},
+                          64,
+                          keys ? "decode G8 splits keys" : "decode G8 splits heads",
+                          kv});
+        }
+        attention_set_decode_mma_layout(DecodeMmaLayout::kAuto);
         test_attention({t, 16, 16, d, 16, {1, 1, 1}, {1, 300, 4000}, 0, "decode MHA", kv});
         test_attention({t, 32, 4, d, 32, {1, 17, 64, 65, 100, 37, 1},
                         {1, 17, 64, 65, 116, 1037, 33}, 0, "prefill+chunked+decode", kv});

@@ -325,6 +325,12 @@ cudaError_t convert_dtype(DType src_dtype, const void* src, DType dst_dtype, voi
 // Decode tokens of GQA models (bf16 / f16, head_dim 64 or 128) use tensor cores unless this turns
 // them off (process-wide; for benchmarks and tests of the CUDA-core path).
 void attention_set_decode_tensor_cores(bool enabled);
+// The MMA layout of the tensor-core decode kernel for groups of up to 8 query heads per KV head:
+// kAuto picks the faster one measured for the cache dtype (docs/PERF.md); the others force one
+// (process-wide; tests and benchmarks run both). PAGELLM_DECODE_MMA_LAYOUT=heads / keys at start
+// does the same.
+enum class DecodeMmaLayout { kAuto, kHeadRows, kKeyRows };
+void attention_set_decode_mma_layout(DecodeMmaLayout layout);
 // Prefill tiles on compute capability 9.0 use the wgmma kernel (kSm90TileRows rows per tile)
 // unless this (or PAGELLM_PREFILL_WGMMA=0 at start) turns it off: process-wide, read when a call is
 // planned; for tests and benchmarks of the mma.sync kernel.

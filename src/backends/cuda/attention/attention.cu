@@ -27,8 +27,16 @@ std::atomic<bool> g_prefill_pingpong{[] {
   const char* env = std::getenv("PAGELLM_PREFILL_PINGPONG");
   return !(env && std::strcmp(env, "0") == 0);
 }()};
+std::atomic<DecodeMmaLayout> g_decode_layout{[] {
+  const char* env = std::getenv("PAGELLM_DECODE_MMA_LAYOUT");
+  if (env && std::strcmp(env, "heads") == 0) return DecodeMmaLayout::kHeadRows;
+  if (env && std::strcmp(env, "keys") == 0) return DecodeMmaLayout::kKeyRows;
+  return DecodeMmaLayout::kAuto;
+}()};
 }  // namespace
 
+void attention_set_decode_mma_layout(DecodeMmaLayout layout) { g_decode_layout = layout; }
+DecodeMmaLayout attention::decode_mma_layout() { return g_decode_layout; }
 bool attention::prefill_pingpong_enabled() { return g_prefill_pingpong; }
 void attention_set_decode_tensor_cores(bool enabled) { g_decode_tensor_cores = enabled; }
 bool attention::decode_tensor_cores_enabled() { return g_decode_tensor_cores; }
@@ -119,6 +127,29 @@ cudaError_t launch_splits(const AttentionParams& p, const AttentionPlan& plan, f
                                                           stream);
   }
   return attention::launch_split_kv<T, T>(p, plan, partial_out, partial_lse, stream);
+}
+
+// launch_splits' kernel's blocks per SM (attention::split_kv_blocks_per_sm).
+template <typename T>
+int split_blocks_per_sm_t(const AttentionParams& p) {
+  if constexpr (!std::is_same_v<T, float>) {
+    if (p.kv_dtype == DType::kF8E4M3) return attention::split_kv_blocks_per_sm<T, __nv_fp8_e4m3>(p);
+    if (p.kv_dtype == DType::kF8E5M2) return attention::split_kv_blocks_per_sm<T, __nv_fp8_e5m2>(p);
+  }
+  return attention::split_kv_blocks_per_sm<T, T>(p);
+}
+
+int split_blocks_per_sm(const AttentionParams& p) {
+  switch (p.dtype) {
+    case DType::kBF16:
+      return split_blocks_per_sm_t<__nv_bfloat16>(p);
+    case DType::kF16:
+      return split_blocks_per_sm_t<__half>(p);
+    case DType::kF32:
+      return split_blocks_per_sm_t<float>(p);
+    default:
+      return attention::kSplitKvBlocksPerSm;
+  }
 }
 
 // Sorts tile items by the keys their last row reads, most first (ties keep their order): blocks
@@ -220,14 +251,14 @@ cudaError_t plan_attention(const AttentionParams& p, const int32_t* query_start_
   if (fixed_num_splits > 0) {
     splits = fixed_num_splits;
   } else if (num_items > 0) {
-    // At most 2 blocks per SM (one wave of the tensor-core decode kernel, whose shared memory
-    // allows two: a second, partial wave cost more than fewer, longer splits, and the split merge
+    // At most one wave of the kernel that will run (as many blocks as its occupancy lets the
+    // SMs hold: a second, partial wave cost more than fewer, longer splits, and the split merge
     // runs in the last block of each group), but no split shorter than 128 keys.
     const int group = p.num_heads / p.num_kv_heads;
     const bool fast = attention::split_kv_fast_head_dim(p.head_dim);
     const int g_tile = attention::split_kv_head_tile(group, fast);
     const int64_t base = int64_t{num_items} * p.num_kv_heads * ((group + g_tile - 1) / g_tile);
-    const int64_t want = 2 * int64_t{std::max(num_sms, 1)} / base;
+    const int64_t want = int64_t{split_blocks_per_sm(p)} * std::max(num_sms, 1) / base;
     const int64_t cap = std::max(1, (max_split_ctx + attention::kMinSplitKeys - 1) /
                                         attention::kMinSplitKeys);
     splits = static_cast<int>(std::clamp<int64_t>(want, 1, std::min<int64_t>(cap, attention::kCombineMaxSplits)));

@@ -44,6 +44,8 @@ inline bool tile_supported(DType dtype, int head_dim) {
 
 // Process-wide switch of the tensor-core GQA decode path (benchmarks compare both paths).
 bool decode_tensor_cores_enabled();
+// The layout attention_set_decode_mma_layout chose.
+DecodeMmaLayout decode_mma_layout();
 
 // Process-wide switch of the Hopper (wgmma) prefill kernel; off, Hopper runs the mma.sync tiles.
 bool prefill_wgmma_enabled();
@@ -60,6 +62,12 @@ bool prefill_pingpong_enabled();
 template <typename T, typename KV>
 cudaError_t launch_split_kv(const AttentionParams& p, const AttentionPlan& plan, float* partial_out,
                             float* partial_lse, cudaStream_t stream);
+
+// Blocks per SM of the split-KV kernel launch_split_kv would run for p (its occupancy: the split
+// planner fills one wave); kSplitKvBlocksPerSm where it has no better answer.
+constexpr int kSplitKvBlocksPerSm = 2;
+template <typename T, typename KV>
+int split_kv_blocks_per_sm(const AttentionParams& p);
 
 // Tensor-core tile kernel over plan.tile_items (bf16 / f16, head_dim 64 or 128).
 template <typename T, typename KV>

@@ -4,4 +4,5 @@
 namespace pagellm::cuda::attention {
 template cudaError_t launch_split_kv<__half, __half>(const AttentionParams&, const AttentionPlan&, float*,
                                              float*, cudaStream_t);
+template int split_kv_blocks_per_sm<__half, __half>(const AttentionParams&);
 }  // namespace pagellm::cuda::attention

@@ -4,4 +4,5 @@
 namespace pagellm::cuda::attention {
 template cudaError_t launch_split_kv<float, float>(const AttentionParams&, const AttentionPlan&, float*,
                                             float*, cudaStream_t);
+template int split_kv_blocks_per_sm<float, float>(const AttentionParams&);
 }  // namespace pagellm::cuda::attention

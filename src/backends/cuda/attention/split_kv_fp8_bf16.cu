@@ -8,4 +8,6 @@ template cudaError_t launch_split_kv<__nv_bfloat16, __nv_fp8_e4m3>(const Attenti
 template cudaError_t launch_split_kv<__nv_bfloat16, __nv_fp8_e5m2>(const AttentionParams&,
                                                        const AttentionPlan&, float*, float*,
                                                        cudaStream_t);
+template int split_kv_blocks_per_sm<__nv_bfloat16, __nv_fp8_e4m3>(const AttentionParams&);
+template int split_kv_blocks_per_sm<__nv_bfloat16, __nv_fp8_e5m2>(const AttentionParams&);
 }  // namespace pagellm::cuda::attention

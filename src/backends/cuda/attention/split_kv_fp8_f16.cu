@@ -8,4 +8,6 @@ template cudaError_t launch_split_kv<__half, __nv_fp8_e4m3>(const AttentionParam
 template cudaError_t launch_split_kv<__half, __nv_fp8_e5m2>(const AttentionParams&,
                                                        const AttentionPlan&, float*, float*,
                                                        cudaStream_t);
+template int split_kv_blocks_per_sm<__half, __nv_fp8_e4m3>(const AttentionParams&);
+template int split_kv_blocks_per_sm<__half, __nv_fp8_e5m2>(const AttentionParams&);
 }  // namespace pagellm::cuda::attention
