@@ -51,24 +51,14 @@ __device__ __forceinline__ void fp8x16_to_pairs(const uint4& v, uint32_t (&pairs
   }
 }
 
-// Four FP8 codes (one word, low byte first) -> two packed pairs of T (codes 0, 1 and 2, 3),
-// exactly, with integer ops and one 16-bit multiply per pair: the conversion instructions of
-// fp8x2_to_pair run at a quarter of the ALU rate, too slow for attention to stream an FP8 KV cache
-// at HBM speed. Each code's sign moves to bit 15 and its exponent and mantissa to the top of T's
-// (a T value 2^(bias_T - bias_fp8) times too small, subnormals included), and the multiply by that
-// power of two restores it (e5m2 -> f16 needs none). NaN codes decode to finite values; the cache
-// never holds them (writes saturate).
+// The pairs of fp8x4_to_pairs_fast and fp8x4_to_pairs_02_13 hold each code's bits at the top
+// of a T: this multiplies them by the power of two that restores the value. From its bits (a
+// conversion here would cost what the bit tricks save): bf16 2^120 = 0x7b80, 2^112 = 0x7780; f16
+// 2^8 = 0x5c00; e5m2 -> f16 needs none.
 template <typename T, __nv_fp8_interpretation_t kInterp>
-__device__ __forceinline__ void fp8x4_to_pairs_fast(uint32_t four, uint32_t& lo, uint32_t& hi) {
+__device__ __forceinline__ void fp8_pairs_rebias(uint32_t& lo, uint32_t& hi) {
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   constexpr bool kE4M3 = kInterp == __NV_E4M3;
-  constexpr int kShift = (kBf16 ? 7 : 10) - (kE4M3 ? 3 : 2);  // mantissa bits of T minus FP8's
-  const uint32_t a = __byte_perm(four, 0, 0x4140);             // [c0, 0, c1, 0]
-  const uint32_t b = __byte_perm(four, 0, 0x4342);             // [c2, 0, c3, 0]
-  lo = ((a & 0x00800080u) << 8) | ((a & 0x007f007fu) << kShift);
-  hi = ((b & 0x00800080u) << 8) | ((b & 0x007f007fu) << kShift);
-  // The power of two as a T pair, from its bits (a conversion here would cost what the bit
-  // tricks save): bf16 2^120 = 0x7b80, 2^112 = 0x7780; f16 2^8 = 0x5c00.
   if constexpr (kBf16) {
     const uint32_t bits = kE4M3 ? 0x7b807b80u : 0x77807780u;
     const __nv_bfloat162 f = *reinterpret_cast<const __nv_bfloat162*>(&bits);
@@ -84,6 +74,42 @@ __device__ __forceinline__ void fp8x4_to_pairs_fast(uint32_t four, uint32_t& lo,
     lo = *reinterpret_cast<const uint32_t*>(&x);
     hi = *reinterpret_cast<const uint32_t*>(&y);
   }
+}
+
+// Mantissa bits of T minus those of the FP8 format: where a code's exponent and mantissa go.
+template <typename T, __nv_fp8_interpretation_t kInterp>
+inline constexpr int kFp8Shift = (std::is_same_v<T, __nv_bfloat16> ? 7 : 10) -
+                                 (kInterp == __NV_E4M3 ? 3 : 2);
+
+// Four FP8 codes (one word, low byte first) -> two packed pairs of T (codes 0, 1 and 2, 3),
+// exactly, with integer ops and one 16-bit multiply per pair: the conversion instructions of
+// fp8x2_to_pair run at a quarter of the ALU rate, too slow for attention to stream an FP8 KV cache
+// at HBM speed. Each code's sign moves to bit 15 and its exponent and mantissa to the top of T's
+// (a T value 2^(bias_T - bias_fp8) times too small, subnormals included), and the multiply by that
+// power of two restores it (e5m2 -> f16 needs none). NaN codes decode to finite values; the cache
+// never holds them (writes saturate).
+template <typename T, __nv_fp8_interpretation_t kInterp>
+__device__ __forceinline__ void fp8x4_to_pairs_fast(uint32_t four, uint32_t& lo, uint32_t& hi) {
+  constexpr int kShift = kFp8Shift<T, kInterp>;
+  const uint32_t a = __byte_perm(four, 0, 0x4140);  // [c0, 0, c1, 0]
+  const uint32_t b = __byte_perm(four, 0, 0x4342);  // [c2, 0, c3, 0]
+  lo = ((a & 0x00800080u) << 8) | ((a & 0x007f007fu) << kShift);
+  hi = ((b & 0x00800080u) << 8) | ((b & 0x007f007fu) << kShift);
+  fp8_pairs_rebias<T, kInterp>(lo, hi);
+}
+
+// Four FP8 codes (one word, low byte first) -> the T pairs (codes 0, 2) and (codes 1, 3), exactly,
+// as fp8x4_to_pairs_fast does for neighbours but without its byte permutes: each 16-bit half of
+// the word already holds code 1 (3) in its high byte, sign on top, and the word shifted left by 8
+// holds codes 0 (2) there; the exponent and mantissa move down into place, the sign stays.
+template <typename T, __nv_fp8_interpretation_t kInterp>
+__device__ __forceinline__ void fp8x4_to_pairs_02_13(uint32_t four, uint32_t& p02, uint32_t& p13) {
+  constexpr int kShift = kFp8Shift<T, kInterp>;
+  constexpr uint32_t kMag = (0x7fu << kShift) * 0x10001u;  // exponent and mantissa in each half
+  const uint32_t high = four, low = four << 8;             // codes 1, 3 / 0, 2 in the high bytes
+  p02 = ((low >> (8 - kShift)) & kMag) | (low & 0x80008000u);
+  p13 = ((high >> (8 - kShift)) & kMag) | (high & 0x80008000u);
+  fp8_pairs_rebias<T, kInterp>(p02, p13);
 }
 
 // Two FP8 codes -> two floats, exactly.

@@ -53,8 +53,9 @@ __global__ void __launch_bounds__(kTileThreads)
   constexpr int kStages = decode_mma_stages<KV, Warp>();
   T* s_kv = s_q + 16 * D;  // [stages, 2, kTileN, D] (16-bit caches); the merge's area
   unsigned char* s_raw = reinterpret_cast<unsigned char*>(s_kv);  // FP8: [stages, 2, kTileN, D]
-  // [stages, kTileN]: the cache slot of each key of the tile in that stage (-1 past k_end), looked
-  // up once per key instead of by each of the 16 threads that load a row's chunks.
+  // [stages, kTileN]: where the cache row of each key of the tile in that stage starts (slot *
+  // num_kv_heads * D; -1 past k_end), found once per key instead of by each of the threads that
+  // load a row's chunks.
   int64_t* s_slot = reinterpret_cast<int64_t*>(smem_raw + decode_mma_kv_bytes<KV, D, Warp>());
 
   const int item = blockIdx.x;
@@ -77,20 +78,21 @@ __global__ void __launch_bounds__(kTileThreads)
   const KV* k_base = static_cast<const KV*>(p.k_cache) + static_cast<int64_t>(kv_head) * D;
   const KV* v_base = static_cast<const KV*>(p.v_cache) + static_cast<int64_t>(kv_head) * D;
 
-  // The slots of tile `tile`'s keys into its stage's row of s_slot (threads < kTileN; visible
+  // The rows of tile `tile`'s keys into its stage's row of s_slot (threads < kTileN; visible
   // after the next barrier).
   auto find_slots = [&](int tile) {
-    if (tid < kTileN)
-      s_slot[(tile % kStages) * kTileN + tid] =
-          kv_slot(p, table, k_begin + tile * kTileN + tid, k_end);
+    if (tid < kTileN) {
+      const int64_t slot = kv_slot(p, table, k_begin + tile * kTileN + tid, k_end);
+      s_slot[(tile % kStages) * kTileN + tid] = slot >= 0 ? slot * p.num_kv_heads * D : -1;
+    }
   };
   auto load_tile = [&](int tile) {
     const int stage = tile % kStages;
     T* sk = s_kv + stage * 2 * kTileN * D;  // 16-bit caches only
     for (int c = tid; c < kTileN * kKvChunks; c += kTileThreads)
-      load_kv_chunk_at<T, KV, D, true>(p, k_base, v_base, s_slot[stage * kTileN + c / kKvChunks],
-                                       c / kKvChunks, c % kKvChunks, s_raw + stage * 2 * kTileN * D,
-                                       sk, sk + kTileN * D);
+      load_kv_chunk_row<T, KV, D, true>(k_base, v_base, s_slot[stage * kTileN + c / kKvChunks],
+                                        c / kKvChunks, c % kKvChunks,
+                                        s_raw + stage * 2 * kTileN * D, sk, sk + kTileN * D);
   };
   // The block tables come from the host: every stage's slots are found before the wait.
 #pragma unroll

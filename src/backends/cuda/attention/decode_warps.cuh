@@ -6,12 +6,15 @@
 // a group of 4 leaves three quarters of every MMA and every exp2 idle.
 // KeyRowsWarp: the warp's 16 keys are the rows and the heads the 8 columns (Sᵀ = K Qᵀ,
 // Oᵀ = Vᵀ Pᵀ). Groups of up to 8: half the MMAs, exp2s and accumulator registers of HeadRowsWarp
-// for a group of 4 or 8. Pᵀ reaches the second MMA's B operand by movmatrix.trans.
+// for a group of 4 or 8. Pᵀ reaches the second MMA's B operand by movmatrix.trans, and the
+// softmax's base moves lazily (only when a score passes it by 2^8), so most tiles skip the
+// accumulators' rescale.
 //
 // FP8 caches: fragments come straight from the raw codes of tiles laid out by raw_swz (one 4-byte
 // read and a conversion per K fragment; ldmatrix.trans over byte pairs for V), so no tile is ever
 // converted in shared memory; the dims then sit in a permuted order that load_q and the merge
-// (out_dim) follow. See docs/PERF.md.
+// (out_dim) follow. KeyRowsWarp converts codes 0, 2 and 1, 3 of a word into its pairs
+// (fp8x4_to_pairs_02_13: no byte permutes). See docs/PERF.md.
 #pragma once
 
 #include "backends/cuda/attention/mma_softmax.cuh"
@@ -37,9 +40,9 @@ __device__ __forceinline__ void raw_v_pairs(const unsigned char* raw_v, int row0
   uint32_t r[4];
   ldmatrix_x4_trans(
       r, raw_v + raw_swz<D>(row0 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * cc + (lane >> 4)));
+  // r[m]'s bytes: (key 2 t4: dim 2 g, 2 g + 1), (key 2 t4 + 1: the same dims).
 #pragma unroll
-  for (int m = 0; m < 4; ++m)
-    fp8x4_to_pairs_fast<T, kFp8Interp<KV>>(__byte_perm(r[m], 0, 0x3120), even[m], odd[m]);
+  for (int m = 0; m < 4; ++m) fp8x4_to_pairs_02_13<T, kFp8Interp<KV>>(r[m], even[m], odd[m]);
 }
 
 // Where a warp's tile is: the raw codes (FP8) or the converted-free 16-bit K and V tiles, the
@@ -207,7 +210,7 @@ struct KeyRowsWarp {
   }
 
   // B fragments of Qᵀ: head g, k rows 2 t4, 2 t4 + 1 (b0) and + 8, + 9 (b1). FP8: those logical
-  // rows stand for dims 16 kk + 4 t4 .. + 3 (the K fragments' order below).
+  // rows stand for dims 16 kk + 4 t4 + {0, 2} and {1, 3} (the K fragments' order below).
   __device__ __forceinline__ void load_q(const T* s_q, int lane) {
     const int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
@@ -215,8 +218,8 @@ struct KeyRowsWarp {
       if constexpr (kFp8) {
         const uint2 v =
             *reinterpret_cast<const uint2*>(s_q + swz<D>(g, 2 * kk + (t4 >> 1)) + (t4 & 1) * 4);
-        qf[kk][0] = v.x;
-        qf[kk][1] = v.y;
+        qf[kk][0] = __byte_perm(v.x, v.y, 0x5410);
+        qf[kk][1] = __byte_perm(v.x, v.y, 0x7632);
       } else {
         qf[kk][0] = *reinterpret_cast<const uint32_t*>(s_q + swz<D>(g, 2 * kk) + 2 * t4);
         qf[kk][1] = *reinterpret_cast<const uint32_t*>(s_q + swz<D>(g, 2 * kk + 1) + 2 * t4);
@@ -224,7 +227,8 @@ struct KeyRowsWarp {
     }
   }
 
-  // Sᵀ for this warp's keys: s[0], s[1] key g, heads 2 t4, 2 t4 + 1; s[2], s[3] key g + 8.
+  // Sᵀ for this warp's keys: s[0], s[1] key g, heads 2 t4, 2 t4 + 1; s[2], s[3] key g + 8. (Two
+  // accumulator chains, even and odd k-steps, measured no faster.)
   __device__ __forceinline__ void scores(const WarpTile<T>& w, int lane, float (&s)[4]) const {
     const int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
@@ -235,8 +239,8 @@ struct KeyRowsWarp {
             *reinterpret_cast<const uint32_t*>(w.raw + raw_swz<D>(w.row0 + g, kk) + 4 * t4);
         const uint32_t hi =
             *reinterpret_cast<const uint32_t*>(w.raw + raw_swz<D>(w.row0 + g + 8, kk) + 4 * t4);
-        fp8x4_to_pairs_fast<T, kFp8Interp<KV>>(lo, a[0], a[2]);
-        fp8x4_to_pairs_fast<T, kFp8Interp<KV>>(hi, a[1], a[3]);
+        fp8x4_to_pairs_02_13<T, kFp8Interp<KV>>(lo, a[0], a[2]);
+        fp8x4_to_pairs_02_13<T, kFp8Interp<KV>>(hi, a[1], a[3]);
       } else {
         ldmatrix_x4(
             a, w.sk + swz<D>(w.row0 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * kk + (lane >> 4)));
@@ -286,23 +290,33 @@ struct KeyRowsWarp {
       mx[0] = fmaxf(mx[0], __shfl_xor_sync(0xffffffffu, mx[0], off));
       mx[1] = fmaxf(mx[1], __shfl_xor_sync(0xffffffffu, mx[1], off));
     }
-    float corr[2];
+    // The base of the exponentials (m) moves only when some head's scores pass it by more than
+    // kLazyLog2: until then P and the sums grow at most 2^kLazyLog2 against a stale base and the
+    // accumulators skip their rescale; the merge divides by sums over the same base.
+    constexpr float kLazyLog2 = 8.f;
+    if (__any_sync(0xffffffffu, mx[0] > m[0] + kLazyLog2 || mx[1] > m[1] + kLazyLog2)) {
+      float corr[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      // A head whose keys are all masked so far keeps max -inf; 0 as its base avoids inf - inf.
-      const float base = mx[h] == -INFINITY ? 0.f : mx[h];
-      corr[h] = exp2f(m[h] - base);
-      m[h] = mx[h];
-      s[h] = exp2f(s[h] - base);
-      s[h + 2] = exp2f(s[h + 2] - base);
-      l[h] = l[h] * corr[h] + s[h] + s[h + 2];
+      for (int h = 0; h < 2; ++h) {
+        // A head whose keys are all masked so far keeps max -inf; 0 as its base avoids inf - inf.
+        corr[h] = exp2f(m[h] - (mx[h] == -INFINITY ? 0.f : mx[h]));
+        m[h] = mx[h];
+        l[h] *= corr[h];
+      }
+#pragma unroll
+      for (int i = 0; i < D / 16; ++i) {
+        o[i][0] *= corr[0];
+        o[i][1] *= corr[1];
+        o[i][2] *= corr[0];
+        o[i][3] *= corr[1];
+      }
     }
 #pragma unroll
-    for (int i = 0; i < D / 16; ++i) {
-      o[i][0] *= corr[0];
-      o[i][1] *= corr[1];
-      o[i][2] *= corr[0];
-      o[i][3] *= corr[1];
+    for (int h = 0; h < 2; ++h) {
+      const float base = m[h] == -INFINITY ? 0.f : m[h];
+      s[h] = exp2f(s[h] - base);
+      s[h + 2] = exp2f(s[h + 2] - base);
+      l[h] += s[h] + s[h + 2];
     }
     // Pᵀ's B fragments (keys 2 t4, 2 t4 + 1 (+ 8) of head g): P's rows of keys g / g + 8,
     // transposed.

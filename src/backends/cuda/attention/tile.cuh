@@ -60,17 +60,16 @@ __device__ __forceinline__ int raw_swz(int r, int ch) {
   return r * D + ((ch ^ (D == 128 ? r & 7 : (r >> 1) & 3)) << 4);
 }
 
-// Issues the cp.async of 16-byte chunk ch of row r of a K/V tile whose row r holds cache slot
-// `slot` (kv_slot; -1: zero-filled): FP8 codes into raw ([kTileN, D] bytes of K, then of V; with
-// kSwizzleRaw both laid out by raw_swz), 16-bit elements into the swizzled tiles sk / sv.
-// Shared by the tile and decode kernels.
+// Issues the cp.async of 16-byte chunk ch of row r of a K/V tile whose row r starts at element
+// row_off of the caches (slot * num_kv_heads * D; -1: zero-filled): FP8 codes into raw ([kTileN,
+// D] bytes of K, then of V; with kSwizzleRaw both laid out by raw_swz), 16-bit elements into the
+// swizzled tiles sk / sv. Shared by the tile and decode kernels.
 template <typename T, typename KV, int D, bool kSwizzleRaw = false>
-__device__ __forceinline__ void load_kv_chunk_at(const AttentionParams& p, const KV* k_base,
-                                                 const KV* v_base, int64_t slot, int r, int ch,
-                                                 unsigned char* raw, T* sk, T* sv) {
-  const bool valid = slot >= 0;
-  const int64_t off =
-      valid ? slot * p.num_kv_heads * D + ch * static_cast<int>(16 / sizeof(KV)) : 0;
+__device__ __forceinline__ void load_kv_chunk_row(const KV* k_base, const KV* v_base,
+                                                  int64_t row_off, int r, int ch,
+                                                  unsigned char* raw, T* sk, T* sv) {
+  const bool valid = row_off >= 0;
+  const int64_t off = valid ? row_off + ch * static_cast<int>(16 / sizeof(KV)) : 0;
   if constexpr (kIsFp8<KV>) {
     int at = r * D + ch * 16;
     if constexpr (kSwizzleRaw) at = raw_swz<D>(r, ch);
@@ -88,8 +87,9 @@ __device__ __forceinline__ void load_kv_chunk(const AttentionParams& p, const in
                                               const KV* k_base, const KV* v_base, int key,
                                               int key_end, int r, int ch, unsigned char* raw, T* sk,
                                               T* sv) {
-  load_kv_chunk_at<T, KV, D>(p, k_base, v_base, kv_slot(p, table, key, key_end), r, ch, raw, sk,
-                             sv);
+  const int64_t slot = kv_slot(p, table, key, key_end);
+  load_kv_chunk_row<T, KV, D>(k_base, v_base, slot >= 0 ? slot * p.num_kv_heads * D : -1, r, ch,
+                              raw, sk, sv);
 }
 
 // Shared memory of the tile kernel: Q [kTileM, D] T, then K/V: two stages of [kTileN, D] T each
