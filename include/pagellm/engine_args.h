@@ -36,6 +36,21 @@ struct SpeculativeConfig {
                                      : std::max(1, kDraftTokenBudget / (1 + num_speculative_tokens));
   }
 
+  // Acceptance-adaptive k (pagellm's keys): a step drafts only as many tokens as the measured
+  // acceptance pays for. With alpha a sequence's recent per-draft acceptance rate, draft j is
+  // accepted with probability about alpha^j, and j drafts pay while alpha^j stays at or above
+  // draft_token_cost, what one more draft costs against a target step (in (0, 1); 0: the
+  // method's default, kNgramDraftCost for ngram, kModelDraftCost for a draft model or head). A
+  // step's sequences all get the most any of them wants, between 1 and num_speculative_tokens.
+  bool adaptive = false;
+  double draft_token_cost = 0;
+  static constexpr double kNgramDraftCost = 0.05;
+  static constexpr double kModelDraftCost = 0.2;
+  double effective_draft_cost() const {
+    return draft_token_cost > 0 ? draft_token_cost
+                                : (method == "ngram" ? kNgramDraftCost : kModelDraftCost);
+  }
+
   bool enabled() const { return !method.empty(); }
   // Parses vLLM's JSON ('{"method": "ngram", "num_speculative_tokens": 4, ...}'; a "model" without
   // "method" means draft_model, "model": "ngram" means ngram), fills the ngram defaults and

@@ -65,6 +65,9 @@ struct Sequence {
   std::vector<float> spec_draft_probs;   // [num_drafts, vocab] the draft's q; empty = point masses
   int spec_base_len = -1;
   std::vector<int32_t> step_token_ids;   // a speculating step's tokens: the last token, then drafts
+  // Adaptive k: decayed counts of this sample's accepted drafts and of the drafts judged (each
+  // accepted one, and the first rejected one), the estimate of its per-draft acceptance.
+  double spec_hits = 0, spec_trials = 0;
 
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
   int num_prompt_tokens() const;

@@ -427,6 +427,10 @@ void Scheduler::apply_spec_output(Sequence& seq, const ScheduledSeq& s, size_t i
   }
   // Only verified tokens reach the prefix cache: every computed position now holds one.
   kv_.cache_computed_blocks(seq_ref(seq), seq.num_computed_tokens);
+  constexpr double kDecay = 0.75;  // adaptive k: the last few rounds weigh most
+  seq.spec_hits = kDecay * seq.spec_hits + static_cast<double>(num_accepted);
+  seq.spec_trials =
+      kDecay * seq.spec_trials + static_cast<double>(num_accepted + (num_accepted < k ? 1 : 0));
   ++spec_.num_drafts;
   spec_.num_draft_tokens += k;
   spec_.num_accepted_tokens += num_accepted;

@@ -1,6 +1,7 @@
 #include "spec/proposer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "common/error.h"
@@ -58,6 +59,15 @@ int32_t draw_sampled_draft(std::span<float> logits, engine::Sequence& seq, int s
 int32_t argmax_draft(std::span<const float> logits) {
   if (logits.empty()) throw_error(ErrorKind::kInternal, "speculative decoding: empty logits row");
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+int adaptive_num_drafts(double hits, double trials, int k, double cost) {
+  const double alpha = (std::max(0.0, hits) + 1.0) / (std::max(0.0, trials) + 1.0);
+  if (alpha >= 1.0 || !(cost > 0.0)) return std::max(1, k);
+  if (alpha <= 0.0) return 1;
+  // alpha^j >= cost  <=>  j <= log(cost) / log(alpha) (both logs negative).
+  const double most = std::floor(std::log(cost) / std::log(alpha) + 1e-9);
+  return static_cast<int>(std::clamp(most, 1.0, static_cast<double>(std::max(1, k))));
 }
 
 }  // namespace pagellm::spec

@@ -14,7 +14,7 @@ namespace {
 constexpr const char* kFlag = "--speculative-config: ";
 constexpr const char* kKeys =
     "method, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max, model, "
-    "disable_by_batch_size";
+    "disable_by_batch_size, adaptive, draft_token_cost";
 
 [[noreturn]] void bad(const std::string& message) { invalid_argument(kFlag + message); }
 
@@ -51,6 +51,12 @@ SpeculativeConfig SpeculativeConfig::from_json(const std::string& json) {
       if (c.prompt_lookup_max < 1) bad("prompt_lookup_max must be >= 1, got " + value.dump());
     } else if (key == "model") {
       c.model = string_field(value, key);
+    } else if (key == "adaptive") {
+      if (!value.is_boolean()) bad("adaptive must be true or false, got " + value.dump());
+      c.adaptive = value.get<bool>();
+    } else if (key == "draft_token_cost") {
+      if (!value.is_number()) bad("draft_token_cost must be a number, got " + value.dump());
+      c.draft_token_cost = value.get<double>();
     } else if (key == "disable_by_batch_size") {
       c.disable_by_batch_size = int_field(value, key);
       if (c.disable_by_batch_size < 1) bad("disable_by_batch_size must be >= 1, got " + value.dump());
@@ -84,6 +90,10 @@ void SpeculativeConfig::validate() const {
     bad("num_speculative_tokens must be in [1, " + std::to_string(kMaxSpeculativeTokens) +
         "], got " + std::to_string(num_speculative_tokens));
   }
+  if (!(draft_token_cost >= 0 && draft_token_cost < 1))
+    bad("draft_token_cost must be in (0, 1), got " + std::to_string(draft_token_cost));
+  if (draft_token_cost > 0 && !adaptive)
+    bad("draft_token_cost applies with \"adaptive\": true only");
   if (method == "ngram") {
     if (!model.empty()) bad("method ngram takes no model (got '" + model + "')");
     if (prompt_lookup_min < 1 || prompt_lookup_max < 1) {

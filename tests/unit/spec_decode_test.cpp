@@ -259,6 +259,30 @@ TEST(SpecDecode, LargeBatchesDecodeWithoutDrafts) {
   EXPECT_EQ(ngram(16, 1, 3).max_speculating_seqs(), 15);
 }
 
+// Acceptance-adaptive k: the output stays the plain one, and the dearer a draft against the
+// measured acceptance, the fewer tokens a drafting sequence proposes per round.
+TEST(SpecDecode, AdaptiveKDraftsWhatAcceptancePaysFor) {
+  const auto prompts = code_prompts();
+  const std::vector<SamplingParams> params(prompts.size(), greedy(80));
+  const SpecRun plain = generate(base_args(kPycode), prompts, params);
+  EngineArgs a = base_args(kPycode);
+  a.speculative = ngram(4, 2, 4);
+  const SpecRun fixed = generate(a, prompts, params);
+  a.speculative.adaptive = true;
+  a.speculative.draft_token_cost = 0.6;
+  const SpecRun dear = generate(a, prompts, params);
+  expect_same_outputs(plain, dear);
+  expect_consistent_counters(dear.stats, 4);
+  const auto per_round = [](const EngineStats& s) {
+    return static_cast<double>(s.spec_num_draft_tokens) / static_cast<double>(s.spec_num_drafts);
+  };
+  EXPECT_LT(per_round(dear.stats), per_round(fixed.stats));
+  a.speculative.draft_token_cost = 0.001;  // cheap drafts: as many as the n-gram offers
+  const SpecRun cheap = generate(a, prompts, params);
+  expect_same_outputs(plain, cheap);
+  EXPECT_GT(per_round(cheap.stats), per_round(dear.stats));
+}
+
 // The draft's KV follows its sequences: held while they run (also through preemption), freed when
 // they finish or are aborted.
 TEST(SpecDecode, DraftKvIsReleasedWithItsSequences) {

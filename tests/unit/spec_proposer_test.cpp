@@ -14,6 +14,7 @@
 #include "engine/stats.h"
 #include "server/metrics.h"
 #include "spec/ngram_proposer.h"
+#include "spec/proposer.h"
 #include "spec/rejection_sampler.h"
 
 namespace pagellm {
@@ -57,6 +58,42 @@ TEST(SpecConfig, ParsesVllmJson) {
             8);
 }
 
+TEST(SpecConfig, AdaptiveKeysAndDefaultCosts) {
+  const SpeculativeConfig off =
+      SpeculativeConfig::from_json(R"({"method": "ngram", "num_speculative_tokens": 4})");
+  EXPECT_FALSE(off.adaptive);
+  const SpeculativeConfig ngram = SpeculativeConfig::from_json(
+      R"({"method": "ngram", "num_speculative_tokens": 4, "adaptive": true})");
+  EXPECT_TRUE(ngram.adaptive);
+  EXPECT_DOUBLE_EQ(ngram.effective_draft_cost(), SpeculativeConfig::kNgramDraftCost);
+  const SpeculativeConfig draft = SpeculativeConfig::from_json(
+      R"({"model": "/m/draft", "num_speculative_tokens": 4, "adaptive": true})");
+  EXPECT_DOUBLE_EQ(draft.effective_draft_cost(), SpeculativeConfig::kModelDraftCost);
+  const SpeculativeConfig set = SpeculativeConfig::from_json(
+      R"({"model": "/m/draft", "num_speculative_tokens": 4, "adaptive": true, "draft_token_cost": 0.3})");
+  EXPECT_DOUBLE_EQ(set.effective_draft_cost(), 0.3);
+}
+
+// The most j in [1, k] with alpha^j >= cost, alpha = (hits + 1) / (trials + 1).
+TEST(AdaptiveNumDrafts, DraftsWhatTheMeasuredAcceptancePaysFor) {
+  EXPECT_EQ(spec::adaptive_num_drafts(0, 0, 4, 0.05), 4);    // no data: alpha = 1
+  EXPECT_EQ(spec::adaptive_num_drafts(9, 9, 7, 0.05), 7);    // every draft accepted
+  EXPECT_EQ(spec::adaptive_num_drafts(0, 1, 8, 0.05), 4);    // alpha 0.5: 0.5^4 >= 0.05 > 0.5^5
+  EXPECT_EQ(spec::adaptive_num_drafts(0, 3, 8, 0.05), 2);    // alpha 0.25
+  EXPECT_EQ(spec::adaptive_num_drafts(0, 100, 8, 0.05), 1);  // never below one draft
+  EXPECT_EQ(spec::adaptive_num_drafts(7, 9, 4, 0.05), 4);    // alpha 0.8: 13 drafts pay, k caps
+  EXPECT_EQ(spec::adaptive_num_drafts(7, 9, 16, 0.5), 3);    // 0.8^3 >= 0.5 > 0.8^4
+  EXPECT_EQ(spec::adaptive_num_drafts(3, 3, 4, 0.0), 4);
+  // More accepted drafts never mean fewer drafts; a dearer draft never means more.
+  for (double trials = 0; trials < 20; trials += 1)
+    for (double hits = 0; hits + 1 <= trials; hits += 1) {
+      EXPECT_GE(spec::adaptive_num_drafts(hits + 1, trials, 8, 0.1),
+                spec::adaptive_num_drafts(hits, trials, 8, 0.1));
+      EXPECT_LE(spec::adaptive_num_drafts(hits, trials, 8, 0.3),
+                spec::adaptive_num_drafts(hits, trials, 8, 0.1));
+    }
+}
+
 TEST(SpecConfig, BadConfigsGiveOneLineErrors) {
   const std::map<std::string, std::string> cases = {
       {R"({"method": "ngram", "num_speculative_tokens": 0})",
@@ -76,6 +113,16 @@ TEST(SpecConfig, BadConfigsGiveOneLineErrors) {
        "disable_by_batch_size must be >= 1, got 0"},
       {R"({"method": "ngram", "num_speculative_tokens": "4"})",
        "num_speculative_tokens must be an integer"},
+      {R"({"method": "ngram", "num_speculative_tokens": 2, "adaptive": 1})",
+       "adaptive must be true or false, got 1"},
+      {R"({"method": "ngram", "num_speculative_tokens": 2, "adaptive": true, "draft_token_cost": 1.5})",
+       "draft_token_cost must be in (0, 1), got 1.5"},
+      {R"({"method": "ngram", "num_speculative_tokens": 2, "adaptive": true, "draft_token_cost": -0.1})",
+       "draft_token_cost must be in (0, 1)"},
+      {R"({"method": "ngram", "num_speculative_tokens": 2, "draft_token_cost": 0.1})",
+       "draft_token_cost applies with \"adaptive\": true only"},
+      {R"({"method": "ngram", "num_speculative_tokens": 2, "adaptive": true, "draft_token_cost": "x"})",
+       "draft_token_cost must be a number"},
       {R"([1, 2])", "expected a JSON object"},
       {R"({"method": )", "expected a JSON object"},
   };
