@@ -308,8 +308,6 @@ bool EngineCore::may_speculate(const engine::Request& req) const {
 void EngineCore::propose_drafts() {
   scheduler_->spec_candidates(spec_seqs_);
   spec_candidates_.clear();
-  // Requests that may not speculate never give a proposer anything to keep (an EAGLE proposer
-  // gets hidden states only for Request::spec_features, which may_speculate decides).
   const SpeculativeConfig& spec = args_.speculative;
   // Adaptive k: as many drafts as the measured acceptance pays for, the most any sequence of the
   // step wants (a draft model's steps and the verification shape serve the whole batch, so one
@@ -323,6 +321,8 @@ void EngineCore::propose_drafts() {
                                                             spec.num_speculative_tokens,
                                                             spec.effective_draft_cost()));
   }
+  // Requests that may not speculate never give a proposer anything to keep (an EAGLE proposer
+  // gets hidden states only for Request::spec_features, which may_speculate decides).
   for (const auto& [seq, room] : spec_seqs_)
     if (may_speculate(*seq->request)) spec_candidates_.push_back({seq, std::min(room, step_k)});
   // The adaptive switch: a batch this large decodes without drafts (their drafts, if any, were
