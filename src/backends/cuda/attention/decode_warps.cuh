@@ -45,8 +45,8 @@ __device__ __forceinline__ void raw_v_pairs(const unsigned char* raw_v, int row0
   for (int m = 0; m < 4; ++m) fp8x4_to_pairs_02_13<T, kFp8Interp<KV>>(r[m], even[m], odd[m]);
 }
 
-// Where a warp's tile is: the raw codes (FP8) or the converted-free 16-bit K and V tiles, the
-// warp's first row, its first key and the keys' end.
+// Where a warp's tile is: the raw codes (FP8) or the 16-bit K and V tiles, the warp's first
+// row, its first key and the keys' end.
 template <typename T>
 struct WarpTile {
   const unsigned char* raw;  // FP8: [2, kTileN, D] codes (K then V), raw_swz layout
