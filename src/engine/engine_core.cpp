@@ -309,22 +309,21 @@ void EngineCore::propose_drafts() {
   scheduler_->spec_candidates(spec_seqs_);
   spec_candidates_.clear();
   const SpeculativeConfig& spec = args_.speculative;
-  // Adaptive k: as many drafts as the measured acceptance pays for, the most any sequence of the
-  // step wants (a draft model's steps and the verification shape serve the whole batch, so one
-  // sequence drafting fewer would save nothing, and equal counts keep the CUDA graph shapes).
-  int step_k = spec.num_speculative_tokens;
-  if (spec.adaptive) {
-    step_k = 1;
-    for (const auto& [seq, room] : spec_seqs_)
-      if (may_speculate(*seq->request))
-        step_k = std::max(step_k, spec::adaptive_num_drafts(seq->spec_hits, seq->spec_trials,
-                                                            spec.num_speculative_tokens,
-                                                            spec.effective_draft_cost()));
-  }
   // Requests that may not speculate never give a proposer anything to keep (an EAGLE proposer
   // gets hidden states only for Request::spec_features, which may_speculate decides).
   for (const auto& [seq, room] : spec_seqs_)
-    if (may_speculate(*seq->request)) spec_candidates_.push_back({seq, std::min(room, step_k)});
+    if (may_speculate(*seq->request)) spec_candidates_.push_back({seq, room});
+  // Adaptive k: as many drafts as the measured acceptance pays for, the most any sequence of the
+  // step wants (a draft model's steps and the verification shape serve the whole batch, so one
+  // sequence drafting fewer would save nothing, and equal counts keep the CUDA graph shapes).
+  if (spec.adaptive) {
+    int step_k = 1;
+    for (const spec::SpecCandidate& c : spec_candidates_)
+      step_k = std::max(step_k, spec::adaptive_num_drafts(c.seq->spec_hits, c.seq->spec_trials,
+                                                          spec.num_speculative_tokens,
+                                                          spec.effective_draft_cost()));
+    for (spec::SpecCandidate& c : spec_candidates_) c.max_drafts = std::min(c.max_drafts, step_k);
+  }
   // The adaptive switch: a batch this large decodes without drafts (their drafts, if any, were
   // proposed for an earlier length and are ignored by the scheduler).
   if (spec_candidates_.size() > size_t(spec.max_speculating_seqs())) return;
