@@ -4,10 +4,12 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/phase_times.h"
 #include "engine/token_controls.h"
 #include "runner/model_loader.h"
 
@@ -105,6 +107,7 @@ void EngineCore::init(std::unique_ptr<runner::ModelRunner> runner) {
   if (tokenizer_) {
     grammar_compiler_ = std::make_unique<structured::GrammarCompiler>(
         tokenizer_, output_processor_->eos_token_ids(), static_cast<size_t>(std::max(info_.vocab_size, 0)));
+    grammar_compiler_->build_vocab_in_background();
   }
   log::info("KV cache: " + std::to_string(kv_->num_blocks()) + " blocks of " + std::to_string(kv_->block_size()) +
             " tokens (" + std::to_string(static_cast<int64_t>(kv_->num_blocks()) * kv_->block_size()) +
@@ -242,16 +245,24 @@ std::vector<RequestOutput> EngineCore::step() {
 }
 
 bool EngineCore::submit_batch() {
+  std::optional<phase::Scope> scheduling(phase::kSchedule);
   if (proposer_) propose_drafts();
   const engine::SchedulerOutput& batch = scheduler_->schedule();
+  scheduling.reset();
   if (batch.seqs.empty() && batch.blocks_to_swap_out.empty() && batch.blocks_to_swap_in.empty()) {
     return false;
   }
   count_scheduled_tokens(batch);
   // The masks build on the mask threads while the runner runs the forward pass; the runner waits
   // for them (SchedulerOutput::pending_masks) before it samples.
-  start_token_masks(batch);
-  runner_->submit(batch);
+  {
+    phase::Scope s(phase::kMaskStart);
+    start_token_masks(batch);
+  }
+  {
+    phase::Scope s(phase::kRunnerSubmit);
+    runner_->submit(batch);
+  }
   last_batch_ = &batch;
   ++num_in_flight_;
   ++num_submitted_;
@@ -272,14 +283,19 @@ void EngineCore::collect_batch(std::vector<RequestOutput>& outputs) {
       }
     }
   } join_masks{this};
+  std::optional<phase::Scope> waiting(phase::kRunnerWait);
   const engine::ModelRunnerOutput result = runner_->wait_next();
   wait_token_masks();  // a runner that sampled nothing need not have waited
+  waiting.reset();
+  std::optional<phase::Scope> applying(phase::kApplyOutput);
   if (proposer_ && last_batch_) proposer_->observe(*last_batch_, result);
   new_tokens_.clear();
   scheduler_->update_from_output(result, new_tokens_);
   release_retired();
   std::vector<Request*> touched;
   process_new_tokens(new_tokens_, touched);
+  applying.reset();
+  phase::Scope making(phase::kMakeOutputs);
   for (Request* req : touched) {
     RequestOutput out = output_processor_->make_output(*req);
     const bool finished = req->all_finished();
@@ -387,16 +403,24 @@ void EngineCore::process_new_tokens(const std::vector<engine::NewToken>& new_tok
     }
     // A stop earlier in this step's accepted drafts ends the sequence: the tokens after it are dropped.
     if (seq.finished()) continue;
-    // A token outside the mask means the runner did not apply it: end the sample as an error
-    // rather than return text that breaks its grammar.
-    const bool grammar_ok = !seq.matcher || seq.matcher->advance(nt.token_id);
+    // The grammar took the previous token while this step ran (Matcher::settle on the mask
+    // threads). If that completed the output (or, never expected, broke it), the sequence ends
+    // there and this step's token is dropped, as if it had ended a step earlier.
+    if (const FinishReason ended = settled_grammar(seq); ended != FinishReason::kNone) {
+      seq.token_ids.resize(static_cast<size_t>(nt.num_tokens - 1));
+      scheduler_->finish_seq(seq, ended);
+      if (req.touched_step != step_index_) req.touched_step = step_index_, touched.push_back(&req);
+      continue;
+    }
+    // A token outside the step's mask means the runner did not apply it: end the sample as an
+    // error rather than return text that breaks its grammar.
+    const bool mask_ok = seq.token_mask.empty() || engine::mask_allows(seq.token_mask, nt.token_id);
+    if (seq.matcher) seq.matcher->defer(nt.token_id);  // settled with the next step's mask
     FinishReason reason = output_processor_->process_token(seq, nt.token_id, nt.logprobs, nt.num_tokens);
-    if (!grammar_ok) {
+    if (!mask_ok) {
       log::warning("request " + req.request_id + ": sampled token " + std::to_string(nt.token_id) +
                 " is outside its structured-output mask");
       reason = FinishReason::kError;
-    } else if (reason == FinishReason::kNone && seq.matcher && seq.matcher->finished()) {
-      reason = FinishReason::kStop;  // the grammar is complete and nothing may follow
     }
     ++stats_.generation_tokens;
     if (req.touched_step != step_index_) {
@@ -412,6 +436,20 @@ void EngineCore::process_new_tokens(const std::vector<engine::NewToken>& new_tok
       if (nt.num_tokens > 0 && seq.num_tokens() > nt.num_tokens) seq.token_ids.resize(static_cast<size_t>(nt.num_tokens));
       scheduler_->finish_seq(seq, reason);
     }
+  }
+}
+
+FinishReason EngineCore::settled_grammar(engine::Sequence& seq) const {
+  if (!seq.matcher) return FinishReason::kNone;
+  switch (seq.matcher->take_settled()) {
+    case structured::Matcher::Settled::kComplete:
+      return FinishReason::kStop;  // the grammar is complete and nothing may follow
+    case structured::Matcher::Settled::kRejected:
+      log::warning("request " + seq.request->request_id +
+                   ": a sampled token broke its structured-output grammar");
+      return FinishReason::kError;
+    default:
+      return FinishReason::kNone;
   }
 }
 

@@ -81,6 +81,9 @@ class EngineCore {
   void log_kv_groups(const kv::KvLayout& layout, int max_model_len) const;
   std::vector<int32_t> tokenize(const PromptInput& prompt) const;
   void process_new_tokens(const std::vector<engine::NewToken>& new_tokens, std::vector<engine::Request*>& touched);
+  // How the sequence's grammar took its previous token (deferred to the mask threads): kStop when
+  // that completed the output, kError when it broke it, else kNone.
+  FinishReason settled_grammar(engine::Sequence& seq) const;
   void count_scheduled_tokens(const engine::SchedulerOutput& batch);
   // Speculative decoding: drafts for every running sequence in decode, before schedule().
   void propose_drafts();

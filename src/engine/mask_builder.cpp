@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/phase_times.h"
+
 namespace pagellm::engine {
 
 void build_mask(const MaskJob& job) {
@@ -9,6 +11,7 @@ void build_mask(const MaskJob& job) {
     std::copy(job.allowed.begin(), job.allowed.end(), job.words.begin());
     return;
   }
+  job.matcher->settle();  // the token sampled last step (EngineCore defers it)
   job.matcher->fill_mask(job.words);
   const size_t n = std::min(job.allowed.size(), job.words.size());
   for (size_t w = 0; w < n; ++w) job.words[w] &= job.allowed[w];
@@ -53,6 +56,7 @@ void MaskBuilder::drive() {
     }
     std::exception_ptr error;
     try {
+      phase::Scope timed(phase::kMaskBuild);
       // A job is a copy of a cached mask (microseconds) or, for a state not met before, a walk
       // of the vocabulary trie (milliseconds): the pool's dynamic chunk claiming balances both.
       pool_.parallel_for(jobs.size(), [&](size_t begin, size_t end) {

@@ -17,7 +17,8 @@
 
 namespace pagellm::engine {
 
-// One sequence's mask: the grammar's (when matcher is set) ANDed with `allowed`.
+// One sequence's mask: the grammar's (when matcher is set, after it settles its deferred token)
+// ANDed with `allowed`.
 struct MaskJob {
   structured::Matcher* matcher = nullptr;  // null: the mask is `allowed` alone
   std::span<uint32_t> words;               // [ceil(vocab / 32)] written

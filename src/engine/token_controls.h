@@ -17,6 +17,12 @@ namespace pagellm::engine {
 // pagellm::Error(kInvalidArgument) naming allowed_token_ids.
 std::vector<uint32_t> allowed_token_mask(const std::vector<int32_t>& ids, int32_t vocab);
 
+// Whether a token mask (that format) allows `token`; ids past it are disallowed.
+inline bool mask_allows(std::span<const uint32_t> mask, int32_t token) {
+  return token >= 0 && size_t(token) / 32 < mask.size() &&
+         ((mask[size_t(token) / 32] >> (token % 32)) & 1u);
+}
+
 // Each bad word's token ids, as vLLM tokenizes them: the word (leading spaces stripped) as it reads
 // at the start of a text, and also after a space when that gives a different first token and as
 // many tokens (a word in mid-sentence). No special tokens are added. A word whose tokens leave the

@@ -17,6 +17,7 @@
 #include "backends/cuda/moe.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/phase_times.h"
 #include "engine/sampler.h"
 #include "quant/fp8_weights.h"
 #include "quant/int_weights.h"
@@ -79,6 +80,8 @@ void CudaRunner::Impl::init(const io::WeightStore* checkpoint) {
   max_tokens = std::max(opt.max_num_batched_tokens, max_seqs);
   max_blocks = (max_len + opt.block_size - 1) / opt.block_size;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "creating a stream");
+  check(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking), "creating a stream");
+  check(cudaEventCreateWithFlags(&ids_uploaded, cudaEventDisableTiming), "creating an event");
   cudaError_t err = cudaSuccess;
   gemm = cuda::gemm_create(32u << 20, &err);
   check(err, "creating the cuBLASLt context");
@@ -500,12 +503,11 @@ void CudaRunner::Impl::soft_cap_logits(int num_rows) {
           "logit soft cap");
 }
 
-void CudaRunner::Impl::upload_sample_ids(const std::vector<int32_t>& ids) {
-  if (ids.empty()) return;
-  if (ids.size() > sample_ids_capacity) {
+std::span<int32_t> CudaRunner::Impl::sample_ids_buffer(size_t n) {
+  if (n > sample_ids_capacity) {
     // The old buffers are idle: only the sampler reads them, and every step ends with a stream
     // synchronize. (Called after the forward pass is queued, the frees below wait for it.)
-    const size_t cap = std::max(ids.size(), 2 * sample_ids_capacity);
+    const size_t cap = std::max(n, 2 * sample_ids_capacity);
     if (sample_ids_host) cudaFreeHost(sample_ids_host);
     sample_ids_host = nullptr;
     sample_ids_capacity = 0;
@@ -515,10 +517,19 @@ void CudaRunner::Impl::upload_sample_ids(const std::vector<int32_t>& ids) {
           "pinned sampler id lists");
     sample_ids_capacity = cap;
   }
-  std::memcpy(sample_ids_host, ids.data(), ids.size() * 4);
-  check(cudaMemcpyAsync(sample_ids_dev.get(), sample_ids_host, ids.size() * 4,
-                        cudaMemcpyHostToDevice, stream),
+  return {sample_ids_host, n};
+}
+
+void CudaRunner::Impl::upload_sample_ids(size_t n) {
+  if (n == 0) return;
+  // Beside the forward pass (queued on `stream` already): the copy's megabyte of masks at a 128k
+  // vocabulary no longer waits for the forward pass to end. The previous step's sampler has
+  // finished reading the device buffer (every step ends with a stream synchronize).
+  check(cudaMemcpyAsync(sample_ids_dev.get(), sample_ids_host, n * 4, cudaMemcpyHostToDevice,
+                        copy_stream),
         "uploading sampler id lists");
+  check(cudaEventRecord(ids_uploaded, copy_stream), "recording an event");
+  check(cudaStreamWaitEvent(stream, ids_uploaded, 0), "ordering the sampler after its inputs");
 }
 
 void CudaRunner::Impl::sample_rows(int num_rows, cuda::SampleOutput* out) {
@@ -527,7 +538,10 @@ void CudaRunner::Impl::sample_rows(int num_rows, cuda::SampleOutput* out) {
                         size_t(num_rows) * sizeof(cuda::SampleOutput), cudaMemcpyDeviceToHost,
                         stream),
         "downloading sampled tokens");
-  check(cudaStreamSynchronize(stream), "running the step");
+  {
+    phase::Scope timed(phase::kDeviceWait);
+    check(cudaStreamSynchronize(stream), "running the step");
+  }
   std::copy_n(sample_out_host, num_rows, out);
 }
 

@@ -9,8 +9,10 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <span>
 
+#include "common/phase_times.h"
 #include "common/thread_pool.h"
 #include "pagellm/engine_args.h"
 #include "runner/block_ops.h"
@@ -82,10 +84,11 @@ std::vector<std::vector<float>> download_pooled(CudaRunner::Impl& m, const Flat&
 struct SampleInputs {
   std::vector<cuda::SampleRow> rows;  // [num_rows]
   std::vector<int32_t> ids;           // [sum of list lengths]
+  size_t size = 0;                    // the lists, then the masks' words (placed after them)
 };
 
-// The masks' words are left out (their place reserved): they may still be in the making, and
-// upload_sample_inputs puts them in once they are ready.
+// The masks' words are left out (placed after the lists): they may still be in the making, and
+// upload_sample_inputs writes them into the upload buffer once they are ready.
 SampleInputs pack_rows(const engine::SchedulerOutput& batch, std::span<const LogitsRow> rows,
                        int vocab) {
   SampleInputs in;
@@ -103,17 +106,25 @@ SampleInputs pack_rows(const engine::SchedulerOutput& batch, std::span<const Log
       in.rows.push_back(
           pack_score_row(seq, seq.prompt_token_ids[size_t(row.position) + 1], vocab));
   }
+  in.size = place_sample_masks(in.rows, in.ids.size());
   return in;
 }
 
 // Called once the step's forward pass is queued: waits for the allowed-token masks (built on the
-// host meanwhile), puts them into the id lists and uploads those on the stream, ahead of sampling.
+// host meanwhile), writes the id lists and them into the pinned buffer and uploads it on the
+// stream, ahead of sampling.
 void upload_sample_inputs(CudaRunner::Impl& m, const engine::SchedulerOutput& batch,
                           std::span<const LogitsRow> rows, SampleInputs& in) {
-  engine::wait_for_masks(batch);
+  {
+    phase::Scope timed(phase::kMaskWait);
+    engine::wait_for_masks(batch);
+  }
+  phase::Scope timed(phase::kSampleUpload);
+  const std::span<int32_t> buffer = m.sample_ids_buffer(in.size);
+  std::copy(in.ids.begin(), in.ids.end(), buffer.begin());
   for (size_t r = 0; r < rows.size(); ++r)
-    if (rows[r].sample) put_sample_mask(batch.seqs[rows[r].seq], in.rows[r], in.ids);
-  m.upload_sample_ids(in.ids);
+    if (rows[r].sample) put_sample_mask(batch.seqs[rows[r].seq], in.rows[r], buffer);
+  m.upload_sample_ids(in.size);
 }
 
 // Applies the step's block operations on the runner stream, in SchedulerOutput's order (swap out,
@@ -275,12 +286,15 @@ void run_graph_shape(CudaRunner::Impl& m, Flat& f, int q, const CudaRunner::Impl
   // A capture runs dummy steps: before this step's inputs are staged, and never while the FP8
   // cache's scales wait for real keys.
   if (q > 1 && !m.kv_scales_pending) m.capture_graph(b, q);
+  std::optional<phase::Scope> staging(phase::kRunnerStage);
   const CudaRunner::Impl::Staged st = m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables,
                                               f.table_lens, shape.num_splits, &f.more);
   for (int r = 0; r < b * q; ++r)
     m.host<int32_t>(m.lay.rows)[r] = !last_rows ? r : r < b ? r * q + q - 1 : 0;
   m.upload_inputs();
+  staging.reset();
   if (after_upload) after_upload();
+  phase::Scope launching(phase::kRunnerLaunch);
   const auto graph = m.graphs.find({b, q});
   if (graph != m.graphs.end() && !m.kv_scales_pending) {
     check(cudaGraphLaunch(graph->second, m.stream), "launching a decode graph");
@@ -389,6 +403,7 @@ Flat flatten(const CudaRunner::Impl& m, const engine::SchedulerOutput& batch, bo
 // outputs.
 static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& batch,
                            bool with_prompt_rows, bool sample, std::vector<LogitsRow>& rows_out) {
+  std::optional<phase::Scope> preparing(phase::kRunnerPrepare);
   apply_block_ops(m, batch);
   // Ranks other than the leader run the same kernels and collectives but sample nothing.
   sample = sample && m.leader;
@@ -454,6 +469,7 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
     if (sample && m.return_hidden && engine::any_return_hidden(batch))
       result.hidden = m.download_normed(0, batch.num_scheduled_tokens);
   };
+  preparing.reset();
   if (shape.padded_seqs > 0) {
     run_graph_shape(m, f, graph_q, shape);
     if (sample) upload_sample_inputs(m, batch, f.rows, sin);
@@ -461,12 +477,17 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
     keep_hidden();
     return result;
   }
+  std::optional<phase::Scope> staging(phase::kRunnerStage);
   CudaRunner::Impl::Staged st =
       m.stage(f.ids, f.pos, f.slots, f.qsl, f.lens, f.tables, f.table_lens, 0, &f.more);
   for (int r = 0; r < num_rows; ++r) m.host<int32_t>(m.lay.rows)[r] = f.rows[size_t(r)].row;
   m.upload_inputs();
-  m.forward(st, m.kv_pool.get());
-  m.kv_scales_pending = false;
+  staging.reset();
+  {
+    phase::Scope launching(phase::kRunnerLaunch);
+    m.forward(st, m.kv_pool.get());
+    m.kv_scales_pending = false;
+  }
   if (sample) upload_sample_inputs(m, batch, f.rows, sin);
   if (m.leader && std::any_of(f.pool.begin(), f.pool.end(), [](auto& p) { return p.second > 0; }))
     result.pooled = download_pooled(m, f);

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -192,7 +193,10 @@ struct CudaRunner::Impl {
   DevMem chain_tokens;
   cudaEvent_t inputs_uploaded = nullptr;
   cuda::SampleOutput* sample_out_host = nullptr;  // pinned [max_seqs]
-  // The sampler's flat id lists (bans, penalties), grown on demand: pinned host + device copy.
+  // The sampler's flat id lists (bans, penalties, masks), grown on demand: pinned host + device
+  // copy, uploaded on copy_stream while the forward pass runs (the sampler waits for ids_uploaded).
+  cudaStream_t copy_stream = nullptr;
+  cudaEvent_t ids_uploaded = nullptr;
   DevMem sample_ids_dev;               // [sample_ids_capacity] int32
   int32_t* sample_ids_host = nullptr;  // pinned [sample_ids_capacity]
   size_t sample_ids_capacity = 0;
@@ -229,6 +233,8 @@ struct CudaRunner::Impl {
   ~Impl() {
     for (auto& [b, g] : graphs) cudaGraphExecDestroy(g);
     if (inputs_uploaded) cudaEventDestroy(inputs_uploaded);
+    if (ids_uploaded) cudaEventDestroy(ids_uploaded);
+    if (copy_stream) cudaStreamDestroy(copy_stream);
     if (ints_host) cudaFreeHost(ints_host);
     if (logits_host) cudaFreeHost(logits_host);
     if (sample_out_host) cudaFreeHost(sample_out_host);
@@ -361,8 +367,11 @@ struct CudaRunner::Impl {
   // inv_freq and its cos / sin cache for one rotary base.
   void make_rope_tables(double theta, const cuda::RopeScalingSpec& spec, DevMem& freq_out,
                         DevMem& cache_out);
-  // Stages the flat sampler id lists (pinned, grown on demand) and uploads them on the stream.
-  void upload_sample_ids(const std::vector<int32_t>& ids);
+  // The pinned buffer of the sampler's id lists, grown to hold n ints (the previous step's upload
+  // has completed: every step ends with a stream synchronize).
+  std::span<int32_t> sample_ids_buffer(size_t n);
+  // Uploads the buffer's first n ints on copy_stream; the stream's later work waits for them.
+  void upload_sample_ids(size_t n);
   // Samples / scores rows [0, num_rows) of x_logits with the SampleRows at lay.sample_rows (already
   // on the device) and returns the outputs (synchronizes the stream).
   void sample_rows(int num_rows, cuda::SampleOutput* out);

@@ -64,24 +64,38 @@ cuda::SampleRow pack_sample_row(const engine::ScheduledSeq& seq, std::vector<int
     }
   }
   if (!seq.allowed_token_mask.empty()) {
-    row.mask_begin = checked_size(ids.size());
     row.num_mask_words = checked_size(seq.allowed_token_mask.size());
-    ids.resize(ids.size() + seq.allowed_token_mask.size());
-    if (copy_mask) put_sample_mask(seq, row, ids);
+    row.mask_begin = -1;
+    if (copy_mask) {
+      row.mask_begin = checked_size(ids.size());
+      ids.resize(ids.size() + seq.allowed_token_mask.size());
+      put_sample_mask(seq, row, ids);
+    }
   }
   checked_size(ids.size());
   return row;
 }
 
+size_t place_sample_masks(std::span<cuda::SampleRow> rows, size_t lists_size) {
+  size_t end = lists_size;
+  for (cuda::SampleRow& row : rows) {
+    if (row.num_mask_words == 0 || row.mask_begin >= 0) continue;
+    row.mask_begin = checked_size(end);
+    end += size_t(row.num_mask_words);
+  }
+  checked_size(end);
+  return end;
+}
+
 void put_sample_mask(const engine::ScheduledSeq& seq, const cuda::SampleRow& row,
-                     std::vector<int32_t>& ids) {
+                     std::span<int32_t> buffer) {
   if (row.num_mask_words == 0) return;
-  if (size_t(row.num_mask_words) != seq.allowed_token_mask.size() ||
-      size_t(row.mask_begin) + size_t(row.num_mask_words) > ids.size())
+  if (size_t(row.num_mask_words) != seq.allowed_token_mask.size() || row.mask_begin < 0 ||
+      size_t(row.mask_begin) + size_t(row.num_mask_words) > buffer.size())
     throw_error(ErrorKind::kInternal, "gpu sampler: seq " + std::to_string(seq.seq_id) +
                                           "'s mask does not fit the place packed for it");
   // Same bits as int32 (the kernel reads the words through the id list's int32 view).
-  std::memcpy(ids.data() + row.mask_begin, seq.allowed_token_mask.data(),
+  std::memcpy(buffer.data() + row.mask_begin, seq.allowed_token_mask.data(),
               seq.allowed_token_mask.size_bytes());
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "backends/cuda/sample_rows.h"
@@ -16,14 +17,18 @@ namespace pagellm::runner {
 // then the prompt ids when a repetition penalty is set, then the output ids when any penalty is
 // set, then the logit_bias (id, float bits) pairs, then the structured-output mask words when the
 // seq has one) and records where they start;
-// u = engine::sample_uniform(seed, num output tokens). copy_mask false: the mask words' place is
-// reserved (zeros) and put_sample_mask fills it later, once the masks are built (wait_for_masks).
+// u = engine::sample_uniform(seed, num output tokens). copy_mask false: the mask words are left
+// out (mask_begin -1): place_sample_masks gives them a place after every list, and
+// put_sample_mask writes them there once they are built (wait_for_masks).
 cuda::SampleRow pack_sample_row(const engine::ScheduledSeq& seq, std::vector<int32_t>& ids,
                                 bool copy_mask = true);
-// Copies seq's mask words into the place pack_sample_row reserved for them in `ids` (row: what
-// pack_sample_row returned for seq). Nothing when the row has no mask.
+// Places the masks that pack_sample_row left out, one after another from `lists_size` (the id
+// lists' length); returns the buffer's length with them.
+size_t place_sample_masks(std::span<cuda::SampleRow> rows, size_t lists_size);
+// Copies seq's mask words to their place in `buffer` (row: what pack_sample_row returned for seq,
+// placed). Nothing when the row has no mask.
 void put_sample_mask(const engine::ScheduledSeq& seq, const cuda::SampleRow& row,
-                     std::vector<int32_t>& ids);
+                     std::span<int32_t> buffer);
 
 // A prompt-logprob row: the raw logprob of `next_token` and the seq's prompt_logprobs top-N.
 // Throws if next_token is outside [0, vocab).

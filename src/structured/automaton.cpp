@@ -7,28 +7,61 @@
 namespace pagellm::structured {
 namespace {
 
-uint64_t hash_stack(const std::vector<uint32_t>& s) {
+uint64_t hash_stack(const Automaton::Stack& s) {
   uint64_t h = 0xcbf29ce484222325ULL ^ s.size();
   for (uint32_t x : s) h = (h ^ x) * 0x100000001b3ULL;
   return h;
 }
 
-uint64_t hash_stacks(const std::vector<std::vector<uint32_t>>& stacks) {
+uint64_t hash_stacks(const Automaton::Stacks& stacks) {
   uint64_t h = 0x9e3779b97f4a7c15ULL;
   for (const auto& s : stacks) h = (h ^ hash_stack(s)) * 0xbf58476d1ce4e5b9ULL;
   return h;
 }
 
 struct StackHash {
-  size_t operator()(const std::vector<uint32_t>& s) const { return size_t(hash_stack(s)); }
+  size_t operator()(const Automaton::Stack& s) const { return size_t(hash_stack(s)); }
 };
 
 }  // namespace
+
+static_assert(TransitionTable::kAbsent == Automaton::kUnknown);
+
+void TransitionTable::emplace(uint64_t key, int32_t to) {
+  if (2 * (size_ + 1) > slots_.size()) {  // grow to keep the table at most half full
+    std::vector<Slot> old = std::move(slots_);
+    bits_ = std::max(bits_ + 1, 4);
+    slots_.assign(size_t{1} << bits_, Slot{});
+    size_ = 0;
+    for (const Slot& slot : old)
+      if (slot.key != kEmpty) emplace(slot.key, slot.to);
+  }
+  for (size_t i = slot_of(key);; i = (i + 1) & (slots_.size() - 1)) {
+    if (slots_[i].key == key) return;
+    if (slots_[i].key == kEmpty) {
+      slots_[i] = {key, to};
+      ++size_;
+      return;
+    }
+  }
+}
 
 Automaton::Automaton(std::shared_ptr<const Grammar> grammar, size_t max_states)
     : grammar_(std::move(grammar)), max_states_(std::max<size_t>(max_states, 1)) {
   for (size_t r = 0; r < grammar_->rule_start.size(); ++r) {
     alternatives_.push_back(grammar_->alternatives(int32_t(r)));
+  }
+  // The byte classes: the partition of the 256 bytes refined by every byte set.
+  for (const ByteSet& set : grammar_->byte_sets) {
+    std::array<int16_t, 512> renumber;  // (class, in the set) -> the refined class
+    renumber.fill(-1);
+    int16_t next = 0;
+    for (int b = 0; b < 256; ++b) {
+      int16_t& to = renumber[size_t(byte_class_[size_t(b)]) * 2 + set.test(uint8_t(b))];
+      if (to < 0) to = next++;
+      byte_class_[size_t(b)] = uint8_t(to);
+    }
+    num_byte_classes_ = size_t(next);
   }
   std::vector<Stack> start;
   for (uint32_t pos : alternatives_[size_t(grammar_->root)]) expand(Stack{pos}, start, truncated_);
@@ -39,10 +72,25 @@ Automaton::Automaton(std::shared_ptr<const Grammar> grammar, size_t max_states)
 
 void Automaton::expand(Stack stack, std::vector<Stack>& out, bool& truncated) const {
   const Grammar& g = *grammar_;
-  // Worklist instead of recursion: rule chains may be long. `seen` stops epsilon cycles (a
-  // nullable repetition, a tail-recursive rule) from expanding the same stack forever.
-  std::vector<Stack> work{std::move(stack)};
-  std::unordered_set<Stack, StackHash> seen;
+  // Worklist instead of recursion: rule chains may be long. Expanding each stack once
+  // (first_visit) stops epsilon cycles (a nullable repetition, a tail-recursive rule) from
+  // expanding the same stack forever; the stacks met are scanned while few (the usual case), kept
+  // in a hash set past that.
+  boost::container::small_vector<Stack, 8> work{std::move(stack)};
+  constexpr size_t kFew = 16;
+  boost::container::small_vector<Stack, kFew> seen_few;
+  std::unordered_set<Stack, StackHash> seen_many;
+  auto first_visit = [&](const Stack& s) {
+    if (seen_many.empty()) {
+      if (std::find(seen_few.begin(), seen_few.end(), s) != seen_few.end()) return false;
+      if (seen_few.size() < kFew) {
+        seen_few.push_back(s);
+        return true;
+      }
+      seen_many.insert(seen_few.begin(), seen_few.end());
+    }
+    return seen_many.insert(s).second;
+  };
   while (!work.empty()) {
     Stack s = std::move(work.back());
     work.pop_back();
@@ -50,7 +98,7 @@ void Automaton::expand(Stack stack, std::vector<Stack>& out, bool& truncated) co
       truncated = true;
       continue;
     }
-    if (!seen.insert(s).second) continue;
+    if (!first_visit(s)) continue;
     if (s.empty()) {
       out.push_back(std::move(s));
       continue;
@@ -115,9 +163,9 @@ int32_t Automaton::intern(std::vector<Stack> stacks) {
 
 int32_t Automaton::step(int32_t state, uint8_t byte) {
   if (!states_[size_t(state)].next.test(byte)) return kDead;
-  const uint64_t key = (uint64_t(uint32_t(state)) << 8) | byte;
-  auto it = transitions_.find(key);
-  if (it != transitions_.end()) return it->second;
+  const uint64_t key = transition_key(state, byte);
+  const int32_t known = transitions_.find(key);
+  if (known != kUnknown) return known;
   std::vector<Stack> out = successor(states_[size_t(state)].stacks, byte, truncated_);
   const int32_t id = out.empty() ? kDead : intern(std::move(out));
   transitions_.emplace(key, id);
@@ -141,9 +189,10 @@ Automaton::Stacks Automaton::successor(const Stacks& stacks, uint8_t byte, bool&
 }
 
 int32_t Automaton::known_step(int32_t state, uint8_t byte) const {
-  if (!states_[size_t(state)].next.test(byte)) return kDead;
-  auto it = transitions_.find((uint64_t(uint32_t(state)) << 8) | byte);
-  return it == transitions_.end() ? kUnknown : it->second;
+  // The table first: a byte that leads somewhere is found without touching the state.
+  const int32_t known = transitions_.find(transition_key(state, byte));
+  if (known != kUnknown) return known;
+  return states_[size_t(state)].next.test(byte) ? kUnknown : kDead;
 }
 
 int32_t Automaton::mask_class(int32_t state, uint32_t window) {

@@ -9,14 +9,56 @@
 // concurrently with each other.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
 #include <vector>
 
+// GCC 12 at -O3 warns (-Wstringop-overread) on a copy in Boost.Container it cannot prove in bounds.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstringop-overread"
+#endif
+#include <boost/container/small_vector.hpp>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 #include "structured/grammar.h"
 
 namespace pagellm::structured {
+
+// The automaton's memoized transitions: transition_key -> state, open addressing with linear
+// probing in one array, so a lookup touches one cache line (matching advances through a few
+// transitions per token, and walks through many).
+class TransitionTable {
+ public:
+  static constexpr int32_t kAbsent = -2;  // = Automaton::kUnknown
+  int32_t find(uint64_t key) const {
+    if (slots_.empty()) return kAbsent;
+    for (size_t i = slot_of(key);; i = (i + 1) & (slots_.size() - 1)) {
+      if (slots_[i].key == key) return slots_[i].to;
+      if (slots_[i].key == kEmpty) return kAbsent;
+    }
+  }
+  // Adds key -> to unless key is there already.
+  void emplace(uint64_t key, int32_t to);
+  size_t size() const { return size_; }
+
+ private:
+  static constexpr uint64_t kEmpty = ~uint64_t{0};  // never a key: states are 32-bit
+  struct Slot {
+    uint64_t key = kEmpty;
+    int32_t to = 0;
+  };
+  size_t slot_of(uint64_t key) const {
+    return size_t((key * 0x9e3779b97f4a7c15ULL) >> (64 - bits_));
+  }
+  std::vector<Slot> slots_;  // a power of two, at most half full
+  int bits_ = 0;
+  size_t size_ = 0;
+};
 
 class Automaton {
  public:
@@ -62,7 +104,9 @@ class Automaton {
   void mark_truncated() { truncated_ = true; }
 
   // For walks that must not build states (several threads walking at once, see matcher.cpp):
-  using Stack = std::vector<uint32_t>;
+  // Inline up to 8 positions: most stacks are that shallow, and building a state copies stacks
+  // several times.
+  using Stack = boost::container::small_vector<uint32_t, 8>;
   using Stacks = std::vector<Stack>;
   const Stacks& stacks(int32_t state) const { return states_[size_t(state)].stacks; }
   // The sorted, unique stacks after reading `byte` from `stacks` (empty: dead); sets `truncated`
@@ -75,9 +119,19 @@ class Automaton {
   // What such a walk found, added: the state with `stacks` (kDead when the automaton is full),
   // and a transition step() would have made (kept only if none is memoized yet).
   int32_t add_state(Stacks stacks) { return intern(std::move(stacks)); }
-  void add_transition(int32_t from, uint8_t byte, int32_t to) {
-    transitions_.emplace((uint64_t(uint32_t(from)) << 8) | byte, to);
+  void add_transition(uint64_t key, int32_t to) { transitions_.emplace(key, to); }
+  // Transitions are kept per byte class: bytes that every byte set of the grammar holds alike
+  // (all of them in it, or none) lead from any state to the same state, so one successor serves
+  // them all (in a JSON string, every plain character is one class). The key of a transition:
+  uint64_t transition_key(int32_t state, uint8_t byte) const {
+    return (uint64_t(uint32_t(state)) << 8) | byte_class_[byte];
   }
+  // The same transition from another state.
+  static uint64_t rekey(uint64_t key, int32_t state) {
+    return (uint64_t(uint32_t(state)) << 8) | (key & 0xff);
+  }
+  static int32_t key_state(uint64_t key) { return int32_t(uint32_t(key >> 8)); }
+  size_t num_byte_classes() const { return num_byte_classes_; }
   static uint64_t hash(const Stacks& stacks);
   bool accepting(int32_t state) const { return states_[size_t(state)].accepting; }
   // Bytes that some stack of `state` can read next (empty: nothing may follow).
@@ -106,7 +160,9 @@ class Automaton {
   std::vector<std::vector<uint32_t>> alternatives_;  // [num_rules] start positions
   std::vector<State> states_;
   std::unordered_multimap<uint64_t, int32_t> by_hash_;
-  std::unordered_map<uint64_t, int32_t> transitions_;  // (state << 8 | byte) -> state
+  std::array<uint8_t, 256> byte_class_{};
+  size_t num_byte_classes_ = 1;
+  TransitionTable transitions_;
   std::vector<std::vector<Stack>> classes_;            // canonical stacks of each mask class
   std::unordered_multimap<uint64_t, int32_t> class_by_hash_;
   bool truncated_ = false;

@@ -36,8 +36,18 @@ GrammarCompiler::GrammarCompiler(std::shared_ptr<const Vocab> vocab, Limits limi
 
 std::shared_ptr<const Vocab> GrammarCompiler::vocab() {
   std::lock_guard lock(mutex_);
+  if (vocab_building_.valid()) vocab_ = vocab_building_.get();  // rethrows the thread's error
   if (!vocab_) vocab_ = Vocab::from_tokenizer(*tokenizer_, eos_ids_, vocab_size_);
   return vocab_;
+}
+
+void GrammarCompiler::build_vocab_in_background() {
+  std::lock_guard lock(mutex_);
+  if (vocab_ || vocab_building_.valid() || !tokenizer_) return;
+  vocab_building_ =
+      std::async(std::launch::async, [tokenizer = tokenizer_, eos = eos_ids_, size = vocab_size_] {
+        return Vocab::from_tokenizer(*tokenizer, eos, size);
+      });
 }
 
 size_t GrammarCompiler::num_cached() const {

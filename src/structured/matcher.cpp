@@ -28,7 +28,7 @@ class WalkStates {
 
   // As Automaton::step.
   int32_t step(int32_t state, uint8_t byte) {
-    const uint64_t key = (uint64_t(uint32_t(state)) << 8) | byte;
+    const uint64_t key = a_.transition_key(state, byte);  // local states' ids are negative
     Recent& slot = recent_[(key * 0x9e3779b97f4a7c15ULL) >> (64 - kRecentBits)];
     if (slot.key == key) return slot.to;
     const int32_t to = find_or_build(state, byte, key);
@@ -46,11 +46,11 @@ class WalkStates {
       return id <= kFirstLocal ? global[size_t(kFirstLocal - id)] : id;
     };
     for (const auto& [key, to] : transitions_) {
-      const int32_t from = to_global(int32_t(uint32_t(key >> 8))), target = to_global(to);
+      const int32_t from = to_global(Automaton::key_state(key)), target = to_global(to);
       // A state the full automaton refused: step() decides those transitions itself.
       if (from == Automaton::kDead || (to != Automaton::kDead && target == Automaton::kDead))
         continue;
-      a.add_transition(from, uint8_t(key & 0xff), target);
+      a.add_transition(Automaton::rekey(key, from), target);
     }
   }
 
@@ -101,7 +101,7 @@ class WalkStates {
   // body) for the same bytes over and over, and this is cheaper than the automaton's hash map.
   static constexpr int kRecentBits = 12;
   struct Recent {
-    uint64_t key = ~uint64_t{0};  // (state << 8 | byte); never a real key (states are 32-bit)
+    uint64_t key = ~uint64_t{0};  // a transition_key; never a real one (states are 32-bit)
     int32_t to = 0;
   };
   std::vector<Recent> recent_ = std::vector<Recent>(size_t{1} << kRecentBits);
@@ -332,6 +332,15 @@ bool Matcher::advance(int32_t token) {
   const std::string& bytes = grammar_->vocab().bytes(token);
   state_ = bytes.empty() ? Automaton::kDead : grammar_->advance(state_, bytes);
   return state_ >= 0;
+}
+
+Matcher::Settled Matcher::settle() {
+  if (pending_ < 0) return Settled::kNothing;
+  const int32_t token = std::exchange(pending_, -1);
+  settled_ = !advance(token) ? Settled::kRejected
+             : finished()    ? Settled::kComplete
+                             : Settled::kAccepted;
+  return settled_;
 }
 
 bool Matcher::finished() const { return ended_ || (state_ >= 0 && grammar_->terminal(state_)); }

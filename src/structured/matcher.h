@@ -23,6 +23,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "structured/automaton.h"
@@ -121,6 +122,14 @@ class Matcher {
   void fill_mask(std::span<uint32_t> words) const;
   // Consumes a sampled token. False when the grammar rejects it (the matcher is then dead).
   bool advance(int32_t token);
+  // The engine's deferred advance: defer() keeps the sampled token, and settle() consumes it
+  // later, on a mask thread while the next forward pass runs (new automaton states cost
+  // microseconds per byte), before the next fill_mask. settle() returns (and keeps until
+  // take_settled()) whether the token was accepted, rejected, or completed the output.
+  enum class Settled { kNothing, kAccepted, kRejected, kComplete };
+  void defer(int32_t token) { pending_ = token; }
+  Settled settle();
+  Settled take_settled() { return std::exchange(settled_, Settled::kNothing); }
   // The output is complete: EOS was accepted, or nothing may follow the text.
   bool finished() const;
   bool accepting() const { return state_ >= 0 && grammar_->accepting(state_); }
@@ -130,6 +139,8 @@ class Matcher {
   std::shared_ptr<CompiledGrammar> grammar_;
   int32_t state_;
   bool ended_ = false;  // EOS accepted
+  int32_t pending_ = -1;  // a deferred token, or -1
+  Settled settled_ = Settled::kNothing;
 };
 
 }  // namespace pagellm::structured

@@ -2,7 +2,7 @@
 # Speculative decoding on one GPU (issue 13). The bundle (make_spec_bundle.sh): pagellm, cuda_probe,
 # pycode-draft-10M, the Llama-3.1-8B config and tokenizer; pycode-25M comes in a second folder
 # (MODELS, the carry limit) or is already under /tmp/pagellm-keep from an earlier call.
-#   bash BUNDLE/run_spec_gpu.sh BUNDLE [MODELS] [STAGE...]   stages: check same speed sampled cost batch (default: all)
+#   bash BUNDLE/run_spec_gpu.sh BUNDLE [MODELS] [STAGE...]   stages: check same speed sampled cost batch adaptive (default: all)
 # check: the attention kernel tests (among them verification rows: split-KV items in small
 #        batches) and cuda_runner_check --skip-perf (GPU vs CPU runner; among its checks,
 #        speculative verification: greedy on the GPU sampler, sampled seqs on the host);
@@ -19,7 +19,11 @@
 #        1 + k tokens against a plain decode step (cuda_runner_check --spec-cost), and generate
 #        with n-gram drafts against without;
 # batch: Llama-3.1-8B shapes, bench throughput of 64 concurrent requests (512 in, 128 out):
-#        no speculation, n-gram with the adaptive switch (default), n-gram always on.
+#        no speculation, n-gram with the adaptive switch (default), n-gram always on;
+# adaptive: pycode-25M at batch 1, greedy, 512 tokens ($TOKENS) on three prompts (a fresh
+#        function, argument parsing, a code edit that repeats its prompt): k = 4 fixed against
+#        acceptance-adaptive k ("adaptive": true) for the draft model and for n-gram, beside no
+#        speculation; tokens/s and acceptance.
 set -uo pipefail
 SRC=$(cd "${1:?usage: run_spec_gpu.sh BUNDLE [MODELS] [STAGE...]}" && pwd)
 shift
@@ -28,7 +32,7 @@ if [ -n "${1:-}" ] && [ -d "$1" ]; then
   rm -rf "$KEEP" && mkdir -p "$KEEP" && cp -r "$1"/. "$KEEP"/ && shift
   find "$KEEP" -name "*.xz" -exec xz -d -T4 {} +
 fi
-STAGES=" ${*:-check same speed sampled cost batch} "
+STAGES=" ${*:-check same speed sampled cost batch adaptive} "
 stage() { [[ "$STAGES" == *" $1 "* ]]; }
 [ -f "$SRC/pagellm.xz" ] || [ -f "$SRC/pagellm" ] || { echo "models kept in $KEEP"; ls "$KEEP"; exit 0; }
 . "$SRC/unpack_bundle.sh"
@@ -155,6 +159,20 @@ if stage batch; then
     tput "off_$run"
     tput "ngram_auto_$run" --speculative-config "$spec_ngram"
     tput "ngram_always_$run" --speculative-config "${spec_ngram%\}}, \"disable_by_batch_size\": 1000}"
+  done
+fi
+if stage adaptive; then
+  edit=$'def moving_average(values, window):\n    """Return the moving averages of values over window."""\n    if window <= 0:\n        raise ValueError("window must be positive")\n    out = []\n    total = 0.0\n    for i, v in enumerate(values):\n        total += v\n        if i >= window:\n            total -= values[i - window]\n        if i >= window - 1:\n            out.append(total / window)\n    return out\n\n\n# The same function with type hints:\ndef moving_average(values: list, window: int) -> list:\n'
+  n=0
+  for prompt in $'import os\nimport sys\n\n\ndef main():\n' $'def parse_args(argv):\n' "$edit"; do
+    n=$((n + 1))
+    for run in 1 2; do
+      one "a${n}_plain_$run" "$TARGET" "$prompt"
+      one "a${n}_draft4_$run" "$TARGET" "$prompt" --speculative-config "$(spec_draft 4)"
+      one "a${n}_draft4_adaptive_$run" "$TARGET" "$prompt" --speculative-config "$(spec_draft 4 | sed 's/}$/, "adaptive": true}/')"
+      one "a${n}_ngram_$run" "$TARGET" "$prompt" --speculative-config "$spec_ngram"
+      one "a${n}_ngram_adaptive_$run" "$TARGET" "$prompt" --speculative-config "${spec_ngram%\}}, \"adaptive\": true}"
+    done
   done
 fi
 echo "=== summary"; cat "$SUMMARY"

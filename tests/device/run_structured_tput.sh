@@ -5,7 +5,8 @@
 # requests run unconstrained, then with a JSON schema on every request. The schema asks for a
 # string of at least 4096 characters, so no request finishes early and both runs generate the same
 # number of tokens. Each variant runs twice, interleaved. $SCHEMA (JSON) replaces that schema, and
-# $REPS the number of rounds.
+# $REPS the number of rounds. PAGELLM_PHASE_TIMES=1 adds each run's phase table (where the engine
+# loop's time went) to the summary.
 # usage: bash run_structured_tput.sh BUNDLE   (BUNDLE: pagellm.xz, llama31-8b/ config + tokenizer.json.xz)
 set -uo pipefail
 SRC=$(cd "${1:?usage: run_structured_tput.sh BUNDLE}" && pwd)
@@ -33,8 +34,9 @@ PY
 for rep in $(seq 1 ${REPS:-2}); do
   for kind in free schema; do
     timeout 150 "$B/pagellm" bench throughput --model "$B/llama31-8b" --load-format dummy --device cuda \
-      --dataset "$B/$kind.jsonl" --num-prompts 256 --output-len 128 --max-num-seqs 64 --max-model-len 1024 \
+      --dataset "$B/$kind.jsonl" --num-prompts 256 --output-len 128 --max-num-seqs 64 --max-model-len 1024 --no-bound \
       > "$OUTDIR/tput_${kind}_$rep.log" 2>&1
     say "$kind #$rep (exit $?): $(grep -E 'Throughput|output tokens' "$OUTDIR/tput_${kind}_$rep.log" | tr '\n' ' ')"
+    sed -n '/^phase times/,$p' "$OUTDIR/tput_${kind}_$rep.log" | tee -a "$SUMMARY"
   done
 done

@@ -7,6 +7,7 @@
 
 #include "common/dtype.h"
 #include "common/error.h"
+#include "common/phase_times.h"
 #include "common/thread_pool.h"
 
 namespace pagellm {
@@ -94,6 +95,21 @@ TEST(ThreadPool, ConfigureGlobalReportsAFixedSize) {
   EXPECT_FALSE(ThreadPool::configure_global(n + 1));
   EXPECT_EQ(ThreadPool::global().num_threads(), n);
   ThreadPool::configure_global(0);
+}
+
+// The table lists each phase that ran, with its calls, total and mean; phases never timed stay out.
+TEST(PhaseTimes, ReportsWhatWasAdded) {
+  phase::add(phase::kMaskWait, 3'000'000);  // 3 ms
+  phase::add(phase::kMaskWait, 1'000'000);
+  phase::add(phase::kNumPhases, 5);  // not a phase: ignored
+  const std::string table = phase::report();
+  const size_t at = table.find("runner: wait for masks");
+  ASSERT_NE(at, std::string::npos) << table;
+  const std::string line = table.substr(at, table.find('\n', at) - at);
+  EXPECT_NE(line.find(" 2 "), std::string::npos) << line;
+  EXPECT_NE(line.find("4.00"), std::string::npos) << line;
+  EXPECT_NE(line.find("2000.00"), std::string::npos) << line;
+  EXPECT_EQ(table.find("masks: build"), std::string::npos) << table;
 }
 
 }  // namespace

@@ -309,6 +309,32 @@ TEST(EngineStories, PreemptionBySwapKeepsOutputsIdentical) {
   EXPECT_GT(max_swapped, 0) << "preemption was meant to swap, not recompute";
 }
 
+// The grammar takes each token while the next step runs (Matcher::settle on the mask threads). A
+// runner that ignores the masks shows what the engine does with the step after the output is
+// complete (its token is dropped: the output ends where the grammar did) and with a token outside
+// the step's mask (an error, at once).
+TEST(Engine, StructuredOutputEndsWhereItsGrammarDoes) {
+  EngineFixture f;
+  f.fake->next = [](std::span<const int32_t>, const engine::ScheduledSeq& s) -> int32_t {
+    const std::string script = s.prompt_token_ids.back() == 'a' ? "yes!!" : "nx";
+    const size_t k = s.output_token_ids.size();
+    return k < script.size() ? static_cast<unsigned char>(script[k]) : 257;
+  };
+  SamplingParams p = greedy(10);
+  StructuredOutputs choice;
+  choice.choice = std::vector<std::string>{"yes", "no"};
+  p.structured_outputs = choice;
+  f.core->add_request("complete", PromptInput::from_text("a"), p, {}, false);
+  f.core->add_request("outside", PromptInput::from_text("b"), p, {}, false);
+  auto done = f.run();
+  EXPECT_EQ(done["complete"].outputs[0].text, "yes");
+  EXPECT_EQ(done["complete"].outputs[0].token_ids, (std::vector<int32_t>{'y', 'e', 's'}));
+  EXPECT_EQ(done["complete"].outputs[0].finish_reason, FinishReason::kStop);
+  EXPECT_EQ(done["outside"].outputs[0].token_ids, (std::vector<int32_t>{'n', 'x'}));
+  EXPECT_EQ(done["outside"].outputs[0].finish_reason, FinishReason::kError);
+  f.expect_no_leaks();
+}
+
 TEST(EngineStories, SharedPrefixHitsTheCacheWithIdenticalOutputs) {
   EngineArgs a = stories_args();
   LLM probe(a);

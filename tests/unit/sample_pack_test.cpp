@@ -89,27 +89,37 @@ TEST(SamplePack, StructuredOutputMaskWordsFollowTheIdLists) {
 }
 
 // The CUDA runner packs before the masks are built (they are made while the forward pass runs):
-// the words' place is reserved, then filled once they are ready.
-TEST(SamplePack, MaskWordsCanBePutInLater) {
+// the words are placed after every row's lists, then written there once they are ready.
+TEST(SamplePack, MaskWordsArePlacedAfterTheListsAndPutInLater) {
   Seq seq;
   seq.params.logit_bias = {{3, 2.5f}};
   std::vector<uint32_t> mask{0u, 0u, 0u};
   engine::ScheduledSeq view = seq.view();
   view.allowed_token_mask = mask;
   std::vector<int32_t> ids{42};
-  const cuda::SampleRow row = pack_sample_row(view, ids, /*copy_mask=*/false);
-  EXPECT_EQ(row.mask_begin, 5);  // 1 + 2 banned + 1 bias pair
-  EXPECT_EQ(row.num_mask_words, 3);
-  ASSERT_EQ(ids.size(), 8u);
-  const std::vector<int32_t> before(ids.begin(), ids.begin() + 5);
+  std::vector<cuda::SampleRow> rows{pack_sample_row(view, ids, /*copy_mask=*/false)};
+  EXPECT_EQ(rows[0].mask_begin, -1);
+  EXPECT_EQ(rows[0].num_mask_words, 3);
+  ASSERT_EQ(ids.size(), 5u);  // 1 + 2 banned + 1 bias pair: no room taken for the mask
+  rows.push_back(pack_sample_row(view, ids, /*copy_mask=*/false));  // a second masked row
+  ASSERT_EQ(ids.size(), 9u);
+  EXPECT_EQ(place_sample_masks(rows, ids.size()), 15u);
+  EXPECT_EQ(rows[0].mask_begin, 9);
+  EXPECT_EQ(rows[1].mask_begin, 12);
+  std::vector<int32_t> buffer(15, 7);
+  std::copy(ids.begin(), ids.end(), buffer.begin());
   mask = {0x1u, 0xFFFFFFFFu, 0x80000000u};  // the mask is built
-  put_sample_mask(view, row, ids);
-  EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.begin() + 5), before);
-  EXPECT_EQ(static_cast<uint32_t>(ids[5]), 0x1u);
-  EXPECT_EQ(static_cast<uint32_t>(ids[6]), 0xFFFFFFFFu);
-  EXPECT_EQ(static_cast<uint32_t>(ids[7]), 0x80000000u);
-  std::vector<int32_t> short_ids{1, 2};  // a row that does not belong to these lists
-  EXPECT_THROW(put_sample_mask(view, row, short_ids), Error);
+  put_sample_mask(view, rows[1], buffer);
+  EXPECT_EQ(std::vector<int32_t>(buffer.begin(), buffer.begin() + 9), ids);
+  EXPECT_EQ(std::vector<int32_t>(buffer.begin() + 9, buffer.begin() + 12),
+            std::vector<int32_t>(3, 7));  // row 0's place untouched
+  EXPECT_EQ(static_cast<uint32_t>(buffer[12]), 0x1u);
+  EXPECT_EQ(static_cast<uint32_t>(buffer[13]), 0xFFFFFFFFu);
+  EXPECT_EQ(static_cast<uint32_t>(buffer[14]), 0x80000000u);
+  std::vector<int32_t> short_buffer(13);  // too short for row 1's words
+  EXPECT_THROW(put_sample_mask(view, rows[1], short_buffer), Error);
+  cuda::SampleRow unplaced = pack_sample_row(view, ids, /*copy_mask=*/false);
+  EXPECT_THROW(put_sample_mask(view, unplaced, buffer), Error);
 }
 
 TEST(SamplePack, RepetitionPenaltyPacksPromptThenOutputAsGiven) {

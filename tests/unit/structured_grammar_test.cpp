@@ -48,6 +48,25 @@ std::string error_of(const StructuredOutputs& spec, Limits limits = {}) {
   return "";
 }
 
+// Transitions are kept per byte class: one step on 'a' memoizes every byte the grammar's byte
+// sets hold alike with it, so 'q' is known at once; '7' (another class here) is not.
+TEST(StructuredAutomaton, TransitionsAreSharedByByteClass) {
+  Accepts a(regex_spec(R"([a-z]+[0-9]?)"));
+  Automaton& au = a.automaton();
+  EXPECT_EQ(au.num_byte_classes(), 3u);  // letters, digits, the rest
+  const int32_t s = au.initial();
+  EXPECT_EQ(au.known_step(s, uint8_t('q')), Automaton::kUnknown);
+  const int32_t after_a = au.step(s, uint8_t('a'));
+  ASSERT_GE(after_a, 0);
+  EXPECT_EQ(au.known_step(s, uint8_t('q')), after_a);
+  EXPECT_EQ(au.known_step(s, uint8_t('7')), Automaton::kDead);  // not readable first
+  EXPECT_EQ(au.known_step(after_a, uint8_t('7')), Automaton::kUnknown);
+  EXPECT_TRUE(a("abc7"));
+  EXPECT_TRUE(a("zz"));
+  EXPECT_FALSE(a("7"));
+  EXPECT_FALSE(a("a77"));
+}
+
 TEST(StructuredRegex, MatchesWholeOutput) {
   Accepts a(regex_spec(R"(\d{3}-[a-c]+(x|yz)?)"));
   EXPECT_TRUE(a("123-abc"));

@@ -145,6 +145,46 @@ TEST(StructuredMatcher, RandomWalksMatchRegexAndChoice) {
   });
 }
 
+// The engine's deferred advance: a matcher that defers each token and settles it before its next
+// mask gives the masks of one that advances at once, says when the output is complete, and
+// reports a token its grammar rejects.
+TEST(StructuredMatcher, DeferredTokensSettleAsAdvancing) {
+  const auto vocab = pycode_vocab();
+  GrammarCompiler compiler(vocab);
+  auto grammar = compiler.compile(
+      json_spec(R"({"type":"object","properties":{"k":{"enum":["ab","cd"]}},"required":["k"]})"));
+  std::mt19937 rng(7);
+  std::vector<uint32_t> now(vocab->num_words()), deferred(vocab->num_words());
+  for (int walk = 0; walk < 10; ++walk) {
+    Matcher a(grammar), b(grammar);
+    EXPECT_EQ(b.settle(), Matcher::Settled::kNothing);
+    for (int step = 0; step < 200 && !a.finished(); ++step) {
+      a.fill_mask(now);
+      b.fill_mask(deferred);
+      ASSERT_EQ(now, deferred) << "walk " << walk << " step " << step;
+      std::vector<int32_t> allowed;
+      for (int32_t t = 0; t < int32_t(vocab->size()); ++t)
+        if (bit(now, t)) allowed.push_back(t);
+      ASSERT_FALSE(allowed.empty());
+      const int32_t t = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+      ASSERT_TRUE(a.advance(t));
+      b.defer(t);
+      const Matcher::Settled verdict = b.settle();
+      EXPECT_EQ(verdict, a.finished() ? Matcher::Settled::kComplete : Matcher::Settled::kAccepted);
+      EXPECT_EQ(b.take_settled(), verdict);
+      EXPECT_EQ(b.take_settled(), Matcher::Settled::kNothing);  // taken once
+    }
+    ASSERT_TRUE(a.finished());
+  }
+  Matcher c(grammar);
+  c.fill_mask(now);
+  int32_t outside = 0;
+  while (bit(now, outside)) ++outside;
+  c.defer(outside);
+  EXPECT_EQ(c.settle(), Matcher::Settled::kRejected);
+  EXPECT_TRUE(c.dead());
+}
+
 TEST(StructuredMatcher, CompiledGrammarsAreCached) {
   GrammarCompiler compiler(pycode_vocab());
   compiler.compile(json_spec(R"({"type":"integer"})"));  // the vocabulary is built on first use

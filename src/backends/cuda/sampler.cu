@@ -254,20 +254,24 @@ template <typename T>
 __device__ __forceinline__ void load_clean_row(const T* logits, float* x, int vocab,
                                                const uint32_t* mask, int num_mask_words, float& m,
                                                int& m_id) {
-  auto take = [&](float raw, int i) {
+  auto take = [&](float raw, int i, bool allowed) {
     float v = clean(raw);
-    if (!mask_allows(mask, num_mask_words, i)) v = -INFINITY;
+    if (!allowed) v = -INFINITY;
     if (better(v, i, m, m_id)) m = v, m_id = i;
     return v;
   };
   if (vector_row(logits, x, vocab)) {
-    constexpr int kVec = 16 / sizeof(T);
+    constexpr int kVec = 16 / sizeof(T);  // 4 or 8 ids: always inside one mask word
 #pragma unroll 4
     for (int c = threadIdx.x; c < vocab / kVec; c += kThreads) {
       float f[kVec];
       load16(logits + c * kVec, f);
+      const int t0 = c * kVec;
+      const uint32_t allowed = !mask                        ? ~0u
+                               : (t0 >> 5) < num_mask_words ? mask[t0 >> 5] >> (t0 & 31)
+                                                            : 0u;
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) f[e] = take(f[e], c * kVec + e);
+      for (int e = 0; e < kVec; ++e) f[e] = take(f[e], t0 + e, (allowed >> e) & 1u);
 #pragma unroll
       for (int q = 0; q < kVec / 4; ++q)
         reinterpret_cast<float4*>(x + c * kVec)[q] =
@@ -276,7 +280,8 @@ __device__ __forceinline__ void load_clean_row(const T* logits, float* x, int vo
     return;
   }
 #pragma unroll 4
-  for (int i = threadIdx.x; i < vocab; i += kThreads) x[i] = take(to_float(logits[i]), i);
+  for (int i = threadIdx.x; i < vocab; i += kThreads)
+    x[i] = take(to_float(logits[i]), i, mask_allows(mask, num_mask_words, i));
 }
 
 // The thread's share of sum(exp(x[i] - m)) in double.
