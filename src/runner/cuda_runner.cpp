@@ -288,8 +288,15 @@ void CudaRunner::Impl::alloc_activations() {
     x_router = DevMem(T * moe_experts * esz, "MoE activations");
     moe_ids = DevMem(slots * 4, "MoE routing");
     moe_weights = DevMem(slots * 4, "MoE routing");
-    x_moe_act = DevMem(slots * moe_inter * esz, "MoE activations");
-    x_moe_out = DevMem(slots * hidden * esz, "MoE activations");
+    // Rows for the grouped pass's padded layout too (moe_grouped: blocks of at most twice the
+    // mean count rounded up to 16, then the overflow).
+    const size_t rows = 3 * slots + 32 * size_t(moe_experts);
+    x_moe_act = DevMem(rows * moe_inter * esz, "MoE activations");
+    x_moe_out = DevMem(rows * hidden * esz, "MoE activations");
+    x_moe_gate_up = DevMem(rows * 2 * moe_inter * esz, "MoE activations");
+    moe_rows = DevMem((rows + slots) * 4, "MoE routing");
+    check(cudaMallocHost(reinterpret_cast<void**>(&moe_host), (rows + 2 * slots) * 4),
+          "pinned MoE routing");
   }
   if (any_fp8) {  // the widest projection input: hidden, the attention output or the MLP's
     const size_t k = size_t(std::max({hidden, num_heads * head_dim, inter}));

@@ -1,15 +1,29 @@
 // CudaRunner::Impl::forward: one step's forward pass enqueued on the runner's stream (embedding or
 // the previous stage's hidden states, then every layer: norms, projections, RoPE and the KV write,
-// attention, the MLP, the tensor-parallel all-reduces), graph-capturable.
+// attention, the MLP, the tensor-parallel all-reduces), graph-capturable (apart from the grouped
+// mixture-of-experts pass, which only eager steps of many tokens take).
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "backends/cuda/gemm/fp8_gemm.h"
 #include "backends/cuda/gemm/int_gemm.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/moe.h"
+#include "backends/cuda/moe_groups.h"
 #include "runner/cuda_runner_impl.h"
 
 namespace pagellm::runner {
+namespace {
+
+// Tokens from which an eager step runs its experts grouped (CudaRunner::Impl::moe_grouped): at 16
+// tokens of top-8 routing, 128 slots would read their experts' weights once per slot.
+constexpr int kMoeGroupedMinTokens = 16;
+// Experts in use up to which the grouped pass runs a GEMM per expert rather than one strided batch
+// over padded blocks of every expert.
+constexpr int kMoeFewExperts = 16;
+
+}  // namespace
 
 // Programmatic dependent launch on single-GPU decode steps (kernels.h), where the next kernel's
 // weight stream starting under this one's drain was measured to pay (H200: +1-2 % at batch 1,
@@ -284,19 +298,96 @@ void CudaRunner::Impl::moe_mlp(const LayerWeights& w, int n) {
   r.ids = moe_ids.as<int32_t>(), r.weights = moe_weights.as<float>();
   check(cuda::moe_route(r, stream), "MoE routing");
   const int slots = n * moe_top_k;
-  cuda::MoeLinearParams up;  // gate/up with the SiLU-and-mul: the activation of every slot
-  up.dtype = dt, up.x = x_normed.get(), up.x_row_div = moe_top_k, up.gated = true;
-  up.w = w.experts_gate_up.get(), up.ids = r.ids, up.y = x_moe_act.get(), up.num_slots = slots;
-  up.out_features = moe_inter, up.in_features = hidden;
-  check(cuda::moe_linear(up, stream), "MoE gate/up");
-  cuda::MoeLinearParams down = up;
-  down.x = x_moe_act.get(), down.x_row_div = 1, down.gated = false, down.w = w.experts_down.get();
-  down.y = x_moe_out.get(), down.out_features = hidden, down.in_features = moe_inter;
-  check(cuda::moe_linear(down, stream), "MoE down");
+  // Many tokens (an eager prefill step): slots grouped by expert, one GEMM per expert. Otherwise
+  // (decode, and every step a graph captures) each slot reads its own expert's weights.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &capture), "querying stream capture");
+  const int32_t* y_rows = nullptr;
+  if (n >= kMoeGroupedMinTokens && capture == cudaStreamCaptureStatusNone) {
+    y_rows = moe_grouped(w, n);
+  } else {
+    cuda::MoeLinearParams up;  // gate/up with the SiLU-and-mul: the activation of every slot
+    up.dtype = dt, up.x = x_normed.get(), up.x_row_div = moe_top_k, up.gated = true;
+    up.w = w.experts_gate_up.get(), up.ids = r.ids, up.y = x_moe_act.get(), up.num_slots = slots;
+    up.out_features = moe_inter, up.in_features = hidden;
+    check(cuda::moe_linear(up, stream), "MoE gate/up");
+    cuda::MoeLinearParams down = up;
+    down.x = x_moe_act.get(), down.x_row_div = 1, down.gated = false, down.w = w.experts_down.get();
+    down.y = x_moe_out.get(), down.out_features = hidden, down.in_features = moe_inter;
+    check(cuda::moe_linear(down, stream), "MoE down");
+  }
   cuda::MoeCombineParams sum;
-  sum.dtype = dt, sum.y = x_moe_out.get(), sum.weights = r.weights, sum.out = x_proj.get();
-  sum.num_tokens = n, sum.top_k = moe_top_k, sum.hidden = hidden;
+  sum.dtype = dt, sum.y = x_moe_out.get(), sum.y_rows = y_rows, sum.weights = r.weights;
+  sum.out = x_proj.get(), sum.num_tokens = n, sum.top_k = moe_top_k, sum.hidden = hidden;
   check(cuda::moe_combine(sum, stream), "MoE combine");
+}
+
+const int32_t* CudaRunner::Impl::moe_grouped(const LayerWeights& w, int n) {
+  const size_t slots = size_t(n) * size_t(moe_top_k);
+  check(cudaMemcpyAsync(moe_host, moe_ids.get(), slots * 4, cudaMemcpyDeviceToHost, stream),
+        "downloading the MoE routing");
+  check(cudaStreamSynchronize(stream), "routing the MoE layer");
+  // With many experts in use, every expert gets a block of twice the mean count (rounded up to
+  // 16): one strided-batch GEMM per projection covers the blocks, and a GEMM per busier expert its
+  // overflow. With few in use, the experts' rows follow each other, a GEMM per expert: no launch
+  // pays for an empty block.
+  cuda::MoeGroups g;
+  int padded = 0;
+  try {
+    const std::span<const int32_t> ids(moe_host, slots);
+    const std::vector<int32_t> counts = cuda::moe_expert_counts(ids, moe_experts);
+    const auto used = std::count_if(counts.begin(), counts.end(), [](int32_t c) { return c > 0; });
+    if (used > kMoeFewExperts) {
+      const size_t mean = (slots + size_t(moe_experts) - 1) / size_t(moe_experts);
+      padded = int((2 * mean + 15) / 16 * 16);
+    }
+    g = cuda::moe_group_slots(ids, moe_top_k, moe_experts, padded);
+  } catch (const std::out_of_range& e) {
+    internal(e.what());
+  }
+  const size_t rows = g.token_of_row.size();
+  int32_t* staged = moe_host + slots;
+  std::copy(g.token_of_row.begin(), g.token_of_row.end(), staged);
+  std::copy(g.row_of_slot.begin(), g.row_of_slot.end(), staged + rows);
+  int32_t* dev_rows = moe_rows.as<int32_t>();
+  check(cudaMemcpyAsync(dev_rows, staged, (rows + slots) * 4, cudaMemcpyHostToDevice, stream),
+        "uploading the MoE rows");
+  // x_moe_out holds the sorted input rows until the gate/up GEMMs have read them, then the
+  // down projections' outputs (stream order).
+  cuda::EmbeddingParams gather{dt, dev_rows, x_normed.get(), x_moe_out.get(), int(rows), hidden, n};
+  check(cuda::embedding(gather, stream), "gathering the MoE rows");
+  const int gate_up = 2 * moe_inter;
+  auto project = [&](const char* what, const void* x, const DevMem& weights, void* y, int out,
+                     int in) {
+    auto rows_of = [&](int e, int begin, int count) {  // expert e on rows [begin, begin + count)
+      const cuda::GemmParams p{dt,
+                               static_cast<const uint8_t*>(x) + size_t(begin) * in * esz,
+                               weights.as<uint8_t>() + size_t(e) * out * in * esz,
+                               static_cast<uint8_t*>(y) + size_t(begin) * out * esz,
+                               count,
+                               out,
+                               in};
+      check(cuda::gemm(this->gemm, p, stream), what);
+    };
+    if (padded > 0) {
+      cuda::GemmParams p{dt, x, weights.get(), y, padded, out, in};
+      p.batch = moe_experts;
+      p.stride_x = int64_t(padded) * in, p.stride_w = int64_t(out) * in;
+      p.stride_y = int64_t(padded) * out;
+      check(cuda::gemm(this->gemm, p, stream), what);
+      for (const cuda::MoeGroups::Overflow& o : g.overflow) rows_of(o.expert, o.begin, o.count);
+      return;
+    }
+    for (int e = 0; e < moe_experts; ++e)
+      if (g.expert_count[size_t(e)] > 0)
+        rows_of(e, g.expert_begin[size_t(e)], g.expert_count[size_t(e)]);
+  };
+  project("MoE gate/up", x_moe_out.get(), w.experts_gate_up, x_moe_gate_up.get(), gate_up, hidden);
+  check(
+      cuda::silu_and_mul({dt, x_moe_gate_up.get(), x_moe_act.get(), int(rows), moe_inter}, stream),
+      "MoE silu_and_mul");
+  project("MoE down", x_moe_act.get(), w.experts_down, x_moe_out.get(), hidden, moe_inter);
+  return dev_rows + rows;
 }
 
 void CudaRunner::Impl::stage_input(int n) {

@@ -179,6 +179,13 @@ struct CudaRunner::Impl {
   DevMem moe_weights;       // [T, top_k] fp32
   DevMem x_moe_act;         // [T * top_k, moe_inter]
   DevMem x_moe_out;         // [T * top_k, hidden]
+  // The grouped pass (moe_grouped: eager steps of many tokens), whose rows (R, at most
+  // 3 * T * top_k + 32 * E)
+  // hold the slots sorted by expert: their gate/up, the rows' tokens and the slots' rows on the
+  // device, and a pinned staging area for both ways. x_moe_act and x_moe_out have R rows too.
+  DevMem x_moe_gate_up;         // [R, 2 * moe_inter]
+  DevMem moe_rows;              // int32: token_of_row [R], then row_of_slot [T * top_k]
+  int32_t* moe_host = nullptr;  // pinned: the routing back [T * top_k], then moe_rows' contents
   DevMem x_rows;            // [max_seqs, hidden] normed rows that need logits
   DevMem x_logits;          // [max_seqs, vocab]
   DevMem x_logits_shard;    // [max_seqs, vocab_shard] this rank's LM-head columns (TP only)
@@ -239,6 +246,7 @@ struct CudaRunner::Impl {
     if (logits_host) cudaFreeHost(logits_host);
     if (sample_out_host) cudaFreeHost(sample_out_host);
     if (sample_ids_host) cudaFreeHost(sample_ids_host);
+    if (moe_host) cudaFreeHost(moe_host);
     if (swap_pool) cudaFreeHost(swap_pool);
     cuda::gemm_destroy(gemm);
     if (stream) cudaStreamDestroy(stream);
@@ -358,6 +366,10 @@ struct CudaRunner::Impl {
   std::vector<float> download_normed(int first, int num_rows);
   // x_proj = the mixture-of-experts MLP of x_normed (this rank's share, before the all-reduce).
   void moe_mlp(const LayerWeights& w, int num_tokens);
+  // The experts of a step of many tokens, grouped: the routing comes back to the host, the slots
+  // are sorted by expert, and one GEMM per expert used reads its weights once. Leaves the slots'
+  // outputs in x_moe_out at sorted rows; returns the device map slot -> row. Eager steps only.
+  const int32_t* moe_grouped(const LayerWeights& w, int num_tokens);
   // Sums x_proj's first num_tokens rows over the stage's tensor-parallel ranks (row-parallel
   // o_proj / down_proj); no-op without tensor parallelism.
   void all_reduce_proj(int num_tokens);

@@ -68,8 +68,9 @@ cudaError_t gemm(GemmContext* ctx, const GemmParams& p, cudaStream_t stream) {
   if (!ctx || p.m < 0 || p.n <= 0 || p.k <= 0) return cudaErrorInvalidValue;
   if (p.m == 0) return cudaSuccess;
   if (!p.x || !p.w || !p.y) return cudaErrorInvalidValue;
-  if (is_fp8(p.dtype)) return cudaErrorNotSupported;
-  if (ctx->use_gemv && gemv_applies(p)) return gemv(p, stream);
+  if (is_fp8(p.dtype) || (p.batch > 1 && p.bias)) return cudaErrorNotSupported;
+  if (p.batch < 1) return cudaErrorInvalidValue;
+  if (p.batch == 1 && ctx->use_gemv && gemv_applies(p)) return gemv(p, stream);
   const cudaDataType_t type = cuda_type(p.dtype);
   LtDescs d;
   // fp32 inputs use plain fp32 compute (never TF32) so that fp32 models stay exact.
@@ -90,9 +91,19 @@ cudaError_t gemm(GemmContext* ctx, const GemmParams& p, cudaStream_t stream) {
       cublasLtMatrixLayoutCreate(&d.b, type, p.k, p.m, p.k) != CUBLAS_STATUS_SUCCESS ||
       cublasLtMatrixLayoutCreate(&d.c, type, p.n, p.m, p.n) != CUBLAS_STATUS_SUCCESS)
     return cudaErrorUnknown;
+  if (p.batch > 1) {
+    const std::pair<cublasLtMatrixLayout_t, int64_t> strided[] = {
+        {d.a, p.stride_w}, {d.b, p.stride_x}, {d.c, p.stride_y}};
+    for (const auto& [layout, stride] : strided) {
+      cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &p.batch,
+                                       sizeof p.batch);
+      cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                       sizeof stride);
+    }
+  }
 
-  const GemmContext::Key key{static_cast<int>(p.dtype), p.m, p.n, p.k, p.accumulate,
-                             p.bias != nullptr};
+  const GemmContext::Key key{static_cast<int>(p.dtype), p.m,    p.n, p.k, p.accumulate,
+                             p.bias != nullptr,         p.batch};
   auto it = ctx->algos.find(key);
   if (it == ctx->algos.end()) {
     cublasLtMatmulPreference_t pref = nullptr;

@@ -22,7 +22,7 @@ class GemmContext {
   std::size_t workspace_bytes = 0;
   bool use_gemv = true;  // decode-sized m through gemv.cu
   // gemm(): (dtype, m, n, k, accumulate, bias) -> algorithm.
-  using Key = std::tuple<int, int, int, int, bool, bool>;
+  using Key = std::tuple<int, int, int, int, bool, bool, int>;  // ..., batch
   std::map<Key, cublasLtMatmulAlgo_t> algos;
 
   // fp8_linear(): the path a test or benchmark pinned (an Fp8Path; 0 = automatic), the device's

@@ -353,6 +353,10 @@ struct GemmParams {
   int k = 0;
   bool accumulate = false;     // y += x · wᵀ (residual fused into the GEMM)
   const void* bias = nullptr;  // [n] added to every row (cuBLASLt epilogue), or null
+  // batch > 1: `batch` independent GEMMs of these shapes, the b-th at x + b * stride_x,
+  // w + b * stride_w, y + b * stride_y (elements; cuBLASLt strided batch, no bias).
+  int batch = 1;
+  int64_t stride_x = 0, stride_w = 0, stride_y = 0;
 };
 // m <= 8 goes to pagellm's own skinny kernel (weight-bandwidth bound decode) unless disabled here.
 cudaError_t gemm(GemmContext* ctx, const GemmParams& p, cudaStream_t stream);

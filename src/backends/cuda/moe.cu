@@ -119,12 +119,16 @@ __global__ void moe_combine_kernel(const __grid_constant__ MoeCombineParams p) {
   pdl_launch_dependents();
   pdl_wait();
   const int t = blockIdx.x;
-  const T* y = static_cast<const T*>(p.y) + size_t(t) * p.top_k * p.hidden;  // [top_k, hidden]
+  const T* y = static_cast<const T*>(p.y);
   const float* w = p.weights + size_t(t) * p.top_k;
   T* out = static_cast<T*>(p.out) + size_t(t) * p.hidden;
+  const size_t slot0 = size_t(t) * p.top_k;
   for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < p.hidden; i += gridDim.y * blockDim.x) {
     float acc = 0.f;
-    for (int j = 0; j < p.top_k; ++j) acc = fmaf(w[j], to_float(y[size_t(j) * p.hidden + i]), acc);
+    for (int j = 0; j < p.top_k; ++j) {
+      const size_t row = p.y_rows ? size_t(p.y_rows[slot0 + j]) : slot0 + j;
+      acc = fmaf(w[j], to_float(y[row * p.hidden + i]), acc);
+    }
     out[i] = from_float<T>(acc);
   }
 }

@@ -5,8 +5,8 @@
 // The projections read the weights of each slot's expert only, so a decode step of one token reads
 // top_k experts per layer (the bytes a mixture of experts needs), not all of them. Each slot reads
 // its expert's weights on its own: right for decode, where slots rarely share an expert; a prefill
-// of many tokens re-reads an expert once per slot routed to it (a grouped GEMM over expert-sorted
-// slots is the next step, docs/PERF.md).
+// of many tokens would re-read an expert once per slot routed to it, so the runner sorts those
+// slots by expert (moe_groups.h) and runs one GEMM per expert instead.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -54,11 +54,12 @@ struct MoeLinearParams {
 };
 cudaError_t moe_linear(const MoeLinearParams& p, cudaStream_t stream);
 
-// out[t] = sum_j weights[t, j] * y[t * top_k + j] in fp32, j in order, rounded to dtype once:
-// y [num_tokens * top_k, hidden], out [num_tokens, hidden].
+// out[t] = sum_j weights[t, j] * y[row(t * top_k + j)] in fp32, j in order, rounded to dtype
+// once: y [num_tokens * top_k, hidden], out [num_tokens, hidden]; row(s) = y_rows[s], or s.
 struct MoeCombineParams {
   DType dtype = DType::kBF16;
   const void* y = nullptr;
+  const int32_t* y_rows = nullptr;  // [num_tokens * top_k] (the grouped pass's sorted rows)
   const float* weights = nullptr;
   void* out = nullptr;
   int num_tokens = 0;
