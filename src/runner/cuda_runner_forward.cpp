@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <utility>
 
 #include "backends/cuda/gemm/fp8_gemm.h"
 #include "backends/cuda/gemm/int_gemm.h"
@@ -335,13 +336,13 @@ const int32_t* CudaRunner::Impl::moe_grouped(const LayerWeights& w, int n) {
   int padded = 0;
   try {
     const std::span<const int32_t> ids(moe_host, slots);
-    const std::vector<int32_t> counts = cuda::moe_expert_counts(ids, moe_experts);
+    std::vector<int32_t> counts = cuda::moe_expert_counts(ids, moe_experts);
     const auto used = std::count_if(counts.begin(), counts.end(), [](int32_t c) { return c > 0; });
     if (used > kMoeFewExperts) {
       const size_t mean = (slots + size_t(moe_experts) - 1) / size_t(moe_experts);
       padded = int((2 * mean + 15) / 16 * 16);
     }
-    g = cuda::moe_group_slots(ids, moe_top_k, moe_experts, padded);
+    g = cuda::moe_group_slots(ids, moe_top_k, std::move(counts), padded);
   } catch (const std::out_of_range& e) {
     internal(e.what());
   }

@@ -44,7 +44,6 @@ class TransitionTable {
   }
   // Adds key -> to unless key is there already.
   void emplace(uint64_t key, int32_t to);
-  size_t size() const { return size_; }
 
  private:
   static constexpr uint64_t kEmpty = ~uint64_t{0};  // never a key: states are 32-bit

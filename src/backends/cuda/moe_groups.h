@@ -8,6 +8,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pagellm::cuda {
@@ -41,10 +42,12 @@ inline std::vector<int32_t> moe_expert_counts(std::span<const int32_t> ids, int 
 // is rows [e * P, (e + 1) * P), padded with rows of token 0, so that one strided-batch GEMM covers
 // every expert; an expert's slots past its first P go to rows of their own after the blocks
 // (`overflow`, in expert order).
-inline MoeGroups moe_group_slots(std::span<const int32_t> ids, int top_k, int num_experts,
-                                 int rows_per_expert = 0) {
+// counts: moe_expert_counts(ids, num_experts), when the caller has them already.
+inline MoeGroups moe_group_slots(std::span<const int32_t> ids, int top_k,
+                                 std::vector<int32_t> counts, int rows_per_expert = 0) {
+  const int num_experts = int(counts.size());
   MoeGroups g;
-  g.expert_count = moe_expert_counts(ids, num_experts);
+  g.expert_count = std::move(counts);
   g.expert_begin.resize(size_t(num_experts));
   const int32_t p = rows_per_expert;
   int32_t end = p > 0 ? p * num_experts : 0;  // the packed layout's next row, or the overflow's
@@ -76,6 +79,11 @@ inline MoeGroups moe_group_slots(std::span<const int32_t> ids, int top_k, int nu
     g.token_of_row[size_t(row)] = int32_t(s / size_t(top_k));
   }
   return g;
+}
+
+inline MoeGroups moe_group_slots(std::span<const int32_t> ids, int top_k, int num_experts,
+                                 int rows_per_expert = 0) {
+  return moe_group_slots(ids, top_k, moe_expert_counts(ids, num_experts), rows_per_expert);
 }
 
 }  // namespace pagellm::cuda
