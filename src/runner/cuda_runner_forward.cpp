@@ -28,11 +28,12 @@ constexpr int kMoeFewExperts = 16;
 
 // Programmatic dependent launch on single-GPU decode steps (kernels.h), where the next kernel's
 // weight stream starting under this one's drain was measured to pay (H200: +1-2 % at batch 1,
-// INT4 +3-4 % at 16 and 64), except FP8 steps of 2-16 tokens (the tensor-core weight-only
-// kernel's range: -1.5 %). Prefill-sized steps were not measured with it.
+// INT4 +3-4 % at 16 and 64), except FP8 steps that take the tensor-core weight-only kernel
+// (2-8 tokens, below the decode GEMM's rows: -1.5 %). Prefill-sized steps were not measured with
+// it.
 bool CudaRunner::Impl::step_wants_pdl(int n) const {
-  const bool fp8_mma_rows =
-      !layers.empty() && layers[0].qkv_fp8.on() && n > 1 && n <= cuda::kFp8WeightOnlyMaxRows;
+  const bool fp8_mma_rows = !layers.empty() && layers[0].qkv_fp8.on() && n > 1 &&
+                            n <= cuda::kFp8WeightOnlyMaxRows && n < cuda::kFp8DecodeMinRows;
   return n <= 64 && !fp8_mma_rows && opt.shard.tp_size == 1 && opt.shard.first_stage() &&
          opt.shard.last_stage();
 }

@@ -63,7 +63,7 @@ void fp8_bench() {
                           {"o 4096x4096", 4096, 4096},
                           {"gu 28672x4096", 28672, 4096},
                           {"down 4096x14336", 4096, 14336}};
-  const int ms_list[] = {1, 2, 4, 8, 16, 64, 1024, 8192};
+  const int ms_list[] = {1, 2, 4, 8, 12, 16, 32, 64, 128, 256, 1024, 8192};
   std::vector<Row> rows;
   // Block-scaled rows run in a second pass, after every per-channel row is on record.
   for (const bool block_pass : {false, true})
@@ -124,7 +124,7 @@ void fp8_bench() {
                        const std::function<void(cudaStream_t)>& call) {
           Row r{sh.name, path, m, 0, -1, w_bytes, flops};
           r.us_single = 1e3 * time_ms([&] { call(nullptr); }, m >= 1024 ? 10 : 25);
-          if (m <= 64) r.us_graph = 1e3 * time_graph_ms(call);
+          if (m <= 256) r.us_graph = 1e3 * time_graph_ms(call);
           print_row(r, ceil);
           rows.push_back(r);
         };
@@ -159,7 +159,7 @@ void fp8_bench() {
               [&, v](cudaStream_t st) { CK(fp8_weight_only(fp8_params(), v, st)); });
         }
         for (Fp8Path path : {Fp8Path::kScaledGemm, Fp8Path::kGemmThenScale}) {
-          if (path == Fp8Path::kGemmThenScale && m < 16) continue;
+          if (path == Fp8Path::kGemmThenScale && m < 4) continue;
           fp8_linear_set_path(ctx, path);
           const cudaError_t e = fp8_linear(ctx, fp8_params(), nullptr);
           if (e == cudaSuccess)

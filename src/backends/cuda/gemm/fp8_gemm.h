@@ -1,10 +1,11 @@
 // FP8 (e4m3) linear layers on the GPU: the one runtime form every FP8 checkpoint format is loaded
 // into — an e4m3 weight [n, k] with one fp32 scale per output channel (per-tensor scales are
 // broadcast; fused q/k/v and gate/up shards keep their own scales row by row) — and dynamic
-// per-token activation quantization. Decode-sized m reads the FP8 weight once and multiplies the
-// 16-bit activations directly (weight-bound: CUDA cores for the smallest m,
-// gemm/fp8_weight_only.cu, tensor cores beyond, gemm/fp8_weight_only_mma.cu); larger m quantizes
-// activations per token and runs cuBLASLt's tensor-core FP8 GEMM (sm_89+) with the per-token x
+// per-token activation quantization. The smallest m reads the FP8 weight once and multiplies the
+// 16-bit activations directly (weight-bound: CUDA cores for one row, gemm/fp8_weight_only.cu,
+// tensor cores beyond, gemm/fp8_weight_only_mma.cu); decode batches quantize the activations per
+// token and run cuBLASLt's unscaled FP8 GEMM, then a kernel applies the scales; larger m runs
+// cuBLASLt's tensor-core FP8 GEMM (sm_89+) with the per-token x
 // per-channel scales applied inside cuBLASLt (outer-vector scaling, cuBLAS >= 12.9 on sm_90) or,
 // where cuBLASLt lacks that mode, in a small epilogue kernel (gemm/fp8_linear.cpp). Block-scaled
 // checkpoints (128x128 weight blocks) can also run as they are: activations are then quantized per
@@ -105,6 +106,15 @@ struct Fp8LinearParams {
 // from m = 4 (where cuBLASLt starts to accept the shape).
 constexpr int kFp8WeightOnlyMaxRows = 16;
 constexpr int kFp8BlockWeightOnlyMaxRows = 3;
+// Decode batches with per-channel weights on an FP8-tensor-core GPU, ahead of both rules above:
+// quantized activations and cuBLASLt's unscaled FP8 GEMM, then the scale kernel. Measured on an
+// H200 (docs/PERF.md, "FP8 decode batches through cuBLASLt's unscaled GEMM"), summed over a
+// Llama-3.1-8B layer: faster than the weight-only kernel from m = 4 (gate/up by 12-22 %) and than
+// cuBLASLt's outer-vector-scaled GEMM up to m = 128 (by 5-30 %: its heuristic picks slower kernels
+// for these shapes), slower than the scaled GEMM from m = 256. PAGELLM_FP8_DECODE_GEMM=scaled
+// turns the rule off (A/B measurements).
+constexpr int kFp8DecodeMinRows = 4;
+constexpr int kFp8DecodeMaxRows = 128;
 
 // Graph-capturable (no allocation, no synchronization; the cuBLASLt choice per shape is cached in
 // ctx on first use, so a graph should be captured after one eager call of each shape). On a GPU

@@ -8,6 +8,7 @@
 // scales (the token index fastest); tests/device/fp8_tests.cpp checks both layouts on the GPU.
 #include <cublasLt.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "backends/cuda/gemm/fp8_internal.h"
@@ -192,6 +193,16 @@ namespace {
 // The path fp8_linear takes for p (auto: by m, the GPU and what cuBLASLt accepts).
 enum class Taken { kWeightOnly, kScaled, kUnscaled, kNone };
 
+// PAGELLM_FP8_DECODE_GEMM=scaled keeps decode batches on the weight-only kernel and cuBLASLt's
+// scaled GEMM (the rule before kFp8DecodeMinRows..kFp8DecodeMaxRows; A/B measurements).
+bool unscaled_decode_gemm() {
+  static const bool on = [] {
+    const char* v = std::getenv("PAGELLM_FP8_DECODE_GEMM");
+    return !v || std::strcmp(v, "scaled") != 0;
+  }();
+  return on;
+}
+
 Taken path_for(GemmContext* ctx, const Fp8LinearParams& p) {
   const bool blocked = p.w_block != 0;
   const LtMode scaled = blocked ? LtMode::kBlock : LtMode::kScaled;
@@ -205,6 +216,9 @@ Taken path_for(GemmContext* ctx, const Fp8LinearParams& p) {
     case Fp8Path::kAuto:
       break;
   }
+  if (!blocked && p.m >= kFp8DecodeMinRows && p.m <= kFp8DecodeMaxRows && unscaled_decode_gemm() &&
+      sm_version(ctx) >= 89 && tensor_core_runs(ctx, p, LtMode::kUnscaled))
+    return Taken::kUnscaled;
   const int weight_only_max = blocked ? kFp8BlockWeightOnlyMaxRows : kFp8WeightOnlyMaxRows;
   if (p.m <= weight_only_max || sm_version(ctx) < 89) return Taken::kWeightOnly;
   if (tensor_core_runs(ctx, p, scaled)) return Taken::kScaled;
