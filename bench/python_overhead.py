@@ -4,6 +4,9 @@ pagellm.LLM.generate (timed around the Python call, output objects included), al
 
     PYTHONPATH=build/python python3 bench/python_overhead.py --model ../shared/models/stories260K
 
+On a GPU build (device "auto" = CUDA on both sides), --load-format dummy and --max-model-len let a
+config-only folder (Llama-3.1-8B shapes) stand in for a checkpoint.
+
 Prompts are random token ids (seeded), each --input-len long, each generating exactly --output-len
 tokens (ignore_eos), as `bench throughput`'s random dataset does.
 """
@@ -30,10 +33,10 @@ def write_dataset(path: Path, num_prompts: int, input_len: int, output_len: int,
 
 
 def cli_seconds(binary: str, model: str, dataset: Path, num_prompts: int, num_threads: int,
-                out: Path) -> float:
+                out: Path, extra: list[str]) -> float:
     subprocess.run([binary, "bench", "throughput", "--model", model, "--dataset", str(dataset),
                     "--num-prompts", str(num_prompts), "--output-json", str(out),
-                    "--no-enable-prefix-caching", "--num-threads", str(num_threads)],
+                    "--no-enable-prefix-caching", "--num-threads", str(num_threads), *extra],
                    check=True, capture_output=True)
     return json.loads(out.read_text())["elapsed_time"]
 
@@ -47,11 +50,23 @@ def main() -> None:
     ap.add_argument("--output-len", type=int, default=256)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--num-threads", type=int, default=0, help="engine CPU threads (0 = all cores)")
+    ap.add_argument("--load-format", default="auto")
+    ap.add_argument("--max-model-len", type=int, default=None)
+    ap.add_argument("--num-kv-blocks", type=int, default=None,
+                    help="each side's KV pool (on a GPU both engines are alive at once)")
     args = ap.parse_args()
+    extra = ["--load-format", args.load_format]
+    engine = dict(load_format=args.load_format)
+    if args.num_kv_blocks:
+        extra += ["--num-kv-blocks", str(args.num_kv_blocks)]
+        engine["num_kv_blocks"] = args.num_kv_blocks
+    if args.max_model_len:
+        extra += ["--max-model-len", str(args.max_model_len)]
+        engine["max_model_len"] = args.max_model_len
 
     # No prefix caching on either side: the warm Python engine would otherwise find the repeated
     # prompts cached while every CLI run starts cold.
-    llm = LLM(model=args.model, enable_prefix_caching=False, num_threads=args.num_threads)
+    llm = LLM(model=args.model, enable_prefix_caching=False, num_threads=args.num_threads, **engine)
     tmp = Path(tempfile.mkdtemp())
     dataset = tmp / "prompts.jsonl"
     prompts = write_dataset(dataset, args.num_prompts, args.input_len, args.output_len,
@@ -60,7 +75,7 @@ def main() -> None:
     py_times, cli_times = [], []
     for _ in range(args.runs):
         cli_times.append(cli_seconds(args.binary, args.model, dataset, args.num_prompts,
-                                     args.num_threads, tmp / "r.json"))
+                                     args.num_threads, tmp / "r.json", extra))
         start = time.perf_counter()
         outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         py_times.append(time.perf_counter() - start)

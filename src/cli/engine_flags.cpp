@@ -70,7 +70,9 @@ void add_engine_flags(CLI::App& app, EngineArgs& args) {
   app.add_option("--max-model-len", args.max_model_len, "context length (0 = from config.json)")
       ->capture_default_str();
   app.add_option("--block-size", args.block_size, "tokens per KV block (8..128)")->capture_default_str();
-  app.add_option("--num-kv-blocks", args.num_kv_blocks, "KV blocks (CPU; 0 = from --kv-cache-memory)")
+  app.add_option("--num-kv-blocks", args.num_kv_blocks,
+                 "KV blocks (0 = from --kv-cache-memory on the CPU, from "
+                 "--gpu-memory-utilization on CUDA)")
       ->capture_default_str();
   app.add_option("--kv-cache-memory", args.kv_cache_memory_gib, "CPU KV cache size in GiB")
       ->capture_default_str();

@@ -19,8 +19,10 @@ SHARED = Path(os.environ.get("PAGELLM_SHARED_DIR", ROOT.parent / "shared"))
 STORIES = str(SHARED / "models" / "stories260K")
 BIN = os.environ.get("PAGELLM_BIN", str(ROOT / "build" / "pagellm"))
 LLAMA2_TEMPLATE = str(ROOT / "tests" / "data" / "chat_templates" / "llama2.jinja")
-# One engine thread per test process keeps the 2-core CI responsive; the KV pool is small.
-ENGINE_KWARGS = dict(num_threads=1, kv_cache_memory=0.05)
+# One engine thread per test process keeps the 2-core CI responsive; the KV pool is small, and
+# given as a block count so that a CUDA build, where --kv-cache-memory does not apply, holds no
+# more either (its default, 90 % of the GPU, would leave nothing for a test's second engine).
+ENGINE_KWARGS = dict(num_threads=1, kv_cache_memory=0.05, num_kv_blocks=2048)
 
 
 def run_cli(*args: str, stdin: str = None) -> str:

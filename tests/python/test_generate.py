@@ -220,7 +220,12 @@ def test_embed_equals_cli():
 
 def test_data_parallel_replicas_and_ctrl_c(llm):
     # Replicas step on their own threads: same outputs, and Ctrl-C stops every replica.
-    dp = LLM(model=STORIES, data_parallel_size=2, **ENGINE_KWARGS)
+    try:
+        dp = LLM(model=STORIES, data_parallel_size=2, **ENGINE_KWARGS)
+    except ValueError as e:  # a CUDA build with one GPU: two replicas need two
+        if "GPUs but" not in str(e):
+            raise
+        pytest.skip(str(e))
     p = SamplingParams(temperature=0.7, seed=9, max_tokens=32)
     assert [o.outputs[0].token_ids for o in dp.generate(PROMPTS, p, use_tqdm=False)] == \
         [o.outputs[0].token_ids for o in llm.generate(PROMPTS, p, use_tqdm=False)]
