@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import pagellm
 from pagellm import LLM, SamplingParams
 
 
@@ -50,13 +51,19 @@ def main() -> None:
     ap.add_argument("--output-len", type=int, default=256)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--num-threads", type=int, default=0, help="engine CPU threads (0 = all cores)")
+    ap.add_argument("--device", default="auto",
+                    help="both sides' device (auto: CUDA in a CUDA build, as LLM does; the CLI's "
+                         "own default is the CPU)")
     ap.add_argument("--load-format", default="auto")
     ap.add_argument("--max-model-len", type=int, default=None)
     ap.add_argument("--num-kv-blocks", type=int, default=None,
                     help="each side's KV pool (on a GPU both engines are alive at once)")
     args = ap.parse_args()
-    extra = ["--load-format", args.load_format]
-    engine = dict(load_format=args.load_format)
+    device = args.device
+    if device == "auto":
+        device = "cuda" if pagellm._pagellm.cuda_built else "cpu"
+    extra = ["--device", device, "--load-format", args.load_format]
+    engine = dict(device=device, load_format=args.load_format)
     if args.num_kv_blocks:
         extra += ["--num-kv-blocks", str(args.num_kv_blocks)]
         engine["num_kv_blocks"] = args.num_kv_blocks
