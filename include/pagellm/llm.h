@@ -61,6 +61,9 @@ struct EngineStats {
   uint64_t spec_num_draft_tokens = 0;
   uint64_t spec_num_accepted_tokens = 0;
   std::vector<uint64_t> spec_accepted_per_pos;
+  // Adaptive k: what one more draft costs against a target step (configured, measured, or the
+  // method's default until measured; SpeculativeConfig::adaptive). 0 without adaptive k.
+  double spec_draft_cost = 0;
   // Latency samples (seconds) collected since the last take_latency_samples(); the server folds them
   // into histograms.
   std::vector<double> ttft_samples;

@@ -96,6 +96,11 @@ void log_spec_stats(const EngineStats& s) {
                 1.0 + double(s.spec_num_accepted_tokens) / double(s.spec_num_drafts));
   line += buf;
   for (uint64_t n : s.spec_accepted_per_pos) line += " " + std::to_string(n);
+  if (s.spec_draft_cost > 0) {
+    std::snprintf(buf, sizeof(buf), "; adaptive k's draft cost %.3f of a target step",
+                  s.spec_draft_cost);
+    line += buf;
+  }
   log::info(line);
 }
 

@@ -266,6 +266,7 @@ bool EngineCore::submit_batch() {
   last_batch_ = &batch;
   ++num_in_flight_;
   ++num_submitted_;
+  if (proposer_) time_draft_batch(batch);
   return true;
 }
 
@@ -287,6 +288,12 @@ void EngineCore::collect_batch(std::vector<RequestOutput>& outputs) {
   const engine::ModelRunnerOutput result = runner_->wait_next();
   wait_token_masks();  // a runner that sampled nothing need not have waited
   waiting.reset();
+  if (timed_batch_ != 0 && timed_batch_ == num_collected_) {
+    draft_cost_meter_.add_target_step(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - timed_batch_start_)
+            .count());
+    timed_batch_ = 0;
+  }
   std::optional<phase::Scope> applying(phase::kApplyOutput);
   if (proposer_ && last_batch_) proposer_->observe(*last_batch_, result);
   new_tokens_.clear();
@@ -332,18 +339,40 @@ void EngineCore::propose_drafts() {
   // Adaptive k: as many drafts as the measured acceptance pays for, the most any sequence of the
   // step wants (a draft model's steps and the verification shape serve the whole batch, so one
   // sequence drafting fewer would save nothing, and equal counts keep the CUDA graph shapes).
+  int step_k = spec.num_speculative_tokens;
   if (spec.adaptive) {
-    int step_k = 1;
+    const double cost = draft_cost();
+    step_k = 1;
     for (const spec::SpecCandidate& c : spec_candidates_)
       step_k = std::max(step_k, spec::adaptive_num_drafts(c.seq->spec_hits, c.seq->spec_trials,
-                                                          spec.num_speculative_tokens,
-                                                          spec.effective_draft_cost()));
+                                                          spec.num_speculative_tokens, cost));
     for (spec::SpecCandidate& c : spec_candidates_) c.max_drafts = std::min(c.max_drafts, step_k);
   }
   // The adaptive switch: a batch this large decodes without drafts (their drafts, if any, were
   // proposed for an earlier length and are ignored by the scheduler).
   if (spec_candidates_.size() > size_t(spec.max_speculating_seqs())) return;
-  if (!spec_candidates_.empty()) proposer_->propose(spec_candidates_);
+  if (spec_candidates_.empty()) return;
+  const auto start = std::chrono::steady_clock::now();
+  proposer_->propose(spec_candidates_);
+  draft_cost_meter_.add_proposal(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), step_k);
+}
+
+double EngineCore::draft_cost() const {
+  const SpeculativeConfig& spec = args_.speculative;
+  if (spec.draft_token_cost > 0) return spec.draft_token_cost;
+  // Verifying one more token: the share of a target step the n-gram default stands for.
+  return draft_cost_meter_.cost(spec.effective_draft_cost(), SpeculativeConfig::kNgramDraftCost);
+}
+
+void EngineCore::time_draft_batch(const engine::SchedulerOutput& batch) {
+  if (num_in_flight_ != 1) return;  // another batch shares the runner's time
+  const bool drafts =
+      std::any_of(batch.seqs.begin(), batch.seqs.end(),
+                  [](const engine::ScheduledSeq& s) { return s.num_spec_tokens > 0; });
+  if (!drafts) return;
+  timed_batch_ = num_submitted_;
+  timed_batch_start_ = std::chrono::steady_clock::now();
 }
 
 void EngineCore::count_scheduled_tokens(const engine::SchedulerOutput& batch) {
@@ -524,6 +553,7 @@ EngineStats EngineCore::counters() const {
   s.spec_num_draft_tokens = spec.num_draft_tokens;
   s.spec_num_accepted_tokens = spec.num_accepted_tokens;
   s.spec_accepted_per_pos = spec.accepted_per_pos;
+  if (proposer_ && args_.speculative.adaptive) s.spec_draft_cost = draft_cost();
   return s;
 }
 

@@ -9,6 +9,7 @@
 // kept until that batch has come back.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -24,6 +25,7 @@
 #include "kv/kv_layout.h"
 #include "pagellm/llm.h"
 #include "runner/model_runner.h"
+#include "spec/draft_cost.h"
 #include "spec/proposer.h"
 #include "structured/compiler.h"
 
@@ -87,6 +89,11 @@ class EngineCore {
   void count_scheduled_tokens(const engine::SchedulerOutput& batch);
   // Speculative decoding: drafts for every running sequence in decode, before schedule().
   void propose_drafts();
+  // What one more draft costs against a target step, for adaptive k: draft_token_cost when set,
+  // else the measured cost (spec::DraftCostMeter), else the method's default.
+  double draft_cost() const;
+  // Times the batch just submitted if it verifies drafts and runs alone (draft_cost_meter_).
+  void time_draft_batch(const engine::SchedulerOutput& batch);
   // Whether the request's sequences may get drafts (propose_drafts).
   bool may_speculate(const engine::Request& req) const;
   // Structured output and allowed_token_ids: starts building the allowed-token mask of every
@@ -117,6 +124,11 @@ class EngineCore {
   const engine::SchedulerOutput* last_batch_ = nullptr;
   std::vector<std::pair<engine::Sequence*, int>> spec_seqs_;  // reused every step
   std::vector<spec::SpecCandidate> spec_candidates_;
+  // Adaptive k's measured draft cost: proposals and the target steps that verified them, timed
+  // (timed_batch_: the number of the batch being timed, 0 for none; it ran alone).
+  spec::DraftCostMeter draft_cost_meter_;
+  uint64_t timed_batch_ = 0;
+  std::chrono::steady_clock::time_point timed_batch_start_;
   std::unique_ptr<engine::OutputProcessor> output_processor_;
   std::unique_ptr<structured::GrammarCompiler> grammar_compiler_;  // null without a tokenizer
   std::unordered_map<std::string, std::unique_ptr<engine::Request>> requests_;

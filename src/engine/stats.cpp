@@ -1,5 +1,6 @@
 #include "engine/stats.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -37,6 +38,7 @@ EngineStats sum_stats(const std::vector<EngineStats>& replicas) {
     if (s.spec_accepted_per_pos.size() < r.spec_accepted_per_pos.size())
       s.spec_accepted_per_pos.resize(r.spec_accepted_per_pos.size(), 0);
     for (size_t i = 0; i < r.spec_accepted_per_pos.size(); ++i) s.spec_accepted_per_pos[i] += r.spec_accepted_per_pos[i];
+    s.spec_draft_cost = std::max(s.spec_draft_cost, r.spec_draft_cost);  // a gauge: the dearest
     for (double x : r.ttft_samples) add_latency_sample(s.ttft_samples, x);
     for (double x : r.itl_samples) add_latency_sample(s.itl_samples, x);
     for (double x : r.e2e_samples) add_latency_sample(s.e2e_samples, x);

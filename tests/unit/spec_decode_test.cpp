@@ -16,6 +16,7 @@
 #include "engine/engine_core.h"
 #include "model_files_util.h"
 #include "sanitized.h"
+#include "spec/draft_cost.h"
 #include "spec/draft_proposer.h"
 #include "spec_test_util.h"
 
@@ -281,6 +282,35 @@ TEST(SpecDecode, AdaptiveKDraftsWhatAcceptancePaysFor) {
   const SpecRun cheap = generate(a, prompts, params);
   expect_same_outputs(plain, cheap);
   EXPECT_GT(per_round(cheap.stats), per_round(dear.stats));
+}
+
+// Adaptive k measures what a draft costs: a draft model's proposals a sizeable share of a target
+// step, n-gram lookups next to nothing beyond the verification share; a configured
+// draft_token_cost stands as given. The outputs stay the target's.
+TEST(SpecDecode, AdaptiveKMeasuresWhatADraftCosts) {
+  const auto prompts = code_prompts();
+  const std::vector<SamplingParams> params(prompts.size(), greedy(48));
+  const SpecRun plain = generate(base_args(kPycode), prompts, params);
+  EngineArgs a = base_args(kPycode);
+  a.speculative = draft(3);
+  a.speculative.adaptive = true;
+  const SpecRun model = generate(a, prompts, params);
+  expect_same_outputs(plain, model);
+  // Measured, not the default (which an exact match would mean), and within its bounds.
+  EXPECT_NE(model.stats.spec_draft_cost, SpeculativeConfig::kModelDraftCost);
+  EXPECT_GT(model.stats.spec_draft_cost, 2 * SpeculativeConfig::kNgramDraftCost);
+  EXPECT_LE(model.stats.spec_draft_cost, spec::DraftCostMeter::kMaxCost);
+  a.speculative = ngram(4, 2, 4);
+  a.speculative.adaptive = true;
+  const SpecRun lookup = generate(a, prompts, params);
+  expect_same_outputs(plain, lookup);
+  EXPECT_NE(lookup.stats.spec_draft_cost, SpeculativeConfig::kNgramDraftCost);
+  EXPECT_LT(lookup.stats.spec_draft_cost, model.stats.spec_draft_cost);
+  a.speculative.draft_token_cost = 0.3;
+  EXPECT_DOUBLE_EQ(generate(a, prompts, params).stats.spec_draft_cost, 0.3);
+  a.speculative.adaptive = false;
+  a.speculative.draft_token_cost = 0;
+  EXPECT_EQ(generate(a, prompts, params).stats.spec_draft_cost, 0.0);
 }
 
 // The draft's KV follows its sequences: held while they run (also through preemption), freed when

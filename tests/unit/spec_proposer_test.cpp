@@ -13,6 +13,7 @@
 #include "engine/sampler.h"
 #include "engine/stats.h"
 #include "server/metrics.h"
+#include "spec/draft_cost.h"
 #include "spec/ngram_proposer.h"
 #include "spec/proposer.h"
 #include "spec/rejection_sampler.h"
@@ -92,6 +93,35 @@ TEST(AdaptiveNumDrafts, DraftsWhatTheMeasuredAcceptancePaysFor) {
       EXPECT_LE(spec::adaptive_num_drafts(hits, trials, 8, 0.3),
                 spec::adaptive_num_drafts(hits, trials, 8, 0.1));
     }
+}
+
+// Adaptive k's measured draft cost: the default until both the proposals and the target steps have
+// been timed a few times, then the proposal time per draft position over the target step's plus the
+// verification share; bad samples are ignored, new ones move the averages, the cost stays below a
+// whole target step.
+TEST(DraftCostMeter, MeasuresAfterAFewSamples) {
+  using spec::DraftCostMeter;
+  DraftCostMeter m;
+  EXPECT_DOUBLE_EQ(m.cost(0.2, 0.05), 0.2);
+  for (int i = 0; i + 1 < DraftCostMeter::kMinSamples; ++i) {
+    m.add_proposal(0.004, 2);
+    m.add_target_step(0.01);
+  }
+  EXPECT_FALSE(m.measured());
+  EXPECT_DOUBLE_EQ(m.cost(0.2, 0.05), 0.2);
+  m.add_proposal(0.004, 2);
+  EXPECT_FALSE(m.measured());  // one more target step still missing
+  m.add_target_step(0.01);
+  ASSERT_TRUE(m.measured());
+  EXPECT_NEAR(m.cost(0.2, 0.05), 0.002 / 0.01 + 0.05, 1e-12);
+  m.add_proposal(-1.0, 2);
+  m.add_proposal(1.0, 0);
+  m.add_target_step(0.0);
+  EXPECT_NEAR(m.cost(0.2, 0.05), 0.25, 1e-12);
+  m.add_proposal(0.024, 2);  // 0.012 per position: the average moves a tenth of the way
+  EXPECT_NEAR(m.cost(0.2, 0.05), (0.002 + 0.1 * 0.01) / 0.01 + 0.05, 1e-12);
+  for (int i = 0; i < 200; ++i) m.add_proposal(0.1, 1);
+  EXPECT_DOUBLE_EQ(m.cost(0.2, 0.05), DraftCostMeter::kMaxCost);
 }
 
 TEST(SpecConfig, BadConfigsGiveOneLineErrors) {
