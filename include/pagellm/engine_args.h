@@ -39,9 +39,10 @@ struct SpeculativeConfig {
   // Acceptance-adaptive k (pagellm's keys): a step drafts only as many tokens as the measured
   // acceptance pays for. With alpha a sequence's recent per-draft acceptance rate, draft j is
   // accepted with probability about alpha^j, and j drafts pay while alpha^j stays at or above
-  // draft_token_cost, what one more draft costs against a target step (in (0, 1); 0: the
-  // method's default, kNgramDraftCost for ngram, kModelDraftCost for a draft model or head). A
-  // step's sequences all get the most any of them wants, between 1 and num_speculative_tokens.
+  // draft_token_cost, what one more draft costs against a target step (in (0, 1); 0: measured by
+  // the engine, spec::DraftCostMeter, and until then the method's default, kNgramDraftCost for
+  // ngram, kModelDraftCost for a draft model or head). A step's sequences all get the most any of
+  // them wants, between 1 and num_speculative_tokens.
   bool adaptive = false;
   double draft_token_cost = 0;
   static constexpr double kNgramDraftCost = 0.05;
