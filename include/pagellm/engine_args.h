@@ -87,7 +87,9 @@ struct EngineArgs {
   // With an FP8 KV cache: take each layer's K/V scales from the first batch instead.
   bool calculate_kv_scales = false;
   uint64_t seed = 0;              // for dummy weights and unseeded sampling
-  std::string device = "cpu";     // "cpu" or "cuda"
+  // "auto" (resolve_device: CUDA when this build has it and a GPU is visible, else the CPU),
+  // "cpu" or "cuda".
+  std::string device = "auto";
   int max_model_len = 0;          // 0 = from config.json
   int block_size = 16;            // tokens per KV block, 8..128
   int num_kv_blocks = 0;          // explicit KV pool size (CPU); 0 = from kv_cache_memory_gib
@@ -139,6 +141,9 @@ struct EngineArgs {
   // folders in the Hugging Face cache, downloading what is missing (src/io/hf_hub.h); model_id
   // keeps the id. A no-op for local folders, so calling it twice is harmless.
   void resolve_hub_ids();
+  // Replaces device "auto" by "cuda" (a CUDA build that sees a GPU) or "cpu", as vLLM picks the
+  // platform it finds. Harmless to call twice.
+  void resolve_device();
   // These args as replica `rank` of the data-parallel group is built from.
   EngineArgs for_replica(int rank) const;
 };

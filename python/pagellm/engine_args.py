@@ -62,9 +62,8 @@ def _set_pooler(out: dict, config: Any) -> None:
 
 
 def _device(value: Optional[str]) -> str:
-    if value in (None, "auto"):
-        return "cuda" if _pagellm.cuda_built else "cpu"
-    return value
+    # "auto" is resolved by the engine: CUDA when the module has it and a GPU is visible.
+    return "auto" if value is None else value
 
 
 def to_engine_dict(kwargs: dict[str, Any]) -> dict[str, Any]:

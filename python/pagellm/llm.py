@@ -72,7 +72,7 @@ class LLM:
     ``model`` is a Hugging Face folder or Hub id (``""`` for the built-in demo model). Every engine
     flag of ``pagellm generate`` is a keyword (``max_num_seqs=``, ``block_size=``,
     ``num_kv_blocks=``, ``kv_cache_memory=`` GiB, ``num_threads=``, ``chat_template=``, ...).
-    ``device="auto"`` is CUDA in a CUDA build, else the CPU.
+    ``device="auto"`` is CUDA in a CUDA build that sees a GPU, else the CPU.
     """
 
     def __init__(

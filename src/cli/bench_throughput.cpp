@@ -122,12 +122,14 @@ constexpr const char* kCeilingsFormat = "Ceilings (%s): copy %.1f GB/s, GEMM %.1
 int run_ceilings(int argc, char** argv) {
   CLI::App app{"The device's copy rate and 16-bit GEMM rate (what bench throughput's bound uses)"};
   EngineArgs args;
-  app.add_option("--device", args.device, "cpu or cuda")->capture_default_str();
+  app.add_option("--device", args.device, "auto (the GPU when there is one), cpu or cuda")
+      ->capture_default_str();
   app.add_option("--dtype", args.dtype, "the GEMM's dtype: auto (bfloat16), bfloat16 or float16")
       ->capture_default_str();
   PAGELLM_PARSE(app, argc, argv);
+  args.resolve_device();
   if (args.device != "cpu" && args.device != "cuda")
-    invalid_argument("--device " + args.device + ": expected cpu or cuda");
+    invalid_argument("--device " + args.device + ": expected auto, cpu or cuda");
   const runner::DeviceCeilings c = runner::measure_device_ceilings(args);
   std::printf(kCeilingsFormat, c.what.c_str(), c.copy_gbps, c.gemm_tflops);
   return 0;
@@ -191,6 +193,7 @@ int run_throughput(int argc, char** argv) {
   if (o.input_len < 1 || o.output_len < 1 || o.num_prompts < 1) {
     invalid_argument("bench throughput: --input-len, --output-len and --num-prompts must be >= 1");
   }
+  args.resolve_device();
   args.validate();
   args.resolve_hub_ids();
   // A worker process of a multi-process group executes the leader's steps instead.

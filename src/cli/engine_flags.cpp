@@ -66,7 +66,9 @@ void add_engine_flags(CLI::App& app, EngineArgs& args) {
                  "weight quantization: fp8 (FP8 checkpoints load without it; on a 16-bit "
                  "checkpoint it quantizes the linear layers at load). Default: the checkpoint's");
   app.add_option("--seed", args.seed, "random seed (dummy weights, unseeded sampling)")->capture_default_str();
-  app.add_option("--device", args.device, "cpu | cuda")->capture_default_str();
+  app.add_option("--device", args.device,
+                 "auto (CUDA when this build has it and a GPU is visible, else the CPU) | cpu | cuda")
+      ->capture_default_str();
   app.add_option("--max-model-len", args.max_model_len, "context length (0 = from config.json)")
       ->capture_default_str();
   app.add_option("--block-size", args.block_size, "tokens per KV block (8..128)")->capture_default_str();

@@ -4,6 +4,9 @@
 #include "io/hf_hub.h"
 #include "quant/kv_cache_quant.h"
 #include "pagellm/engine_args.h"
+#ifdef PAGELLM_HAVE_CUDA
+#include "runner/cuda_model_loader.h"  // num_visible_gpus
+#endif
 
 namespace pagellm {
 
@@ -26,7 +29,8 @@ void EngineArgs::validate() const {
   require(dtype == "auto" || dtype == "float32" || dtype == "float16" || dtype == "bfloat16" ||
               dtype == "half" || dtype == "float",
           "--dtype: expected auto, float32, float16 or bfloat16, got '" + dtype + "'");
-  require(device == "cpu" || device == "cuda", "--device: expected cpu or cuda, got '" + device + "'");
+  require(device == "auto" || device == "cpu" || device == "cuda",
+          "--device: expected auto, cpu or cuda, got '" + device + "'");
   require(max_model_len >= 0, "--max-model-len: must be >= 0 (0 = from config.json)");
   require(block_size >= 8 && block_size <= 128 && (block_size & (block_size - 1)) == 0,
           "--block-size: must be a power of two in [8, 128], got " + std::to_string(block_size));
@@ -71,6 +75,15 @@ EngineArgs EngineArgs::for_replica(int rank) const {
   EngineArgs a = *this;
   a.data_parallel_rank = rank;
   return a;
+}
+
+void EngineArgs::resolve_device() {
+  if (device != "auto") return;
+#ifdef PAGELLM_HAVE_CUDA
+  device = runner::num_visible_gpus() > 0 ? "cuda" : "cpu";
+#else
+  device = "cpu";
+#endif
 }
 
 void EngineArgs::resolve_hub_ids() {

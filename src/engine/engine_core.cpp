@@ -19,6 +19,7 @@ using engine::Clock;
 using engine::Request;
 
 EngineCore::EngineCore(const EngineArgs& args) : args_(args) {
+  args_.resolve_device();
   args_.validate();
   args_.resolve_hub_ids();
   runner::LoadedModel model = runner::load_model(args_);

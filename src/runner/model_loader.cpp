@@ -181,8 +181,8 @@ void pick_longrope_factors(io::ModelConfig& config, const EngineArgs& args) {
 // The model without its runner: name, config, generation config, after checking the flags that
 // do not depend on the backend.
 LoadedModel describe_model(const EngineArgs& args, std::string* source) {
-  if (args.device != "cpu" && args.device != "cuda")
-    invalid_argument("--device " + args.device + ": expected cpu or cuda");
+  if (args.device != "auto" && args.device != "cpu" && args.device != "cuda")
+    invalid_argument("--device " + args.device + ": expected auto, cpu or cuda");
 #ifndef PAGELLM_HAVE_CUDA
   if (args.device == "cuda")
     unsupported("--device cuda: this build has no CUDA backend (configure with -DPAGELLM_CUDA=ON)");
@@ -274,6 +274,11 @@ std::optional<int> run_worker_process(const EngineArgs& args) {
 }
 
 LoadedModel load_model(const EngineArgs& args) {
+  if (args.device == "auto") {
+    EngineArgs resolved = args;
+    resolved.resolve_device();
+    return load_model(resolved);
+  }
   const auto start = std::chrono::steady_clock::now();
   std::string source;
   LoadedModel m = describe_model(args, &source);

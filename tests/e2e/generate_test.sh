@@ -138,6 +138,6 @@ assert b["seconds"] > 0 and b["decode_steps"] == 7 and b["elapsed_over_bound"] >
 grep -q "^Lower bound: not computed (--no-bound)" "$TMP/bench2.txt" || fail "bench --no-bound"
 "$BIN" bench ceilings --device cpu | grep -q "^Ceilings (CPU: .*): copy .* GB/s" || fail "bench ceilings"
 "$BIN" bench ceilings --device tpu 2> "$TMP/ceil_err.txt" && fail "bench ceilings took a bad device"
-grep -q "expected cpu or cuda" "$TMP/ceil_err.txt" || fail "bench ceilings error"
+grep -q "expected auto, cpu or cuda" "$TMP/ceil_err.txt" || fail "bench ceilings error"
 echo "ok: bench throughput"
 echo "generate_test: all passed"
