@@ -17,6 +17,7 @@ void BM_GreedyDecode(benchmark::State& state) {
   log::set_level(log::Level::kWarning);
   const char* env = std::getenv("PAGELLM_BENCH_MODEL");
   EngineArgs args;
+  args.device = "cpu";
   args.model = env != nullptr ? env : PAGELLM_SHARED_DIR "/models/stories260K";
   const int steps = static_cast<int>(state.range(0));
   args.block_size = 16;

@@ -1,9 +1,11 @@
 // CudaRunner::Impl::forward: one step's forward pass enqueued on the runner's stream (embedding or
 // the previous stage's hidden states, then every layer: norms, projections, RoPE and the KV write,
-// attention, the MLP, the tensor-parallel all-reduces), graph-capturable (apart from the grouped
-// mixture-of-experts pass, which only eager steps of many tokens take).
+// attention, the MLP, the tensor-parallel all-reduces), graph-capturable (apart from the
+// host-sorted mixture-of-experts pass, which only eager steps of many tokens take).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <utility>
 
@@ -17,12 +19,33 @@
 namespace pagellm::runner {
 namespace {
 
-// Tokens from which an eager step runs its experts grouped (CudaRunner::Impl::moe_grouped): at 16
-// tokens of top-8 routing, 128 slots would read their experts' weights once per slot.
-constexpr int kMoeGroupedMinTokens = 16;
-// Experts in use up to which the grouped pass runs a GEMM per expert rather than one strided batch
-// over padded blocks of every expert.
+// How a mixture-of-experts layer runs its experts' projections (CudaRunner::Impl::MoePath):
+// - kDevice: the slots sorted by expert on the device and one grouped kernel per projection
+//   (moe_grouped_linear): each expert in use read once, graph-capturable;
+// - kHost: an eager step's routing sorted on the host and cuBLAS GEMMs over the groups
+//   (moe_grouped): tensor-core GEMMs for the long prefill steps, at one host synchronisation per
+//   layer;
+// - kPerSlot: each slot reads its expert's weights (moe_linear): the smallest batches, fp32, and
+//   shapes the grouped kernel does not take.
+// Tokens from which an eager step sorts on the host.
+constexpr int kMoeHostMinTokens = 1024;
+// Tokens from which a step groups on the device: below, few slots share an expert, and the
+// per-slot kernel, with no sort before it, was faster (H200, Qwen3-30B-A3B experts at 1 token:
+// 22.4 against 29.4 us a layer; even at 4).
+constexpr int kMoeDeviceMinTokens = 4;
+// Experts in use up to which the host-sorted pass runs a GEMM per expert rather than one strided
+// batch over padded blocks of every expert.
 constexpr int kMoeFewExperts = 16;
+
+// PAGELLM_MOE_GROUPING (A/B runs; unset: the automatic choice of moe_path):
+//   device — the device-grouped kernels on every step they take;
+//   host   — the host-sorted pass on every eager step of 2+ tokens;
+//   slot   — the rule before the device-grouped kernels: host-sorted from 16 tokens (eager), the
+//            per-slot kernel otherwise.
+const char* forced_moe_grouping() {
+  static const char* forced = std::getenv("PAGELLM_MOE_GROUPING");
+  return forced;
+}
 
 }  // namespace
 
@@ -300,13 +323,12 @@ void CudaRunner::Impl::moe_mlp(const LayerWeights& w, int n) {
   r.ids = moe_ids.as<int32_t>(), r.weights = moe_weights.as<float>();
   check(cuda::moe_route(r, stream), "MoE routing");
   const int slots = n * moe_top_k;
-  // Many tokens (an eager prefill step): slots grouped by expert, one GEMM per expert. Otherwise
-  // (decode, and every step a graph captures) each slot reads its own expert's weights.
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  check(cudaStreamIsCapturing(stream, &capture), "querying stream capture");
   const int32_t* y_rows = nullptr;
-  if (n >= kMoeGroupedMinTokens && capture == cudaStreamCaptureStatusNone) {
+  const MoePath path = moe_path(n);
+  if (path == MoePath::kHost) {
     y_rows = moe_grouped(w, n);
+  } else if (path == MoePath::kDevice) {
+    y_rows = moe_device_grouped(w, n);
   } else {
     cuda::MoeLinearParams up;  // gate/up with the SiLU-and-mul: the activation of every slot
     up.dtype = dt, up.x = x_normed.get(), up.x_row_div = moe_top_k, up.gated = true;
@@ -322,6 +344,46 @@ void CudaRunner::Impl::moe_mlp(const LayerWeights& w, int n) {
   sum.dtype = dt, sum.y = x_moe_out.get(), sum.y_rows = y_rows, sum.weights = r.weights;
   sum.out = x_proj.get(), sum.num_tokens = n, sum.top_k = moe_top_k, sum.hidden = hidden;
   check(cuda::moe_combine(sum, stream), "MoE combine");
+}
+
+CudaRunner::Impl::MoePath CudaRunner::Impl::moe_path(int n) const {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &capture), "querying stream capture");
+  const bool eager = capture == cudaStreamCaptureStatusNone;
+  const bool device = cuda::moe_grouped_linear_supported(dt, moe_inter, hidden) &&
+                      cuda::moe_grouped_linear_supported(dt, hidden, moe_inter);
+  const char* forced = forced_moe_grouping();
+  auto is = [&](const char* mode) { return forced && std::strcmp(forced, mode) == 0; };
+  if (is("slot")) return eager && n >= 16 ? MoePath::kHost : MoePath::kPerSlot;
+  if (is("host") && eager && n > 1) return MoePath::kHost;
+  if (is("device") && device) return MoePath::kDevice;
+  if (eager && n >= kMoeHostMinTokens) return MoePath::kHost;
+  return device && n >= kMoeDeviceMinTokens ? MoePath::kDevice : MoePath::kPerSlot;
+}
+
+// The slots sorted by expert on the device, then each projection as one grouped kernel; returns the
+// slot -> row map the combine reads through.
+const int32_t* CudaRunner::Impl::moe_device_grouped(const LayerWeights& w, int n) {
+  const int slots = n * moe_top_k;
+  int32_t* slot_of_row = moe_rows.as<int32_t>();  // then row_of_slot, then the groups
+  int32_t* row_of_slot = slot_of_row + slots;
+  int32_t* groups = row_of_slot + slots;
+  const cuda::MoeSortParams sort{moe_ids.as<int32_t>(), slots,       moe_experts,
+                                 slot_of_row,           row_of_slot, groups};
+  check(cuda::moe_sort(sort, stream), "MoE sort");
+  cuda::MoeGroupedLinearParams up;  // gate/up with the SiLU-and-mul, rows in sorted order
+  up.dtype = dt, up.x = x_normed.get(), up.slot_of_row = slot_of_row, up.x_row_div = moe_top_k;
+  up.gated = true, up.w = w.experts_gate_up.get(), up.groups = groups;
+  up.num_experts = moe_experts, up.num_rows = slots;
+  up.max_groups = std::min(moe_experts, slots);
+  up.y = x_moe_act.get(), up.out_features = moe_inter, up.in_features = hidden;
+  check(cuda::moe_grouped_linear(up, stream), "MoE gate/up");
+  cuda::MoeGroupedLinearParams down = up;
+  down.x = x_moe_act.get(), down.slot_of_row = nullptr, down.x_row_div = 1, down.gated = false;
+  down.w = w.experts_down.get(), down.y = x_moe_out.get();
+  down.out_features = hidden, down.in_features = moe_inter;
+  check(cuda::moe_grouped_linear(down, stream), "MoE down");
+  return row_of_slot;
 }
 
 const int32_t* CudaRunner::Impl::moe_grouped(const LayerWeights& w, int n) {

@@ -370,6 +370,12 @@ struct CudaRunner::Impl {
   // are sorted by expert, and one GEMM per expert used reads its weights once. Leaves the slots'
   // outputs in x_moe_out at sorted rows; returns the device map slot -> row. Eager steps only.
   const int32_t* moe_grouped(const LayerWeights& w, int num_tokens);
+  // The experts of any step (graph-capturable): the slots sorted by expert on the device, one
+  // grouped kernel per projection that reads each expert in use once. Same outputs as moe_grouped.
+  const int32_t* moe_device_grouped(const LayerWeights& w, int num_tokens);
+  // Which of the three a step of num_tokens takes (cuda_runner_forward.cpp).
+  enum class MoePath { kDevice, kHost, kPerSlot };
+  MoePath moe_path(int num_tokens) const;
   // Sums x_proj's first num_tokens rows over the stage's tensor-parallel ranks (row-parallel
   // o_proj / down_proj); no-op without tensor parallelism.
   void all_reduce_proj(int num_tokens);

@@ -2,7 +2,7 @@
 // kernel_reference.cpp. Runs on the GPU machine (no gtest, no Debian libraries there):
 //   cuda_kernel_tests [--filter SUBSTRING] [--bench | --bench-only] [--sampler-bench]
 //                     [--fp8-bench | --fp8-bench-only] [--int-bench-only]
-//                     [--attention-bench-only]
+//                     [--attention-bench-only] [--moe-bench-only]
 // (--filter fp8: only the FP8 linear tests; --fp8-bench-only: only their benchmark)
 // Every output buffer is poisoned with NaN before the kernel runs, every input is fresh random
 // data, and NaN never passes. Exit status 0 only if every case passed.
@@ -776,13 +776,16 @@ void fp8_bench();                                                         // fp8
 void int_suite(const std::string& filter, int& passed, int& failed);      // int_tests.cpp
 void int_bench();                                                         // int_tests.cpp
 void prefill_attention_bench();                                           // kernel_bench.cu
+void moe_suite(const std::string& filter, int& passed, int& failed);      // moe_tests.cpp
+void moe_bench();                                                         // moe_tests.cpp
 
 }  // namespace pagellm::cuda::test
 
 int main(int argc, char** argv) {
   using namespace pagellm::cuda::test;
   bool bench = false, tests = true, sampler_only_bench = false, fp8_only_bench = false,
-       int_only_bench = false, fused_only_bench = false, attention_only_bench = false;
+       int_only_bench = false, fused_only_bench = false, attention_only_bench = false,
+       moe_only_bench = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--filter" && i + 1 < argc)
@@ -805,6 +808,9 @@ int main(int argc, char** argv) {
     } else if (a == "--attention-bench-only") {
       attention_only_bench = true;
       tests = false;
+    } else if (a == "--moe-bench-only") {
+      moe_only_bench = true;
+      tests = false;
     } else if (a == "--int-bench-only") {
       int_only_bench = true;
       tests = false;
@@ -812,7 +818,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--filter SUBSTRING] [--bench | --bench-only] [--sampler-bench] "
                    "[--fp8-bench | --fp8-bench-only] [--fp8-fused-bench-only] [--int-bench-only] "
-                   "[--attention-bench-only]\n",
+                   "[--attention-bench-only] [--moe-bench-only]\n",
                    argv[0]);
       return 2;
     }
@@ -832,6 +838,7 @@ int main(int argc, char** argv) {
     kv_fp8_suite(g_filter, g_passed, g_failed);
     fp8_fused_suite(g_filter, g_passed, g_failed);
     int_suite(g_filter, g_passed, g_failed);
+    moe_suite(g_filter, g_passed, g_failed);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("kernel tests: %d passed, %d failed (%.1f s)\n", g_passed, g_failed, secs);
@@ -842,5 +849,6 @@ int main(int argc, char** argv) {
   if (bench || fp8_only_bench) fp8_bench();
   if (bench || int_only_bench) int_bench();
   if (bench || fused_only_bench) fp8_fused_bench();
+  if (bench || moe_only_bench) moe_bench();
   return g_failed == 0 ? 0 : 1;
 }

@@ -173,6 +173,7 @@ void check_stories(const std::filesystem::path& dir) {
   std::printf("== stories260K fp32 (GPU vs CPU runner vs llama2.c)\n");
   EngineArgs args;
   args.model = dir.string();
+  args.device = "cpu";  // the oracle
   args.num_kv_blocks = 64;
   auto cpu = runner::load_model(args);
   auto& cpu_runner = dynamic_cast<runner::CpuRunner&>(*cpu.runner);
