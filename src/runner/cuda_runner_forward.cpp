@@ -184,14 +184,13 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
     void* q = x_qkv.get();
     void* k = at(x_qkv, size_t(num_heads) * head_dim);
     void* v = at(x_qkv, size_t(num_heads + num_kv_heads) * head_dim);
-    if (config.qk_norm) {
-      cuda::RmsNormParams qn{dt,       q,   nullptr,   w.q_norm.get(), q, n * num_heads,
-                             head_dim, eps, num_heads, qkv_width};
-      cuda::RmsNormParams kn{dt,       k,   nullptr,      w.k_norm.get(), k, n * num_kv_heads,
-                             head_dim, eps, num_kv_heads, qkv_width};
-      qn.unit_offset = kn.unit_offset = gemma;
-      check(cuda::rms_norm(qn, stream), "q norm");
-      check(cuda::rms_norm(kn, stream), "k norm");
+    if (config.qk_norm) {  // the q heads and the k heads that follow them, in one launch
+      const int heads = num_heads + num_kv_heads;
+      cuda::RmsNormParams qk{dt,        q,        nullptr, w.q_norm.get(), q,
+                             n * heads, head_dim, eps,     heads,          qkv_width};
+      qk.second_weight = w.k_norm.get(), qk.second_rows_from = num_heads;
+      qk.unit_offset = gemma;
+      check(cuda::rms_norm(qk, stream), "q / k norm");
     }
     // Gemma 3's sliding layers rotate with their own base.
     const int window = int(config.layer_window(geo.layer_begin + l));

@@ -547,6 +547,34 @@ void test_rms_norm(DType t, int rows, int hidden, bool with_residual) {
     check(std::string(name) + " (residual out)", download(rb, t, x.size()), res, {0, 0});
 }
 
+// Qwen3's per-head q and k norms as the runner launches them: one launch over each token's q heads
+// (weight) and k heads (second_weight) inside the fused qkv row, in place; v untouched.
+void test_rms_norm_qk(DType t, int tokens, int heads, int kv_heads, int d) {
+  char name[128];
+  std::snprintf(name, sizeof name, "rms_norm q/k heads %s tokens=%d H=%d/%d D=%d", dname(t), tokens,
+                heads, kv_heads, d);
+  if (!selected(name)) return;
+  const int width = (heads + 2 * kv_heads) * d;
+  std::vector<float> x = random_vec(t, size_t(tokens) * width, 2.f), wq = random_vec(t, d),
+                     wk = random_vec(t, d);
+  DevBuf xb(x.size() * dsize(t)), qb(wq.size() * dsize(t)), kb(wk.size() * dsize(t));
+  upload(xb, t, x);
+  upload(qb, t, wq);
+  upload(kb, t, wk);
+  RmsNormParams p{t, xb.ptr, nullptr,          qb.ptr, xb.ptr, tokens * (heads + kv_heads),
+                  d, 1e-6f,  heads + kv_heads, width};
+  p.second_weight = kb.ptr, p.second_rows_from = heads;
+  CK(rms_norm(p, nullptr));
+  CK(cudaDeviceSynchronize());
+  std::vector<float> ref = x;
+  for (int tok = 0; tok < tokens; ++tok)
+    for (int h = 0; h < heads + kv_heads; ++h) {
+      float* row = &ref[size_t(tok) * width + size_t(h) * d];
+      ref_rms_norm(row, nullptr, (h < heads ? wq : wk).data(), row, 1, d, 1e-6f, rounder(t));
+    }
+  check(name, download(xb, t, x.size()), ref, tol_for(t, false));
+}
+
 void test_rope(DType t, int tokens, int heads, int kv_heads, int d, RopeScalingSpec sc,
                const char* label) {
   char name[128];
@@ -728,6 +756,8 @@ void elementwise_suite() {
       test_rms_norm(t, 33, hidden, false);
       test_rms_norm(t, 33, hidden, true);
     }
+    test_rms_norm_qk(t, 5, 32, 4, 128);
+    test_rms_norm_qk(t, 3, 4, 2, 64);
     RopeScalingSpec none, linear{RopeScalingType::kLinear, 4.0, 1.0, 4.0, 8192},
         llama3{RopeScalingType::kLlama3, 8.0, 1.0, 4.0, 8192};
     test_rope(t, 19, 32, 8, 128, none, "none");

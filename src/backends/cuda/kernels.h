@@ -95,6 +95,10 @@ struct RmsNormParams {
   // 0 = contiguous rows.
   int rows_per_group = 0;
   int64_t group_stride = 0;
+  // With groups: rows from index second_rows_from of each group on take second_weight (Qwen3's q
+  // and k heads, normed by one launch). Null: every row takes weight.
+  const void* second_weight = nullptr;
+  int second_rows_from = 0;
   Fp8Out fp8{};
   // Gemma's RMSNorm: out = x * inv * (1 + weight) in fp32, rounded once (no rounding of the
   // normalized row before the weight, and the weight offset by one).

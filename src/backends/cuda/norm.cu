@@ -126,7 +126,9 @@ __global__ void __launch_bounds__(1024) rms_norm_kernel(const __grid_constant__ 
   const T* x = static_cast<const T*>(p.x) + offset;                      // [hidden]
   T* res = p.residual ? static_cast<T*>(p.residual) + offset : nullptr;  // [hidden]
   T* out = p.out ? static_cast<T*>(p.out) + offset : nullptr;            // [hidden]
-  const T* w = static_cast<const T*>(p.weight);                          // [hidden]
+  const bool second = p.second_weight && p.rows_per_group > 0 &&
+                      int(blockIdx.x % p.rows_per_group) >= p.second_rows_from;
+  const T* w = static_cast<const T*>(second ? p.second_weight : p.weight);  // [hidden]
   if (p.hidden <= int(blockDim.x) * VEC)  // block-uniform: the row fits one round
     norm_row_in_registers<T, VEC, kFp8>(p, x, res, out, w, scratch);
   else
@@ -145,6 +147,8 @@ cudaError_t rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.num_rows < 0 || p.hidden <= 0) return cudaErrorInvalidValue;
   if (p.num_rows == 0) return cudaSuccess;
   if (!p.x || !p.weight || (!p.out && !p.fp8.on())) return cudaErrorInvalidValue;
+  if (p.second_weight && (p.rows_per_group <= 0 || p.second_rows_from < 0))
+    return cudaErrorInvalidValue;
   if (p.fp8.on() && !fp8_out_valid(p)) return cudaErrorInvalidValue;
   // Small rows (per-head norms) get small blocks; the VEC=4 path needs hidden % 4 == 0.
   const int vec = p.hidden % 4 == 0 ? 4 : 1;
