@@ -343,16 +343,10 @@ void EngineCore::propose_drafts() {
   int step_k = spec.num_speculative_tokens;
   if (spec.adaptive) {
     const double cost = draft_cost();
-    step_k = 0;
+    step_k = 1;
     for (const spec::SpecCandidate& c : spec_candidates_)
       step_k = std::max(step_k, spec::adaptive_num_drafts(c.seq->spec_hits, c.seq->spec_trials,
                                                           spec.num_speculative_tokens, cost));
-    // No draft pays: rest, but probe with one draft now and then so acceptance stays measured
-    // (the proposers catch up on the tokens of the steps they sat out).
-    if (step_k == 0) {
-      if (++spec_rest_steps_ % spec::kAdaptiveProbeSteps != 0) return;
-      step_k = 1;
-    }
     for (spec::SpecCandidate& c : spec_candidates_) c.max_drafts = std::min(c.max_drafts, step_k);
   }
   // The adaptive switch: a batch this large decodes without drafts (their drafts, if any, were

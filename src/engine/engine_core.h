@@ -127,7 +127,6 @@ class EngineCore {
   // Adaptive k's measured draft cost: proposals and the target steps that verified them, timed
   // (timed_batch_: the number of the batch being timed, 0 for none; it ran alone).
   spec::DraftCostMeter draft_cost_meter_;
-  int spec_rest_steps_ = 0;  // adaptive k: steps in which no draft paid (probe every 8th)
   uint64_t timed_batch_ = 0;
   std::chrono::steady_clock::time_point timed_batch_start_;
   std::unique_ptr<engine::OutputProcessor> output_processor_;

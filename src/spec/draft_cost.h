@@ -16,7 +16,7 @@ class DraftCostMeter {
   static constexpr int kMinSamples = 4;
   static constexpr double kWeight = 0.1;
   // The cost is kept below one target step: a draft that costs a whole step can never pay, and
-  // adaptive k then rests (adaptive_num_drafts gives 0) but for its probes.
+  // adaptive_num_drafts still drafts one.
   static constexpr double kMaxCost = 0.95;
 
   // A proposal of `positions` draft positions (1..k) that took `seconds`.

@@ -64,7 +64,7 @@ int32_t argmax_draft(std::span<const float> logits) {
 int adaptive_num_drafts(double hits, double trials, int k, double cost) {
   const double alpha = (std::max(0.0, hits) + 1.0) / (std::max(0.0, trials) + 1.0);
   if (alpha >= 1.0 || !(cost > 0.0)) return std::max(1, k);
-  if (alpha <= 0.0 || alpha < cost) return 0;
+  if (alpha <= 0.0) return 1;
   // alpha^j >= cost  <=>  j <= log(cost) / log(alpha) (both logs negative).
   const double most = std::floor(std::log(cost) / std::log(alpha) + 1e-9);
   return static_cast<int>(std::clamp(most, 1.0, static_cast<double>(std::max(1, k))));

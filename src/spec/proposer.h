@@ -52,14 +52,11 @@ engine::ScheduledSeq draft_sampling_context(const engine::Sequence& seq, int ste
 int32_t draw_sampled_draft(std::span<float> logits, engine::Sequence& seq, int step,
                            std::vector<int32_t>& scratch, std::vector<float>& probs);
 
-// Adaptive k: how many drafts (0..k) a sequence whose decayed counts of accepted and judged
+// Adaptive k: how many drafts (1..k) a sequence whose decayed counts of accepted and judged
 // drafts are `hits` and `trials` should get when one more draft costs `cost` of a target step
 // (SpeculativeConfig::adaptive): the most j with alpha^j >= cost, alpha = (hits + 1) / (trials + 1)
-// (one optimistic pseudo-count, so a new sequence starts at k). 0 when not even one draft pays
-// (alpha < cost): the engine then rests, drafting one token only every kAdaptiveProbeSteps steps
-// to keep alpha measured.
+// (one optimistic pseudo-count, so a new sequence starts at k and none is ever stuck at zero).
 int adaptive_num_drafts(double hits, double trials, int k, double cost);
-constexpr int kAdaptiveProbeSteps = 8;
 
 // The index of the first largest logit (a greedy seq's draft).
 int32_t argmax_draft(std::span<const float> logits);

@@ -284,26 +284,6 @@ TEST(SpecDecode, AdaptiveKDraftsWhatAcceptancePaysFor) {
   EXPECT_GT(per_round(cheap.stats), per_round(dear.stats));
 }
 
-// Adaptive k rests where not even one draft pays (acceptance below the draft's cost): at batch 1
-// most steps draft nothing, a probe every spec::kAdaptiveProbeSteps keeps the acceptance measured,
-// and the draft model catches up on the tokens of the steps it sat out. The outputs stay the
-// target's. (In a batch the step drafts what its keenest sequence wants.)
-TEST(SpecDecode, AdaptiveKRestsWhenNoDraftPays) {
-  const std::vector<PromptInput> prompts = {code_prompts()[0]};  // batch 1
-  const std::vector<SamplingParams> params(prompts.size(), greedy(64));
-  const SpecRun plain = generate(base_args(kPycode), prompts, params);
-  EngineArgs a = base_args(kPycode);
-  a.speculative = draft(3);
-  const SpecRun fixed = generate(a, prompts, params);
-  a.speculative.adaptive = true;
-  a.speculative.draft_token_cost = 0.99;
-  const SpecRun rest = generate(a, prompts, params);
-  expect_same_outputs(plain, rest);
-  expect_consistent_counters(rest.stats, 3);
-  EXPECT_GT(rest.stats.spec_num_drafts, 0u);  // the first rounds and the probes
-  EXPECT_LT(rest.stats.spec_num_drafts * 3, fixed.stats.spec_num_drafts);
-}
-
 // Adaptive k measures what a draft costs: a draft model's proposals a sizeable share of a target
 // step, n-gram lookups next to nothing beyond the verification share; a configured
 // draft_token_cost stands as given. The outputs stay the target's.

@@ -75,16 +75,13 @@ TEST(SpecConfig, AdaptiveKeysAndDefaultCosts) {
   EXPECT_DOUBLE_EQ(set.effective_draft_cost(), 0.3);
 }
 
-// The most j in [0, k] with alpha^j >= cost, alpha = (hits + 1) / (trials + 1).
+// The most j in [1, k] with alpha^j >= cost, alpha = (hits + 1) / (trials + 1).
 TEST(AdaptiveNumDrafts, DraftsWhatTheMeasuredAcceptancePaysFor) {
   EXPECT_EQ(spec::adaptive_num_drafts(0, 0, 4, 0.05), 4);    // no data: alpha = 1
   EXPECT_EQ(spec::adaptive_num_drafts(9, 9, 7, 0.05), 7);    // every draft accepted
   EXPECT_EQ(spec::adaptive_num_drafts(0, 1, 8, 0.05), 4);    // alpha 0.5: 0.5^4 >= 0.05 > 0.5^5
   EXPECT_EQ(spec::adaptive_num_drafts(0, 3, 8, 0.05), 2);    // alpha 0.25
-  EXPECT_EQ(spec::adaptive_num_drafts(0, 100, 8, 0.05), 0);  // alpha < cost: no draft pays
-  EXPECT_EQ(spec::adaptive_num_drafts(6, 9, 4, 0.95), 0);    // alpha 0.7 against a dear draft
-  EXPECT_EQ(spec::adaptive_num_drafts(9, 10, 4, 0.95), 0);   // alpha 0.91: still not one
-  EXPECT_EQ(spec::adaptive_num_drafts(19, 20, 4, 0.95), 1);  // alpha 0.952: one pays
+  EXPECT_EQ(spec::adaptive_num_drafts(0, 100, 8, 0.05), 1);  // never below one draft
   EXPECT_EQ(spec::adaptive_num_drafts(7, 9, 4, 0.05), 4);    // alpha 0.8: 13 drafts pay, k caps
   EXPECT_EQ(spec::adaptive_num_drafts(7, 9, 16, 0.5), 3);    // 0.8^3 >= 0.5 > 0.8^4
   EXPECT_EQ(spec::adaptive_num_drafts(3, 3, 4, 0.0), 4);

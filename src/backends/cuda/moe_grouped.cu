@@ -160,29 +160,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int step = warp; step < steps; step += kWarps) {
       if (step + kWarps < steps) load_step(next, step + kWarps);
       const int k = step * kStep + t * 16;
-      // Column block c's MMAs: acc[c] += the step's weights (A) x its activations b (B).
-      auto mma_block = [&](int c, const uint4(&b)[2]) {
-        const uint32_t bw[8] = {b[0].x, b[0].y, b[0].z, b[0].w, b[1].x, b[1].y, b[1].z, b[1].w};
-#pragma unroll
-        for (int h = 0; h < HALVES; ++h) {
-          const uint4* a = cur.v[h][0];
-          const uint32_t a0[8] = {a[0].x, a[0].y, a[0].z, a[0].w, a[1].x, a[1].y, a[1].z, a[1].w};
-          const uint4* a8 = cur.v[h][1];
-          const uint32_t a1[8] = {a8[0].x, a8[0].y, a8[0].z, a8[0].w,
-                                  a8[1].x, a8[1].y, a8[1].z, a8[1].w};
-          // MMA j takes this lane's elements 4j .. 4j + 3 as its k columns {2t, 2t+1, 2t+8, 2t+9}.
-#pragma unroll
-          for (int j = 0; j < 4; ++j)
-            mma16816<T>(acc[c][h], a0[2 * j], a1[2 * j], a0[2 * j + 1], a1[2 * j + 1], bw[2 * j],
-                        bw[2 * j + 1]);
-        }
-      };
-      auto load_x = [&](int c, uint4(&b)[2]) {
-        const bool ok = c < blocks && has_row[c];
-        b[0] = load_or_zero(xrow[c] + step * kStep, ok && k < K);
-        b[1] = load_or_zero(xrow[c] + step * kStep + 8, ok && k + 8 < K);
-      };
-      if constexpr (CB == 1) {  // the plain order: the block's loads, then its MMAs
+      if constexpr (CB == 1) {
 #pragma unroll
         for (int c = 0; c < CB; ++c) {
           if (c >= blocks) break;
@@ -205,19 +183,41 @@ __global__ void __launch_bounds__(kWarps * 32)
           }
         }
       } else {
-        // Up to 4 column blocks' activations loaded before their MMAs, so the loads overlap
-        // (+10-35 % at 2+ blocks; at one block, the plain order measured 5 % faster; all 8 at
-        // once would spill, gated).
+        // From two column blocks, up to 4 blocks' activations loaded before their MMAs, so the
+        // loads overlap (+3-25 % at 2+ blocks); at one block the plain order, which measured 5 %
+        // faster there. Both spelled out: as lambdas the compiler scheduled them worse.
         constexpr int kGroup = CB < 4 ? CB : 4;
 #pragma unroll
         for (int c0 = 0; c0 < CB; c0 += kGroup) {
           if (c0 >= blocks) break;
           uint4 xv[kGroup][2];
 #pragma unroll
-          for (int i = 0; i < kGroup; ++i) load_x(c0 + i, xv[i]);
+          for (int i = 0; i < kGroup; ++i) {
+            const bool ok = c0 + i < blocks && has_row[c0 + i];
+            xv[i][0] = load_or_zero(xrow[c0 + i] + step * kStep, ok && k < K);
+            xv[i][1] = load_or_zero(xrow[c0 + i] + step * kStep + 8, ok && k + 8 < K);
+          }
 #pragma unroll
-          for (int i = 0; i < kGroup; ++i)
-            if (c0 + i < blocks) mma_block(c0 + i, xv[i]);
+          for (int i = 0; i < kGroup; ++i) {
+            if (c0 + i >= blocks) break;
+            const uint32_t bw[8] = {xv[i][0].x, xv[i][0].y, xv[i][0].z, xv[i][0].w,
+                                    xv[i][1].x, xv[i][1].y, xv[i][1].z, xv[i][1].w};
+#pragma unroll
+            for (int h = 0; h < HALVES; ++h) {
+              const uint4* a = cur.v[h][0];
+              const uint32_t a0[8] = {a[0].x, a[0].y, a[0].z, a[0].w,
+                                      a[1].x, a[1].y, a[1].z, a[1].w};
+              const uint4* a8 = cur.v[h][1];
+              const uint32_t a1[8] = {a8[0].x, a8[0].y, a8[0].z, a8[0].w,
+                                      a8[1].x, a8[1].y, a8[1].z, a8[1].w};
+              // MMA j takes this lane's elements 4j .. 4j + 3 as its k columns {2t, 2t+1, 2t+8,
+              // 2t+9}.
+#pragma unroll
+              for (int j = 0; j < 4; ++j)
+                mma16816<T>(acc[c0 + i][h], a0[2 * j], a1[2 * j], a0[2 * j + 1], a1[2 * j + 1],
+                            bw[2 * j], bw[2 * j + 1]);
+            }
+          }
         }
       }
       cur = next;
