@@ -183,23 +183,38 @@ struct DeviceMoe {
   Sorted sorted;
 };
 
-// The runner's sequence: sort, gate/up (+ SiLU-and-mul), down; out rows in sorted order.
-void run_grouped(const MoeCase& c, DeviceMoe& d, cudaStream_t stream) {
-  const Shape& s = c.s;
-  const int slots = c.n * s.top_k;
-  sort_on_device(d.sorted, slots, s.E, stream);
+// Device buffers of one grouped pass: x [n, hidden] in, act [slots, inter] between, out [slots,
+// hidden] in sorted order; the sort's slot_of_row and groups.
+struct GroupedBuffers {
+  DType t;
+  const void *x, *gate_up, *down;
+  void *act, *out;
+  const int32_t *slot_of_row, *groups;
+};
+
+// The runner's projections after the sort: gate/up (+ SiLU-and-mul), then down.
+void grouped_projections(const Shape& s, int slots, const GroupedBuffers& g, cudaStream_t stream) {
   MoeGroupedLinearParams up;
-  up.dtype = c.t, up.x = d.x.ptr, up.slot_of_row = static_cast<int32_t*>(d.sorted.slot_of_row.ptr);
-  up.x_row_div = s.top_k, up.gated = true, up.w = d.gate_up.ptr;
-  up.groups = static_cast<int32_t*>(d.sorted.groups.ptr), up.num_experts = s.E;
-  up.num_rows = slots, up.max_groups = std::min(s.E, slots), up.y = d.act.ptr,
-  up.out_features = s.inter;
-  up.in_features = s.hidden;
+  up.dtype = g.t, up.x = g.x, up.slot_of_row = g.slot_of_row, up.x_row_div = s.top_k;
+  up.gated = true, up.w = g.gate_up, up.groups = g.groups, up.num_experts = s.E;
+  up.num_rows = slots, up.max_groups = std::min(s.E, slots), up.y = g.act;
+  up.out_features = s.inter, up.in_features = s.hidden;
   CK(moe_grouped_linear(up, stream));
   MoeGroupedLinearParams down = up;
-  down.x = d.act.ptr, down.slot_of_row = nullptr, down.x_row_div = 1, down.gated = false;
-  down.w = d.down.ptr, down.y = d.out.ptr, down.out_features = s.hidden, down.in_features = s.inter;
+  down.x = g.act, down.slot_of_row = nullptr, down.x_row_div = 1, down.gated = false;
+  down.w = g.down, down.y = g.out, down.out_features = s.hidden, down.in_features = s.inter;
   CK(moe_grouped_linear(down, stream));
+}
+
+// The runner's sequence: sort, gate/up (+ SiLU-and-mul), down; out rows in sorted order.
+void run_grouped(const MoeCase& c, DeviceMoe& d, cudaStream_t stream) {
+  const int slots = c.n * c.s.top_k;
+  sort_on_device(d.sorted, slots, c.s.E, stream);
+  grouped_projections(
+      c.s, slots,
+      {c.t, d.x.ptr, d.gate_up.ptr, d.down.ptr, d.act.ptr, d.out.ptr,
+       static_cast<int32_t*>(d.sorted.slot_of_row.ptr), static_cast<int32_t*>(d.sorted.groups.ptr)},
+      stream);
 }
 
 void upload_case(const MoeCase& c, DeviceMoe& d) {
@@ -214,23 +229,38 @@ void upload_case(const MoeCase& c, DeviceMoe& d) {
   d.combined.alloc(size_t(c.n) * c.s.hidden * dsize(c.t));
 }
 
+// Device buffers of the per-slot path: the routing, and combined [n, hidden] out.
+struct PerSlotBuffers {
+  DType t;
+  const void *x, *gate_up, *down;
+  void *act, *out, *combined;
+  const int32_t* ids;
+  const float* weights;
+};
+
 // The per-slot path of small batches: moe_linear's gate/up and down, then moe_combine into
 // combined (slot rows in slot order).
-void run_per_slot(const MoeCase& c, DeviceMoe& d, cudaStream_t stream) {
-  const Shape& s = c.s;
+void per_slot_path(const Shape& s, int n, const PerSlotBuffers& b, cudaStream_t stream) {
   MoeLinearParams up;
-  up.dtype = c.t, up.x = d.x.ptr, up.x_row_div = s.top_k, up.gated = true, up.w = d.gate_up.ptr;
-  up.ids = static_cast<int32_t*>(d.sorted.ids.ptr), up.y = d.act.ptr, up.num_slots = c.n * s.top_k;
+  up.dtype = b.t, up.x = b.x, up.x_row_div = s.top_k, up.gated = true, up.w = b.gate_up;
+  up.ids = b.ids, up.y = b.act, up.num_slots = n * s.top_k;
   up.out_features = s.inter, up.in_features = s.hidden;
   CK(moe_linear(up, stream));
   MoeLinearParams down = up;
-  down.x = d.act.ptr, down.x_row_div = 1, down.gated = false, down.w = d.down.ptr;
-  down.y = d.out.ptr, down.out_features = s.hidden, down.in_features = s.inter;
+  down.x = b.act, down.x_row_div = 1, down.gated = false, down.w = b.down;
+  down.y = b.out, down.out_features = s.hidden, down.in_features = s.inter;
   CK(moe_linear(down, stream));
   MoeCombineParams sum;
-  sum.dtype = c.t, sum.y = d.out.ptr, sum.weights = static_cast<float*>(d.weights.ptr);
-  sum.out = d.combined.ptr, sum.num_tokens = c.n, sum.top_k = s.top_k, sum.hidden = s.hidden;
+  sum.dtype = b.t, sum.y = b.out, sum.weights = b.weights, sum.out = b.combined;
+  sum.num_tokens = n, sum.top_k = s.top_k, sum.hidden = s.hidden;
   CK(moe_combine(sum, stream));
+}
+
+void run_per_slot(const MoeCase& c, DeviceMoe& d, cudaStream_t stream) {
+  per_slot_path(c.s, c.n,
+                {c.t, d.x.ptr, d.gate_up.ptr, d.down.ptr, d.act.ptr, d.out.ptr, d.combined.ptr,
+                 static_cast<int32_t*>(d.sorted.ids.ptr), static_cast<float*>(d.weights.ptr)},
+                stream);
 }
 
 // The worst error of the per-slot path's combined rows against the host's, in units of the
@@ -388,17 +418,10 @@ void bench_grouped(BenchMoe& b, int call, cudaStream_t stream) {
   auto* sor = static_cast<int32_t*>(b.slot_of_row.ptr);
   auto* groups = static_cast<int32_t*>(b.groups.ptr);
   CK(moe_sort({ids, slots, s.E, sor, static_cast<int32_t*>(b.row_of_slot.ptr), groups}, stream));
-  MoeGroupedLinearParams up;
-  up.x = b.x.ptr, up.slot_of_row = sor, up.x_row_div = s.top_k, up.gated = true;
-  up.w = b.gate_up.ptr, up.groups = groups, up.num_experts = s.E;
-  up.num_rows = slots, up.max_groups = std::min(s.E, slots), up.y = b.act.ptr,
-  up.out_features = s.inter;
-  up.in_features = s.hidden;
-  CK(moe_grouped_linear(up, stream));
-  MoeGroupedLinearParams down = up;
-  down.x = b.act.ptr, down.slot_of_row = nullptr, down.x_row_div = 1, down.gated = false;
-  down.w = b.down.ptr, down.y = b.out.ptr, down.out_features = s.hidden, down.in_features = s.inter;
-  CK(moe_grouped_linear(down, stream));
+  grouped_projections(
+      s, slots,
+      {DType::kBF16, b.x.ptr, b.gate_up.ptr, b.down.ptr, b.act.ptr, b.out.ptr, sor, groups},
+      stream);
   MoeCombineParams sum;
   sum.y = b.out.ptr, sum.y_rows = static_cast<int32_t*>(b.row_of_slot.ptr);
   sum.weights = static_cast<float*>(b.weights.ptr), sum.out = b.combined.ptr, sum.num_tokens = b.n;
@@ -407,21 +430,13 @@ void bench_grouped(BenchMoe& b, int call, cudaStream_t stream) {
 }
 
 void bench_per_slot(BenchMoe& b, int call, cudaStream_t stream) {
-  const Shape& s = b.s;
-  const int slots = b.n * s.top_k;
-  MoeLinearParams up;
-  up.x = b.x.ptr, up.x_row_div = s.top_k, up.gated = true, up.w = b.gate_up.ptr;
-  up.ids = static_cast<int32_t*>(b.ids.ptr) + size_t(call % kRoutings) * slots;
-  up.y = b.act.ptr, up.num_slots = slots, up.out_features = s.inter, up.in_features = s.hidden;
-  CK(moe_linear(up, stream));
-  MoeLinearParams down = up;
-  down.x = b.act.ptr, down.x_row_div = 1, down.gated = false, down.w = b.down.ptr;
-  down.y = b.out.ptr, down.out_features = s.hidden, down.in_features = s.inter;
-  CK(moe_linear(down, stream));
-  MoeCombineParams sum;
-  sum.y = b.out.ptr, sum.weights = static_cast<float*>(b.weights.ptr), sum.out = b.combined.ptr;
-  sum.num_tokens = b.n, sum.top_k = s.top_k, sum.hidden = s.hidden;
-  CK(moe_combine(sum, stream));
+  const int slots = b.n * b.s.top_k;
+  per_slot_path(
+      b.s, b.n,
+      {DType::kBF16, b.x.ptr, b.gate_up.ptr, b.down.ptr, b.act.ptr, b.out.ptr, b.combined.ptr,
+       static_cast<int32_t*>(b.ids.ptr) + size_t(call % kRoutings) * slots,
+       static_cast<float*>(b.weights.ptr)},
+      stream);
 }
 
 // The same FLOPs and weight bytes as one dense GEMM pair: m = the mean rows per expert in use,
