@@ -28,8 +28,9 @@ namespace {
 // - kPerSlot: each slot reads its expert's weights (moe_linear): the smallest batches, fp32, and
 //   shapes the grouped kernel does not take.
 // Tokens from which an eager step sorts on the host (H200, Qwen3-30B-A3B prefill in chunks of 256
-// tokens: device 11.17 against host 8.11 requests/s; of 512: 13.55 against 13.92).
-constexpr int kMoeHostMinTokens = 512;
+// tokens: device 11.17 against host 8.11 requests/s; of 512: 13.55 against 13.92, a wash, so the
+// mixed steps of 512-1023 tokens, whose decode rows favour the device, stay there).
+constexpr int kMoeHostMinTokens = 1024;
 // Tokens from which a step groups on the device: below, few slots share an expert, and the
 // per-slot kernel, with no sort before it, was faster (H200, Qwen3-30B-A3B experts at 1 token:
 // 22.4 against 29.4 us a layer; even at 4).
@@ -386,25 +387,28 @@ const int32_t* CudaRunner::Impl::moe_device_grouped(const LayerWeights& w, int n
   return row_of_slot;
 }
 
+// An extra GEMM launch of the host-sorted pass in rows of the expert projections: ~8 us of launch
+// and issue against a row's 6 * moe_inter * hidden FLOPs at ~500 TFLOP/s (H100 / H200).
+double CudaRunner::Impl::moe_launch_rows() const {
+  return 8e-6 * 500e12 / (6.0 * double(moe_inter) * double(hidden));
+}
+
 const int32_t* CudaRunner::Impl::moe_grouped(const LayerWeights& w, int n) {
   const size_t slots = size_t(n) * size_t(moe_top_k);
   check(cudaMemcpyAsync(moe_host, moe_ids.get(), slots * 4, cudaMemcpyDeviceToHost, stream),
         "downloading the MoE routing");
   check(cudaStreamSynchronize(stream), "routing the MoE layer");
-  // With many experts in use, every expert gets a block of twice the mean count (rounded up to
-  // 16): one strided-batch GEMM per projection covers the blocks, and a GEMM per busier expert its
-  // overflow. With few in use, the experts' rows follow each other, a GEMM per expert: no launch
-  // pays for an empty block.
+  // With many experts in use, every expert gets a block of the height that costs the fewest GEMM
+  // rows (moe_block_rows): one strided-batch GEMM per projection covers the blocks, and a GEMM per
+  // busier expert its overflow. With few in use, the experts' rows follow each other, a GEMM per
+  // expert: no launch pays for an empty block.
   cuda::MoeGroups g;
   int padded = 0;
   try {
     const std::span<const int32_t> ids(moe_host, slots);
     std::vector<int32_t> counts = cuda::moe_expert_counts(ids, moe_experts);
     const auto used = std::count_if(counts.begin(), counts.end(), [](int32_t c) { return c > 0; });
-    if (used > kMoeFewExperts) {
-      const size_t mean = (slots + size_t(moe_experts) - 1) / size_t(moe_experts);
-      padded = int((2 * mean + 15) / 16 * 16);
-    }
+    if (used > kMoeFewExperts) padded = cuda::moe_block_rows(counts, moe_launch_rows());
     g = cuda::moe_group_slots(ids, moe_top_k, std::move(counts), padded);
   } catch (const std::out_of_range& e) {
     internal(e.what());

@@ -376,6 +376,7 @@ struct CudaRunner::Impl {
   // Which of the three a step of num_tokens takes (cuda_runner_forward.cpp).
   enum class MoePath { kDevice, kHost, kPerSlot };
   MoePath moe_path(int num_tokens) const;
+  double moe_launch_rows() const;
   // Sums x_proj's first num_tokens rows over the stage's tensor-parallel ranks (row-parallel
   // o_proj / down_proj); no-op without tensor parallelism.
   void all_reduce_proj(int num_tokens);

@@ -83,5 +83,16 @@ TEST(MoeGroups, AnExpertOutOfRangeIsAnError) {
   EXPECT_THROW(moe_group_slots(negative, 1, 4), std::out_of_range);
 }
 
+// The block height that costs the fewest GEMM rows: even counts take the busiest expert's count
+// rounded up to 16; one outlier goes to an overflow GEMM when its rows cost more than the launch.
+TEST(MoeGroups, BlockRowsCostTheFewestGemmRows) {
+  const std::vector<int32_t> even{120, 131, 128, 140, 117, 126, 133, 125};
+  EXPECT_EQ(moe_block_rows(even, 400.0), 144);
+  const std::vector<int32_t> outlier{10, 12, 9, 11, 10, 1000, 8, 12};
+  EXPECT_EQ(moe_block_rows(outlier, 100.0), 16);      // 8 * 16 + 984 + 100
+  EXPECT_EQ(moe_block_rows(outlier, 10000.0), 1008);  // a launch dearer than every padded row
+  EXPECT_EQ(moe_block_rows(std::vector<int32_t>{0, 0}, 50.0), 16);
+}
+
 }  // namespace
 }  // namespace pagellm::cuda

@@ -4,6 +4,7 @@
 // Host-side and CUDA-free (the routing comes back from the device; unit-tested on the CPU).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <stdexcept>
@@ -79,6 +80,23 @@ inline MoeGroups moe_group_slots(std::span<const int32_t> ids, int top_k,
     g.token_of_row[size_t(row)] = int32_t(s / size_t(top_k));
   }
   return g;
+}
+
+// The block height P (a multiple of 16) of the padded layout that costs the fewest GEMM rows:
+// num_experts * P for the blocks, plus, for each expert with more than P slots, its overflow rows
+// and `launch_rows` for the GEMM of its own (a launch's time in rows of the projections).
+inline int moe_block_rows(std::span<const int32_t> counts, double launch_rows) {
+  int32_t most = 0;
+  for (int32_t c : counts) most = std::max(most, c);
+  int best = 16;
+  double best_cost = -1;
+  for (int p = 16; p < most + 16; p += 16) {
+    double cost = double(p) * double(counts.size());
+    for (int32_t c : counts)
+      if (c > p) cost += double(c - p) + launch_rows;
+    if (best_cost < 0 || cost < best_cost) best = p, best_cost = cost;
+  }
+  return best;
 }
 
 inline MoeGroups moe_group_slots(std::span<const int32_t> ids, int top_k, int num_experts,
