@@ -11,8 +11,6 @@ import json
 import os
 from typing import Any, Optional
 
-from . import _pagellm
-
 __all__ = ["EngineArgs", "AsyncEngineArgs", "to_engine_dict", "sampling_defaults"]
 
 # Keywords passed to the engine as they are (EngineArgs field names).
