@@ -259,11 +259,13 @@ void LlamaModel::eagle_input(const ForwardBatch& batch) {
               w_.eagle_fc_bias.empty() ? nullptr : w_.eagle_fc_bias.data(), hidden_.data(), n);
 }
 
-// Under an FP8 config the projections' inputs are quantized per token to e4m3 and back (the GPU's
-// dynamic activation quantization, W8A8), so the CPU computes what FP8 tensor cores compute; under
-// W8A8-INT8 to int8 the same way. Weight-only schemes (W4A16, W8A16) leave activations alone.
-void LlamaModel::quantize_activations(std::vector<float>& x, int64_t n, int64_t cols) {
+// The inputs of FP8 projections (fp8: LlamaLayerWeights' flag) are quantized per token to e4m3
+// and back (the GPU's dynamic activation quantization, W8A8), so the CPU computes what FP8 tensor
+// cores compute; under W8A8-INT8 to int8 the same way. Weight-only schemes (W4A16, W8A16) and the
+// 16-bit projections of an FP8 checkpoint leave activations alone.
+void LlamaModel::quantize_activations(std::vector<float>& x, int64_t n, int64_t cols, bool fp8) {
   if (config_.quant.fp8()) {
+    if (!fp8) return;
     parallel_rows(n, 8 * cols, [&](int64_t t0, int64_t t1) {
       quant::fake_quantize_rows(x.data() + t0 * cols, t1 - t0, cols);
     });
@@ -289,7 +291,7 @@ void LlamaModel::attention_block(int64_t layer, const ForwardBatch& batch, KvCac
   const float eps = static_cast<float>(c.rms_norm_eps);
   const PackedLayer& pw = packed_[static_cast<size_t>(layer)];
   const int64_t window = config_.layer_window(geo_.layer_begin + layer);
-  quantize_activations(normed_, n, dim);
+  quantize_activations(normed_, n, dim, lw.qkv_fp8);
   cpu::matmul(normed_.data(), pw.qkv, lw.qkv_bias.empty() ? nullptr : lw.qkv_bias.data(),
               qkv_.data(), n);
   // --calculate-kv-scales: the layer's first batch sets its scales before any of it is stored.
@@ -326,7 +328,7 @@ void LlamaModel::attention_block(int64_t layer, const ForwardBatch& batch, KvCac
   cpu::paged_attention(kv, qkv_.data(), qkv_width, batch.group_seqs(cache.group(layer)), num_heads,
                        static_cast<float>(1.0 / std::sqrt(scale_base)), attn_.data(), window,
                        static_cast<float>(gemma.attn_logit_softcapping));
-  quantize_activations(attn_, n, num_heads * hd);
+  quantize_activations(attn_, n, num_heads * hd, lw.o_proj_fp8);
   cpu::matmul(attn_.data(), pw.o_proj, nullptr, proj_.data(), n);
   all_reduce(proj_, n * dim);
   add_residual(n, lw.attn_out_norm, lw.post_norm.data());
@@ -362,20 +364,21 @@ void LlamaModel::pack_experts(const LlamaLayerWeights& lw, PackedLayer& p) const
 void LlamaModel::mlp_block(int64_t layer, int64_t n) {
   const auto& c = local_;
   const PackedLayer& pw = packed_[static_cast<size_t>(layer)];
+  const LlamaLayerWeights& lw = w_.layers[static_cast<size_t>(layer)];
   const int64_t dim = c.hidden_size, inter = c.intermediate_size;
   if (config_.moe_layer(geo_.layer_begin + layer)) {
     moe_mlp(layer, n);
   } else {  // sized here, so a model without dense MLPs never holds them
     gate_up_.resize(static_cast<size_t>(n * 2 * inter));
     act_.resize(static_cast<size_t>(n * inter));
-    quantize_activations(normed_, n, dim);
+    quantize_activations(normed_, n, dim, lw.gate_up_fp8);
     cpu::matmul(normed_.data(), pw.gate_up, nullptr, gate_up_.data(), n);
     const bool gelu = config_.gemma.enabled;
     parallel_rows(n, 8 * inter, [&](int64_t t0, int64_t t1) {
       (gelu ? cpu::gelu_tanh_mul : cpu::silu_mul)(gate_up_.data() + t0 * 2 * inter,
                                                   act_.data() + t0 * inter, t1 - t0, inter);
     });
-    quantize_activations(act_, n, inter);
+    quantize_activations(act_, n, inter, lw.down_fp8);
     cpu::matmul(act_.data(), pw.down, nullptr, proj_.data(), n);
   }
   all_reduce(proj_, n * dim);

@@ -37,6 +37,10 @@ struct LlamaLayerWeights {
   std::vector<float> router;           // [E, hidden]
   std::vector<float> experts_gate_up;  // [E, 2 * I, hidden]
   std::vector<float> experts_down;     // [E, hidden, I]
+  // Projections that compute in FP8 (their weights FP8 in the checkpoint, or quantized online):
+  // their inputs are quantized per token as the GPU's W8A8 GEMMs quantize them. A projection an
+  // FP8 checkpoint left in 16 bits runs in 16 bits on both backends.
+  bool qkv_fp8 = false, o_proj_fp8 = false, gate_up_fp8 = false, down_fp8 = false;
 };
 
 struct LlamaWeights {
@@ -196,8 +200,8 @@ class LlamaModel {
   void stage_input(const ForwardBatch& batch);
   // hidden_ = fc(concat(embedding, batch.features)) of every token (an EAGLE head's input).
   void eagle_input(const ForwardBatch& batch);
-  // Rows [0, n) of x [.., cols] quantized per token to e4m3 and back under an FP8 config.
-  void quantize_activations(std::vector<float>& x, int64_t n, int64_t cols);
+  // Rows [0, n) of x [.., cols] quantized per token to e4m3 and back for an FP8 projection (fp8).
+  void quantize_activations(std::vector<float>& x, int64_t n, int64_t cols, bool fp8);
   // Sums a row-parallel projection over the stage's tensor-parallel ranks (no-op alone).
   void all_reduce(std::vector<float>& x, int64_t num_floats);
 

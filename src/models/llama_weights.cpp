@@ -97,6 +97,25 @@ class RandomSource : public WeightSource {
   uint64_t seed_;
 };
 
+void mark_fp8(LlamaLayerWeights& l, WeightSlot slot) {
+  switch (slot) {
+    case WeightSlot::kQkv:
+      l.qkv_fp8 = true;
+      break;
+    case WeightSlot::kOProj:
+      l.o_proj_fp8 = true;
+      break;
+    case WeightSlot::kGateUp:
+      l.gate_up_fp8 = true;
+      break;
+    case WeightSlot::kDown:
+      l.down_fp8 = true;
+      break;
+    default:
+      throw_error(ErrorKind::kInternal, "FP8 weights in a slot that has no FP8 projection");
+  }
+}
+
 // Allocates and fills all weights in the HF layout, fusing parts as the plan says. INT4 / INT8
 // weights are dequantized (the CPU computes with them in fp32). Under an FP8
 // config a quantized layer holds the weights the GPU computes with: FP8 parts dequantized, and
@@ -114,6 +133,7 @@ LlamaWeights build_weights(const std::vector<WeightTensorSpec>& plan, WeightSour
     bool fp8_layer = quant.online && quant::quantized_slot(t.slot);
     if (quant.fp8_checkpoint() && quant::quantized_slot(t.slot))
       for (const HfTensorSpec& part : t.parts) fp8_layer = fp8_layer || src.stored_fp8(part);
+    if (fp8_layer) mark_fp8(w.layers.at(size_t(t.layer)), t.slot);
     const bool int_slot = quant.int_weights() && quant::quantized_slot(t.slot);
     for (const HfTensorSpec& part : t.parts) {
       if (int_slot && quant::int_part_quantized(quant, part.name))

@@ -149,6 +149,37 @@ void CudaRunner::Impl::load_fp8_layer(const models::WeightTensorSpec& t,
           "uploading block scales of " + t.label);
 }
 
+bool CudaRunner::Impl::dequantized_fp8_part(const models::WeightTensorSpec& t,
+                                             const models::HfTensorSpec& part,
+                                             const io::WeightStore& checkpoint) const {
+  return quant::dequantized_fp8_slot(t.slot) && stored_fp8(config.quant, &checkpoint, part);
+}
+
+// One fp32 product per element, rounded once to the model dtype (cuda::dequantize_fp8_blocks: any
+// scale layout as blocks, quant::part_scales_as_blocks); the CPU backend keeps the fp32 product.
+void CudaRunner::Impl::upload_dequantized_fp8(const io::WeightStore& checkpoint,
+                                              const models::HfTensorSpec& part,
+                                              WeightUploader& uploader, void* out) {
+  if (dt == DType::kF32)
+    unsupported(opt.model_name + ": " + part.name +
+                " is FP8; FP8 expert weights load in bfloat16 or float16, not --dtype float32");
+  const std::vector<int64_t> local = part.local_shape();
+  const int64_t rows = local[0], cols = local[1];
+  ensure_staging(fp8_staging8, size_t(rows * cols), stream);
+  uploader.upload(checkpoint.get(part.name), part, fp8_staging8.get(), DType::kF8E4M3);
+  const quant::Fp8PartScales b = quant::part_scales_as_blocks(checkpoint, part, config.quant);
+  ensure_staging(fp8_scale_staging, b.scale.size() * 4, stream);
+  // From pageable memory: the call returns once the scales are staged, before `b` goes.
+  check(cudaMemcpyAsync(fp8_scale_staging.get(), b.scale.data(), b.scale.size() * 4,
+                        cudaMemcpyHostToDevice, stream),
+        "uploading scales of " + part.name);
+  cuda::Fp8BlockDequantParams p;
+  p.dtype = dt, p.wq = fp8_staging8.get(), p.scale = fp8_scale_staging.as<float>(), p.out = out;
+  p.rows = rows, p.cols = cols, p.row0 = b.row0, p.col0 = b.col0, p.scale_cols = b.scale_cols;
+  p.block_n = int(b.block_n), p.block_k = int(b.block_k);
+  check(cuda::dequantize_fp8_blocks(p, stream), "dequantizing " + part.name);
+}
+
 // A block-scaled part whose slice cuts blocks: e4m3 bytes -> 16-bit with the block scales ->
 // per-row e4m3 and scales at (wout, sout).
 void CudaRunner::Impl::requantize_fp8_blocks(const models::HfTensorSpec& part,

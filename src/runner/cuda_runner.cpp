@@ -176,7 +176,7 @@ void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
         shared.push_back(std::move(t));
     load_plan(shared, opt.shared_embed_checkpoint);
   }
-  fp8_staging8 = DevMem(), fp8_staging16 = DevMem();
+  fp8_staging8 = DevMem(), fp8_staging16 = DevMem(), fp8_scale_staging = DevMem();
   load_rope_tables();
 }
 
@@ -215,6 +215,8 @@ void CudaRunner::Impl::load_plan(const std::vector<models::WeightTensorSpec>& pl
       const int64_t count = part.num_elements();
       if (uploader && int_part(t, part)) {
         upload_dequantized_int(*checkpoint, part, out);
+      } else if (uploader && dequantized_fp8_part(t, part, *checkpoint)) {
+        upload_dequantized_fp8(*checkpoint, part, *uploader, out);
       } else if (uploader) {
         uploader->upload(checkpoint->get(part.name), part, out);
       } else {

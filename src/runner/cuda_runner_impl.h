@@ -150,7 +150,7 @@ struct CudaRunner::Impl {
   // FP8 linear layers: activation quantization scratch (gemm/fp8_gemm.h), sized for max_tokens
   // rows of the widest input; empty without FP8.
   DevMem fp8_xq, fp8_xscale;
-  DevMem fp8_staging8, fp8_staging16;  // load-time only
+  DevMem fp8_staging8, fp8_staging16, fp8_scale_staging;  // load-time only
   bool any_fp8 = false;
   // INT4 / INT8 layers: the weight dequantized for prefill-sized steps ([n, k] of the largest
   // layer) and act-order activations ([T, widest input]); empty when not needed.
@@ -280,6 +280,13 @@ struct CudaRunner::Impl {
   bool int_part(const models::WeightTensorSpec& t, const models::HfTensorSpec& part) const;
   void upload_dequantized_int(const io::WeightStore& checkpoint, const models::HfTensorSpec& part,
                               void* out);
+  // An FP8 part of a plan entry kept in the model dtype (quant::dequantized_fp8_slot: the
+  // experts): its e4m3 bytes streamed to the device and dequantized there into out
+  // (cuda_fp8_loader.cpp).
+  bool dequantized_fp8_part(const models::WeightTensorSpec& t, const models::HfTensorSpec& part,
+                            const io::WeightStore& checkpoint) const;
+  void upload_dequantized_fp8(const io::WeightStore& checkpoint, const models::HfTensorSpec& part,
+                              class WeightUploader& uploader, void* out);
   void load_fp8_layer(const models::WeightTensorSpec& t, const io::WeightStore* checkpoint,
                       class WeightUploader* uploader, DevMem& w, Fp8Scales& s);
   // INT layers (cuda_int_loader.cpp). Whether every part of plan entry t is an INT4 / INT8 weight

@@ -371,16 +371,17 @@ io::ModelConfig tiny_gemma_config(int version, int head_dim) {
   return c;
 }
 
-// Chunked prefill of three prompts together, then decode steps with all three batched; compares
-// GPU logits with the CPU runner's at every sampled row.
-// kv_fp8: both runners with that FP8 KV cache (scales 1.0, or calculated from the first batch).
+}  // namespace
+
 void check_tiny_model(const io::ModelConfig& c, const std::string& label, DType dtype,
-                      std::optional<DType> kv_fp8 = std::nullopt, bool calculate = false) {
+                      std::optional<DType> kv_fp8, bool calculate, const io::WeightStore* store) {
   models::KvCacheQuant kv;
   kv.fp8 = kv_fp8;
   kv.calculate_scales = calculate;
-  runner::CpuRunner cpu(std::make_unique<models::LlamaModel>(c, models::random_llama_weights(c, 7)),
-                        64, 4, 0, kv);
+  runner::CpuRunner cpu(
+      std::make_unique<models::LlamaModel>(
+          c, store ? models::load_llama_weights(c, *store) : models::random_llama_weights(c, 7)),
+      64, 4, 0, kv);
   runner::CudaRunnerOptions o;
   o.kv_cache_fp8 = kv_fp8;
   o.calculate_kv_scales = calculate;
@@ -391,7 +392,7 @@ void check_tiny_model(const io::ModelConfig& c, const std::string& label, DType 
   o.max_num_seqs = 4;
   o.max_num_batched_tokens = 64;
   o.max_model_len = 64;
-  runner::CudaRunner gpu(c, nullptr, o);
+  runner::CudaRunner gpu(c, store, o);
   std::vector<testing::TestSeq> seqs;
   std::mt19937 rng(3);
   for (int i = 0; i < 3; ++i) {
@@ -436,6 +437,8 @@ void check_tiny_model(const io::ModelConfig& c, const std::string& label, DType 
   const bool ok = dtype == DType::kF32 ? max_err <= 1e-4 * std::max(1.0, max_logit) : close == rows;
   report(ok && std::isfinite(max_err), line);
 }
+
+namespace {
 
 void check_tiny(int head_dim, DType dtype, std::optional<DType> kv_fp8 = std::nullopt,
                 bool calculate = false) {
@@ -639,6 +642,7 @@ int main(int argc, char** argv) {
     for (const char* family : {"qwen3_moe", "mixtral", "phi3"})
       for (pagellm::DType t : {pagellm::DType::kF32, pagellm::DType::kBF16})
         pagellm::check_tiny_model(pagellm::tiny_family_config(family), family, t);
+    pagellm::check_fp8_moe(std::filesystem::path(argv[1]));
     for (int version : {2, 3})
       for (int d : {16, 64})
         for (pagellm::DType t : {pagellm::DType::kF32, pagellm::DType::kBF16})

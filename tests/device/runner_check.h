@@ -1,11 +1,14 @@
-// Shared by cuda_runner_check's translation units (runner_check.cpp, runner_check_spec.cpp).
+// Shared by cuda_runner_check's translation units (runner_check.cpp, runner_check_spec.cpp,
+// runner_check_fp8_moe.cpp).
 #pragma once
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "io/hf_config.h"
+#include "io/safetensors.h"
 #include "runner/model_runner.h"
 
 namespace pagellm {
@@ -19,6 +22,18 @@ inline void report(bool ok, const std::string& what) {
 
 // Llama-3.1-8B's configuration (dummy weights: the performance checks).
 io::ModelConfig llama31_8b();
+
+// Chunked prefill of three prompts together, then decode steps with all three batched; compares
+// GPU logits with the CPU runner's at every sampled row. Weights: the checkpoint `store`, else
+// random (seed 7 on both). kv_fp8: both runners with that FP8 KV cache (scales 1.0, or calculated
+// from the first batch).
+void check_tiny_model(const io::ModelConfig& c, const std::string& label, DType dtype,
+                      std::optional<DType> kv_fp8 = std::nullopt, bool calculate = false,
+                      const io::WeightStore* store = nullptr);
+
+// runner_check_fp8_moe.cpp: FP8 checkpoints of the tiny Qwen3-MoE and Mixtral references (found
+// under MODELS_DIR/hf_reference), GPU against CPU.
+void check_fp8_moe(const std::filesystem::path& models_dir);
 
 // runner_check_spec.cpp: speculative decoding on the CUDA runner.
 // Verification of drafts through execute() against the CPU runner's (uniform: every seq the same

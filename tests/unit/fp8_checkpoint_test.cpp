@@ -14,6 +14,7 @@
 #include "common/fp8.h"
 #include "models/llama.h"
 #include "models/weight_plan.h"
+#include "fp8_checkpoint_util.h"
 #include "model_files_util.h"
 #include "quant/fp8_weights.h"
 #include "quant/quant_config.h"
@@ -116,39 +117,6 @@ bool is_linear(const std::string& name) {
   return false;
 }
 
-// Quantizes w [n, k] with one scale per group of rows x cols (rows = n, cols = k: per tensor),
-// appending the e4m3 weight and its scales; returns the dequantized weight.
-std::vector<float> quantize(const std::vector<float>& w, int64_t n, int64_t k, int64_t bn,
-                            int64_t bk, std::string& bytes, std::vector<float>& scales) {
-  std::vector<float> deq(w.size());
-  const int64_t nb = (n + bn - 1) / bn, kb = (k + bk - 1) / bk;
-  scales.assign(size_t(nb * kb), 0.f);
-  for (int64_t bi = 0; bi < nb; ++bi)
-    for (int64_t bj = 0; bj < kb; ++bj) {
-      float amax = 0;
-      for (int64_t r = bi * bn; r < std::min(n, (bi + 1) * bn); ++r)
-        for (int64_t c = bj * bk; c < std::min(k, (bj + 1) * bk); ++c)
-          amax = std::max(amax, std::fabs(w[size_t(r * k + c)]));
-      scales[size_t(bi * kb + bj)] = std::max(amax, 1e-12f) / 448.f;
-    }
-  bytes.resize(w.size());
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t c = 0; c < k; ++c) {
-      const float s = scales[size_t(r / bn * kb + c / bk)];
-      const uint8_t q = f32_to_fp8(w[size_t(r * k + c)] / s, Fp8Format::kE4M3);
-      bytes[size_t(r * k + c)] = char(q);
-      deq[size_t(r * k + c)] = fp8_to_f32(q, Fp8Format::kE4M3) * s;
-    }
-  return deq;
-}
-
-void add_raw(SafetensorsBuilder& b, const std::string& name, const char* dtype,
-             const std::vector<int64_t>& shape, const std::string& raw) {
-  const size_t begin = b.data.size();
-  b.data += raw;
-  b.header[name] = {{"dtype", dtype}, {"shape", shape}, {"data_offsets", {begin, b.data.size()}}};
-}
-
 // Writes pycode-25M in FP8 with `layout` into dir; returns the dequantized linear weights by name.
 std::map<std::string, std::vector<float>> write_fp8_pycode(const std::filesystem::path& dir,
                                                            Layout layout) {
@@ -194,8 +162,8 @@ std::map<std::string, std::vector<float>> write_fp8_pycode(const std::filesystem
     const int64_t bk = block ? 128 : k;
     std::string bytes;
     std::vector<float> scales;
-    deq[name] = quantize(w, n, k, bn, bk, bytes, scales);
-    add_raw(b, name, "F8_E4M3", t.shape, bytes);
+    deq[name] = testing::quantize_fp8(w, n, k, bn, bk, bytes, scales);
+    testing::add_raw(b, name, "F8_E4M3", t.shape, bytes);
     const std::string base = name.substr(0, name.size() - 6);  // "...proj."
     if (per_row) {
       b.add_f32_values(base + "weight_scale", {n, 1}, scales);
