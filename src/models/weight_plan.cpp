@@ -203,7 +203,7 @@ void check_llama_checkpoint(const io::ModelConfig& config, const io::WeightStore
                          " but config.json implies " + shape_str(part.shape));
       used.insert(part.name);
       if (config.quant.fp8_checkpoint() &&
-          (quant::quantized_slot(t.slot) || quant::dequantized_fp8_slot(t.slot))) {
+          (quant::quantized_slot(t.slot) || quant::fp8_expert_slot(t.slot))) {
         quant::check_fp8_part(store, part, config.quant, used);
       } else if (is_integer(v.dtype)) {
         invalid_argument(v.file + ": tensor '" + part.name + "' is " +

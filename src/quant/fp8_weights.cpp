@@ -69,7 +69,7 @@ bool quantized_slot(models::WeightSlot slot) {
          slot == WeightSlot::kDown;
 }
 
-bool dequantized_fp8_slot(models::WeightSlot slot) {
+bool fp8_expert_slot(models::WeightSlot slot) {
   return slot == models::WeightSlot::kExpertsGateUp || slot == models::WeightSlot::kExpertsDown;
 }
 
@@ -140,6 +140,15 @@ std::vector<float> part_block_scales(const io::WeightStore& store, const models:
   return read_f32(s);
 }
 
+namespace {
+
+// Any scale layout as blocks: element (r, c) of part's slice is scaled by scale[((row0 + r) /
+// block_n) * scale_cols + (col0 + c) / block_k] (per tensor or channel: a block per local row).
+struct Fp8PartScales {
+  std::vector<float> scale;
+  int64_t scale_cols = 1, block_n = 1, block_k = 1, row0 = 0, col0 = 0;
+};
+
 Fp8PartScales part_scales_as_blocks(const io::WeightStore& store, const models::HfTensorSpec& part,
                                     const QuantConfig& q) {
   const std::vector<int64_t> ls = part.local_shape();
@@ -156,6 +165,8 @@ Fp8PartScales part_scales_as_blocks(const io::WeightStore& store, const models::
   b.block_n = q.block_n, b.block_k = q.block_k;
   return b;
 }
+
+}  // namespace
 
 void apply_part_scales(const io::WeightStore& store, const models::HfTensorSpec& part,
                        const QuantConfig& q, float* local) {

@@ -25,9 +25,10 @@ namespace pagellm::quant {
 // LM head, norms and biases stay 16-bit (the LM head is in every format's ignore list).
 bool quantized_slot(models::WeightSlot slot);
 
-// The plan entries whose FP8 parts are dequantized at load on every backend (the GPU keeps them in
-// the model dtype): the experts of a mixture-of-experts layer, which have no FP8 kernels yet.
-bool dequantized_fp8_slot(models::WeightSlot slot);
+// The experts of a mixture-of-experts layer, which an FP8 checkpoint may store in FP8 too: the CPU
+// dequantizes them (fp32), the GPU keeps them in e4m3 with a scale per row (requantizing 128x128
+// blocks per row) for its expert kernels, which compute with bf16 / f16 activations (W8A16).
+bool fp8_expert_slot(models::WeightSlot slot);
 
 // A (small) tensor's values as fp32; its dtype must be F32, BF16 or F16 (callers check).
 std::vector<float> read_f32(const io::TensorView& t);
@@ -55,15 +56,6 @@ std::vector<float> part_row_scales(const io::WeightStore& store, const models::H
 // A block-scaled part's whole scale tensor [ceil(n / block_n), ceil(k / block_k)] as fp32.
 std::vector<float> part_block_scales(const io::WeightStore& store, const models::HfTensorSpec& part,
                                      const QuantConfig& q);
-
-// Any scale layout as blocks: element (r, c) of part's slice is scaled by scale[((row0 + r) /
-// block_n) * scale_cols + (col0 + c) / block_k] (per tensor or channel: a block per local row).
-struct Fp8PartScales {
-  std::vector<float> scale;
-  int64_t scale_cols = 1, block_n = 1, block_k = 1, row0 = 0, col0 = 0;
-};
-Fp8PartScales part_scales_as_blocks(const io::WeightStore& store, const models::HfTensorSpec& part,
-                                    const QuantConfig& q);
 
 // Multiplies `local` (part's slice, already converted from e4m3 to fp32, row-major) by its scales:
 // the dequantized weight in fp32, exactly (one fp32 multiplication per element).

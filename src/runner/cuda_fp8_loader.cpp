@@ -52,7 +52,9 @@ void ensure_staging(DevMem& buf, size_t bytes, cudaStream_t stream) {
 bool CudaRunner::Impl::fp8_layer(const models::WeightTensorSpec& t,
                                  const io::WeightStore* checkpoint) const {
   const quant::QuantConfig& q = config.quant;
-  if (!q.fp8() || !quant::quantized_slot(t.slot)) return false;
+  const bool experts = quant::fp8_expert_slot(t.slot);
+  if (!q.fp8() || !(quant::quantized_slot(t.slot) || experts)) return false;
+  if (experts && q.online) return false;     // refused before (model_loader)
   if (q.online || !checkpoint) return true;  // dummy weights are quantized like a 16-bit model
   for (const models::HfTensorSpec& part : t.parts)
     if (quant::part_is_fp8(*checkpoint, part)) return true;
@@ -94,9 +96,10 @@ void CudaRunner::Impl::load_fp8_layer(const models::WeightTensorSpec& t,
   if (k % 16 != 0)
     unsupported(opt.model_name + ": " + t.label + " has " + std::to_string(k) +
                 " input features on this rank; FP8 layers need a multiple of 16");
-  const bool blocks =
-      keeps_blocks(q, t) && std::all_of(t.parts.begin(), t.parts.end(),
-                                        [&](auto& p) { return stored_fp8(q, checkpoint, p); });
+  // The expert kernels take a scale per row (moe.h).
+  const bool blocks = !quant::fp8_expert_slot(t.slot) && keeps_blocks(q, t) &&
+                      std::all_of(t.parts.begin(), t.parts.end(),
+                                  [&](auto& p) { return stored_fp8(q, checkpoint, p); });
   const int64_t stride = cuda::fp8_block_scale_stride(int(k));
   std::vector<float> host_blocks;
   w = DevMem(size_t(n * k), t.label + " (fp8)");
@@ -147,37 +150,6 @@ void CudaRunner::Impl::load_fp8_layer(const models::WeightTensorSpec& t,
     check(cudaMemcpy(s.scale.get(), host_blocks.data(), host_blocks.size() * 4,
                      cudaMemcpyHostToDevice),
           "uploading block scales of " + t.label);
-}
-
-bool CudaRunner::Impl::dequantized_fp8_part(const models::WeightTensorSpec& t,
-                                             const models::HfTensorSpec& part,
-                                             const io::WeightStore& checkpoint) const {
-  return quant::dequantized_fp8_slot(t.slot) && stored_fp8(config.quant, &checkpoint, part);
-}
-
-// One fp32 product per element, rounded once to the model dtype (cuda::dequantize_fp8_blocks: any
-// scale layout as blocks, quant::part_scales_as_blocks); the CPU backend keeps the fp32 product.
-void CudaRunner::Impl::upload_dequantized_fp8(const io::WeightStore& checkpoint,
-                                              const models::HfTensorSpec& part,
-                                              WeightUploader& uploader, void* out) {
-  if (dt == DType::kF32)
-    unsupported(opt.model_name + ": " + part.name +
-                " is FP8; FP8 expert weights load in bfloat16 or float16, not --dtype float32");
-  const std::vector<int64_t> local = part.local_shape();
-  const int64_t rows = local[0], cols = local[1];
-  ensure_staging(fp8_staging8, size_t(rows * cols), stream);
-  uploader.upload(checkpoint.get(part.name), part, fp8_staging8.get(), DType::kF8E4M3);
-  const quant::Fp8PartScales b = quant::part_scales_as_blocks(checkpoint, part, config.quant);
-  ensure_staging(fp8_scale_staging, b.scale.size() * 4, stream);
-  // From pageable memory: the call returns once the scales are staged, before `b` goes.
-  check(cudaMemcpyAsync(fp8_scale_staging.get(), b.scale.data(), b.scale.size() * 4,
-                        cudaMemcpyHostToDevice, stream),
-        "uploading scales of " + part.name);
-  cuda::Fp8BlockDequantParams p;
-  p.dtype = dt, p.wq = fp8_staging8.get(), p.scale = fp8_scale_staging.as<float>(), p.out = out;
-  p.rows = rows, p.cols = cols, p.row0 = b.row0, p.col0 = b.col0, p.scale_cols = b.scale_cols;
-  p.block_n = int(b.block_n), p.block_k = int(b.block_k);
-  check(cuda::dequantize_fp8_blocks(p, stream), "dequantizing " + part.name);
 }
 
 // A block-scaled part whose slice cuts blocks: e4m3 bytes -> 16-bit with the block scales ->

@@ -176,7 +176,7 @@ void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
         shared.push_back(std::move(t));
     load_plan(shared, opt.shared_embed_checkpoint);
   }
-  fp8_staging8 = DevMem(), fp8_staging16 = DevMem(), fp8_scale_staging = DevMem();
+  fp8_staging8 = DevMem(), fp8_staging16 = DevMem();
   load_rope_tables();
 }
 
@@ -215,8 +215,6 @@ void CudaRunner::Impl::load_plan(const std::vector<models::WeightTensorSpec>& pl
       const int64_t count = part.num_elements();
       if (uploader && int_part(t, part)) {
         upload_dequantized_int(*checkpoint, part, out);
-      } else if (uploader && dequantized_fp8_part(t, part, *checkpoint)) {
-        upload_dequantized_fp8(*checkpoint, part, *uploader, out);
       } else if (uploader) {
         uploader->upload(checkpoint->get(part.name), part, out);
       } else {
@@ -297,6 +295,14 @@ void CudaRunner::Impl::alloc_activations() {
     x_moe_out = DevMem(rows * hidden * esz, "MoE activations");
     x_moe_gate_up = DevMem(rows * 2 * moe_inter * esz, "MoE activations");
     moe_rows = DevMem((rows + slots) * 4, "MoE routing");
+    const bool fp8_experts = std::any_of(layers.begin(), layers.end(), [](const LayerWeights& l) {
+      return l.experts_gate_up_fp8.on();
+    });
+    const char* forced = forced_moe_grouping();
+    const bool host_forced = forced && std::strcmp(forced, "host") == 0;
+    if (fp8_experts && (int(T) >= kMoeHostMinTokens || host_forced))
+      moe_w16 = DevMem(size_t(moe_experts) * 2 * moe_inter * hidden * esz,  // the larger one
+                       "MoE FP8 experts dequantized");
     check(cudaMallocHost(reinterpret_cast<void**>(&moe_host), (rows + 2 * slots) * 4),
           "pinned MoE routing");
   }
@@ -356,11 +362,11 @@ void CudaRunner::Impl::alloc_activations() {
   x_sample_out = DevMem(S * sizeof(cuda::SampleOutput), "sampler outputs");
   check(cudaMallocHost(reinterpret_cast<void**>(&sample_out_host), S * sizeof(cuda::SampleOutput)),
         "pinned sampler outputs");
-  stats.activation_bytes =
-      int64_t(x_hidden.bytes() * 3 + x_qkv.bytes() + x_attn.bytes() + x_gate_up.bytes() +
-              x_act.bytes() + x_rows.bytes() + x_logits.bytes() + attn_ws.bytes() + lay.total +
-              x_sample_work.bytes() + x_sample_weights.bytes() + x_router.bytes() +
-              moe_ids.bytes() + moe_weights.bytes() + x_moe_act.bytes() + x_moe_out.bytes());
+  stats.activation_bytes = int64_t(
+      x_hidden.bytes() * 3 + x_qkv.bytes() + x_attn.bytes() + x_gate_up.bytes() + x_act.bytes() +
+      x_rows.bytes() + x_logits.bytes() + attn_ws.bytes() + lay.total + x_sample_work.bytes() +
+      x_sample_weights.bytes() + x_router.bytes() + moe_ids.bytes() + moe_weights.bytes() +
+      x_moe_act.bytes() + x_moe_out.bytes() + x_moe_gate_up.bytes() + moe_w16.bytes());
 }
 
 // ---- one step --------------------------------------------------------------------------------

@@ -27,10 +27,6 @@ namespace {
 //   layer;
 // - kPerSlot: each slot reads its expert's weights (moe_linear): the smallest batches, fp32, and
 //   shapes the grouped kernel does not take.
-// Tokens from which an eager step sorts on the host (H200, Qwen3-30B-A3B prefill in chunks of 256
-// tokens: device 11.17 against host 8.11 requests/s; of 512: 13.55 against 13.92, a wash, so the
-// mixed steps of 512-1023 tokens, whose decode rows favour the device, stay there).
-constexpr int kMoeHostMinTokens = 1024;
 // Tokens from which a step groups on the device: below, few slots share an expert, and the
 // per-slot kernel, with no sort before it, was faster (H200, Qwen3-30B-A3B experts at 1 token:
 // 22.4 against 29.4 us a layer; even at 4).
@@ -39,17 +35,17 @@ constexpr int kMoeDeviceMinTokens = 4;
 // batch over padded blocks of every expert.
 constexpr int kMoeFewExperts = 16;
 
+}  // namespace
+
 // PAGELLM_MOE_GROUPING (A/B runs; unset: the automatic choice of moe_path):
 //   device — the device-grouped kernels on every step they take;
 //   host   — the host-sorted pass on every eager step of 2+ tokens;
 //   slot   — the rule before the device-grouped kernels: host-sorted from 16 tokens (eager), the
 //            per-slot kernel otherwise.
-const char* forced_moe_grouping() {
+const char* CudaRunner::Impl::forced_moe_grouping() {
   static const char* forced = std::getenv("PAGELLM_MOE_GROUPING");
   return forced;
 }
-
-}  // namespace
 
 // Programmatic dependent launch on single-GPU decode steps (kernels.h), where the next kernel's
 // weight stream starting under this one's drain was measured to pay (H200: +1-2 % at batch 1,
@@ -325,7 +321,7 @@ void CudaRunner::Impl::moe_mlp(const LayerWeights& w, int n) {
   check(cuda::moe_route(r, stream), "MoE routing");
   const int slots = n * moe_top_k;
   const int32_t* y_rows = nullptr;
-  const MoePath path = moe_path(n);
+  const MoePath path = moe_path(n, w.experts_gate_up_fp8.on());
   if (path == MoePath::kHost) {
     y_rows = moe_grouped(w, n);
   } else if (path == MoePath::kDevice) {
@@ -334,10 +330,12 @@ void CudaRunner::Impl::moe_mlp(const LayerWeights& w, int n) {
     cuda::MoeLinearParams up;  // gate/up with the SiLU-and-mul: the activation of every slot
     up.dtype = dt, up.x = x_normed.get(), up.x_row_div = moe_top_k, up.gated = true;
     up.w = w.experts_gate_up.get(), up.ids = r.ids, up.y = x_moe_act.get(), up.num_slots = slots;
+    up.w_scale = w.experts_gate_up_fp8.scale.as<float>();
     up.out_features = moe_inter, up.in_features = hidden;
     check(cuda::moe_linear(up, stream), "MoE gate/up");
     cuda::MoeLinearParams down = up;
     down.x = x_moe_act.get(), down.x_row_div = 1, down.gated = false, down.w = w.experts_down.get();
+    down.w_scale = w.experts_down_fp8.scale.as<float>();
     down.y = x_moe_out.get(), down.out_features = hidden, down.in_features = moe_inter;
     check(cuda::moe_linear(down, stream), "MoE down");
   }
@@ -347,12 +345,14 @@ void CudaRunner::Impl::moe_mlp(const LayerWeights& w, int n) {
   check(cuda::moe_combine(sum, stream), "MoE combine");
 }
 
-CudaRunner::Impl::MoePath CudaRunner::Impl::moe_path(int n) const {
+CudaRunner::Impl::MoePath CudaRunner::Impl::moe_path(int n, bool fp8) const {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   check(cudaStreamIsCapturing(stream, &capture), "querying stream capture");
-  const bool eager = capture == cudaStreamCaptureStatusNone;
-  const bool device = cuda::moe_grouped_linear_supported(dt, moe_inter, hidden) &&
-                      cuda::moe_grouped_linear_supported(dt, hidden, moe_inter);
+  // The host-sorted pass runs 16-bit cuBLAS GEMMs: FP8 experts need the scratch they are
+  // dequantized into (moe_w16) for it.
+  const bool eager = capture == cudaStreamCaptureStatusNone && (!fp8 || moe_w16.get());
+  const bool device = cuda::moe_grouped_linear_supported(dt, moe_inter, hidden, fp8) &&
+                      cuda::moe_grouped_linear_supported(dt, hidden, moe_inter, fp8);
   const char* forced = forced_moe_grouping();
   auto is = [&](const char* mode) { return forced && std::strcmp(forced, mode) == 0; };
   if (is("slot")) return eager && n >= 16 ? MoePath::kHost : MoePath::kPerSlot;
@@ -375,13 +375,15 @@ const int32_t* CudaRunner::Impl::moe_device_grouped(const LayerWeights& w, int n
   cuda::MoeGroupedLinearParams up;  // gate/up with the SiLU-and-mul, rows in sorted order
   up.dtype = dt, up.x = x_normed.get(), up.slot_of_row = slot_of_row, up.x_row_div = moe_top_k;
   up.gated = true, up.w = w.experts_gate_up.get(), up.groups = groups;
+  up.w_scale = w.experts_gate_up_fp8.scale.as<float>();
   up.num_experts = moe_experts, up.num_rows = slots;
   up.max_groups = std::min(moe_experts, slots);
   up.y = x_moe_act.get(), up.out_features = moe_inter, up.in_features = hidden;
   check(cuda::moe_grouped_linear(up, stream), "MoE gate/up");
   cuda::MoeGroupedLinearParams down = up;
   down.x = x_moe_act.get(), down.slot_of_row = nullptr, down.x_row_div = 1, down.gated = false;
-  down.w = w.experts_down.get(), down.y = x_moe_out.get();
+  down.w = w.experts_down.get(), down.w_scale = w.experts_down_fp8.scale.as<float>();
+  down.y = x_moe_out.get();
   down.out_features = hidden, down.in_features = moe_inter;
   check(cuda::moe_grouped_linear(down, stream), "MoE down");
   return row_of_slot;
@@ -425,6 +427,15 @@ const int32_t* CudaRunner::Impl::moe_grouped(const LayerWeights& w, int n) {
   cuda::EmbeddingParams gather{dt, dev_rows, x_normed.get(), x_moe_out.get(), int(rows), hidden, n};
   check(cuda::embedding(gather, stream), "gathering the MoE rows");
   const int gate_up = 2 * moe_inter;
+  // FP8 experts: each projection of every expert dequantized into moe_w16 first (its GEMMs are
+  // ordered after the dequantization on the stream, and the next one after them).
+  auto weights_of = [&](const DevMem& w16, const Fp8Scales& f, int out, int in) -> const DevMem& {
+    if (!f.on()) return w16;
+    check(cuda::dequantize_fp8_rows(dt, w16.get(), f.scale.as<float>(), int64_t(moe_experts) * out,
+                                    in, moe_w16.get(), stream),
+          "dequantizing FP8 experts");
+    return moe_w16;
+  };
   auto project = [&](const char* what, const void* x, const DevMem& weights, void* y, int out,
                      int in) {
     auto rows_of = [&](int e, int begin, int count) {  // expert e on rows [begin, begin + count)
@@ -450,11 +461,15 @@ const int32_t* CudaRunner::Impl::moe_grouped(const LayerWeights& w, int n) {
       if (g.expert_count[size_t(e)] > 0)
         rows_of(e, g.expert_begin[size_t(e)], g.expert_count[size_t(e)]);
   };
-  project("MoE gate/up", x_moe_out.get(), w.experts_gate_up, x_moe_gate_up.get(), gate_up, hidden);
+  project("MoE gate/up", x_moe_out.get(),
+          weights_of(w.experts_gate_up, w.experts_gate_up_fp8, gate_up, hidden),
+          x_moe_gate_up.get(), gate_up, hidden);
   check(
       cuda::silu_and_mul({dt, x_moe_gate_up.get(), x_moe_act.get(), int(rows), moe_inter}, stream),
       "MoE silu_and_mul");
-  project("MoE down", x_moe_act.get(), w.experts_down, x_moe_out.get(), hidden, moe_inter);
+  project("MoE down", x_moe_act.get(),
+          weights_of(w.experts_down, w.experts_down_fp8, hidden, moe_inter), x_moe_out.get(),
+          hidden, moe_inter);
   return dev_rows + rows;
 }
 

@@ -100,6 +100,9 @@ struct LayerWeights {
   DevMem experts_gate_up;  // [E, 2 * moe_inter, hidden]
   DevMem experts_down;     // [E, hidden, moe_inter]
   Fp8Scales qkv_fp8, o_proj_fp8, gate_up_fp8, down_fp8;
+  // FP8 experts (an FP8 checkpoint, or dummy weights under its config): experts_gate_up /
+  // experts_down hold e4m3 codes, these a scale per row ([E * 2 * moe_inter], [E * hidden]).
+  Fp8Scales experts_gate_up_fp8, experts_down_fp8;
   IntScales qkv_int, o_proj_int, gate_up_int, down_int;
 };
 
@@ -150,7 +153,7 @@ struct CudaRunner::Impl {
   // FP8 linear layers: activation quantization scratch (gemm/fp8_gemm.h), sized for max_tokens
   // rows of the widest input; empty without FP8.
   DevMem fp8_xq, fp8_xscale;
-  DevMem fp8_staging8, fp8_staging16, fp8_scale_staging;  // load-time only
+  DevMem fp8_staging8, fp8_staging16;  // load-time only
   bool any_fp8 = false;
   // INT4 / INT8 layers: the weight dequantized for prefill-sized steps ([n, k] of the largest
   // layer) and act-order activations ([T, widest input]); empty when not needed.
@@ -185,6 +188,15 @@ struct CudaRunner::Impl {
   // device, and a pinned staging area for both ways. x_moe_act and x_moe_out have R rows too.
   DevMem x_moe_gate_up;         // [R, 2 * moe_inter]
   DevMem moe_rows;              // int32: token_of_row [R], then row_of_slot [T * top_k]
+  // FP8 experts: one projection of every expert dequantized ([E, 2 * moe_inter, hidden]), for the
+  // host-sorted pass's GEMMs; empty otherwise, or when no step reaches kMoeHostMinTokens.
+  DevMem moe_w16;
+  // Tokens from which an eager step sorts on the host (H200, Qwen3-30B-A3B prefill in chunks of
+  // 256 tokens: device 11.17 against host 8.11 requests/s; of 512: 13.55 against 13.92, a wash,
+  // so the mixed steps of 512-1023 tokens, whose decode rows favour the device, stay there).
+  static constexpr int kMoeHostMinTokens = 1024;
+  // PAGELLM_MOE_GROUPING (cuda_runner_forward.cpp), or null.
+  static const char* forced_moe_grouping();
   int32_t* moe_host = nullptr;  // pinned: the routing back [T * top_k], then moe_rows' contents
   DevMem x_rows;            // [max_seqs, hidden] normed rows that need logits
   DevMem x_logits;          // [max_seqs, vocab]
@@ -280,13 +292,6 @@ struct CudaRunner::Impl {
   bool int_part(const models::WeightTensorSpec& t, const models::HfTensorSpec& part) const;
   void upload_dequantized_int(const io::WeightStore& checkpoint, const models::HfTensorSpec& part,
                               void* out);
-  // An FP8 part of a plan entry kept in the model dtype (quant::dequantized_fp8_slot: the
-  // experts): its e4m3 bytes streamed to the device and dequantized there into out
-  // (cuda_fp8_loader.cpp).
-  bool dequantized_fp8_part(const models::WeightTensorSpec& t, const models::HfTensorSpec& part,
-                            const io::WeightStore& checkpoint) const;
-  void upload_dequantized_fp8(const io::WeightStore& checkpoint, const models::HfTensorSpec& part,
-                              class WeightUploader& uploader, void* out);
   void load_fp8_layer(const models::WeightTensorSpec& t, const io::WeightStore* checkpoint,
                       class WeightUploader* uploader, DevMem& w, Fp8Scales& s);
   // INT layers (cuda_int_loader.cpp). Whether every part of plan entry t is an INT4 / INT8 weight
@@ -311,6 +316,10 @@ struct CudaRunner::Impl {
         return l.gate_up_fp8;
       case models::WeightSlot::kDown:
         return l.down_fp8;
+      case models::WeightSlot::kExpertsGateUp:
+        return l.experts_gate_up_fp8;
+      case models::WeightSlot::kExpertsDown:
+        return l.experts_down_fp8;
       default:
         internal(t.label + " is not an FP8 layer");
     }
@@ -382,7 +391,8 @@ struct CudaRunner::Impl {
   const int32_t* moe_device_grouped(const LayerWeights& w, int num_tokens);
   // Which of the three a step of num_tokens takes (cuda_runner_forward.cpp).
   enum class MoePath { kDevice, kHost, kPerSlot };
-  MoePath moe_path(int num_tokens) const;
+  // fp8: the layer's experts are FP8 (no host-sorted pass).
+  MoePath moe_path(int num_tokens, bool fp8) const;
   double moe_launch_rows() const;
   // Sums x_proj's first num_tokens rows over the stage's tensor-parallel ranks (row-parallel
   // o_proj / down_proj); no-op without tensor parallelism.

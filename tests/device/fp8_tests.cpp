@@ -137,12 +137,13 @@ void test_quantize(Suite& s, DType t, int m, int k, int kind) {
 
 // dequantize_fp8_blocks on a slice [rows, cols] at (row0, col0) of an [n, k] block-scaled weight
 // (random e4m3 codes, random positive scales): every output equals the host's fp32 product rounded
-// to the dtype.
+// to the dtype. by_rows: dequantize_fp8_rows instead (bn = 1, bk = cols = k, col0 = 0: a scale
+// per row, from row row0 of the scales).
 void test_dequant_blocks(Suite& s, DType t, int n, int k, int row0, int col0, int rows, int cols,
-                         int bn, int bk) {
+                         int bn, int bk, bool by_rows = false) {
   char name[128];
-  std::snprintf(name, sizeof name, "fp8 dequantize blocks %s %dx%d slice (%d,%d) %dx%d", dname(t),
-                bn, bk, row0, col0, rows, cols);
+  std::snprintf(name, sizeof name, "fp8 dequantize %s %s %dx%d slice (%d,%d) %dx%d",
+                by_rows ? "rows" : "blocks", dname(t), bn, bk, row0, col0, rows, cols);
   if (!s.selected(name)) return;
   const int sr = (n + bn - 1) / bn, sc = (k + bk - 1) / bk;
   std::uniform_int_distribution<int> code(0, 255);
@@ -161,7 +162,11 @@ void test_dequant_blocks(Suite& s, DType t, int n, int k, int row0, int col0, in
   p.dtype = t, p.wq = qd.ptr, p.scale = static_cast<const float*>(sd.ptr), p.out = od.ptr;
   p.rows = rows, p.cols = cols, p.row0 = row0, p.col0 = col0, p.scale_cols = sc;
   p.block_n = bn, p.block_k = bk;
-  CK(dequantize_fp8_blocks(p, nullptr));
+  if (by_rows)
+    CK(dequantize_fp8_rows(t, qd.ptr, static_cast<const float*>(sd.ptr) + row0, rows, cols, od.ptr,
+                           nullptr));
+  else
+    CK(dequantize_fp8_blocks(p, nullptr));
   CK(cudaDeviceSynchronize());
   const std::vector<float> out = download(od, t, q.size());
   size_t bad = 0;
@@ -464,6 +469,8 @@ void fp8_suite(const std::string& filter, int& passed, int& failed) {
     test_dequant_blocks(s, t, 1024, 4096, 0, 0, 1024, 4096, 128, 128);
     test_dequant_blocks(s, t, 1000, 1100, 192, 64, 300, 700, 128, 128);  // slice cuts blocks
     test_dequant_blocks(s, t, 300, 200, 7, 0, 100, 200, 64, 32);
+    test_dequant_blocks(s, t, 1536, 2048, 0, 0, 1536, 2048, 1, 2048, true);  // FP8 experts
+    test_dequant_blocks(s, t, 300, 48, 17, 0, 200, 48, 1, 48, true);
   }
   cudaError_t err;
   GemmContext* ctx = gemm_create(32 << 20, &err);

@@ -10,6 +10,8 @@
 //  - a CUDA graph replay gives the eager call's bits;
 //  - the per-slot path of small batches (moe_linear's gate/up and down, moe_combine) against the
 //    same reference summed per token;
+//  - FP8 experts (e4m3 codes with a scale per row) through both paths, against the reference over
+//    the dequantized weights;
 //  - the benchmark (--moe-bench-only): Qwen3-30B-A3B and Mixtral-8x7B expert shapes, the grouped
 //    kernels against the per-slot path (combine included) and a dense cuBLAS GEMM of the same FLOPs
 //    and weight bytes, with the copy rate measured in the same process.
@@ -144,7 +146,29 @@ struct MoeCase {
   std::vector<int32_t> ids;
   std::vector<float> x, gate_up, down;  // [n, hidden], [E, 2 * inter, hidden], [E, hidden, inter]
   std::vector<float> weights;           // [n, top_k] routing weights
+  // FP8 experts: the weights' e4m3 codes and per-row scales (gate_up / down then hold the
+  // dequantized values, the reference's weights).
+  bool fp8 = false;
+  std::vector<uint8_t> gate_up_q, down_q;
+  std::vector<float> gate_up_s, down_s;
 };
+
+// w [rows, cols] quantized per row to e4m3 codes q and scales s (amax / 448); w becomes the
+// dequantized weights.
+void quantize_rows(std::vector<float>& w, int64_t rows, int64_t cols, std::vector<uint8_t>& q,
+                   std::vector<float>& s) {
+  q.resize(w.size()), s.resize(size_t(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    float amax = 0.f;
+    for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(w[size_t(r * cols + c)]));
+    s[size_t(r)] = std::max(amax, 1e-12f) / 448.f;
+    for (int64_t c = 0; c < cols; ++c) {
+      const size_t i = size_t(r * cols + c);
+      q[i] = f32_to_fp8(w[i] / s[size_t(r)], Fp8Format::kE4M3);
+      w[i] = fp8_to_f32(q[i], Fp8Format::kE4M3) * s[size_t(r)];
+    }
+  }
+}
 
 std::vector<float> random_values(DType t, size_t count, float bound) {
   std::uniform_real_distribution<float> d(-bound, bound);
@@ -180,6 +204,7 @@ std::vector<double> host_slot(const MoeCase& c, int slot) {
 
 struct DeviceMoe {
   DevMem x, gate_up, down, act, out, weights, combined;
+  DevMem gate_up_s, down_s;  // FP8 experts' scales
   Sorted sorted;
 };
 
@@ -190,19 +215,22 @@ struct GroupedBuffers {
   const void *x, *gate_up, *down;
   void *act, *out;
   const int32_t *slot_of_row, *groups;
+  const float *gate_up_scale = nullptr, *down_scale = nullptr;  // FP8 experts
 };
 
 // The runner's projections after the sort: gate/up (+ SiLU-and-mul), then down.
 void grouped_projections(const Shape& s, int slots, const GroupedBuffers& g, cudaStream_t stream) {
   MoeGroupedLinearParams up;
   up.dtype = g.t, up.x = g.x, up.slot_of_row = g.slot_of_row, up.x_row_div = s.top_k;
-  up.gated = true, up.w = g.gate_up, up.groups = g.groups, up.num_experts = s.E;
+  up.gated = true, up.w = g.gate_up, up.w_scale = g.gate_up_scale, up.groups = g.groups;
+  up.num_experts = s.E;
   up.num_rows = slots, up.max_groups = std::min(s.E, slots), up.y = g.act;
   up.out_features = s.inter, up.in_features = s.hidden;
   CK(moe_grouped_linear(up, stream));
   MoeGroupedLinearParams down = up;
   down.x = g.act, down.slot_of_row = nullptr, down.x_row_div = 1, down.gated = false;
-  down.w = g.down, down.y = g.out, down.out_features = s.hidden, down.in_features = s.inter;
+  down.w = g.down, down.w_scale = g.down_scale, down.y = g.out;
+  down.out_features = s.hidden, down.in_features = s.inter;
   CK(moe_grouped_linear(down, stream));
 }
 
@@ -213,14 +241,21 @@ void run_grouped(const MoeCase& c, DeviceMoe& d, cudaStream_t stream) {
   grouped_projections(
       c.s, slots,
       {c.t, d.x.ptr, d.gate_up.ptr, d.down.ptr, d.act.ptr, d.out.ptr,
-       static_cast<int32_t*>(d.sorted.slot_of_row.ptr), static_cast<int32_t*>(d.sorted.groups.ptr)},
+       static_cast<int32_t*>(d.sorted.slot_of_row.ptr), static_cast<int32_t*>(d.sorted.groups.ptr),
+       c.fp8 ? static_cast<float*>(d.gate_up_s.ptr) : nullptr,
+       c.fp8 ? static_cast<float*>(d.down_s.ptr) : nullptr},
       stream);
 }
 
 void upload_case(const MoeCase& c, DeviceMoe& d) {
   upload(d.x, encode(c.t, c.x));
-  upload(d.gate_up, encode(c.t, c.gate_up));
-  upload(d.down, encode(c.t, c.down));
+  if (c.fp8) {
+    upload(d.gate_up, c.gate_up_q), upload(d.gate_up_s, c.gate_up_s);
+    upload(d.down, c.down_q), upload(d.down_s, c.down_s);
+  } else {
+    upload(d.gate_up, encode(c.t, c.gate_up));
+    upload(d.down, encode(c.t, c.down));
+  }
   const size_t slots = size_t(c.n) * c.s.top_k;
   d.act.alloc(slots * c.s.inter * dsize(c.t));
   d.out.alloc(slots * c.s.hidden * dsize(c.t));
@@ -236,6 +271,7 @@ struct PerSlotBuffers {
   void *act, *out, *combined;
   const int32_t* ids;
   const float* weights;
+  const float *gate_up_scale = nullptr, *down_scale = nullptr;  // FP8 experts
 };
 
 // The per-slot path of small batches: moe_linear's gate/up and down, then moe_combine into
@@ -243,11 +279,12 @@ struct PerSlotBuffers {
 void per_slot_path(const Shape& s, int n, const PerSlotBuffers& b, cudaStream_t stream) {
   MoeLinearParams up;
   up.dtype = b.t, up.x = b.x, up.x_row_div = s.top_k, up.gated = true, up.w = b.gate_up;
-  up.ids = b.ids, up.y = b.act, up.num_slots = n * s.top_k;
+  up.ids = b.ids, up.y = b.act, up.num_slots = n * s.top_k, up.w_scale = b.gate_up_scale;
   up.out_features = s.inter, up.in_features = s.hidden;
   CK(moe_linear(up, stream));
   MoeLinearParams down = up;
   down.x = b.act, down.x_row_div = 1, down.gated = false, down.w = b.down;
+  down.w_scale = b.down_scale;
   down.y = b.out, down.out_features = s.hidden, down.in_features = s.inter;
   CK(moe_linear(down, stream));
   MoeCombineParams sum;
@@ -259,7 +296,9 @@ void per_slot_path(const Shape& s, int n, const PerSlotBuffers& b, cudaStream_t 
 void run_per_slot(const MoeCase& c, DeviceMoe& d, cudaStream_t stream) {
   per_slot_path(c.s, c.n,
                 {c.t, d.x.ptr, d.gate_up.ptr, d.down.ptr, d.act.ptr, d.out.ptr, d.combined.ptr,
-                 static_cast<int32_t*>(d.sorted.ids.ptr), static_cast<float*>(d.weights.ptr)},
+                 static_cast<int32_t*>(d.sorted.ids.ptr), static_cast<float*>(d.weights.ptr),
+                 c.fp8 ? static_cast<float*>(d.gate_up_s.ptr) : nullptr,
+                 c.fp8 ? static_cast<float*>(d.down_s.ptr) : nullptr},
                 stream);
 }
 
@@ -299,17 +338,21 @@ std::vector<float> by_slot(const DeviceMoe& d, DType t, const MoeCase& c) {
   return v;
 }
 
-void linear_case(Suite& suite, DType t, Shape s, int n, Routing how) {
-  const std::string name = std::string("moe_grouped ") + dname(t) + " E=" + std::to_string(s.E) +
-                           " top_k=" + std::to_string(s.top_k) +
+void linear_case(Suite& suite, DType t, Shape s, int n, Routing how, bool fp8 = false) {
+  const std::string name = std::string("moe_grouped ") + dname(t) + (fp8 ? " fp8 experts" : "") +
+                           " E=" + std::to_string(s.E) + " top_k=" + std::to_string(s.top_k) +
                            " hidden=" + std::to_string(s.hidden) +
                            " inter=" + std::to_string(s.inter) + " n=" + std::to_string(n) +
                            (how == Routing::kSkewed ? " skewed" : "");
   if (!suite.selected(name)) return;
-  MoeCase c{t, s, n, route(how, n, s.top_k, s.E), {}, {}, {}, {}};
+  MoeCase c{t, s, n, route(how, n, s.top_k, s.E), {}, {}, {}, {}, fp8, {}, {}, {}, {}};
   c.x = random_values(t, size_t(n) * s.hidden, 1.f);
   c.gate_up = random_values(t, size_t(s.E) * 2 * s.inter * s.hidden, 1.f / std::sqrt(s.hidden));
   c.down = random_values(t, size_t(s.E) * s.hidden * s.inter, 1.f / std::sqrt(s.inter));
+  if (fp8) {
+    quantize_rows(c.gate_up, int64_t(s.E) * 2 * s.inter, s.hidden, c.gate_up_q, c.gate_up_s);
+    quantize_rows(c.down, int64_t(s.E) * s.hidden, s.inter, c.down_q, c.down_s);
+  }
   c.weights = random_values(DType::kF32, size_t(n) * s.top_k, 1.f);
   for (float& w : c.weights) w = std::fabs(w) / float(s.top_k);
   DeviceMoe d;
@@ -367,6 +410,14 @@ void linear_suite(Suite& suite) {
     linear_case(suite, t, {4, 1, 128, 48}, 40, Routing::kOneExpert);  // one expert, three passes
   }
   linear_case(suite, DType::kBF16, {16, 8, 2048, 768}, 4, Routing::kUniform);  // Qwen3-30B-A3B rows
+  // FP8 experts (e4m3 codes, a scale per row): k a multiple of 16.
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    linear_case(suite, t, {8, 2, 64, 32}, 5, Routing::kUniform, true);
+    linear_case(suite, t, {6, 2, 80, 48}, 50, Routing::kSkewed, true);  // part tiles and steps
+    linear_case(suite, t, {64, 8, 256, 96}, 1, Routing::kUniform, true);
+    linear_case(suite, t, {64, 8, 256, 96}, 64, Routing::kUniform, true);
+  }
+  linear_case(suite, DType::kBF16, {16, 8, 2048, 768}, 4, Routing::kUniform, true);
 }
 
 // ---- benchmark --------------------------------------------------------------------------------
@@ -379,6 +430,8 @@ struct BenchMoe {
   DevMem x, gate_up, down, act, out, ids, slot_of_row, row_of_slot, groups, weights, combined;
   double needed_bytes = 0;  // mean over the routings: the experts in use, their three matrices
   int mean_used = 0;
+  bool fp8 = false;                // time the FP8 experts below instead
+  DevMem gate_up8, down8, scale8;  // e4m3 1.0 everywhere, scales 0.01
 };
 
 void bench_setup(BenchMoe& b) {
@@ -390,6 +443,11 @@ void bench_setup(BenchMoe& b) {
   fill_random(b.x.ptr, int64_t(b.n) * s.hidden, 3, 1.0);
   fill_random(b.gate_up.ptr, int64_t(s.E) * 2 * s.inter * s.hidden, 4, 0.02);
   fill_random(b.down.ptr, int64_t(s.E) * s.hidden * s.inter, 5, 0.02);
+  b.gate_up8.alloc(size_t(s.E) * 2 * s.inter * s.hidden);
+  b.down8.alloc(size_t(s.E) * s.hidden * s.inter);
+  CK(cudaMemset(b.gate_up8.ptr, 0x38, b.gate_up8.bytes));
+  CK(cudaMemset(b.down8.ptr, 0x38, b.down8.bytes));
+  upload(b.scale8, std::vector<float>(size_t(s.E) * std::max(2 * s.inter, s.hidden), 0.01f));
   b.act.alloc(slots * s.inter * esz);
   b.out.alloc(slots * s.hidden * esz);
   upload(b.weights, std::vector<float>(slots, 1.f / float(s.top_k)));
@@ -418,9 +476,11 @@ void bench_grouped(BenchMoe& b, int call, cudaStream_t stream) {
   auto* sor = static_cast<int32_t*>(b.slot_of_row.ptr);
   auto* groups = static_cast<int32_t*>(b.groups.ptr);
   CK(moe_sort({ids, slots, s.E, sor, static_cast<int32_t*>(b.row_of_slot.ptr), groups}, stream));
+  const float* scale = b.fp8 ? static_cast<float*>(b.scale8.ptr) : nullptr;
   grouped_projections(
       s, slots,
-      {DType::kBF16, b.x.ptr, b.gate_up.ptr, b.down.ptr, b.act.ptr, b.out.ptr, sor, groups},
+      {DType::kBF16, b.x.ptr, b.fp8 ? b.gate_up8.ptr : b.gate_up.ptr,
+       b.fp8 ? b.down8.ptr : b.down.ptr, b.act.ptr, b.out.ptr, sor, groups, scale, scale},
       stream);
   MoeCombineParams sum;
   sum.y = b.out.ptr, sum.y_rows = static_cast<int32_t*>(b.row_of_slot.ptr);
@@ -431,12 +491,13 @@ void bench_grouped(BenchMoe& b, int call, cudaStream_t stream) {
 
 void bench_per_slot(BenchMoe& b, int call, cudaStream_t stream) {
   const int slots = b.n * b.s.top_k;
-  per_slot_path(
-      b.s, b.n,
-      {DType::kBF16, b.x.ptr, b.gate_up.ptr, b.down.ptr, b.act.ptr, b.out.ptr, b.combined.ptr,
-       static_cast<int32_t*>(b.ids.ptr) + size_t(call % kRoutings) * slots,
-       static_cast<float*>(b.weights.ptr)},
-      stream);
+  const float* scale = b.fp8 ? static_cast<float*>(b.scale8.ptr) : nullptr;
+  per_slot_path(b.s, b.n,
+                {DType::kBF16, b.x.ptr, b.fp8 ? b.gate_up8.ptr : b.gate_up.ptr,
+                 b.fp8 ? b.down8.ptr : b.down.ptr, b.act.ptr, b.out.ptr, b.combined.ptr,
+                 static_cast<int32_t*>(b.ids.ptr) + size_t(call % kRoutings) * slots,
+                 static_cast<float*>(b.weights.ptr), scale, scale},
+                stream);
 }
 
 // The same FLOPs and weight bytes as one dense GEMM pair: m = the mean rows per expert in use,
@@ -466,14 +527,15 @@ void moe_bench() {
       "\nMoE experts (gate/up, down, combine), bf16, graph-timed (20 calls, each routing drawn "
       "anew); copy %.0f GB/s\n",
       copy);
-  std::printf("%-14s %5s %6s %12s %12s %12s %9s %11s\n", "shape", "n", "used", "grouped us",
-              "per-slot us", "dense us", "% copy", "dense/grp");
+  std::printf("%-14s %5s %6s %12s %12s %12s %9s %11s %12s %12s\n", "shape", "n", "used",
+              "grouped us", "per-slot us", "dense us", "% copy", "dense/grp", "fp8 grp us",
+              "fp8 slot us");
   const struct {
     const char* name;
     Shape s;
   } shapes[] = {{"qwen3-30b-a3b", {128, 8, 2048, 768}}, {"mixtral-8x7b", {8, 2, 4096, 14336}}};
   for (const auto& sh : shapes) {
-    for (int n : {1, 4, 16, 64, 256}) {
+    for (int n : {1, 4, 16, 64, 256, 1024}) {
       BenchMoe b;
       b.s = sh.s, b.n = n;
       bench_setup(b);
@@ -483,9 +545,15 @@ void moe_bench() {
       const double slot = time_graph_ms([&](cudaStream_t st) { bench_per_slot(b, call++, st); });
       DevMem xd, yd;
       const double dense = dense_ms(ctx, b, xd, yd);
-      std::printf("%-14s %5d %6d %12.1f %12.1f %12.1f %8.1f%% %10.2fx\n", sh.name, n, b.mean_used,
-                  grouped * 1e3, slot * 1e3, dense * 1e3,
-                  100.0 * b.needed_bytes / (grouped * 1e6) / copy, dense / grouped);
+      b.fp8 = true;  // the same routings with FP8 experts
+      call = 0;
+      const double grouped8 = time_graph_ms([&](cudaStream_t st) { bench_grouped(b, call++, st); });
+      call = 0;
+      const double slot8 = time_graph_ms([&](cudaStream_t st) { bench_per_slot(b, call++, st); });
+      std::printf("%-14s %5d %6d %12.1f %12.1f %12.1f %8.1f%% %10.2fx %12.1f %12.1f\n", sh.name, n,
+                  b.mean_used, grouped * 1e3, slot * 1e3, dense * 1e3,
+                  100.0 * b.needed_bytes / (grouped * 1e6) / copy, dense / grouped, grouped8 * 1e3,
+                  slot8 * 1e3);
     }
   }
   gemm_destroy(ctx);

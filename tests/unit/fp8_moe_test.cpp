@@ -104,7 +104,7 @@ int expect_experts_dequantized(const Fp8Moe& m, const parallel::ShardSpec& shard
   models::LlamaWeights w = models::load_llama_weights(c, store, shard);
   int checked = 0;
   for (const models::WeightTensorSpec& t : models::llama_weight_plan(c, shard)) {
-    if (!quant::dequantized_fp8_slot(t.slot)) continue;
+    if (!quant::fp8_expert_slot(t.slot)) continue;
     const std::vector<float>& got = models::weight_slot(w, t);
     size_t off = 0;
     for (const models::HfTensorSpec& part : t.parts) {

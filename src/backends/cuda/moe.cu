@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/fp8_convert.cuh"
 #include "backends/cuda/moe.h"
 
 namespace pagellm::cuda {
@@ -91,9 +92,46 @@ __device__ __forceinline__ float row_dot(const T* row, const T* x, int in_featur
   return warp_sum(acc);
 }
 
+// The same for a row of FP8 codes (in_features % 16 == 0): 16 codes and 16 activations a lane
+// per round, the row's scale applied to the sum.
+template <typename T>
+__device__ __forceinline__ float fp8_row_dot(const uint8_t* row, float scale, const T* x,
+                                             int in_features, int lane) {
+  float acc = 0.f;
+#pragma unroll 2
+  for (int i = lane * 16; i < in_features; i += 32 * 16) {
+    const uint4 codes = __ldcs(reinterpret_cast<const uint4*>(row + i));
+    const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+    float b[2][8];  // 16-bit activations: two 16-byte loads
+    load16(x + i, b[0]);
+    load16(x + i + 8, b[1]);
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      const float2 a = fp8x2_to_float2<__NV_E4M3>((words[q / 2] >> (16 * (q % 2))) & 0xffffu);
+      acc = fmaf(a.x, b[q / 4][2 * (q % 4)], acc);
+      acc = fmaf(a.y, b[q / 4][2 * (q % 4) + 1], acc);
+    }
+  }
+  return warp_sum(acc) * scale;
+}
+
+// Row `row` of slot s's expert (FP8: with its scale) dotted with x.
+template <typename T, int VEC, bool FP8>
+__device__ __forceinline__ float expert_row_dot(const MoeLinearParams& p, size_t row, const T* x,
+                                                int lane) {
+  if constexpr (FP8) {
+    return fp8_row_dot<T>(static_cast<const uint8_t*>(p.w) + row * p.in_features, p.w_scale[row], x,
+                          p.in_features, lane);
+  } else {
+    return row_dot<T, VEC>(static_cast<const T*>(p.w) + row * p.in_features, x, p.in_features,
+                           lane);
+  }
+}
+
 // grid (slots, row blocks): warp w of a block computes output row blockIdx.y * 8 + w of slot
-// blockIdx.x (GATED: the gate and up rows of that column, then the SiLU-and-mul).
-template <typename T, int VEC, bool GATED>
+// blockIdx.x (GATED: the gate and up rows of that column, then the SiLU-and-mul). FP8: e4m3
+// weights with per-row scales.
+template <typename T, int VEC, bool GATED, bool FP8>
 __global__ void moe_linear_kernel(const __grid_constant__ MoeLinearParams p) {
   pdl_launch_dependents();
   pdl_wait();
@@ -101,13 +139,12 @@ __global__ void moe_linear_kernel(const __grid_constant__ MoeLinearParams p) {
   const int row = blockIdx.y * (kLinearThreads / 32) + (threadIdx.x >> 5);
   if (row >= p.out_features) return;                           // the whole warp
   const size_t rows = size_t(GATED ? 2 : 1) * p.out_features;  // of one expert
-  const T* w = static_cast<const T*>(p.w) + (size_t(p.ids[s]) * rows + row) * p.in_features;
+  const size_t w_row = size_t(p.ids[s]) * rows + row;
   const T* x = static_cast<const T*>(p.x) + size_t(s / p.x_row_div) * p.in_features;
-  float out = row_dot<T, VEC>(w, x, p.in_features, lane);
+  float out = expert_row_dot<T, VEC, FP8>(p, w_row, x, lane);
   if constexpr (GATED) {
     const float g = round_to<T>(out);
-    const float u = round_to<T>(
-        row_dot<T, VEC>(w + size_t(p.out_features) * p.in_features, x, p.in_features, lane));
+    const float u = round_to<T>(expert_row_dot<T, VEC, FP8>(p, w_row + p.out_features, x, lane));
     out = round_to<T>(g / (1.f + expf(-g))) * u;
   }
   if (lane == 0) static_cast<T*>(p.y)[size_t(s) * p.out_features + row] = from_float<T>(out);
@@ -138,9 +175,16 @@ cudaError_t launch_moe_linear(const MoeLinearParams& p, cudaStream_t stream) {
   constexpr int kVec = Vec16<T>::kSize;
   const bool vec = p.in_features % kVec == 0 && aligned16(p.x) && aligned16(p.w);
   const dim3 grid(p.num_slots, (p.out_features + kLinearThreads / 32 - 1) / (kLinearThreads / 32));
-  auto kernel =
-      vec ? (p.gated ? moe_linear_kernel<T, kVec, true> : moe_linear_kernel<T, kVec, false>)
-          : (p.gated ? moe_linear_kernel<T, 1, true> : moe_linear_kernel<T, 1, false>);
+  if constexpr (!std::is_same_v<T, float>) {
+    if (p.w_scale)
+      return launch_kernel(p.gated ? moe_linear_kernel<T, kVec, true, true>
+                                   : moe_linear_kernel<T, kVec, false, true>,
+                           grid, kLinearThreads, 0, stream, p);
+  }
+  auto kernel = vec ? (p.gated ? moe_linear_kernel<T, kVec, true, false>
+                               : moe_linear_kernel<T, kVec, false, false>)
+                    : (p.gated ? moe_linear_kernel<T, 1, true, false>
+                               : moe_linear_kernel<T, 1, false, false>);
   return launch_kernel(kernel, grid, kLinearThreads, 0, stream, p);
 }
 
@@ -168,6 +212,9 @@ cudaError_t moe_route(const MoeRouteParams& p, cudaStream_t stream) {
 cudaError_t moe_linear(const MoeLinearParams& p, cudaStream_t stream) {
   if (p.num_slots < 0 || p.out_features < 1 || p.in_features < 1 || p.x_row_div < 1 ||
       p.out_features > 65535 * (kLinearThreads / 32))
+    return cudaErrorInvalidValue;
+  if (p.w_scale &&
+      (p.dtype == DType::kF32 || p.in_features % 16 != 0 || !aligned16(p.w) || !aligned16(p.x)))
     return cudaErrorInvalidValue;
   if (p.num_slots == 0) return cudaSuccess;
   if (!p.x || !p.w || !p.ids || !p.y) return cudaErrorInvalidValue;

@@ -40,12 +40,16 @@ cudaError_t moe_route(const MoeRouteParams& p, cudaStream_t stream);
 // gated: w is [num_experts, 2 * out_features, in_features] (gate rows, then up rows) and y[s] =
 // silu(gate · x) * (up · x), each product rounded to dtype as cuda::silu_and_mul rounds it (the
 // SiLU-and-mul fused into the gate/up projection).
+// FP8 experts (w_scale set): w holds e4m3 codes, weight row j of expert e scaled by
+// w_scale[e * rows + j] (rows: out_features, twice that when gated), the scale applied to the fp32
+// sum; 16-bit dtypes, in_features a multiple of 16.
 struct MoeLinearParams {
   DType dtype = DType::kBF16;
   const void* x = nullptr;
   int x_row_div = 1;
   bool gated = false;
   const void* w = nullptr;
+  const float* w_scale = nullptr;
   const int32_t* ids = nullptr;
   void* y = nullptr;
   int num_slots = 0;
@@ -101,6 +105,7 @@ struct MoeGroupedLinearParams {
   int x_row_div = 1;
   bool gated = false;
   const void* w = nullptr;  // [num_experts, (gated ? 2 : 1) * out_features, in_features]
+  const float* w_scale = nullptr;  // FP8 experts, as in MoeLinearParams
   const int32_t* groups = nullptr;
   int num_experts = 0;
   int num_rows = 0;
@@ -109,8 +114,9 @@ struct MoeGroupedLinearParams {
   int out_features = 0;
   int in_features = 0;
 };
-// 16-bit dtypes, in_features a multiple of 8 (16-byte rows); other shapes take moe_linear.
-bool moe_grouped_linear_supported(DType dtype, int out_features, int in_features);
+// 16-bit dtypes, in_features a multiple of 8 (16-byte rows; FP8 weights: 16); other shapes take
+// moe_linear.
+bool moe_grouped_linear_supported(DType dtype, int out_features, int in_features, bool fp8);
 cudaError_t moe_grouped_linear(const MoeGroupedLinearParams& p, cudaStream_t stream);
 
 }  // namespace pagellm::cuda

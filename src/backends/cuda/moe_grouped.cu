@@ -13,6 +13,7 @@
 #include <algorithm>
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/fp8_convert.cuh"
 #include "backends/cuda/gemm/mma.cuh"
 #include "backends/cuda/moe.h"
 
@@ -97,15 +98,31 @@ __device__ __forceinline__ uint4 load_or_zero(const void* p, bool ok) {
   return ok ? __ldg(static_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
 }
 
-// A lane's weights of one step: [half][row g, row g + 8][elements 0-7, 8-15].
-template <int HALVES>
+// A lane's weights of one step: [half][row g, row g + 8][16 elements: two 16-byte loads of
+// 16-bit weights (elements 0-7, 8-15), one of FP8 codes].
+template <typename W, int HALVES>
 struct StepWeights {
-  uint4 v[HALVES][2][2];
+  static constexpr int kLoads = sizeof(W) == 1 ? 1 : 2;
+  uint4 v[HALVES][2][kLoads];
 };
 
-// grid (ceil(out / 16), max_groups), kWarps warps. HALVES = 2: gated (gate and up). CB: column
-// blocks per pass over the weights (up to 8 * CB rows of the expert share one read of them).
-template <typename T, int HALVES, int CB>
+// A lane's 16 weights of one row as 8 packed pairs of T (pair q = elements 2q, 2q + 1): 16-bit
+// weights as loaded, FP8 codes converted exactly (e4m3 values are all bf16 / f16 values).
+template <typename T, typename W>
+__device__ __forceinline__ void weight_pairs(const uint4* v, uint32_t (&pairs)[8]) {
+  if constexpr (sizeof(W) == 1) {
+    fp8x16_to_pairs<T>(v[0], pairs);
+  } else {
+    const uint32_t words[8] = {v[0].x, v[0].y, v[0].z, v[0].w, v[1].x, v[1].y, v[1].z, v[1].w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) pairs[i] = words[i];
+  }
+}
+
+// grid (ceil(out / 16), max_groups), kWarps warps. W: the weights' element, T or uint8_t (FP8
+// e4m3 codes, their per-row scales applied to the sums). HALVES = 2: gated (gate and up). CB:
+// column blocks per pass over the weights (up to 8 * CB rows of the expert share one read of them).
+template <typename T, typename W, int HALVES, int CB>
 __global__ void __launch_bounds__(kWarps * 32)
     moe_grouped_linear_kernel(const __grid_constant__ MoeGroupedLinearParams p) {
   pdl_wait();  // the groups come from moe_sort
@@ -121,22 +138,23 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int n0 = blockIdx.x * kTileRows;
   // This lane's weight rows n0 + g and n0 + g + 8 of each half (rows past N re-read row N - 1;
   // their sums are never stored).
-  const T* w = static_cast<const T*>(p.w) + size_t(expert) * HALVES * N * size_t(K);
-  const T* wrow[HALVES][2];
+  const W* w = static_cast<const W*>(p.w) + size_t(expert) * HALVES * N * size_t(K);
+  const W* wrow[HALVES][2];
 #pragma unroll
   for (int h = 0; h < HALVES; ++h)
 #pragma unroll
     for (int r = 0; r < 2; ++r)
       wrow[h][r] = w + (size_t(h) * N + size_t(min(n0 + g + 8 * r, N - 1))) * K + t * 16;
   const int steps = (K + kStep - 1) / kStep;
-  auto load_step = [&](StepWeights<HALVES>& a, int step) {
+  auto load_step = [&](StepWeights<W, HALVES>& a, int step) {
     const int k = step * kStep + t * 16;
 #pragma unroll
     for (int h = 0; h < HALVES; ++h)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        a.v[h][r][0] = stream_or_zero(wrow[h][r] + step * kStep, k < K);
-        a.v[h][r][1] = stream_or_zero(wrow[h][r] + step * kStep + 8, k + 8 < K);
+        a.v[h][r][0] = stream_or_zero(wrow[h][r] + step * kStep, k < K);  // FP8: k + 16 <= K
+        if constexpr (StepWeights<W, HALVES>::kLoads == 2)
+          a.v[h][r][1] = stream_or_zero(wrow[h][r] + step * kStep + 8, k + 8 < K);
       }
   };
   __shared__ float partial[kWarps][CB][HALVES][4][32];
@@ -155,11 +173,18 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     const int blocks = min(CB, (row_end - r0 + kCols - 1) / kCols);  // column blocks with rows
     float acc[CB][HALVES][4] = {};
-    StepWeights<HALVES> cur, next;
+    StepWeights<W, HALVES> cur, next;
     if (warp < steps) load_step(cur, warp);
     for (int step = warp; step < steps; step += kWarps) {
       if (step + kWarps < steps) load_step(next, step + kWarps);
       const int k = step * kStep + t * 16;
+      // The step's weights as MMA A fragments, converted once for every column block (FP8).
+      uint32_t a0[HALVES][8], a1[HALVES][8];
+#pragma unroll
+      for (int h = 0; h < HALVES; ++h) {
+        weight_pairs<T, W>(cur.v[h][0], a0[h]);
+        weight_pairs<T, W>(cur.v[h][1], a1[h]);
+      }
       if constexpr (CB == 1) {
 #pragma unroll
         for (int c = 0; c < CB; ++c) {
@@ -169,17 +194,12 @@ __global__ void __launch_bounds__(kWarps * 32)
           const uint32_t bw[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
 #pragma unroll
           for (int h = 0; h < HALVES; ++h) {
-            const uint4* a = cur.v[h][0];
-            const uint32_t a0[8] = {a[0].x, a[0].y, a[0].z, a[0].w, a[1].x, a[1].y, a[1].z, a[1].w};
-            const uint4* a8 = cur.v[h][1];
-            const uint32_t a1[8] = {a8[0].x, a8[0].y, a8[0].z, a8[0].w,
-                                    a8[1].x, a8[1].y, a8[1].z, a8[1].w};
             // MMA i takes this lane's elements 4i .. 4i + 3 as its k columns {2t, 2t+1, 2t+8,
             // 2t+9}.
 #pragma unroll
             for (int i = 0; i < 4; ++i)
-              mma16816<T>(acc[c][h], a0[2 * i], a1[2 * i], a0[2 * i + 1], a1[2 * i + 1], bw[2 * i],
-                          bw[2 * i + 1]);
+              mma16816<T>(acc[c][h], a0[h][2 * i], a1[h][2 * i], a0[h][2 * i + 1], a1[h][2 * i + 1],
+                          bw[2 * i], bw[2 * i + 1]);
           }
         }
       } else {
@@ -204,18 +224,12 @@ __global__ void __launch_bounds__(kWarps * 32)
                                     xv[i][1].x, xv[i][1].y, xv[i][1].z, xv[i][1].w};
 #pragma unroll
             for (int h = 0; h < HALVES; ++h) {
-              const uint4* a = cur.v[h][0];
-              const uint32_t a0[8] = {a[0].x, a[0].y, a[0].z, a[0].w,
-                                      a[1].x, a[1].y, a[1].z, a[1].w};
-              const uint4* a8 = cur.v[h][1];
-              const uint32_t a1[8] = {a8[0].x, a8[0].y, a8[0].z, a8[0].w,
-                                      a8[1].x, a8[1].y, a8[1].z, a8[1].w};
               // MMA j takes this lane's elements 4j .. 4j + 3 as its k columns {2t, 2t+1, 2t+8,
               // 2t+9}.
 #pragma unroll
               for (int j = 0; j < 4; ++j)
-                mma16816<T>(acc[c0 + i][h], a0[2 * j], a1[2 * j], a0[2 * j + 1], a1[2 * j + 1],
-                            bw[2 * j], bw[2 * j + 1]);
+                mma16816<T>(acc[c0 + i][h], a0[h][2 * j], a1[h][2 * j], a0[h][2 * j + 1],
+                            a1[h][2 * j + 1], bw[2 * j], bw[2 * j + 1]);
             }
           }
         }
@@ -245,6 +259,11 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int j = 0; j < 4; ++j) {
         const int n = n0 + g + (j >= 2 ? 8 : 0), r = r0 + c * kCols + 2 * t + (j & 1);
         if (n >= N || r >= row_end) continue;
+        if constexpr (sizeof(W) == 1) {  // FP8: each weight row's scale
+#pragma unroll
+          for (int h = 0; h < HALVES; ++h)
+            sum[h][j] *= p.w_scale[(size_t(expert) * HALVES + h) * N + n];
+        }
         const float out = HALVES == 2
                               ? silu_mul<T>(round_to<T>(sum[0][j]), round_to<T>(sum[HALVES - 1][j]))
                               : sum[0][j];
@@ -259,7 +278,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <typename T, int CB>
 cudaError_t launch_grouped_linear(const MoeGroupedLinearParams& p, cudaStream_t stream) {
   const dim3 grid((p.out_features + kTileRows - 1) / kTileRows, p.max_groups);
-  auto kernel = p.gated ? moe_grouped_linear_kernel<T, 2, CB> : moe_grouped_linear_kernel<T, 1, CB>;
+  auto kernel = p.w_scale ? (p.gated ? moe_grouped_linear_kernel<T, uint8_t, 2, CB>
+                                     : moe_grouped_linear_kernel<T, uint8_t, 1, CB>)
+                          : (p.gated ? moe_grouped_linear_kernel<T, T, 2, CB>
+                                     : moe_grouped_linear_kernel<T, T, 1, CB>);
   return launch_kernel(kernel, grid, kWarps * 32, 0, stream, p);
 }
 
@@ -284,14 +306,14 @@ cudaError_t moe_sort(const MoeSortParams& p, cudaStream_t stream) {
   return launch_kernel(moe_sort_kernel, 1, kSortThreads, 0, stream, p);
 }
 
-bool moe_grouped_linear_supported(DType dtype, int out_features, int in_features) {
+bool moe_grouped_linear_supported(DType dtype, int out_features, int in_features, bool fp8) {
   return (dtype == DType::kBF16 || dtype == DType::kF16) && out_features >= 1 && in_features >= 8 &&
-         in_features % 8 == 0;
+         in_features % (fp8 ? 16 : 8) == 0;
 }
 
 cudaError_t moe_grouped_linear(const MoeGroupedLinearParams& p, cudaStream_t stream) {
-  if (!moe_grouped_linear_supported(p.dtype, p.out_features, p.in_features) || p.x_row_div < 1 ||
-      p.num_experts < 1 || p.num_experts > kMoeMaxExperts || p.num_rows < 0 ||
+  if (!moe_grouped_linear_supported(p.dtype, p.out_features, p.in_features, p.w_scale != nullptr) ||
+      p.x_row_div < 1 || p.num_experts < 1 || p.num_experts > kMoeMaxExperts || p.num_rows < 0 ||
       p.max_groups != std::min(p.num_experts, p.num_rows) || p.max_groups > 65535)
     return cudaErrorInvalidValue;
   if (p.max_groups == 0) return cudaSuccess;

@@ -74,6 +74,11 @@ struct Fp8BlockDequantParams {
 };
 cudaError_t dequantize_fp8_blocks(const Fp8BlockDequantParams& p, cudaStream_t stream);
 
+// out [rows, cols] of dtype (bf16 / f16) = wq [rows, cols] (e4m3) * scale[row], the fp32 product
+// rounded once; cols % 16 == 0, 16-byte aligned pointers. (FP8 experts for the prefill GEMMs.)
+cudaError_t dequantize_fp8_rows(DType dtype, const void* wq, const float* scale, int64_t rows,
+                                int64_t cols, void* out, cudaStream_t stream);
+
 // y [m, n] of dtype = (x [m, k] · dequant(wq)ᵀ) + bias, dequant(wq)[j, :] = wq[j, :] * w_scale[j]
 // (or, with w_block = 128, wq[j, l] * w_scale[(j / 128) * fp8_block_scale_stride(k) + l / 128]).
 // k a multiple of 16 (of 128 with w_block); x, wq and xq_work 16-byte aligned (any alignment of y

@@ -9,6 +9,7 @@
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/fp8_act_quant.cuh"
+#include "backends/cuda/fp8_convert.cuh"
 #include "backends/cuda/gemm/fp8_internal.h"
 
 namespace pagellm::cuda {
@@ -148,7 +149,50 @@ __global__ void dequantize_blocks_kernel(const uint8_t* __restrict__ wq,
   }
 }
 
+// 16 codes of one row per thread (cols % 16 == 0): out = e4m3 * scale[row], the fp32 product
+// rounded once to T, written as two 16-byte stores.
+template <typename T>
+__global__ void dequantize_rows_kernel(const uint8_t* __restrict__ wq,
+                                       const float* __restrict__ scale, T* __restrict__ out,
+                                       int64_t rows, int64_t cols) {
+  const int64_t chunks = cols / 16, total = rows * chunks;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float s = scale[i / chunks];
+    const uint4 codes = __ldcs(reinterpret_cast<const uint4*>(wq) + i);
+    const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+    float v[2][8];
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      const float2 f = fp8x2_to_float2<__NV_E4M3>((words[q / 2] >> (16 * (q % 2))) & 0xffffu);
+      v[q / 4][2 * (q % 4)] = f.x * s;
+      v[q / 4][2 * (q % 4) + 1] = f.y * s;
+    }
+    store16(out + i * 16, v[0]);
+    store16(out + i * 16 + 8, v[1]);
+  }
+}
+
 }  // namespace
+
+cudaError_t dequantize_fp8_rows(DType dtype, const void* wq, const float* scale, int64_t rows,
+                                int64_t cols, void* out, cudaStream_t stream) {
+  if (rows < 0 || cols < 0 || cols % 16 != 0) return cudaErrorInvalidValue;
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  if (!wq || !scale || !out || !aligned16(wq) || !aligned16(out)) return cudaErrorInvalidValue;
+  const int threads = 256;
+  const int blocks = int(std::min<int64_t>((rows * (cols / 16) + threads - 1) / threads, 8192));
+  const auto* q = static_cast<const uint8_t*>(wq);
+  if (dtype == DType::kBF16)
+    dequantize_rows_kernel<<<blocks, threads, 0, stream>>>(
+        q, scale, static_cast<__nv_bfloat16*>(out), rows, cols);
+  else if (dtype == DType::kF16)
+    dequantize_rows_kernel<<<blocks, threads, 0, stream>>>(q, scale, static_cast<__half*>(out),
+                                                           rows, cols);
+  else
+    return cudaErrorNotSupported;
+  return cudaGetLastError();
+}
 
 cudaError_t dequantize_fp8_blocks(const Fp8BlockDequantParams& p, cudaStream_t stream) {
   if (p.rows < 0 || p.cols < 0 || p.block_n < 1 || p.block_k < 1 || p.scale_cols < 1 ||
