@@ -182,27 +182,12 @@ std::map<std::string, std::vector<float>> write_fp8_pycode(const std::filesystem
 
 io::ModelConfig config_of(const std::filesystem::path& dir) { return io::load_model_config(dir); }
 
-// The runtime tensors of a plan entry compared with the expected dequantized parts (sliced).
+// The runtime tensors of the FP8 plan entries compared with the expected dequantized parts.
 void expect_linear_weights(const models::LlamaWeights& w, const io::ModelConfig& c,
                            const parallel::ShardSpec& shard,
                            std::map<std::string, std::vector<float>>& deq) {
   models::LlamaWeights& mw = const_cast<models::LlamaWeights&>(w);
-  int checked = 0;
-  for (const models::WeightTensorSpec& t : models::llama_weight_plan(c, shard)) {
-    if (!quant::quantized_slot(t.slot)) continue;
-    const std::vector<float>& got = models::weight_slot(mw, t);
-    size_t off = 0;
-    for (const models::HfTensorSpec& part : t.parts) {
-      const std::vector<float>& full = deq.at(part.name);
-      models::for_each_slice_run(part, [&](int64_t f, int64_t l, int64_t count) {
-        for (int64_t i = 0; i < count; ++i)
-          ASSERT_EQ(got[off + size_t(l + i)], full[size_t(f + i)]) << part.name << " " << i;
-      });
-      off += size_t(part.num_elements());
-      ++checked;
-    }
-  }
-  EXPECT_EQ(checked, 7 * 8);
+  EXPECT_EQ(testing::expect_parts_dequantized(mw, c, shard, deq, quant::quantized_slot), 7 * 8);
 }
 
 TEST(Fp8Checkpoint, EveryLayoutLoadsToTheDequantizedWeights) {

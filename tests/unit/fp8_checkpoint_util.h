@@ -6,11 +6,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "common/fp8.h"
 #include "model_files_util.h"
+#include "models/llama.h"
+#include "models/weight_plan.h"
 
 namespace pagellm::testing {
 
@@ -47,6 +52,32 @@ inline void add_raw(SafetensorsBuilder& b, const std::string& name, const char* 
   const size_t begin = b.data.size();
   b.data += raw;
   b.header[name] = {{"dtype", dtype}, {"shape", shape}, {"data_offsets", {begin, b.data.size()}}};
+}
+
+// The rank's runtime tensors of the plan entries `slot_of_interest` picks, part by part, against
+// the expected dequantized parts by name (sliced as the shard slices them); returns how many
+// parts were compared.
+template <class Pick>
+int expect_parts_dequantized(models::LlamaWeights& w, const io::ModelConfig& c,
+                             const parallel::ShardSpec& shard,
+                             const std::map<std::string, std::vector<float>>& deq,
+                             Pick slot_of_interest) {
+  int checked = 0;
+  for (const models::WeightTensorSpec& t : models::llama_weight_plan(c, shard)) {
+    if (!slot_of_interest(t.slot)) continue;
+    const std::vector<float>& got = models::weight_slot(w, t);
+    size_t off = 0;
+    for (const models::HfTensorSpec& part : t.parts) {
+      const std::vector<float>& full = deq.at(part.name);
+      models::for_each_slice_run(part, [&](int64_t f, int64_t l, int64_t count) {
+        for (int64_t i = 0; i < count; ++i)
+          ASSERT_EQ(got[off + size_t(l + i)], full[size_t(f + i)]) << part.name << " " << l + i;
+      });
+      off += size_t(part.num_elements());
+      ++checked;
+    }
+  }
+  return checked;
 }
 
 }  // namespace pagellm::testing

@@ -96,28 +96,13 @@ Fp8Moe write_fp8_moe(const std::string& name, Scales scales, const testing::Temp
   return m;
 }
 
-// The expert slots of the rank's weights against the dequantized parts (sliced); returns how many
-// expert parts were compared.
+// The expert slots of the rank's weights against the dequantized parts; returns how many expert
+// parts were compared.
 int expect_experts_dequantized(const Fp8Moe& m, const parallel::ShardSpec& shard) {
   const io::ModelConfig c = io::load_model_config(m.dir);
   const io::WeightStore store = io::WeightStore::open(m.dir);
   models::LlamaWeights w = models::load_llama_weights(c, store, shard);
-  int checked = 0;
-  for (const models::WeightTensorSpec& t : models::llama_weight_plan(c, shard)) {
-    if (!quant::fp8_expert_slot(t.slot)) continue;
-    const std::vector<float>& got = models::weight_slot(w, t);
-    size_t off = 0;
-    for (const models::HfTensorSpec& part : t.parts) {
-      const std::vector<float>& full = m.dequantized.at(part.name);
-      models::for_each_slice_run(part, [&](int64_t f, int64_t l, int64_t count) {
-        for (int64_t i = 0; i < count; ++i)
-          EXPECT_EQ(got[off + size_t(l + i)], full[size_t(f + i)]) << part.name << " " << l + i;
-      });
-      off += size_t(part.num_elements());
-      ++checked;
-    }
-  }
-  return checked;
+  return testing::expect_parts_dequantized(w, c, shard, m.dequantized, quant::fp8_expert_slot);
 }
 
 TEST(Fp8Moe, ExpertsLoadToTheirDequantizedWeights) {
