@@ -1,6 +1,7 @@
-// Writing FP8 checkpoints in tests: a weight quantized to e4m3 with one scale per block (per
-// tensor, per output channel and 128x128 blocks are all block shapes), and raw tensors added to a
-// safetensors builder.
+// Quantized checkpoints in tests: an FP8 weight quantized to e4m3 with one scale per block (per
+// tensor, per output channel and 128x128 blocks are all block shapes), raw tensors added to a
+// safetensors builder, and the loaded runtime weights compared with the expected dequantized
+// parts (the FP8 and INT checkpoint tests).
 #pragma once
 
 #include <algorithm>

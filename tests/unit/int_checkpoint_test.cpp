@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "fp8_checkpoint_util.h"
 #include "model_files_util.h"
 #include "models/llama.h"
 #include "models/weight_plan.h"
@@ -484,22 +485,7 @@ void expect_weights(const io::ModelConfig& c, const io::WeightStore& store,
                     const parallel::ShardSpec& shard,
                     const std::map<std::string, std::vector<float>>& deq) {
   models::LlamaWeights w = models::load_llama_weights(c, store, shard);
-  int checked = 0;
-  for (const models::WeightTensorSpec& t : models::llama_weight_plan(c, shard)) {
-    if (!quant::quantized_slot(t.slot)) continue;
-    const std::vector<float>& got = models::weight_slot(w, t);
-    size_t off = 0;
-    for (const models::HfTensorSpec& part : t.parts) {
-      const std::vector<float>& full = deq.at(part.name);
-      models::for_each_slice_run(part, [&](int64_t f, int64_t l, int64_t count) {
-        for (int64_t i = 0; i < count; ++i)
-          ASSERT_EQ(got[off + size_t(l + i)], full[size_t(f + i)]) << part.name << " " << f + i;
-      });
-      off += size_t(part.num_elements());
-      ++checked;
-    }
-  }
-  EXPECT_EQ(checked, 2 * 7);
+  EXPECT_EQ(testing::expect_parts_dequantized(w, c, shard, deq, quant::quantized_slot), 2 * 7);
 }
 
 TEST(IntCheckpoint, EveryFormatLoadsBitExactWholeAndTensorParallel) {
