@@ -118,9 +118,10 @@ void mark_fp8(LlamaLayerWeights& l, WeightSlot slot) {
 
 // Allocates and fills all weights in the HF layout, fusing parts as the plan says. INT4 / INT8
 // weights are dequantized (the CPU computes with them in fp32). Under an FP8
-// config a quantized layer holds the weights the GPU computes with: FP8 parts dequantized, and
-// 16-bit parts (all of them with --quantization fp8; those of a layer the checkpoint stores partly
-// in FP8) quantized per channel and dequantized.
+// config a quantized layer (a projection, or a mixture-of-experts layer's experts) holds the
+// weights the GPU computes with: FP8 parts dequantized, and 16-bit parts (all of them with
+// --quantization fp8; those of a layer the checkpoint stores partly in FP8) quantized per channel
+// and dequantized.
 LlamaWeights build_weights(const std::vector<WeightTensorSpec>& plan, WeightSource& src,
                            const quant::QuantConfig& quant) {
   LlamaWeights w;
@@ -130,10 +131,12 @@ LlamaWeights build_weights(const std::vector<WeightTensorSpec>& plan, WeightSour
     std::vector<float>& dst = weight_slot(w, t);
     dst.resize(static_cast<size_t>(t.num_elements()));
     float* out = dst.data();
-    bool fp8_layer = quant.online && quant::quantized_slot(t.slot);
-    if (quant.fp8_checkpoint() && quant::quantized_slot(t.slot))
+    // Experts quantize like projections but keep 16-bit activations (the GPU's W8A16 kernels).
+    const bool fp8_slot = quant::quantized_slot(t.slot) || quant::fp8_expert_slot(t.slot);
+    bool fp8_layer = quant.online && fp8_slot;
+    if (quant.fp8_checkpoint() && fp8_slot)
       for (const HfTensorSpec& part : t.parts) fp8_layer = fp8_layer || src.stored_fp8(part);
-    if (fp8_layer) mark_fp8(w.layers.at(size_t(t.layer)), t.slot);
+    if (fp8_layer && quant::quantized_slot(t.slot)) mark_fp8(w.layers.at(size_t(t.layer)), t.slot);
     const bool int_slot = quant.int_weights() && quant::quantized_slot(t.slot);
     for (const HfTensorSpec& part : t.parts) {
       if (int_slot && quant::int_part_quantized(quant, part.name))

@@ -153,14 +153,13 @@ std::unique_ptr<CpuRunner> build_cpu_runner(const EngineArgs& args, const io::Mo
 }
 
 // What the newer families do not run on yet: the mixture-of-experts models (Qwen3-MoE, Mixtral)
-// quantized other than by an FP8 checkpoint (whose experts are dequantized at load), longrope on
-// the GPU, Phi-3's fused projections and Gemma quantized.
+// with INT4 / INT8 experts (FP8 checkpoints and --quantization fp8 run), longrope on the GPU,
+// Phi-3's fused projections and Gemma quantized.
 void check_family_support(const io::ModelConfig& config, const EngineArgs& args,
                           const std::string& source) {
-  if (config.is_moe() && config.quant.quantized() && !config.quant.fp8_checkpoint())
+  if (config.is_moe() && config.quant.quantized() && !config.quant.fp8())
     unsupported(source + ": quantization (" + config.quant.describe() + ") of " +
-                config.architecture + "'s expert weights is not supported yet" +
-                (config.quant.online ? " (FP8 checkpoints of it load)" : ""));
+                config.architecture + "'s expert weights is not supported yet (FP8 is)");
   if (config.rope_scaling.type == io::RopeScaling::Type::kLongRope && args.device == "cuda")
     unsupported(source + ": rope type 'longrope' (" + config.architecture +
                 " long context) runs on the CPU backend only so far; use --device cpu");

@@ -1,8 +1,9 @@
 // FP8 checkpoints of mixture-of-experts models on the GPU (issues 18 and 11): the tiny Qwen3-MoE
 // and Mixtral references of tests/data/hf_reference written in FP8 here, as the unit tests write
 // them (tests/unit/fp8_moe_test.cpp), then the CUDA runner (bf16) against the CPU runner on the
-// same checkpoint: every linear weight per output channel (the attention's W8A8 GEMMs, the experts
-// dequantized at load), and the experts alone in 16x16 blocks.
+// same checkpoint: every linear weight per output channel (the attention's W8A8 GEMMs, the experts'
+// W8A16 kernels), the experts alone in 16x16 blocks, and the 16-bit references under
+// --quantization fp8.
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include "common/dtype.h"
 #include "io/safetensors.h"
 #include "quant/fp8_weights.h"
+#include "quant/quant_config.h"
 #include "runner_check.h"
 
 namespace pagellm {
@@ -70,6 +72,13 @@ void check_fp8_moe(const std::filesystem::path& models_dir) {
       check_tiny_model(c, std::string(name) + (blocks ? " FP8 experts 16x16 blocks" : " FP8 per channel"),
                        DType::kBF16, std::nullopt, false, &store);
     }
+  for (const char* name : {"qwen3_moe_tiny", "mixtral_tiny"}) {  // --quantization fp8
+    io::ModelConfig c = io::load_model_config(ref / name);
+    c.quant = quant::resolve_quantization(c.quant, "fp8", "runner_check");
+    const io::WeightStore store = io::WeightStore::open(ref / name);
+    check_tiny_model(c, std::string(name) + " --quantization fp8", DType::kBF16, std::nullopt,
+                     false, &store);
+  }
 }
 
 }  // namespace pagellm

@@ -3,8 +3,8 @@
 // blocks (block-wise fp8, weight_scale_inv), the routers and the LM head left 16-bit as the
 // published FP8 checkpoints leave them. The experts load to exactly their dequantized weights, on
 // one rank and on tensor-parallel slices; the engine's greedy continuations equal those of an F32
-// twin holding the dequantized experts, at TP=1 and TP=2; a missing expert scale is a one-line error naming the tensor; quantizing the
-// experts online (--quantization fp8) is still refused with one line.
+// twin holding the dequantized experts, at TP=1 and TP=2; --quantization fp8 quantizes the experts
+// per row; a missing expert scale is a one-line error naming the tensor.
 #include <filesystem>
 #include <map>
 
@@ -19,6 +19,7 @@
 #include "pagellm/llm.h"
 #include "parallel_greedy.h"
 #include "quant/fp8_weights.h"
+#include "quant/quant_config.h"
 
 namespace pagellm {
 namespace {
@@ -148,6 +149,41 @@ TEST(Fp8Moe, TheEngineServesThemAsTheirDequantizedTwin) {
       EXPECT_EQ(greedy(m, 1), ref) << name;
       EXPECT_EQ(greedy(m, 2), ref) << name << " TP=2";
     }
+}
+
+// --quantization fp8 on the 16-bit checkpoint: every expert row quantized per channel to e4m3 and
+// back on the CPU (the GPU keeps the codes), the routers untouched; the engine runs it.
+TEST(Fp8Moe, OnlineQuantizationQuantizesTheExpertsPerRow) {
+  io::ModelConfig c = io::load_model_config(kReference / "qwen3_moe_tiny");
+  c.quant = quant::resolve_quantization(c.quant, "fp8", "test");
+  const io::WeightStore store = io::WeightStore::open(kReference / "qwen3_moe_tiny");
+  std::map<std::string, std::vector<float>> want;
+  for (const std::string& name : store.names()) {
+    if (name.find(".experts.") == std::string::npos) continue;
+    const io::TensorView& v = store.get(name);
+    std::vector<float> w = quant::read_f32(v);
+    quant::fake_quantize_rows(w.data(), v.shape[0], v.shape[1]);
+    want[name] = std::move(w);
+  }
+  models::LlamaWeights w = models::load_llama_weights(c, store);
+  EXPECT_EQ(testing::expect_parts_dequantized(w, c, {}, want, quant::fp8_expert_slot), 2 * 8 * 3);
+  if (!std::filesystem::exists(kStories / "tokenizer.json")) return;
+  testing::TempDir tmp;
+  const auto dir = tmp.path() / "qwen3_moe_tiny";
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"config.json", "generation_config.json", "model.safetensors"})
+    std::filesystem::copy_file(kReference / "qwen3_moe_tiny" / f, dir / f);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    std::filesystem::copy_file(kStories / f, dir / f);
+  EngineArgs args;
+  args.model = dir.string();
+  args.quantization = "fp8";
+  args.kv_cache_memory_gib = 0.05;
+  LLM llm(args);
+  SamplingParams p;
+  p.temperature = 0.0f, p.max_tokens = 8, p.ignore_eos = true;
+  const auto out = llm.generate({PromptInput::from_text("Once upon a time")}, p);
+  EXPECT_EQ(out.at(0).outputs.at(0).token_ids.size(), 8u);
 }
 
 TEST(Fp8Moe, AMissingExpertScaleIsOneLineNamingTheTensor) {

@@ -325,12 +325,19 @@ TEST(Phi3, TensorAndPipelineParallelGreedyMatchesOneRank) {
   EXPECT_EQ(greedy_ids(model, 2, 2, tokens), ref) << "TP=2 x PP=2";
 }
 
-TEST(MoeEngine, QuantizedExpertsAreRefusedWithOneLine) {
+TEST(MoeEngine, IntQuantizedExpertsAreRefusedWithOneLine) {
   if (!std::filesystem::exists(kModels / "stories260K" / "tokenizer.json")) GTEST_SKIP();
   testing::TempDir tmp;
+  const auto dir = with_tokenizer("qwen3_moe_tiny", tmp);
+  json config = qwen3_moe_json();
+  config["quantization_config"] = {{"quant_method", "gptq"},
+                                   {"bits", 4},
+                                   {"group_size", 32},
+                                   {"desc_act", false},
+                                   {"sym", true}};
+  testing::write_file(dir / "config.json", config.dump());
   EngineArgs args;
-  args.model = with_tokenizer("qwen3_moe_tiny", tmp).string();
-  args.quantization = "fp8";
+  args.model = dir.string();
   args.kv_cache_memory_gib = 0.05;
   const std::string msg = testing::error_message_of([&] { LLM llm(args); });
   EXPECT_NE(msg.find("Qwen3MoeForCausalLM's expert weights is not supported"), std::string::npos)
