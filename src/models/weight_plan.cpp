@@ -202,8 +202,7 @@ void check_llama_checkpoint(const io::ModelConfig& config, const io::WeightStore
         invalid_argument(v.file + ": tensor '" + part.name + "' has shape " + shape_str(v.shape) +
                          " but config.json implies " + shape_str(part.shape));
       used.insert(part.name);
-      if (config.quant.fp8_checkpoint() &&
-          (quant::quantized_slot(t.slot) || quant::fp8_expert_slot(t.slot))) {
+      if (config.quant.fp8_checkpoint() && quant::fp8_capable_slot(t.slot)) {
         quant::check_fp8_part(store, part, config.quant, used);
       } else if (is_integer(v.dtype)) {
         invalid_argument(v.file + ": tensor '" + part.name + "' is " +

@@ -73,6 +73,10 @@ bool fp8_expert_slot(models::WeightSlot slot) {
   return slot == models::WeightSlot::kExpertsGateUp || slot == models::WeightSlot::kExpertsDown;
 }
 
+bool fp8_capable_slot(models::WeightSlot slot) {
+  return quantized_slot(slot) || fp8_expert_slot(slot);
+}
+
 std::string sibling_name(const std::string& weight_name, const std::string& suffix) {
   const std::string tail = ".weight";
   if (!weight_name.ends_with(tail)) return weight_name + "." + suffix;
@@ -140,42 +144,23 @@ std::vector<float> part_block_scales(const io::WeightStore& store, const models:
   return read_f32(s);
 }
 
-namespace {
-
-// Any scale layout as blocks: element (r, c) of part's slice is scaled by scale[((row0 + r) /
-// block_n) * scale_cols + (col0 + c) / block_k] (per tensor or channel: a block per local row).
-struct Fp8PartScales {
-  std::vector<float> scale;
-  int64_t scale_cols = 1, block_n = 1, block_k = 1, row0 = 0, col0 = 0;
-};
-
-Fp8PartScales part_scales_as_blocks(const io::WeightStore& store, const models::HfTensorSpec& part,
-                                    const QuantConfig& q) {
-  const std::vector<int64_t> ls = part.local_shape();
-  Fp8PartScales b;
-  if (q.weight_scales != WeightScales::kBlock) {  // a block per local row
-    b.scale = part_row_scales(store, part, q);
-    b.scale_cols = 1, b.block_n = 1, b.block_k = std::max<int64_t>(ls[1], 1);
-    return b;
-  }
-  b.scale = part_block_scales(store, part, q);
-  b.row0 = part.slice.dim == 0 ? part.slice.begin : 0;
-  b.col0 = part.slice.dim == 1 ? part.slice.begin : 0;
-  b.scale_cols = ceil_div(part.shape[1], q.block_k);
-  b.block_n = q.block_n, b.block_k = q.block_k;
-  return b;
-}
-
-}  // namespace
-
 void apply_part_scales(const io::WeightStore& store, const models::HfTensorSpec& part,
                        const QuantConfig& q, float* local) {
   const std::vector<int64_t> ls = part.local_shape();
   const int64_t rows = ls[0], cols = ls[1];
-  const Fp8PartScales b = part_scales_as_blocks(store, part, q);
+  if (q.weight_scales != WeightScales::kBlock) {
+    const std::vector<float> scales = part_row_scales(store, part, q);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) local[r * cols + c] *= scales[size_t(r)];
+    return;
+  }
+  const std::vector<float> blocks = part_block_scales(store, part, q);
+  const int64_t row0 = part.slice.dim == 0 ? part.slice.begin : 0;
+  const int64_t col0 = part.slice.dim == 1 ? part.slice.begin : 0;
+  const int64_t block_cols = ceil_div(part.shape[1], q.block_k);
   for (int64_t r = 0; r < rows; ++r) {
-    const float* srow = b.scale.data() + (b.row0 + r) / b.block_n * b.scale_cols;
-    for (int64_t c = 0; c < cols; ++c) local[r * cols + c] *= srow[(b.col0 + c) / b.block_k];
+    const float* srow = blocks.data() + (row0 + r) / q.block_n * block_cols;
+    for (int64_t c = 0; c < cols; ++c) local[r * cols + c] *= srow[(col0 + c) / q.block_k];
   }
 }
 

@@ -298,9 +298,7 @@ void CudaRunner::Impl::alloc_activations() {
     const bool fp8_experts = std::any_of(layers.begin(), layers.end(), [](const LayerWeights& l) {
       return l.experts_gate_up_fp8.on();
     });
-    const char* forced = forced_moe_grouping();
-    const bool host_forced = forced && std::strcmp(forced, "host") == 0;
-    if (fp8_experts && (int(T) >= kMoeHostMinTokens || host_forced))
+    if (fp8_experts && (int(T) >= kMoeHostMinTokens || moe_grouping_forced("host")))
       moe_w16 = DevMem(size_t(moe_experts) * 2 * moe_inter * hidden * esz,  // the larger one
                        "MoE FP8 experts dequantized");
     check(cudaMallocHost(reinterpret_cast<void**>(&moe_host), (rows + 2 * slots) * 4),

@@ -42,9 +42,9 @@ constexpr int kMoeFewExperts = 16;
 //   host   — the host-sorted pass on every eager step of 2+ tokens;
 //   slot   — the rule before the device-grouped kernels: host-sorted from 16 tokens (eager), the
 //            per-slot kernel otherwise.
-const char* CudaRunner::Impl::forced_moe_grouping() {
+bool CudaRunner::Impl::moe_grouping_forced(const char* mode) {
   static const char* forced = std::getenv("PAGELLM_MOE_GROUPING");
-  return forced;
+  return forced && std::strcmp(forced, mode) == 0;
 }
 
 // Programmatic dependent launch on single-GPU decode steps (kernels.h), where the next kernel's
@@ -353,11 +353,9 @@ CudaRunner::Impl::MoePath CudaRunner::Impl::moe_path(int n, bool fp8) const {
   const bool eager = capture == cudaStreamCaptureStatusNone && (!fp8 || moe_w16.get());
   const bool device = cuda::moe_grouped_linear_supported(dt, moe_inter, hidden, fp8) &&
                       cuda::moe_grouped_linear_supported(dt, hidden, moe_inter, fp8);
-  const char* forced = forced_moe_grouping();
-  auto is = [&](const char* mode) { return forced && std::strcmp(forced, mode) == 0; };
-  if (is("slot")) return eager && n >= 16 ? MoePath::kHost : MoePath::kPerSlot;
-  if (is("host") && eager && n > 1) return MoePath::kHost;
-  if (is("device") && device) return MoePath::kDevice;
+  if (moe_grouping_forced("slot")) return eager && n >= 16 ? MoePath::kHost : MoePath::kPerSlot;
+  if (moe_grouping_forced("host") && eager && n > 1) return MoePath::kHost;
+  if (moe_grouping_forced("device") && device) return MoePath::kDevice;
   if (eager && n >= kMoeHostMinTokens) return MoePath::kHost;
   return device && n >= kMoeDeviceMinTokens ? MoePath::kDevice : MoePath::kPerSlot;
 }

@@ -195,8 +195,8 @@ struct CudaRunner::Impl {
   // 256 tokens: device 11.17 against host 8.11 requests/s; of 512: 13.55 against 13.92, a wash,
   // so the mixed steps of 512-1023 tokens, whose decode rows favour the device, stay there).
   static constexpr int kMoeHostMinTokens = 1024;
-  // PAGELLM_MOE_GROUPING (cuda_runner_forward.cpp), or null.
-  static const char* forced_moe_grouping();
+  // Whether PAGELLM_MOE_GROUPING (cuda_runner_forward.cpp) forces `mode`.
+  static bool moe_grouping_forced(const char* mode);
   int32_t* moe_host = nullptr;  // pinned: the routing back [T * top_k], then moe_rows' contents
   DevMem x_rows;            // [max_seqs, hidden] normed rows that need logits
   DevMem x_logits;          // [max_seqs, vocab]
@@ -391,7 +391,7 @@ struct CudaRunner::Impl {
   const int32_t* moe_device_grouped(const LayerWeights& w, int num_tokens);
   // Which of the three a step of num_tokens takes (cuda_runner_forward.cpp).
   enum class MoePath { kDevice, kHost, kPerSlot };
-  // fp8: the layer's experts are FP8 (no host-sorted pass).
+  // fp8: the layer's experts are FP8 (the host-sorted pass only with moe_w16 to dequantize into).
   MoePath moe_path(int num_tokens, bool fp8) const;
   double moe_launch_rows() const;
   // Sums x_proj's first num_tokens rows over the stage's tensor-parallel ranks (row-parallel

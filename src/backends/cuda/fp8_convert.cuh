@@ -119,6 +119,17 @@ __device__ __forceinline__ float2 fp8x2_to_float2(uint32_t two) {
       __half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), kInterp)));
 }
 
+// 16 e4m3 codes (one 16-byte load, code i at byte i) -> out[i / 8][i % 8] as floats, exactly.
+__device__ __forceinline__ void fp8x16_to_floats(const uint4& v, float (&out)[2][8]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int q = 0; q < 8; ++q) {
+    const float2 f = fp8x2_to_float2<__NV_E4M3>((words[q / 2] >> (16 * (q % 2))) & 0xffffu);
+    out[q / 4][2 * (q % 4)] = f.x;
+    out[q / 4][2 * (q % 4) + 1] = f.y;
+  }
+}
+
 // fp8(a), fp8(b) packed low byte first, rounded to nearest even and saturated.
 template <__nv_fp8_interpretation_t kInterp>
 __device__ __forceinline__ uint16_t float2_to_fp8x2(float a, float b) {

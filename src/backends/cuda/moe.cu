@@ -100,17 +100,12 @@ __device__ __forceinline__ float fp8_row_dot(const uint8_t* row, float scale, co
   float acc = 0.f;
 #pragma unroll 2
   for (int i = lane * 16; i < in_features; i += 32 * 16) {
-    const uint4 codes = __ldcs(reinterpret_cast<const uint4*>(row + i));
-    const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
-    float b[2][8];  // 16-bit activations: two 16-byte loads
+    float a[2][8], b[2][8];  // b: 16-bit activations, two 16-byte loads
+    fp8x16_to_floats(__ldcs(reinterpret_cast<const uint4*>(row + i)), a);
     load16(x + i, b[0]);
     load16(x + i + 8, b[1]);
 #pragma unroll
-    for (int q = 0; q < 8; ++q) {
-      const float2 a = fp8x2_to_float2<__NV_E4M3>((words[q / 2] >> (16 * (q % 2))) & 0xffffu);
-      acc = fmaf(a.x, b[q / 4][2 * (q % 4)], acc);
-      acc = fmaf(a.y, b[q / 4][2 * (q % 4) + 1], acc);
-    }
+    for (int e = 0; e < 16; ++e) acc = fmaf(a[e / 8][e % 8], b[e / 8][e % 8], acc);
   }
   return warp_sum(acc) * scale;
 }

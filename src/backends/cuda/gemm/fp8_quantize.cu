@@ -159,15 +159,10 @@ __global__ void dequantize_rows_kernel(const uint8_t* __restrict__ wq,
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
     const float s = scale[i / chunks];
-    const uint4 codes = __ldcs(reinterpret_cast<const uint4*>(wq) + i);
-    const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
     float v[2][8];
+    fp8x16_to_floats(__ldcs(reinterpret_cast<const uint4*>(wq) + i), v);
 #pragma unroll
-    for (int q = 0; q < 8; ++q) {
-      const float2 f = fp8x2_to_float2<__NV_E4M3>((words[q / 2] >> (16 * (q % 2))) & 0xffffu);
-      v[q / 4][2 * (q % 4)] = f.x * s;
-      v[q / 4][2 * (q % 4) + 1] = f.y * s;
-    }
+    for (int e = 0; e < 16; ++e) v[e / 8][e % 8] *= s;
     store16(out + i * 16, v[0]);
     store16(out + i * 16 + 8, v[1]);
   }
