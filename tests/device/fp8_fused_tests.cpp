@@ -6,7 +6,8 @@
 //  - fp8_linear on the pre-quantized input (x_quantized) gives the bits of the unfused call, and
 //    fp8_linear_quantizes_x answers as the path the call takes.
 // fp8_fused_bench (cuda_kernel_tests --fp8-fused-bench-only) times the fused norm against the
-// plain norm + quantize_fp8_per_token on Llama-3.1-8B's rows (hidden 4096).
+// plain norm + quantize_fp8_per_token on Llama-3.1-8B's rows (hidden 4096), and the memory-bound
+// kernels of a prefill step against the copy rate measured in the same process.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -183,6 +184,81 @@ void fp8_fused_suite(const std::string& filter, int& passed, int& failed) {
   failed += s.failed;
 }
 
+// The memory-bound kernels of a Llama-3.1-8B prefill step (hidden 4096, 32 / 8 heads of 128,
+// inner 14336) at m tokens: µs per call (20 in one graph) and the bytes they must move over that
+// time, as a share of the device copy rate measured here.
+void prefill_elementwise_bench() {
+  const double copy = copy_gbs();
+  std::printf("== memory-bound prefill kernels (copy %.0f GB/s; us per call, %% of copy)\n", copy);
+  const DType t = DType::kBF16;
+  const int hidden = 4096, heads = 32, kv_heads = 8, d = 128, inner = 14336;
+  const int qkv = (heads + 2 * kv_heads) * d, kv_row = kv_heads * d;
+  auto line = [&](const char* what, int m, double us, double bytes) {
+    std::printf("m=%5d %-34s %8.1f us  %5.1f%%\n", m, what, us, 100.0 * bytes / (us * 1e3) / copy);
+  };
+  for (int m : {2048, 8192}) {
+    DevMem x, res, w, out(size_t(m) * hidden * 2), q(size_t(m) * inner), sc(size_t(m) * 4);
+    put(x, random_bytes(t, size_t(m) * hidden, 2.f));
+    put(res, random_bytes(t, size_t(m) * hidden, 2.f));
+    put(w, random_bytes(t, size_t(hidden), 1.f));
+    float* scale = static_cast<float*>(sc.ptr);
+    const double row = double(m) * hidden * 2;
+    RmsNormParams norm{t, x.ptr, res.ptr, w.ptr, out.ptr, m, hidden, 1e-5f};
+    line("add + rms_norm", m, 1e3 * time_graph_ms([&](cudaStream_t st) { CK(rms_norm(norm, st)); }),
+         4 * row);
+    RmsNormParams norm_q = norm;
+    norm_q.out = nullptr, norm_q.fp8 = {q.ptr, scale, 0};
+    line("add + rms_norm -> fp8", m,
+         1e3 * time_graph_ms([&](cudaStream_t st) { CK(rms_norm(norm_q, st)); }), 3.5 * row);
+    line("quantize rows (k 4096)", m,
+         1e3 * time_graph_ms([&](cudaStream_t st) {
+           CK(quantize_fp8_per_token({t, x.ptr, q.ptr, scale, m, hidden, 0}, st));
+         }),
+         1.5 * row);
+    DevMem gu, act(size_t(m) * inner * 2);
+    put(gu, random_bytes(t, size_t(m) * 2 * inner, 4.f));
+    const double act_bytes = double(m) * inner * 2;
+    SiluAndMulParams silu{t, gu.ptr, act.ptr, m, inner, false};
+    line("silu_and_mul", m,
+         1e3 * time_graph_ms([&](cudaStream_t st) { CK(silu_and_mul(silu, st)); }), 3 * act_bytes);
+    line("quantize rows (k 14336)", m,
+         1e3 * time_graph_ms([&](cudaStream_t st) {
+           CK(quantize_fp8_per_token({t, act.ptr, q.ptr, scale, m, inner, 0}, st));
+         }),
+         1.5 * act_bytes);
+    // RoPE + KV write on the fused qkv rows: positions 0 .. 1023 repeating, one slot per token.
+    DevMem qkv_rows, kc(size_t(m) * kv_row * 2), vc(size_t(m) * kv_row * 2), pos(size_t(m) * 4),
+        slots(size_t(m) * 8), inv(size_t(d / 2) * 4), table(size_t(1024) * d * 2);
+    put(qkv_rows, random_bytes(t, size_t(m) * qkv, 1.f));
+    std::vector<int32_t> positions(static_cast<size_t>(m));
+    std::vector<int64_t> slot_ids(static_cast<size_t>(m));
+    for (int i = 0; i < m; ++i) positions[size_t(i)] = i % 1024, slot_ids[size_t(i)] = i;
+    std::vector<float> freqs(size_t(d / 2));
+    rope_inv_freq(d, 500000.0, RopeScalingSpec{}, freqs.data());
+    CK(cudaMemcpy(pos.ptr, positions.data(), pos.bytes, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(slots.ptr, slot_ids.data(), slots.bytes, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(inv.ptr, freqs.data(), inv.bytes, cudaMemcpyHostToDevice));
+    CK(rope_cos_sin_cache(t, static_cast<float*>(inv.ptr), d, 1024, table.ptr, nullptr));
+    RopeParams rp;
+    rp.dtype = t, rp.q = qkv_rows.ptr, rp.k = static_cast<char*>(qkv_rows.ptr) + heads * d * 2;
+    rp.positions = static_cast<int32_t*>(pos.ptr), rp.inv_freq = static_cast<float*>(inv.ptr);
+    rp.cos_sin = table.ptr, rp.cache_rows = 1024, rp.num_tokens = m;
+    rp.num_heads = heads, rp.num_kv_heads = kv_heads, rp.head_dim = d;
+    rp.q_token_stride = rp.k_token_stride = qkv;
+    KvCacheWriteParams kw;
+    kw.dtype = kw.cache_dtype = t, kw.key = rp.k;
+    kw.value = static_cast<char*>(rp.k) + kv_row * 2;
+    kw.k_cache = kc.ptr, kw.v_cache = vc.ptr, kw.slot_mapping = static_cast<int64_t*>(slots.ptr);
+    kw.num_tokens = m, kw.num_kv_heads = kv_heads, kw.head_dim = d, kw.num_slots = m;
+    kw.key_token_stride = kw.value_token_stride = qkv;
+    // q and k read and written, v read, k and v written to the cache, the table rows read.
+    const double rope_bytes = double(m) * 2 * (2.0 * (heads + kv_heads) * d + 3.0 * kv_row + d);
+    line("rope + kv cache write", m,
+         1e3 * time_graph_ms([&](cudaStream_t st) { CK(rope_and_write_kv_cache(rp, kw, st)); }),
+         rope_bytes);
+  }
+}
+
 void fp8_fused_bench() {
   std::printf("== fp8 fused quantization benchmark (us per call, 20 calls in one graph)\n");
   const DType t = DType::kBF16;
@@ -209,6 +285,7 @@ void fp8_fused_bench() {
                   group ? "group128" : "per-row", us, fused_us);
     }
   }
+  prefill_elementwise_bench();
 }
 
 }  // namespace pagellm::cuda::test

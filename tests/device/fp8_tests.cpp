@@ -462,6 +462,8 @@ void fp8_suite(const std::string& filter, int& passed, int& failed) {
     test_quantize(s, t, 7, 4096, 0);
     test_quantize(s, t, 300, 1040, 0);
     test_quantize(s, t, 12, 14336, 0);
+    test_quantize(s, t, 5, 8192, 0);   // four 16-byte slices per thread
+    test_quantize(s, t, 3, 20480, 0);  // past eight: the two-pass loop
     test_quantize(s, t, 97, 4096, 1);
     test_quantize(s, t, 1, 128, 2);
     test_quantize(s, t, 37, 4096, 2);

@@ -80,6 +80,28 @@ __device__ __forceinline__ void store16(T* dst, const float (&in)[16 / sizeof(T)
   *reinterpret_cast<Vec16<T>*>(dst) = tmp;
 }
 
+// VEC elements of T: one 16-byte access when VEC * sizeof(T) == 16 (the address aligned to it),
+// else one access per element.
+template <typename T, int VEC>
+__device__ __forceinline__ void load_vec(const T* src, float (&out)[VEC]) {
+  if constexpr (VEC * sizeof(T) == 16) {
+    load16(src, out);
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) out[i] = to_float(src[i]);
+  }
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ void store_vec(T* dst, const float (&in)[VEC]) {
+  if constexpr (VEC * sizeof(T) == 16) {
+    store16(dst, in);
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) dst[i] = from_float<T>(in[i]);
+  }
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -9,6 +9,23 @@
 
 namespace pagellm::cuda {
 
+// Stores 16 bytes' worth of T values (f, each exactly a T) into the cache row as S: the T values
+// themselves, or 8 FP8 codes of f / scale.
+template <typename T, typename S>
+__device__ __forceinline__ void store_vec16_elems(const float (&f)[Vec16<T>::kSize], S* dst,
+                                                  float inv_scale) {
+  if constexpr (std::is_same_v<S, T>) {
+    store16(dst, f);
+  } else {
+    static_assert(Vec16<T>::kSize == 8, "16 bytes of a 16-bit dtype become 8 FP8 codes");
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      w[i] = float2_to_fp8x2<kFp8Interp<S>>(f[2 * i] * inv_scale, f[2 * i + 1] * inv_scale);
+    *reinterpret_cast<uint2*>(dst) = make_uint2(w[0] | w[1] << 16, w[2] | w[3] << 16);
+  }
+}
+
 // Stores VEC elements of one K or V row into the cache row, converting to the cache's type S.
 template <typename T, typename S, int VEC>
 __device__ __forceinline__ void store_elems(const T* src, S* dst, float inv_scale) {
@@ -19,14 +36,9 @@ __device__ __forceinline__ void store_elems(const T* src, S* dst, float inv_scal
       *dst = *src;
     }
   } else if constexpr (VEC > 1) {
-    static_assert(VEC == 8, "16 bytes of a 16-bit dtype become 8 FP8 codes");
     float f[VEC];
     load16(src, f);
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      w[i] = float2_to_fp8x2<kFp8Interp<S>>(f[2 * i] * inv_scale, f[2 * i + 1] * inv_scale);
-    *reinterpret_cast<uint2*>(dst) = make_uint2(w[0] | w[1] << 16, w[2] | w[3] << 16);
+    store_vec16_elems<T, S>(f, dst, inv_scale);
   } else {
     const __nv_fp8_storage_t code =
         __nv_cvt_float_to_fp8(to_float(*src) * inv_scale, __NV_SATFINITE, kFp8Interp<S>);

@@ -30,15 +30,35 @@ struct RopeAngle {
       *s = round_to<T>(sinf(angle));
     }
   }
+  // Pairs i .. i + VEC - 1 (16 bytes of the table's row each for cos and sin).
+  template <int VEC>
+  __device__ void at_vec(const RopeParams& p, int i, float (&c)[VEC], float (&s)[VEC]) const {
+    if (cached) {
+      load_vec<T, VEC>(cached + i, c);
+      load_vec<T, VEC>(cached + p.head_dim / 2 + i, s);
+    } else {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) at(p, i + e, &c[e], &s[e]);
+    }
+  }
 };
+
+// The rotated pair (x1, x2), each product rounded to T, then the sum; the products are never
+// fused into the sum (fp32 rows then get the same bits from every kernel that rotates).
+template <typename T>
+__device__ __forceinline__ void rotated(float x1, float x2, float c, float s, float* r1,
+                                        float* r2) {
+  *r1 = round_to<T>(round_to<T>(__fmul_rn(x1, c)) - round_to<T>(__fmul_rn(x2, s)));
+  *r2 = round_to<T>(round_to<T>(__fmul_rn(x2, c)) + round_to<T>(__fmul_rn(x1, s)));
+}
 
 // Rotates the pair (x[i], x[i + half]) in place; the rotated values are left in *r1, *r2.
 template <typename T>
 __device__ __forceinline__ void rotate_pair(T* x, int i, int half, float c, float s, T* r1, T* r2) {
-  const float x1 = to_float(x[i]);
-  const float x2 = to_float(x[i + half]);
-  *r1 = from_float<T>(round_to<T>(x1 * c) - round_to<T>(x2 * s));
-  *r2 = from_float<T>(round_to<T>(x2 * c) + round_to<T>(x1 * s));
+  float a, b;
+  rotated<T>(to_float(x[i]), to_float(x[i + half]), c, s, &a, &b);
+  *r1 = from_float<T>(a);
+  *r2 = from_float<T>(b);
   x[i] = *r1;
   x[i + half] = *r2;
 }
@@ -112,6 +132,51 @@ __global__ void rope_write_kv_kernel(const __grid_constant__ RopeParams p,
   }
 }
 
+// rope_write_kv_kernel with 16 bytes per access: each thread rotates VEC consecutive pairs of one
+// head (x[i .. i + VEC) against x[i + half ..]) with the same arithmetic per pair, so the same
+// bits. Needs half % VEC == 0, 16-byte aligned rows of q, k, the table, V and both caches.
+template <typename T, typename S>
+__global__ void rope_write_kv_vec_kernel(const __grid_constant__ RopeParams p,
+                                         const __grid_constant__ KvCacheWriteParams kv) {
+  constexpr int VEC = Vec16<T>::kSize;
+  pdl_launch_dependents();
+  pdl_wait();
+  const int64_t t = blockIdx.x;
+  const int half = p.head_dim / 2;
+  const int64_t slot = kv.slot_mapping[t];
+  const bool store = slot >= 0 && slot < kv.num_slots;
+  const int row = p.num_kv_heads * p.head_dim;
+  const int per_head = half / VEC;
+  const int num_chunks = (p.num_heads + p.num_kv_heads) * per_head;
+  const int work = num_chunks + (store ? row / VEC : 0);
+  const float inv_k = kIsFp8<S> && kv.k_scale ? 1.f / *kv.k_scale : 1.f;
+  const float inv_v = kIsFp8<S> && kv.v_scale ? 1.f / *kv.v_scale : 1.f;
+  const RopeAngle<T> angle(p, p.positions[t]);
+  for (int j = blockIdx.y * blockDim.x + threadIdx.x; j < work; j += gridDim.y * blockDim.x) {
+    if (j >= num_chunks) {  // a piece of the V row
+      const int i = (j - num_chunks) * VEC;
+      store_elems<T, S, VEC>(static_cast<const T*>(kv.value) + t * kv.value_token_stride + i,
+                             static_cast<S*>(kv.v_cache) + slot * row + i, inv_v);
+      continue;
+    }
+    const int head = j / per_head;
+    const int i = (j % per_head) * VEC;
+    float c[VEC], s[VEC], x1[VEC], x2[VEC], r1[VEC], r2[VEC];
+    angle.at_vec(p, i, c, s);
+    T* x = pair_row<T>(p, t, head);
+    load16(x + i, x1);
+    load16(x + i + half, x2);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) rotated<T>(x1[e], x2[e], c[e], s[e], &r1[e], &r2[e]);
+    store16(x + i, r1);
+    store16(x + i + half, r2);
+    if (head < p.num_heads || !store) continue;
+    S* kc = static_cast<S*>(kv.k_cache) + slot * row + (head - p.num_heads) * p.head_dim;
+    store_vec16_elems<T, S>(r1, kc + i, inv_k);
+    store_vec16_elems<T, S>(r2, kc + i + half, inv_k);
+  }
+}
+
 template <typename T>
 __global__ void rope_cache_kernel(const float* inv_freq, int half, int rows, T* out) {
   const int64_t total = int64_t{rows} * half;
@@ -154,6 +219,13 @@ bool prepare_rope(RopeParams& p) {
   return true;
 }
 
+// Whether rope_write_kv_vec_kernel can take the q and k rows and the table: vec pairs per access.
+bool rope_rows_vectorizable(const RopeParams& p, int vec) {
+  return (p.head_dim / 2) % vec == 0 && p.q_token_stride % vec == 0 &&
+         p.k_token_stride % vec == 0 && aligned16(p.q) && aligned16(p.k) &&
+         (!p.cos_sin || aligned16(p.cos_sin));
+}
+
 dim3 rope_grid(int num_tokens, int items) {
   return dim3(num_tokens, std::min((items + kRopeThreads - 1) / kRopeThreads, 65535));
 }
@@ -165,10 +237,15 @@ cudaError_t launch_rope_write(const RopeParams& p, const KvCacheWriteParams& kv,
   const int pairs = (p.num_heads + p.num_kv_heads) * (p.head_dim / 2);
   const int row = p.num_kv_heads * p.head_dim;
   if constexpr (!kIsFp8<S> || kVec == 8) {
-    if (kv_value_vectorizable<T, S>(kv))
+    if (kv_value_vectorizable<T, S>(kv)) {
+      if (rope_rows_vectorizable(p, kVec))
+        return launch_kernel(rope_write_kv_vec_kernel<T, S>,
+                             rope_grid(p.num_tokens, (pairs + row) / kVec), kRopeThreads, 0, stream,
+                             p, kv);
       return launch_kernel(rope_write_kv_kernel<T, S, kVec>,
                            rope_grid(p.num_tokens, pairs + row / kVec), kRopeThreads, 0, stream, p,
                            kv);
+    }
   }
   return launch_kernel(rope_write_kv_kernel<T, S, 1>, rope_grid(p.num_tokens, pairs + row),
                        kRopeThreads, 0, stream, p, kv);

@@ -17,9 +17,13 @@ namespace {
 
 constexpr int kQuantThreads = 256;
 
-// grid: one block per row. x [num_rows, k], xq [num_rows, k], scale [num_rows]; k % 8 == 0.
-template <typename T>
-__global__ void __launch_bounds__(kQuantThreads)
+// grid: one block of kThreads per row. x [num_rows, k], xq [num_rows, k], scale [num_rows];
+// k % 8 == 0. kSlices > 0: each thread's (at most kSlices) 16-byte slices of the row are all
+// loaded first and kept in registers, so a thread has them all in flight at once and the row is
+// read once. kSlices == 0 (rows of more than 2 x 1024 slices): two passes, the second served by
+// L1/L2.
+template <typename T, int kThreads, int kSlices>
+__global__ void __launch_bounds__(kThreads)
     quantize_rows_kernel(const T* __restrict__ x, uint8_t* __restrict__ xq,
                          float* __restrict__ scale, int k) {
   __shared__ float scratch[32];
@@ -28,18 +32,56 @@ __global__ void __launch_bounds__(kQuantThreads)
   uint8_t* qr = xq + row * k;
   const int num_vec = k / 8;  // 8 elements = 16 bytes in, 8 bytes out
   float amax = 0.f;
-  for (int v = threadIdx.x; v < num_vec; v += kQuantThreads) {
-    float f[8];
-    load16(xr + v * 8, f);
-    amax = abs_max(f, amax);
+  if constexpr (kSlices > 0) {
+    float f[kSlices][8];
+#pragma unroll
+    for (int j = 0; j < kSlices; ++j) {
+      const int v = threadIdx.x + j * kThreads;
+      if (v < num_vec) {
+        load16(xr + v * 8, f[j]);
+        amax = abs_max(f[j], amax);
+      }
+    }
+    const float s = fp8_act_scale(block_max(amax, scratch));
+    if (threadIdx.x == 0) scale[row] = s;
+#pragma unroll
+    for (int j = 0; j < kSlices; ++j) {
+      const int v = threadIdx.x + j * kThreads;
+      if (v < num_vec) store_e4m3(qr + v * 8, f[j], s);
+    }
+  } else {
+    for (int v = threadIdx.x; v < num_vec; v += kThreads) {
+      float f[8];
+      load16(xr + v * 8, f);
+      amax = abs_max(f, amax);
+    }
+    const float s = fp8_act_scale(block_max(amax, scratch));
+    if (threadIdx.x == 0) scale[row] = s;
+    for (int v = threadIdx.x; v < num_vec; v += kThreads) {
+      float f[8];
+      load16(xr + v * 8, f);
+      store_e4m3(qr + v * 8, f, s);
+    }
   }
-  const float s = fp8_act_scale(block_max(amax, scratch));
-  if (threadIdx.x == 0) scale[row] = s;
-  for (int v = threadIdx.x; v < num_vec; v += kQuantThreads) {
-    float f[8];
-    load16(xr + v * 8, f);
-    store_e4m3(qr + v * 8, f, s);
-  }
+}
+
+// Rows of up to 512 slices: 256 threads, one or two slices each; up to 2,048 slices (k 16,384):
+// 1,024 threads, two each (one block of 256 threads with 7 slices each ran k 14,336 at half the
+// copy rate); longer rows: the two-pass loop.
+template <typename T>
+cudaError_t launch_quantize_rows(const T* x, int num_rows, int k, uint8_t* xq, float* scale,
+                                 cudaStream_t stream) {
+  const int slices = k / 8;
+  if (slices <= 256)
+    quantize_rows_kernel<T, 256, 1><<<num_rows, 256, 0, stream>>>(x, xq, scale, k);
+  else if (slices <= 512)
+    quantize_rows_kernel<T, 256, 2><<<num_rows, 256, 0, stream>>>(x, xq, scale, k);
+  else if (slices <= 2048)
+    quantize_rows_kernel<T, 1024, 2><<<num_rows, 1024, 0, stream>>>(x, xq, scale, k);
+  else
+    quantize_rows_kernel<T, kQuantThreads, 0>
+        <<<num_rows, kQuantThreads, 0, stream>>>(x, xq, scale, k);
+  return cudaGetLastError();
 }
 
 // 128-column groups: each half-warp (16 lanes x 8 elements) quantizes one group, so the amax is a
@@ -89,14 +131,11 @@ cudaError_t quantize_rows(DType dtype, const void* x, int num_rows, int k, void*
   if (num_rows == 0) return cudaSuccess;
   if (!x || !xq || !scale || !aligned16(x) || !aligned16(xq)) return cudaErrorInvalidValue;
   if (dtype == DType::kF32) return cudaErrorNotSupported;
-  const dim3 grid(static_cast<unsigned>(num_rows));
   if (dtype == DType::kBF16)
-    quantize_rows_kernel<__nv_bfloat16><<<grid, kQuantThreads, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(x), static_cast<uint8_t*>(xq), scale, k);
-  else
-    quantize_rows_kernel<__half><<<grid, kQuantThreads, 0, stream>>>(
-        static_cast<const __half*>(x), static_cast<uint8_t*>(xq), scale, k);
-  return cudaGetLastError();
+    return launch_quantize_rows(static_cast<const __nv_bfloat16*>(x), num_rows, k,
+                                static_cast<uint8_t*>(xq), scale, stream);
+  return launch_quantize_rows(static_cast<const __half*>(x), num_rows, k, static_cast<uint8_t*>(xq),
+                              scale, stream);
 }
 
 // y [m, n] += bias [n] in place (the block-scaled cuBLASLt path, which has no bias epilogue).
