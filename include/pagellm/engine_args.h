@@ -62,6 +62,8 @@ struct SpeculativeConfig {
 };
 
 struct EngineArgs {
+  // max_num_batched_tokens when resolve_device() finds it 0, except offline on a GPU.
+  static constexpr int kDefaultBatchedTokens = 2048;
   std::string model;              // Hugging Face folder; empty = built-in demo model
   std::string tokenizer;          // defaults to model
   // Hugging Face Hub ids: `model` (and `tokenizer`) may be ORG/NAME, resolved from the local
@@ -97,7 +99,12 @@ struct EngineArgs {
   double gpu_memory_utilization = 0.9;
   double swap_space_gib = 0.0;
   int max_num_seqs = 256;
-  int max_num_batched_tokens = 2048;
+  // Tokens per step; 0 = the default for the device and entry point, set by resolve_device():
+  // vLLM's offline defaults on a GPU (16,384 on GPUs of 70+ GiB other than A100s, else 8,192),
+  // 2,048 for `pagellm serve` (decodes keep their inter-token latency; vLLM's server takes 8,192
+  // there) and on the CPU.
+  int max_num_batched_tokens = 0;
+  bool api_server = false;  // set by `pagellm serve`: the serving default above
   bool enable_prefix_caching = true;
   bool enable_chunked_prefill = true;
   // A model whose layers mix sliding-window and full attention keeps one block table per group of
@@ -142,7 +149,8 @@ struct EngineArgs {
   // keeps the id. A no-op for local folders, so calling it twice is harmless.
   void resolve_hub_ids();
   // Replaces device "auto" by "cuda" (a CUDA build that sees a GPU) or "cpu", as vLLM picks the
-  // platform it finds. Harmless to call twice.
+  // platform it finds, then a max_num_batched_tokens of 0 by the default for that device.
+  // Harmless to call twice.
   void resolve_device();
   // These args as replica `rank` of the data-parallel group is built from.
   EngineArgs for_replica(int rank) const;

@@ -83,7 +83,9 @@ void add_engine_flags(CLI::App& app, EngineArgs& args) {
   app.add_option("--swap-space", args.swap_space_gib, "host swap space for preempted sequences, GiB")
       ->capture_default_str();
   app.add_option("--max-num-seqs", args.max_num_seqs, "most sequences per step")->capture_default_str();
-  app.add_option("--max-num-batched-tokens", args.max_num_batched_tokens, "token budget per step")
+  app.add_option("--max-num-batched-tokens", args.max_num_batched_tokens,
+                 "token budget per step (0 = the default: offline on a GPU vLLM's, 16384 on GPUs "
+                 "of 70+ GiB other than A100s, else 8192; 2048 for serve and on the CPU)")
       ->capture_default_str();
   app.add_option("--long-prefill-token-threshold", args.long_prefill_token_threshold,
                  "with chunked prefill, most tokens a prompt computes per step (0 = no limit but "

@@ -108,6 +108,7 @@ int run(int argc, char** argv) {
   apply_vllm_compat_flags(vllm, args);
   if (vllm.enable_log_requests && f.disable_log_requests)
     invalid_argument("--enable-log-requests and --disable-log-requests contradict each other");
+  args.api_server = true;  // the serving step budget (EngineArgs::max_num_batched_tokens)
   args.resolve_device();
   args.validate();
   const std::string model_as_given = args.model;  // vLLM's default served model name

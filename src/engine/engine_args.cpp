@@ -41,8 +41,8 @@ void EngineArgs::validate() const {
           "--gpu-memory-utilization: must be in (0, 1]");
   require(swap_space_gib >= 0.0 && swap_space_gib <= 4096.0, "--swap-space: must be in [0, 4096] GiB");
   require(max_num_seqs >= 1 && max_num_seqs <= 65536, "--max-num-seqs: must be in [1, 65536]");
-  require(max_num_batched_tokens >= 1 && max_num_batched_tokens <= (1 << 24),
-          "--max-num-batched-tokens: must be in [1, 16777216]");
+  require(max_num_batched_tokens >= 0 && max_num_batched_tokens <= (1 << 24),
+          "--max-num-batched-tokens: must be in [0, 16777216] (0: the device's default)");
   require(long_prefill_token_threshold >= 0 && long_prefill_token_threshold <= (1 << 24),
           "--long-prefill-token-threshold: must be in [0, 16777216]");
   require(scheduling_policy == "fcfs" || scheduling_policy == "priority",
@@ -78,11 +78,18 @@ EngineArgs EngineArgs::for_replica(int rank) const {
 }
 
 void EngineArgs::resolve_device() {
-  if (device != "auto") return;
+  if (device == "auto") {
 #ifdef PAGELLM_HAVE_CUDA
-  device = runner::num_visible_gpus() > 0 ? "cuda" : "cpu";
+    device = runner::num_visible_gpus() > 0 ? "cuda" : "cpu";
 #else
-  device = "cpu";
+    device = "cpu";
+#endif
+  }
+  if (max_num_batched_tokens > 0) return;
+  max_num_batched_tokens = kDefaultBatchedTokens;
+#ifdef PAGELLM_HAVE_CUDA
+  // vLLM's rule (engine/arg_utils.py): larger steps on large GPUs, except A100s, where they cost.
+  if (device == "cuda" && !api_server) max_num_batched_tokens = runner::large_gpu() ? 16384 : 8192;
 #endif
 }
 

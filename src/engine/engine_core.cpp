@@ -110,10 +110,14 @@ void EngineCore::init(std::unique_ptr<runner::ModelRunner> runner) {
         tokenizer_, output_processor_->eos_token_ids(), static_cast<size_t>(std::max(info_.vocab_size, 0)));
     grammar_compiler_->build_vocab_in_background();
   }
-  log::info("KV cache: " + std::to_string(kv_->num_blocks()) + " blocks of " + std::to_string(kv_->block_size()) +
-            " tokens (" + std::to_string(static_cast<int64_t>(kv_->num_blocks()) * kv_->block_size()) +
-            " tokens), max_model_len " + std::to_string(max_model_len) +
-            (runner_->num_swap_blocks() > 0 ? ", " + std::to_string(runner_->num_swap_blocks()) + " swap blocks" : ""));
+  log::info("KV cache: " + std::to_string(kv_->num_blocks()) + " blocks of " +
+            std::to_string(kv_->block_size()) + " tokens (" +
+            std::to_string(static_cast<int64_t>(kv_->num_blocks()) * kv_->block_size()) +
+            " tokens), max_model_len " + std::to_string(max_model_len) + ", up to " +
+            std::to_string(args_.max_num_batched_tokens) + " tokens per step" +
+            (runner_->num_swap_blocks() > 0
+                 ? ", " + std::to_string(runner_->num_swap_blocks()) + " swap blocks"
+                 : ""));
   if (layout.hybrid()) log_kv_groups(layout, max_model_len);
 }
 

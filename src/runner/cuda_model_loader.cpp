@@ -154,6 +154,12 @@ int num_visible_gpus() {
   return visible;
 }
 
+bool large_gpu() {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return false;
+  return prop.totalGlobalMem >= (size_t(70) << 30) && !std::strstr(prop.name, "A100");
+}
+
 LoadedModel load_cuda_model(const EngineArgs& args, LoadedModel m, const parallel::LaunchPlan& plan,
                             std::chrono::steady_clock::time_point start) {
   const int tp = args.tensor_parallel_size, pp = args.pipeline_parallel_size;

@@ -15,6 +15,8 @@ namespace pagellm::runner {
 
 // CUDA devices this process sees (0 when the driver answers nothing).
 int num_visible_gpus();
+// Whether GPU 0 has 70+ GiB and is no A100 (vLLM's test for its larger default step budget).
+bool large_gpu();
 
 // m: the model as model_loader described it (name, config); fills m.runner and logs the startup.
 LoadedModel load_cuda_model(const EngineArgs& args, LoadedModel m, const parallel::LaunchPlan& plan,

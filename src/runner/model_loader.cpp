@@ -275,7 +275,7 @@ std::optional<int> run_worker_process(const EngineArgs& args) {
 }
 
 LoadedModel load_model(const EngineArgs& args) {
-  if (args.device == "auto") {
+  if (args.device == "auto" || args.max_num_batched_tokens == 0) {
     EngineArgs resolved = args;
     resolved.resolve_device();
     return load_model(resolved);
