@@ -93,65 +93,62 @@ __global__ void rope_kernel(const __grid_constant__ RopeParams p) {
   }
 }
 
-// rope_kernel and write_kv_cache in one launch: threads past the q and k pairs copy the token's V
-// row into the cache VEC elements at a time, and each rotated k pair is also stored in the cache
-// (the bits write_kv_cache would store from the rotated k).
-template <typename T, typename S, int VEC>
+// Rotates PAIRS consecutive pairs (i .. i + PAIRS) of one q or k head of token t in place and,
+// for a k head with a cache row (k_row), stores them into the cache too. PAIRS == 1: 2-byte
+// accesses, any head_dim; PAIRS == 16 bytes of T: one 16-byte access per half, table rows included.
+template <typename T, typename S, int PAIRS>
+__device__ __forceinline__ void rotate_and_store(const RopeParams& p, const RopeAngle<T>& angle,
+                                                 int64_t t, int head, int i, S* k_row,
+                                                 float inv_k) {
+  const int half = p.head_dim / 2;
+  T* x = pair_row<T>(p, t, head);
+  S* kc = head >= p.num_heads && k_row ? k_row + (head - p.num_heads) * p.head_dim : nullptr;
+  if constexpr (PAIRS == 1) {
+    float c, s;
+    angle.at(p, i, &c, &s);
+    T r[2];
+    rotate_pair(x, i, half, c, s, &r[0], &r[1]);
+    if (!kc) return;
+    store_elems<T, S, 1>(&r[0], kc + i, inv_k);
+    store_elems<T, S, 1>(&r[1], kc + i + half, inv_k);
+  } else {
+    static_assert(PAIRS == Vec16<T>::kSize, "one 16-byte access per half");
+    float c[PAIRS], s[PAIRS], x1[PAIRS], x2[PAIRS], r1[PAIRS], r2[PAIRS];
+    angle.at_vec(p, i, c, s);
+    load16(x + i, x1);
+    load16(x + i + half, x2);
+#pragma unroll
+    for (int e = 0; e < PAIRS; ++e) rotated<T>(x1[e], x2[e], c[e], s[e], &r1[e], &r2[e]);
+    store16(x + i, r1);
+    store16(x + i + half, r2);
+    if (!kc) return;
+    store_vec16_elems<T, S>(r1, kc + i, inv_k);
+    store_vec16_elems<T, S>(r2, kc + i + half, inv_k);
+  }
+}
+
+// rope_kernel and write_kv_cache in one launch: each thread rotates PAIRS pairs of a q or k head
+// (the rotated k also stored in the cache: the bits write_kv_cache would store from it); threads
+// past the heads copy the token's V row into the cache VEC elements at a time. PAIRS > 1 needs
+// half % PAIRS == 0 and 16-byte aligned rows of q, k and the table (rope_rows_vectorizable); the
+// arithmetic per pair is the same, so the same bits.
+template <typename T, typename S, int VEC, int PAIRS>
 __global__ void rope_write_kv_kernel(const __grid_constant__ RopeParams p,
                                      const __grid_constant__ KvCacheWriteParams kv) {
   pdl_launch_dependents();
   pdl_wait();
   const int64_t t = blockIdx.x;
-  const int half = p.head_dim / 2;
   const int64_t slot = kv.slot_mapping[t];
   const bool store = slot >= 0 && slot < kv.num_slots;
   const int row = p.num_kv_heads * p.head_dim;
-  const int q_pairs = p.num_heads * half;
-  const int num_pairs = q_pairs + p.num_kv_heads * half;
-  const int work = num_pairs + (store ? row / VEC : 0);
+  const int per_head = p.head_dim / 2 / PAIRS;
+  const int num_chunks = (p.num_heads + p.num_kv_heads) * per_head;
+  const int work = num_chunks + (store ? row / VEC : 0);
   // x / scale as x * (1 / scale), as write_kv_cache stores it.
   const float inv_k = kIsFp8<S> && kv.k_scale ? 1.f / *kv.k_scale : 1.f;
   const float inv_v = kIsFp8<S> && kv.v_scale ? 1.f / *kv.v_scale : 1.f;
   const RopeAngle<T> angle(p, p.positions[t]);
-  for (int j = blockIdx.y * blockDim.x + threadIdx.x; j < work; j += gridDim.y * blockDim.x) {
-    if (j >= num_pairs) {  // a piece of the V row
-      const int i = (j - num_pairs) * VEC;
-      store_elems<T, S, VEC>(static_cast<const T*>(kv.value) + t * kv.value_token_stride + i,
-                             static_cast<S*>(kv.v_cache) + slot * row + i, inv_v);
-      continue;
-    }
-    const int i = j % half;
-    float c, s;
-    angle.at(p, i, &c, &s);
-    T r[2];
-    rotate_pair(pair_row<T>(p, t, j / half), i, half, c, s, &r[0], &r[1]);
-    if (j < q_pairs || !store) continue;
-    S* kc = static_cast<S*>(kv.k_cache) + slot * row + (j / half - p.num_heads) * p.head_dim;
-    store_elems<T, S, 1>(&r[0], kc + i, inv_k);
-    store_elems<T, S, 1>(&r[1], kc + i + half, inv_k);
-  }
-}
-
-// rope_write_kv_kernel with 16 bytes per access: each thread rotates VEC consecutive pairs of one
-// head (x[i .. i + VEC) against x[i + half ..]) with the same arithmetic per pair, so the same
-// bits. Needs half % VEC == 0, 16-byte aligned rows of q, k, the table, V and both caches.
-template <typename T, typename S>
-__global__ void rope_write_kv_vec_kernel(const __grid_constant__ RopeParams p,
-                                         const __grid_constant__ KvCacheWriteParams kv) {
-  constexpr int VEC = Vec16<T>::kSize;
-  pdl_launch_dependents();
-  pdl_wait();
-  const int64_t t = blockIdx.x;
-  const int half = p.head_dim / 2;
-  const int64_t slot = kv.slot_mapping[t];
-  const bool store = slot >= 0 && slot < kv.num_slots;
-  const int row = p.num_kv_heads * p.head_dim;
-  const int per_head = half / VEC;
-  const int num_chunks = (p.num_heads + p.num_kv_heads) * per_head;
-  const int work = num_chunks + (store ? row / VEC : 0);
-  const float inv_k = kIsFp8<S> && kv.k_scale ? 1.f / *kv.k_scale : 1.f;
-  const float inv_v = kIsFp8<S> && kv.v_scale ? 1.f / *kv.v_scale : 1.f;
-  const RopeAngle<T> angle(p, p.positions[t]);
+  S* k_row = store ? static_cast<S*>(kv.k_cache) + slot * row : nullptr;
   for (int j = blockIdx.y * blockDim.x + threadIdx.x; j < work; j += gridDim.y * blockDim.x) {
     if (j >= num_chunks) {  // a piece of the V row
       const int i = (j - num_chunks) * VEC;
@@ -159,21 +156,7 @@ __global__ void rope_write_kv_vec_kernel(const __grid_constant__ RopeParams p,
                              static_cast<S*>(kv.v_cache) + slot * row + i, inv_v);
       continue;
     }
-    const int head = j / per_head;
-    const int i = (j % per_head) * VEC;
-    float c[VEC], s[VEC], x1[VEC], x2[VEC], r1[VEC], r2[VEC];
-    angle.at_vec(p, i, c, s);
-    T* x = pair_row<T>(p, t, head);
-    load16(x + i, x1);
-    load16(x + i + half, x2);
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) rotated<T>(x1[e], x2[e], c[e], s[e], &r1[e], &r2[e]);
-    store16(x + i, r1);
-    store16(x + i + half, r2);
-    if (head < p.num_heads || !store) continue;
-    S* kc = static_cast<S*>(kv.k_cache) + slot * row + (head - p.num_heads) * p.head_dim;
-    store_vec16_elems<T, S>(r1, kc + i, inv_k);
-    store_vec16_elems<T, S>(r2, kc + i + half, inv_k);
+    rotate_and_store<T, S, PAIRS>(p, angle, t, j / per_head, (j % per_head) * PAIRS, k_row, inv_k);
   }
 }
 
@@ -219,7 +202,7 @@ bool prepare_rope(RopeParams& p) {
   return true;
 }
 
-// Whether rope_write_kv_vec_kernel can take the q and k rows and the table: vec pairs per access.
+// Whether rope_write_kv_kernel can rotate vec pairs per access: the q and k rows and the table.
 bool rope_rows_vectorizable(const RopeParams& p, int vec) {
   return (p.head_dim / 2) % vec == 0 && p.q_token_stride % vec == 0 &&
          p.k_token_stride % vec == 0 && aligned16(p.q) && aligned16(p.k) &&
@@ -239,15 +222,15 @@ cudaError_t launch_rope_write(const RopeParams& p, const KvCacheWriteParams& kv,
   if constexpr (!kIsFp8<S> || kVec == 8) {
     if (kv_value_vectorizable<T, S>(kv)) {
       if (rope_rows_vectorizable(p, kVec))
-        return launch_kernel(rope_write_kv_vec_kernel<T, S>,
+        return launch_kernel(rope_write_kv_kernel<T, S, kVec, kVec>,
                              rope_grid(p.num_tokens, (pairs + row) / kVec), kRopeThreads, 0, stream,
                              p, kv);
-      return launch_kernel(rope_write_kv_kernel<T, S, kVec>,
+      return launch_kernel(rope_write_kv_kernel<T, S, kVec, 1>,
                            rope_grid(p.num_tokens, pairs + row / kVec), kRopeThreads, 0, stream, p,
                            kv);
     }
   }
-  return launch_kernel(rope_write_kv_kernel<T, S, 1>, rope_grid(p.num_tokens, pairs + row),
+  return launch_kernel(rope_write_kv_kernel<T, S, 1, 1>, rope_grid(p.num_tokens, pairs + row),
                        kRopeThreads, 0, stream, p, kv);
 }
 
