@@ -15,6 +15,15 @@
 #include "backends/cuda/gemm_context.h"
 
 namespace pagellm::cuda {
+
+bool fp8_fast_accum() {
+  static const bool on = [] {
+    const char* v = std::getenv("PAGELLM_FP8_FAST_ACCUM");
+    return !v || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
 namespace {
 
 // kScaled: scales (and bias) inside cuBLASLt, D of the layer dtype. kUnscaled: unit scales, D as
@@ -48,6 +57,10 @@ bool make_descs(const Fp8LinearParams& p, LtMode mode, LtDescs& d) {
   const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
   cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof trans_a);
   cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof trans_b);
+  if (mode != LtMode::kBlock && fp8_fast_accum()) {
+    const int8_t fast = 1;
+    cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast);
+  }
   const cudaDataType_t out_type =
       mode == LtMode::kUnscaled ? CUDA_R_16BF : (p.dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_16BF);
   if (mode != LtMode::kUnscaled) {
