@@ -53,6 +53,13 @@ EngineCore::~EngineCore() {
 }
 
 void EngineCore::init(std::unique_ptr<runner::ModelRunner> runner) {
+  // An engine built around a given runner may get args whose step budget is still "the default"
+  // (0): that default, without resolving the device string itself.
+  if (args_.max_num_batched_tokens == 0) {
+    EngineArgs resolved = args_;
+    resolved.resolve_device();
+    args_.max_num_batched_tokens = resolved.max_num_batched_tokens;
+  }
   runner_ = std::move(runner);
   const io::ModelConfig& config = runner_->config();
   int model_len = static_cast<int>(config.max_position_embeddings);
