@@ -22,21 +22,6 @@ std::string_view dtype_name(DType dtype) {
   return "?";
 }
 
-size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-    case DType::kI32: return 4;
-    case DType::kF16:
-    case DType::kBF16: return 2;
-    case DType::kF8E4M3:
-    case DType::kF8E5M2:
-    case DType::kI8:
-    case DType::kU8: return 1;
-    case DType::kI64: return 8;
-  }
-  return 1;
-}
-
 std::optional<DType> dtype_from_safetensors(std::string_view tag) {
   if (tag == "F32") return DType::kF32;
   if (tag == "F16") return DType::kF16;

@@ -15,7 +15,21 @@ namespace pagellm {
 enum class DType { kF32, kF16, kBF16, kF8E4M3, kF8E5M2, kI8, kU8, kI32, kI64 };
 
 std::string_view dtype_name(DType dtype);
-size_t dtype_size(DType dtype);
+// Inline so that the CUDA kernels library, which does not link pagellm's core, can use it.
+constexpr size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+    case DType::kI32: return 4;
+    case DType::kF16:
+    case DType::kBF16: return 2;
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+    case DType::kI8:
+    case DType::kU8: return 1;
+    case DType::kI64: return 8;
+  }
+  return 1;
+}
 // Parses a safetensors dtype tag ("F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "I8", "U8", "I32",
 // "I64"); nullopt for anything else.
 std::optional<DType> dtype_from_safetensors(std::string_view tag);

@@ -13,8 +13,6 @@ namespace {
   throw_error(ErrorKind::kInternal, "parallel group: " + message);
 }
 
-size_t element_bytes(DType dtype) { return dtype_size(dtype); }
-
 }  // namespace
 
 class ThreadCommunicator : public Communicator {
@@ -53,7 +51,7 @@ class ThreadCommunicator : public Communicator {
   void all_gather(const void* in, void* out, size_t count, DType dtype, void* stream) override {
     host_only(stream);
     ThreadGroup& g = *group_;
-    const size_t bytes = count * element_bytes(dtype);
+    const size_t bytes = count * dtype_size(dtype);
     {
       std::lock_guard lock(g.mutex_);
       g.check_ok_locked();
@@ -78,7 +76,7 @@ class ThreadCommunicator : public Communicator {
     check_peer(peer);
     ThreadGroup& g = *group_;
     const auto* p = static_cast<const unsigned char*>(data);
-    std::vector<unsigned char> message(p, p + count * element_bytes(dtype));
+    std::vector<unsigned char> message(p, p + count * dtype_size(dtype));
     {
       std::lock_guard lock(g.mutex_);
       g.check_ok_locked();
@@ -100,9 +98,9 @@ class ThreadCommunicator : public Communicator {
                     std::to_string(g.timeout_.count()) + " ms for rank " + std::to_string(peer));
     std::vector<unsigned char> message = std::move(box.front());
     box.pop_front();
-    if (message.size() != count * element_bytes(dtype))
+    if (message.size() != count * dtype_size(dtype))
       g.fail_locked("rank " + std::to_string(rank_) + " expected " +
-                    std::to_string(count * element_bytes(dtype)) + " bytes from rank " +
+                    std::to_string(count * dtype_size(dtype)) + " bytes from rank " +
                     std::to_string(peer) + ", got " + std::to_string(message.size()));
     std::memcpy(data, message.data(), message.size());
   }

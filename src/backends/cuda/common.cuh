@@ -139,8 +139,6 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return warp_max(lane < num_warps ? scratch[lane] : 0.f);
 }
 
-inline size_t element_size(DType dtype) { return dtype_size(dtype); }
-
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 inline cudaError_t launch_status() { return cudaGetLastError(); }

@@ -128,10 +128,10 @@ cudaError_t convert_dtype(DType src_dtype, const void* src, DType dst_dtype, voi
                           int64_t count, cudaStream_t stream) {
   if (count < 0 || (count > 0 && (!src || !dst))) return cudaErrorInvalidValue;
   if (count == 0) return cudaSuccess;
-  if (!aligned_to(src, element_size(src_dtype)) || !aligned_to(dst, element_size(dst_dtype)))
+  if (!aligned_to(src, dtype_size(src_dtype)) || !aligned_to(dst, dtype_size(dst_dtype)))
     return cudaErrorInvalidValue;
   if (src_dtype == dst_dtype)  // bits unchanged (also NaN payloads), as a host copy would be
-    return cudaMemcpyAsync(dst, src, size_t(count) * element_size(src_dtype),
+    return cudaMemcpyAsync(dst, src, size_t(count) * dtype_size(src_dtype),
                            cudaMemcpyDeviceToDevice, stream);
   switch (src_dtype) {
     case DType::kF32:

@@ -149,7 +149,7 @@ cudaError_t launch_gemv(const GemmParams& p, cudaStream_t stream) {
 }  // namespace
 
 bool gemv_applies(const GemmParams& p) {
-  const int vec = 16 / static_cast<int>(element_size(p.dtype));
+  const int vec = 16 / static_cast<int>(dtype_size(p.dtype));
   return p.m >= 1 && p.m <= kGemvMaxRows && p.k % vec == 0 && aligned16(p.x) && aligned16(p.w);
 }
 

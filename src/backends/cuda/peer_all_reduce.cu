@@ -235,9 +235,6 @@ __global__ void __launch_bounds__(PeerAllReduce::kThreads)
   x.finish();
 }
 
-// The kernels library does not link pagellm's core (dtype_size lives there).
-size_t element_bytes(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
-
 }  // namespace
 
 std::shared_ptr<PeerAllReduce> PeerAllReduce::create(const std::vector<int>& devices, size_t max_bytes,
@@ -296,13 +293,13 @@ PeerAllReduce::~PeerAllReduce() {
 
 bool PeerAllReduce::fits(const void* data, size_t count, DType dtype) const {
   if (dtype != DType::kBF16 && dtype != DType::kF16 && dtype != DType::kF32) return false;
-  const size_t bytes = count * element_bytes(dtype);
+  const size_t bytes = count * dtype_size(dtype);
   return bytes > 0 && bytes <= max_bytes_ && bytes % 16 == 0 && aligned16(data);
 }
 
 bool PeerAllReduce::fits_norm(const void* x, int rows, int hidden, DType dtype) const {
   if (rows <= 0 || hidden <= 0) return false;
-  const size_t row_bytes = size_t(hidden) * element_bytes(dtype);
+  const size_t row_bytes = size_t(hidden) * dtype_size(dtype);
   return fits(x, size_t(rows) * hidden, dtype) && row_bytes % 16 == 0 &&
          row_bytes / 16 <= size_t(kMaxNormVecsPerThread) * kThreads;
 }
@@ -314,7 +311,7 @@ cudaError_t PeerAllReduce::run_add_rms_norm(int rank, const void* x, void* resid
       !aligned16(residual) || !aligned16(weight) || !aligned16(out))
     return cudaErrorInvalidValue;
   OneShotParams p = params(rank, const_cast<void*>(x), size_t(rows) * hidden, dtype);
-  NormParams n{residual, weight, out, rows, int(size_t(hidden) * element_bytes(dtype) / 16), hidden, eps};
+  NormParams n{residual, weight, out, rows, int(size_t(hidden) * dtype_size(dtype) / 16), hidden, eps};
   const int per_thread = (n.vecs_per_row + kThreads - 1) / kThreads;
   return PAGELLM_DISPATCH_DTYPE(dtype, [&] {
     auto kernel = per_thread <= 1   ? one_shot_all_reduce_add_rms_norm<scalar_t, 1>
@@ -331,7 +328,7 @@ OneShotParams PeerAllReduce::params(int rank, void* data, size_t count, DType dt
   for (int r = 0; r < size(); ++r) p.slots[r] = static_cast<char*>(ranks_[size_t(r)].slots);
   p.state = ranks_[size_t(rank)].state;
   p.slot_bytes = max_bytes_;
-  p.bytes = count * element_bytes(dtype);
+  p.bytes = count * dtype_size(dtype);
   p.num_vecs = p.bytes / 16;
   p.rank = rank;
   p.world = size();

@@ -53,7 +53,7 @@ bool valid_shapes(const AttentionParams& p) {
 }
 
 bool tile_path(const AttentionParams& p) {
-  const size_t elem = element_size(p.dtype);
+  const size_t elem = dtype_size(p.dtype);
   const int64_t stride = p.q_token_stride ? p.q_token_stride : int64_t{p.num_heads} * p.head_dim;
   return attention::tile_supported(p.dtype, p.head_dim) && aligned16(p.q) && aligned16(p.k_cache) &&
          aligned16(p.v_cache) && aligned16(p.out) && (stride * elem) % 16 == 0;
@@ -180,7 +180,7 @@ void order_tiles_longest_first(const int32_t* qsl, const int32_t* seq_lens,
 bool attention::sm90_tma_fits(const AttentionParams& p) {
   const int64_t stride = p.q_token_stride ? p.q_token_stride : int64_t{p.num_heads} * p.head_dim;
   const int bs = p.block_size;
-  return (p.head_dim == 64 || p.head_dim == 128) && element_size(p.dtype) == 2 && aligned16(p.q) &&
+  return (p.head_dim == 64 || p.head_dim == 128) && dtype_size(p.dtype) == 2 && aligned16(p.q) &&
          aligned16(p.k_cache) && aligned16(p.v_cache) && aligned16(p.out) && stride % 8 == 0 &&
          p.num_slots > 0 && p.num_slots <= INT32_MAX && bs >= 8 && bs <= 128 &&
          (bs & (bs - 1)) == 0;
