@@ -66,6 +66,7 @@ endif()
 # it throws) is compiled in directly, as in pagellm_core (no FMA contraction), since both need only
 # the standard library.
 add_executable(cuda_kernel_tests ${CMAKE_SOURCE_DIR}/tests/device/kernel_tests.cpp
+                                 ${CMAKE_SOURCE_DIR}/tests/device/elementwise_tests.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/kernel_reference.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/attention_window_tests.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/convert_tests.cpp

@@ -177,6 +177,72 @@ std::vector<RequestOutput> run_requests(const EngineArgs& args, const Throughput
   return outputs;
 }
 
+// What one run produced, and how long it took.
+struct ThroughputResult {
+  double elapsed = 0;
+  EngineStats stats;
+  uint64_t prompt_tokens = 0, output_tokens = 0;
+  size_t num_requests = 0;
+  double requests_per_second() const { return double(num_requests) / elapsed; }
+  double tokens_per_second() const { return double(prompt_tokens + output_tokens) / elapsed; }
+  double output_tokens_per_second() const { return double(output_tokens) / elapsed; }
+};
+
+void print_throughput(const ThroughputResult& r) {
+  std::printf("Throughput: %.2f requests/s, %.2f total tokens/s, %.2f output tokens/s\n",
+              r.requests_per_second(), r.tokens_per_second(), r.output_tokens_per_second());
+  std::printf("Total num prompt tokens:  %llu\n", static_cast<unsigned long long>(r.prompt_tokens));
+  std::printf("Total num output tokens:  %llu\n", static_cast<unsigned long long>(r.output_tokens));
+  std::printf("Peak KV cache use: %d of %d blocks (%.1f%%)\n", r.stats.kv_peak_blocks,
+              r.stats.num_kv_blocks,
+              100.0 * r.stats.kv_peak_blocks / std::max(r.stats.num_kv_blocks, 1));
+}
+
+void write_throughput_json(const std::string& path, const ThroughputResult& r,
+                           const std::optional<ThroughputBound>& bound,
+                           const runner::DeviceCeilings& ceilings) {
+  nlohmann::json j = {{"elapsed_time", r.elapsed},
+                      {"num_requests", r.num_requests},
+                      {"total_num_tokens", r.prompt_tokens + r.output_tokens},
+                      {"num_prompt_tokens", r.prompt_tokens},
+                      {"num_output_tokens", r.output_tokens},
+                      {"kv_peak_blocks", r.stats.kv_peak_blocks},
+                      {"num_kv_blocks", r.stats.num_kv_blocks},
+                      {"requests_per_second", r.requests_per_second()},
+                      {"tokens_per_second", r.tokens_per_second()},
+                      {"output_tokens_per_second", r.output_tokens_per_second()}};
+  if (bound)
+    j["lower_bound"] = {{"seconds", bound->seconds()},
+                        {"prefill_seconds", bound->prefill_seconds},
+                        {"decode_seconds", bound->decode_seconds},
+                        {"prefill_flop", bound->prefill_flop},
+                        {"decode_steps", bound->decode_steps},
+                        {"step_weight_bytes", bound->step_bytes},
+                        {"kv_read_bytes", bound->kv_read_bytes},
+                        {"copy_gbps", ceilings.copy_gbps},
+                        {"gemm_tflops", ceilings.gemm_tflops},
+                        {"elapsed_over_bound", r.elapsed / bound->seconds()}};
+  std::ofstream f(path);
+  if (!f) throw_error(ErrorKind::kNotFound, path + ": cannot write");
+  f << j.dump(2) << "\n";
+}
+
+// The ceilings once the engine is gone, on the GPU in a process of their own (`bench ceilings`):
+// measured before the run they slowed a short batch-1 run by 1.3-1.6%, and in this process after
+// it the copy rate read 14% under the probe's (H100, docs/PERF.md). A failure leaves its reason
+// in no_bound: the run's figures stand without the bound.
+runner::DeviceCeilings measure_ceilings_after_run(const EngineArgs& args, std::string& no_bound) {
+  runner::DeviceCeilings ceilings;
+  try {
+    if (no_bound.empty())
+      ceilings = args.device == "cuda" ? ceilings_in_child_process(args)
+                                       : runner::measure_device_ceilings(args);
+  } catch (const Error& e) {
+    no_bound = e.what();
+  }
+  return ceilings;
+}
+
 int run_throughput(int argc, char** argv) {
   CLI::App app{"Offline throughput benchmark (like `vllm bench throughput`)"};
   EngineArgs args;
@@ -201,71 +267,25 @@ int run_throughput(int argc, char** argv) {
 
   const io::ModelConfig config = runner::served_model_config(args);
   std::string no_bound = o.bound ? bound_unsupported(args, config) : "--no-bound";
-  double elapsed = 0;
-  EngineStats stats;
-  const std::vector<RequestOutput> outputs = run_requests(args, o, elapsed, stats);
-  // The ceilings once the engine is gone, on the GPU in a process of their own (`bench
-  // ceilings`): measured before the run they slowed a short batch-1 run by 1.3-1.6%, and in this
-  // process after it the copy rate read 14% under the probe's (H100, docs/PERF.md).
-  runner::DeviceCeilings ceilings;
-  try {
-    if (no_bound.empty())
-      ceilings = args.device == "cuda" ? ceilings_in_child_process(args)
-                                       : runner::measure_device_ceilings(args);
-  } catch (const Error& e) {  // the run's figures stand without the bound
-    no_bound = e.what();
-  }
-
-  uint64_t num_prompt_tokens = 0;
-  uint64_t num_output_tokens = 0;
+  ThroughputResult r;
+  const std::vector<RequestOutput> outputs = run_requests(args, o, r.elapsed, r.stats);
+  const runner::DeviceCeilings ceilings = measure_ceilings_after_run(args, no_bound);
+  r.num_requests = outputs.size();
   for (const auto& out : outputs) {
-    num_prompt_tokens += out.prompt_token_ids.size();
-    for (const auto& c : out.outputs) num_output_tokens += c.token_ids.size();
+    r.prompt_tokens += out.prompt_token_ids.size();
+    for (const auto& c : out.outputs) r.output_tokens += c.token_ids.size();
   }
-  const double total = static_cast<double>(num_prompt_tokens + num_output_tokens);
-  const double rps = static_cast<double>(outputs.size()) / elapsed;
-  std::printf("Throughput: %.2f requests/s, %.2f total tokens/s, %.2f output tokens/s\n", rps,
-              total / elapsed, static_cast<double>(num_output_tokens) / elapsed);
-  std::printf("Total num prompt tokens:  %llu\n", static_cast<unsigned long long>(num_prompt_tokens));
-  std::printf("Total num output tokens:  %llu\n", static_cast<unsigned long long>(num_output_tokens));
-  std::printf("Peak KV cache use: %d of %d blocks (%.1f%%)\n", stats.kv_peak_blocks,
-              stats.num_kv_blocks, 100.0 * stats.kv_peak_blocks / std::max(stats.num_kv_blocks, 1));
+  print_throughput(r);
   std::optional<ThroughputBound> bound;
   if (no_bound.empty()) {
     bound = throughput_bound(config, bound_inputs(args, config, outputs), ceilings);
     std::printf(kCeilingsFormat, ceilings.what.c_str(), ceilings.copy_gbps, ceilings.gemm_tflops);
-    std::printf("%s\n", describe_bound(*bound, ceilings, elapsed).c_str());
+    std::printf("%s\n", describe_bound(*bound, ceilings, r.elapsed).c_str());
   } else {
     std::printf("Lower bound: not computed (%s)\n", no_bound.c_str());
   }
   std::fflush(stdout);
-  if (!o.output_json.empty()) {
-    nlohmann::json j = {
-        {"elapsed_time", elapsed},
-        {"num_requests", outputs.size()},
-        {"total_num_tokens", num_prompt_tokens + num_output_tokens},
-        {"num_prompt_tokens", num_prompt_tokens},
-        {"num_output_tokens", num_output_tokens},
-        {"kv_peak_blocks", stats.kv_peak_blocks},
-        {"num_kv_blocks", stats.num_kv_blocks},
-        {"requests_per_second", rps},
-        {"tokens_per_second", total / elapsed},
-        {"output_tokens_per_second", static_cast<double>(num_output_tokens) / elapsed}};
-    if (bound)
-      j["lower_bound"] = {{"seconds", bound->seconds()},
-                          {"prefill_seconds", bound->prefill_seconds},
-                          {"decode_seconds", bound->decode_seconds},
-                          {"prefill_flop", bound->prefill_flop},
-                          {"decode_steps", bound->decode_steps},
-                          {"step_weight_bytes", bound->step_bytes},
-                          {"kv_read_bytes", bound->kv_read_bytes},
-                          {"copy_gbps", ceilings.copy_gbps},
-                          {"gemm_tflops", ceilings.gemm_tflops},
-                          {"elapsed_over_bound", elapsed / bound->seconds()}};
-    std::ofstream f(o.output_json);
-    if (!f) throw_error(ErrorKind::kNotFound, o.output_json + ": cannot write");
-    f << j.dump(2) << "\n";
-  }
+  if (!o.output_json.empty()) write_throughput_json(o.output_json, r, bound, ceilings);
   return 0;
 }
 

@@ -25,9 +25,8 @@ void parse_pooler_config(const std::string& text, EngineArgs& args) {
   }
 }
 
-}  // namespace
-
-void add_engine_flags(CLI::App& app, EngineArgs& args) {
+// What to load and how: the model, tokenizer, formats, dtypes and device.
+void add_model_flags(CLI::App& app, EngineArgs& args) {
   app.add_option("--model", args.model,
                  "Hugging Face model folder or Hub id ORG/NAME (default: the built-in demo model)");
   app.add_option("--runner", args.runner,
@@ -69,6 +68,10 @@ void add_engine_flags(CLI::App& app, EngineArgs& args) {
   app.add_option("--device", args.device,
                  "auto (CUDA when this build has it and a GPU is visible, else the CPU) | cpu | cuda")
       ->capture_default_str();
+}
+
+// The KV cache, the scheduler's limits and the runner's execution options.
+void add_cache_and_scheduler_flags(CLI::App& app, EngineArgs& args) {
   app.add_option("--max-model-len", args.max_model_len, "context length (0 = from config.json)")
       ->capture_default_str();
   app.add_option("--block-size", args.block_size, "tokens per KV block (8..128)")->capture_default_str();
@@ -106,6 +109,10 @@ void add_engine_flags(CLI::App& app, EngineArgs& args) {
   app.add_flag("--log-stats", args.log_stats, "log throughput and queue stats every 5 seconds");
   app.add_option("--num-threads", args.num_threads, "CPU threads (0 = all cores)")->capture_default_str();
   app.add_option("--chat-template", args.chat_template, "chat template file overriding the tokenizer's");
+}
+
+// Tensor, pipeline and data parallelism, on one node or several.
+void add_parallel_flags(CLI::App& app, EngineArgs& args) {
   app.add_option("--tensor-parallel-size", args.tensor_parallel_size,
                  "ranks (GPUs, or CPU threads) splitting each layer")
       ->capture_default_str();
@@ -128,6 +135,14 @@ void add_engine_flags(CLI::App& app, EngineArgs& args) {
                  "address of node 0 for the rendezvous (default $MASTER_ADDR or 127.0.0.1)");
   app.add_option("--master-port", args.master_port,
                  "rendezvous port on node 0 (default $MASTER_PORT or 29500)");
+}
+
+}  // namespace
+
+void add_engine_flags(CLI::App& app, EngineArgs& args) {
+  add_model_flags(app, args);
+  add_cache_and_scheduler_flags(app, args);
+  add_parallel_flags(app, args);
 }
 
 SamplingParams default_sampling_params(const EngineArgs& args) {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -75,13 +76,7 @@ std::unique_ptr<server::EngineClient> make_client(
   return std::make_unique<server::DataParallelClient>(std::move(replicas), config);
 }
 
-int run(int argc, char** argv) {
-  CLI::App app{"OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /metrics, ...)"};
-  EngineArgs args;
-  ServeFlags f;
-  add_engine_flags(app, args);
-  VllmCompatFlags vllm;
-  add_vllm_compat_flags(app, vllm);
+void add_serve_flags(CLI::App& app, ServeFlags& f) {
   app.add_option("--host", f.host, "address to bind");
   app.add_option("--port", f.port, "port to listen on (0 = any free port)")->check(CLI::Range(0, 65535));
   app.add_option("--api-key", f.api_key, "require 'Authorization: Bearer KEY' (also $PAGELLM_API_KEY)");
@@ -97,6 +92,99 @@ int run(int argc, char** argv) {
   app.add_option("--allowed-methods", f.allowed_methods, "CORS methods, a JSON list (default [\"*\"])");
   app.add_option("--allowed-headers", f.allowed_headers, "CORS request headers, a JSON list (default [\"*\"])");
   app.add_flag("--allow-credentials", f.allow_credentials, "CORS: allow credentials (cookies, auth)");
+}
+
+// The HTTP options, with TLS files and CORS lists checked (before the model loads).
+server::HttpServerOptions http_options(const ServeFlags& f, const VllmCompatFlags& vllm) {
+  if (!vllm.ssl_certfile.empty() || !vllm.ssl_keyfile.empty())
+    (void)server::make_tls_context(vllm.ssl_certfile, vllm.ssl_keyfile);
+  server::HttpServerOptions options;
+  options.host = f.host;
+  options.port = static_cast<uint16_t>(f.port);
+  options.max_body_bytes = f.max_body_bytes;
+  options.num_threads = f.num_io_threads;
+  options.cors.allowed_origins = server::parse_cors_list(f.allowed_origins, "--allowed-origins");
+  options.cors.allowed_methods = server::parse_cors_list(f.allowed_methods, "--allowed-methods");
+  options.cors.allowed_headers = server::parse_cors_list(f.allowed_headers, "--allowed-headers");
+  options.cors.allow_credentials = f.allow_credentials;
+  options.ssl_certfile = vllm.ssl_certfile;
+  options.ssl_keyfile = vllm.ssl_keyfile;
+  return options;
+}
+
+// The routes' settings once the engines are up. As vLLM: the API's model name is
+// --served-model-name, else the model as given (a path or a Hub id); requests may also name the
+// model folder.
+void finish_server_config(const ServeFlags& f, const EngineArgs& args,
+                          const io::GenerationConfig& generation, const std::string& model_as_given,
+                          const server::EngineClient& client, server::ServerConfig& config) {
+  config.served_model_name = f.served_model_name.empty() ? model_as_given : f.served_model_name;
+  config.pooling = args.default_pooling;
+  config.normalize = args.default_normalize;
+  if (f.served_model_name.empty() && !model_as_given.empty())
+    config.model_aliases.push_back(client.model_info().name);
+  config.api_key = f.api_key;
+  config.max_queued_requests = f.max_queued_requests;
+  config.max_num_seqs = args.max_num_seqs * args.data_parallel_size;  // every replica runs a batch
+  config.log_prompts = f.log_prompts;
+  config.log_requests = !f.disable_log_requests;
+  config.block_size = args.block_size;
+  config.enable_prefix_caching = args.enable_prefix_caching;
+  config.sampling_defaults = default_sampling_params(generation);
+  if (generation.max_new_tokens && *generation.max_new_tokens >= 1)
+    config.default_max_tokens = int(std::min<int64_t>(*generation.max_new_tokens, INT32_MAX));
+}
+
+// Starts the server, calls started(), then blocks until SIGINT / SIGTERM (returns the signal) or
+// until the engine dies (returns 0): a dead engine (a failed step, a lost GPU or worker process)
+// ends the server with an error, /health already answering 503 and the in-flight requests ended
+// with an error.
+int serve_until_signal(server::HttpServer& http, const server::EngineClient& client,
+                       const std::function<void()>& started) {
+  std::mutex mutex;
+  std::condition_variable cv;
+  int signal_number = 0;
+  http.on_signal([&](int signo) {
+    std::lock_guard lock(mutex);
+    signal_number = signo;
+    cv.notify_all();
+  });
+  http.start();
+  started();
+  std::unique_lock lock(mutex);
+  while (!cv.wait_for(lock, std::chrono::milliseconds(500), [&] { return signal_number != 0; }))
+    if (!client.healthy()) return 0;
+  return signal_number;
+}
+
+// Graceful shutdown: stop accepting, let in-flight requests finish until the deadline, then abort
+// the rest (their streams end with finish_reason "abort") and give the last bytes a moment to go.
+void drain_and_stop(server::HttpServer& http, server::ApiServer& api, server::EngineClient& client,
+                    double timeout_s) {
+  http.stop_accepting();
+  api.begin_drain();
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(std::max(0.0, timeout_s));
+  while (api.num_in_flight() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+  client.shutdown(std::max(0.0, left));
+  // Responses end (and draining connections close) only once their last bytes are written.
+  const auto flush_deadline = Clock::now() + std::chrono::seconds(2);
+  while ((api.num_in_flight() > 0 || http.num_connections() > 0) && Clock::now() < flush_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  http.stop();
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{
+      "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /metrics, ...)"};
+  EngineArgs args;
+  ServeFlags f;
+  add_engine_flags(app, args);
+  VllmCompatFlags vllm;
+  add_vllm_compat_flags(app, vllm);
+  add_serve_flags(app, f);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -113,14 +201,7 @@ int run(int argc, char** argv) {
   args.validate();
   const std::string model_as_given = args.model;  // vLLM's default served model name
   args.resolve_hub_ids();
-  // TLS files are checked before the model loads.
-  if (!vllm.ssl_certfile.empty() || !vllm.ssl_keyfile.empty())
-    (void)server::make_tls_context(vllm.ssl_certfile, vllm.ssl_keyfile);
-  server::CorsPolicy cors;  // checked before the model loads
-  cors.allowed_origins = server::parse_cors_list(f.allowed_origins, "--allowed-origins");
-  cors.allowed_methods = server::parse_cors_list(f.allowed_methods, "--allowed-methods");
-  cors.allowed_headers = server::parse_cors_list(f.allowed_headers, "--allowed-headers");
-  cors.allow_credentials = f.allow_credentials;
+  const server::HttpServerOptions options = http_options(f, vllm);
   // A worker process of a multi-process group executes the leader's steps instead.
   if (const std::optional<int> code = runner::run_worker_process(args)) return *code;
 
@@ -137,80 +218,23 @@ int run(int argc, char** argv) {
     engines.push_back(std::make_unique<AsyncEngine>(args.for_replica(r)));
   const std::unique_ptr<server::EngineClient> engine_client = make_client(engines, chat, args);
   server::EngineClient& client = *engine_client;
-
-  // As vLLM: the API's model name is --served-model-name, else the model as given (a path or a Hub
-  // id); requests may also name the model folder.
-  config.served_model_name = f.served_model_name.empty() ? model_as_given : f.served_model_name;
-  config.pooling = args.default_pooling;
-  config.normalize = args.default_normalize;
-  if (f.served_model_name.empty() && !model_as_given.empty())
-    config.model_aliases.push_back(client.model_info().name);
-  config.api_key = f.api_key;
-  config.max_queued_requests = f.max_queued_requests;
-  config.max_num_seqs = args.max_num_seqs * args.data_parallel_size;  // every replica runs a batch
-  config.log_prompts = f.log_prompts;
-  config.log_requests = !f.disable_log_requests;
-  config.block_size = args.block_size;
-  config.enable_prefix_caching = args.enable_prefix_caching;
-  config.sampling_defaults = default_sampling_params(generation);
-  if (generation.max_new_tokens && *generation.max_new_tokens >= 1)
-    config.default_max_tokens = int(std::min<int64_t>(*generation.max_new_tokens, INT32_MAX));
+  finish_server_config(f, args, generation, model_as_given, client, config);
   server::ApiServer api(client, config);
-
-  server::HttpServerOptions options;
-  options.host = f.host;
-  options.port = static_cast<uint16_t>(f.port);
-  options.max_body_bytes = f.max_body_bytes;
-  options.num_threads = f.num_io_threads;
-  options.cors = cors;
-  options.ssl_certfile = vllm.ssl_certfile;
-  options.ssl_keyfile = vllm.ssl_keyfile;
   server::HttpServer http(options, api);
   api.set_connection_counter([&http] { return http.num_connections(); });
-
-  std::mutex mutex;
-  std::condition_variable cv;
-  int signal_number = 0;
-  http.on_signal([&](int signo) {
-    std::lock_guard lock(mutex);
-    signal_number = signo;
-    cv.notify_all();
+  const int signal_number = serve_until_signal(http, client, [&] {
+    log::info("serving '" + api.model_name() + "' on " +
+              (options.ssl_certfile.empty() ? "http://" : "https://") + f.host + ":" +
+              std::to_string(http.port()) + (f.api_key.empty() ? "" : " (API key required)"));
   });
-  http.start();
-  log::info("serving '" + api.model_name() + "' on " +
-            (options.ssl_certfile.empty() ? "http://" : "https://") + f.host + ":" + std::to_string(http.port()) +
-            (f.api_key.empty() ? "" : " (API key required)"));
-  {
-    // A dead engine (a failed step, a lost GPU or worker process) ends the server with an error:
-    // /health already answers 503 and the in-flight requests have ended with an error.
-    std::unique_lock lock(mutex);
-    while (!cv.wait_for(lock, std::chrono::milliseconds(500), [&] { return signal_number != 0; })) {
-      if (!client.healthy()) {
-        lock.unlock();
-        log::error("the engine has stopped: shutting the server down");
-        http.stop();
-        return 1;
-      }
-    }
+  if (signal_number == 0) {
+    log::error("the engine has stopped: shutting the server down");
+    http.stop();
+    return 1;
   }
-
-  // Graceful shutdown: stop accepting, let in-flight requests finish until the deadline, then abort
-  // the rest (their streams end with finish_reason "abort") and give the last bytes a moment to go.
   log::info("signal " + std::to_string(signal_number) + ": draining for up to " +
             std::to_string(f.shutdown_timeout_s) + " s");
-  http.stop_accepting();
-  api.begin_drain();
-  using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::duration<double>(std::max(0.0, f.shutdown_timeout_s));
-  while (api.num_in_flight() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
-  client.shutdown(std::max(0.0, left));
-  // Responses end (and draining connections close) only once their last bytes are written.
-  const auto flush_deadline = Clock::now() + std::chrono::seconds(2);
-  while ((api.num_in_flight() > 0 || http.num_connections() > 0) && Clock::now() < flush_deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  http.stop();
+  drain_and_stop(http, api, client, f.shutdown_timeout_s);
   log::info("server stopped");
   return 0;
 }

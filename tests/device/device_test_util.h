@@ -1,11 +1,14 @@
 // Helpers shared by the CUDA kernel test drivers (kernel_tests.cpp, sampler_tests.cpp): CUDA error
-// checks, dtype names and sizes, rounding to a kernel dtype, and fp32 <-> model-dtype bytes.
+// checks, dtype names and sizes, rounding to a kernel dtype, fp32 <-> model-dtype bytes, and the
+// error of an output against its reference.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -73,6 +76,32 @@ inline std::vector<float> decode(DType t, const std::vector<uint8_t>& raw) {
     }
   }
   return out;
+}
+
+// How far out is from ref.
+struct Err {
+  double rel_l2 = 0;   // ‖out − ref‖ / ‖ref‖
+  double max_rel = 0;  // max |out − ref| / max |ref|
+  bool finite = true;  // every output finite
+};
+
+inline Err compare(const std::vector<float>& out, const std::vector<float>& ref) {
+  Err e;
+  double num = 0, den = 0, max_err = 0, max_ref = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(out[i])) {
+      e.finite = false;
+      continue;
+    }
+    const double d = double(out[i]) - ref[i];
+    num += d * d;
+    den += double(ref[i]) * ref[i];
+    max_err = std::max(max_err, std::fabs(d));
+    max_ref = std::max(max_ref, std::fabs(double(ref[i])));
+  }
+  e.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  e.max_rel = max_ref > 0 ? max_err / max_ref : max_err;
+  return e;
 }
 
 }  // namespace pagellm::cuda::test

@@ -89,29 +89,4 @@ struct Suite {
   }
 };
 
-struct Err {
-  double rel_l2 = 0;   // ‖out − ref‖ / ‖ref‖
-  double max_rel = 0;  // max |out − ref| / max |ref|
-  bool finite = true;  // every output finite
-};
-
-inline Err compare(const std::vector<float>& out, const std::vector<float>& ref) {
-  Err e;
-  double num = 0, den = 0, max_err = 0, max_ref = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(out[i])) {
-      e.finite = false;
-      continue;
-    }
-    const double d = double(out[i]) - ref[i];
-    num += d * d;
-    den += double(ref[i]) * ref[i];
-    max_err = std::max(max_err, std::fabs(d));
-    max_ref = std::max(max_ref, std::fabs(double(ref[i])));
-  }
-  e.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-  e.max_rel = max_ref > 0 ? max_err / max_ref : max_err;
-  return e;
-}
-
 }  // namespace pagellm::cuda::test
