@@ -132,12 +132,12 @@ LlamaWeights build_weights(const std::vector<WeightTensorSpec>& plan, WeightSour
     dst.resize(static_cast<size_t>(t.num_elements()));
     float* out = dst.data();
     // Experts quantize like projections but keep 16-bit activations (the GPU's W8A16 kernels).
-    const bool fp8_slot = quant::fp8_capable_slot(t.slot);
+    const bool fp8_slot = quant::quantizable_slot(t.slot);
     bool fp8_layer = quant.online && fp8_slot;
     if (quant.fp8_checkpoint() && fp8_slot)
       for (const HfTensorSpec& part : t.parts) fp8_layer = fp8_layer || src.stored_fp8(part);
     if (fp8_layer && quant::quantized_slot(t.slot)) mark_fp8(w.layers.at(size_t(t.layer)), t.slot);
-    const bool int_slot = quant.int_weights() && quant::quantized_slot(t.slot);
+    const bool int_slot = quant.int_weights() && quant::quantizable_slot(t.slot);
     for (const HfTensorSpec& part : t.parts) {
       if (int_slot && quant::int_part_quantized(quant, part.name))
         src.fill_int(part, out);

@@ -187,7 +187,7 @@ void check_llama_checkpoint(const io::ModelConfig& config, const io::WeightStore
   const std::vector<WeightTensorSpec> plan = llama_weight_plan(config);
   std::set<std::string, std::less<>> used;
   for (const WeightTensorSpec& t : plan) {
-    const bool int_slot = config.quant.int_weights() && quant::quantized_slot(t.slot);
+    const bool int_slot = config.quant.int_weights() && quant::quantizable_slot(t.slot);
     for (const HfTensorSpec& part : t.parts) {
       if (int_slot && quant::int_part_quantized(config.quant, part.name)) {
         quant::check_int_part(store, part, config.quant, used);
@@ -202,7 +202,7 @@ void check_llama_checkpoint(const io::ModelConfig& config, const io::WeightStore
         invalid_argument(v.file + ": tensor '" + part.name + "' has shape " + shape_str(v.shape) +
                          " but config.json implies " + shape_str(part.shape));
       used.insert(part.name);
-      if (config.quant.fp8_checkpoint() && quant::fp8_capable_slot(t.slot)) {
+      if (config.quant.fp8_checkpoint() && quant::quantizable_slot(t.slot)) {
         quant::check_fp8_part(store, part, config.quant, used);
       } else if (is_integer(v.dtype)) {
         invalid_argument(v.file + ": tensor '" + part.name + "' is " +

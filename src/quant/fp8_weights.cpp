@@ -73,7 +73,7 @@ bool fp8_expert_slot(models::WeightSlot slot) {
   return slot == models::WeightSlot::kExpertsGateUp || slot == models::WeightSlot::kExpertsDown;
 }
 
-bool fp8_capable_slot(models::WeightSlot slot) {
+bool quantizable_slot(models::WeightSlot slot) {
   return quantized_slot(slot) || fp8_expert_slot(slot);
 }
 

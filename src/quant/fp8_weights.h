@@ -30,8 +30,9 @@ bool quantized_slot(models::WeightSlot slot);
 // blocks per row) for its expert kernels, which compute with bf16 / f16 activations (W8A16).
 bool fp8_expert_slot(models::WeightSlot slot);
 
-// The plan entries an FP8 config may hold in FP8: quantized_slot's projections and the experts.
-bool fp8_capable_slot(models::WeightSlot slot);
+// The plan entries a weight-quantization config may quantize: quantized_slot's projections and
+// the experts (FP8 on both backends; INT4 / INT8 weight-only experts on the CPU backend).
+bool quantizable_slot(models::WeightSlot slot);
 
 // A (small) tensor's values as fp32; its dtype must be F32, BF16 or F16 (callers check).
 std::vector<float> read_f32(const io::TensorView& t);

@@ -52,7 +52,7 @@ void ensure_staging(DevMem& buf, size_t bytes, cudaStream_t stream) {
 bool CudaRunner::Impl::fp8_layer(const models::WeightTensorSpec& t,
                                  const io::WeightStore* checkpoint) const {
   const quant::QuantConfig& q = config.quant;
-  if (!q.fp8() || !quant::fp8_capable_slot(t.slot)) return false;
+  if (!q.fp8() || !quant::quantizable_slot(t.slot)) return false;
   if (q.online || !checkpoint) return true;  // dummy weights are quantized like a 16-bit model
   for (const models::HfTensorSpec& part : t.parts)
     if (quant::part_is_fp8(*checkpoint, part)) return true;

@@ -153,13 +153,21 @@ std::unique_ptr<CpuRunner> build_cpu_runner(const EngineArgs& args, const io::Mo
 }
 
 // What the newer families do not run on yet: the mixture-of-experts models (Qwen3-MoE, Mixtral)
-// with INT4 / INT8 experts (FP8 checkpoints and --quantization fp8 run), longrope on the GPU,
-// Phi-3's fused projections and Gemma quantized.
+// with W8A8-INT8 experts, or with INT4 / INT8 weight-only experts on the GPU (the CPU backend
+// dequantizes them; FP8 runs on both), longrope on the GPU, Phi-3's fused projections and Gemma
+// quantized.
 void check_family_support(const io::ModelConfig& config, const EngineArgs& args,
                           const std::string& source) {
-  if (config.is_moe() && config.quant.quantized() && !config.quant.fp8())
+  if (config.is_moe() && config.quant.int_weights() && config.quant.int8_activations)
     unsupported(source + ": quantization (" + config.quant.describe() + ") of " +
-                config.architecture + "'s expert weights is not supported yet (FP8 is)");
+                config.architecture +
+                "'s expert weights is not supported yet (FP8 and "
+                "weight-only INT4 / INT8 are)");
+  if (config.is_moe() && config.quant.int_weights() && args.device == "cuda")
+    unsupported(source + ": " + config.quant.describe() + " expert weights of " +
+                config.architecture +
+                " run on the CPU backend only so far (FP8 experts run "
+                "on the GPU); use --device cpu");
   if (config.rope_scaling.type == io::RopeScaling::Type::kLongRope && args.device == "cuda")
     unsupported(source + ": rope type 'longrope' (" + config.architecture +
                 " long context) runs on the CPU backend only so far; use --device cpu");
