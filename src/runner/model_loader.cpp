@@ -154,8 +154,8 @@ std::unique_ptr<CpuRunner> build_cpu_runner(const EngineArgs& args, const io::Mo
 
 // What the newer families do not run on yet: the mixture-of-experts models (Qwen3-MoE, Mixtral)
 // with W8A8-INT8 experts, or with INT4 / INT8 weight-only experts on the GPU (the CPU backend
-// dequantizes them; FP8 runs on both), longrope on the GPU, Phi-3's fused projections and Gemma
-// quantized.
+// dequantizes them; FP8 runs on both), longrope on the GPU, and quantized Phi-3 (fused
+// projections) and Gemma on the GPU (the CPU backend loads them as any other family).
 void check_family_support(const io::ModelConfig& config, const EngineArgs& args,
                           const std::string& source) {
   if (config.is_moe() && config.quant.int_weights() && config.quant.int8_activations)
@@ -171,12 +171,14 @@ void check_family_support(const io::ModelConfig& config, const EngineArgs& args,
   if (config.rope_scaling.type == io::RopeScaling::Type::kLongRope && args.device == "cuda")
     unsupported(source + ": rope type 'longrope' (" + config.architecture +
                 " long context) runs on the CPU backend only so far; use --device cpu");
-  if (config.gemma.enabled && config.quant.quantized())
+  if (config.gemma.enabled && config.quant.quantized() && args.device == "cuda")
     unsupported(source + ": quantization (" + config.quant.describe() + ") of " +
-                config.architecture + " is not supported yet");
-  if (config.model_type == "phi3" && config.quant.quantized())
+                config.architecture + " runs on the CPU backend only so far; use --device cpu");
+  if (config.model_type == "phi3" && config.quant.quantized() && args.device == "cuda")
     unsupported(source + ": quantization (" + config.quant.describe() + ") of " +
-                config.architecture + "'s fused qkv / gate_up projections is not supported yet");
+                config.architecture +
+                "'s fused qkv / gate_up projections runs on the CPU "
+                "backend only so far; use --device cpu");
 }
 
 // longrope's factors follow the served context, as vLLM's do: the long ones when max_model_len

@@ -1,12 +1,15 @@
-// INT4 / INT8 checkpoints of mixture-of-experts models on the CPU backend (issues 12 and 18): the
-// tiny Qwen3-MoE and Mixtral references written with their attention and expert projections packed
-// as AWQ, GPTQ (8-bit v1, 4-bit act-order) and compressed-tensors pack-quantized (symmetric and
-// asymmetric), the routers and the LM head left 16-bit as published INT4 MoE checkpoints leave
-// them. The experts load to exactly their dequantized weights, on one rank and on tensor-parallel
-// slices; the engine's greedy continuations equal those of an F32 twin holding the dequantized
-// weights, at TP=1 and TP=2; W8A8 experts, and a missing expert tensor, are one-line errors.
+// Quantized checkpoints of the newer families on the CPU backend (issues 11, 12 and 18): the tiny
+// Qwen3-MoE, Mixtral, Phi-3 (fused qkv / gate_up) and Gemma 2 / 3 references written with their
+// attention, MLP and expert projections packed as AWQ, GPTQ (8-bit v1, 4-bit act-order) and
+// compressed-tensors pack-quantized (symmetric and asymmetric), or in FP8 per channel; the routers,
+// embeddings and LM heads left 16-bit as published checkpoints leave them. The packed weights load
+// to exactly their dequantized values, on one rank and on tensor-parallel slices; with the
+// weight-only formats the engine's greedy continuations equal those of an F32 twin holding the
+// dequantized weights, at TP=1 and TP=2; W8A8 experts, and a missing expert tensor, are one-line
+// errors.
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -41,7 +44,7 @@ bool packed_by_export(const std::string& name) {
          name.ends_with(".w2.weight") || name.ends_with(".w3.weight");
 }
 
-struct IntMoe {
+struct Packed {
   std::filesystem::path dir, twin;  // the packed checkpoint; its F32 twin (no quantization_config)
   std::map<std::string, std::vector<float>> dequantized;  // by tensor name
 };
@@ -54,10 +57,11 @@ void copy_side_files(const std::string& name, const std::filesystem::path& dir) 
 }
 
 // Writes reference model `name` with every packed_by_export weight in `format` (random integers,
-// zeros and scales), and its F32 twin; `drop` names a tensor left out of the packed one.
-IntMoe write_int_moe(const std::string& name, Format format, const testing::TempDir& tmp,
-                     const std::string& drop = "") {
-  IntMoe m;
+// zeros and scales; no format: the reference weights in FP8 per channel, fbgemm_fp8), and its F32
+// twin; `drop` names a tensor left out of the packed one.
+Packed write_packed(const std::string& name, std::optional<Format> format,
+                    const testing::TempDir& tmp, const std::string& drop = "") {
+  Packed m;
   m.dir = tmp.path() / name;
   m.twin = tmp.path() / (name + "_f32");
   std::filesystem::create_directories(m.dir);
@@ -65,8 +69,9 @@ IntMoe write_int_moe(const std::string& name, Format format, const testing::Temp
   const json config = json::parse(testing::read_file(kReference / name / "config.json"));
   testing::write_file(m.twin / "config.json", config.dump());
   json packed_config = config;
-  const testing::Spec spec = testing::spec_of(format);
-  packed_config["quantization_config"] = spec.quantization_config;
+  const testing::Spec spec = testing::spec_of(format.value_or(Format::kAwq));
+  packed_config["quantization_config"] =
+      format ? spec.quantization_config : json{{"quant_method", "fbgemm_fp8"}};
   testing::write_file(m.dir / "config.json", packed_config.dump());
   copy_side_files(name, m.dir);
   copy_side_files(name, m.twin);
@@ -76,12 +81,20 @@ IntMoe write_int_moe(const std::string& name, Format format, const testing::Temp
   for (const std::string& t : src.names()) {
     const io::TensorView& v = src.get(t);
     std::vector<float> w = quant::read_f32(v);
-    if (packed_by_export(t)) {
+    if (packed_by_export(t) && !format) {
+      const int64_t n = v.shape[0], k = v.shape[1];
+      std::string bytes;
+      std::vector<float> scales;
+      w = testing::quantize_fp8(w, n, k, 1, k, bytes, scales);
+      m.dequantized[t] = w;
+      testing::add_raw(packed, t, "F8_E4M3", v.shape, bytes);
+      packed.add_f32_values(quant::sibling_name(t, "weight_scale"), {n, 1}, scales);
+    } else if (packed_by_export(t)) {
       const testing::IntWeight iw = make_weight(spec, v.shape[0], v.shape[1], rng);
       w = iw.dequantized();
       m.dequantized[t] = w;
       testing::SafetensorsBuilder one;
-      testing::write_int_weight(one, format, t.substr(0, t.size() - 7), iw);  // no ".weight"
+      testing::write_int_weight(one, *format, t.substr(0, t.size() - 7), iw);  // no ".weight"
       for (const auto& [tensor, entry] : one.header.items()) {
         if (tensor == drop) continue;
         const size_t begin = entry["data_offsets"][0].get<size_t>();
@@ -100,33 +113,56 @@ IntMoe write_int_moe(const std::string& name, Format format, const testing::Temp
   return m;
 }
 
-// The expert slots of the rank's weights against the dequantized parts; returns how many expert
+// The rank's weights of the slots `pick` takes against the dequantized parts; returns how many
 // parts were compared.
-int expect_experts_dequantized(const IntMoe& m, const parallel::ShardSpec& shard) {
+int expect_dequantized(const Packed& m, const parallel::ShardSpec& shard,
+                       bool (*pick)(models::WeightSlot) = quant::fp8_expert_slot) {
   const io::ModelConfig c = io::load_model_config(m.dir);
   const io::WeightStore store = io::WeightStore::open(m.dir);
   models::LlamaWeights w = models::load_llama_weights(c, store, shard);
-  return testing::expect_parts_dequantized(w, c, shard, m.dequantized, quant::fp8_expert_slot);
+  return testing::expect_parts_dequantized(w, c, shard, m.dequantized, pick);
 }
 
 constexpr Format kFormats[] = {Format::kAwq, Format::kGptqV1, Format::kGptqActOrder,
                                Format::kCtPacked, Format::kCtPackedAsym};
 
-TEST(IntMoe, ExpertsLoadToTheirDequantizedWeights) {
+TEST(QuantizedFamilies, ExpertsLoadToTheirDequantizedWeights) {
   for (const char* name : {"qwen3_moe_tiny", "mixtral_tiny"})
     for (Format f : kFormats) {
       SCOPED_TRACE(std::string(name) + " " + testing::spec_of(f).quantization_config.dump());
       testing::TempDir tmp;
-      const IntMoe m = write_int_moe(name, f, tmp);
+      const Packed m = write_packed(name, f, tmp);
       const io::ModelConfig c = io::load_model_config(m.dir);
       ASSERT_TRUE(c.quant.int_weights());
       // Qwen3: two MoE layers of 8 experts; Mixtral: two of 4; gate and up, and down, each.
       const int parts = std::string(name) == "qwen3_moe_tiny" ? 2 * 8 * 3 : 2 * 4 * 3;
-      EXPECT_EQ(expect_experts_dequantized(m, {}), parts);
+      EXPECT_EQ(expect_dequantized(m, {}), parts);
       for (int r = 0; r < 2; ++r) {  // TP=2: gate/up rows and down columns split, groups whole
         parallel::ShardSpec shard;
         shard.tp_size = 2, shard.tp_rank = r;
-        EXPECT_EQ(expect_experts_dequantized(m, shard), parts) << "rank " << r;
+        EXPECT_EQ(expect_dequantized(m, shard), parts) << "rank " << r;
+      }
+    }
+}
+
+// Phi-3's fused qkv_proj and gate_up_proj are packed whole and split by rows at load, as the
+// 16-bit ones are; Gemma's projections are plain. Whole, and at TP=2.
+TEST(QuantizedFamilies, DenseFamiliesLoadTheirDequantizedWeights) {
+  for (const char* name : {"phi3_tiny", "gemma2_tiny", "gemma3_tiny"})
+    for (std::optional<Format> f :
+         {std::optional<Format>(), std::optional(Format::kAwq), std::optional(Format::kGptqV1),
+          std::optional(Format::kGptqActOrder), std::optional(Format::kCtPackedAsym)}) {
+      SCOPED_TRACE(std::string(name) + " " +
+                   (f ? testing::spec_of(*f).quantization_config.dump() : "fbgemm_fp8"));
+      testing::TempDir tmp;
+      const Packed m = write_packed(name, f, tmp);
+      // Phi-3: two layers of q, k, v (one fused tensor), o, gate, up (one), down; Gemma: three.
+      const int parts = std::string(name) == "phi3_tiny" ? 2 * 7 : 3 * 7;
+      EXPECT_EQ(expect_dequantized(m, {}, quant::quantized_slot), parts);
+      for (int r = 0; r < 2; ++r) {
+        parallel::ShardSpec shard;
+        shard.tp_size = 2, shard.tp_rank = r;
+        EXPECT_EQ(expect_dequantized(m, shard, quant::quantized_slot), parts) << "rank " << r;
       }
     }
 }
@@ -143,13 +179,14 @@ std::vector<std::vector<int32_t>> greedy(const std::filesystem::path& dir, int t
 
 // Weight-only schemes leave activations alone, so the engine computes exactly what it computes on
 // the twin: the same greedy tokens, on one rank and at TP=2.
-TEST(IntMoe, TheEngineServesThemAsTheirDequantizedTwin) {
+TEST(QuantizedFamilies, TheEngineServesThemAsTheirDequantizedTwin) {
   if (!std::filesystem::exists(kStories / "tokenizer.json")) GTEST_SKIP();
-  for (const char* name : {"qwen3_moe_tiny", "mixtral_tiny"})
+  for (const char* name :
+       {"qwen3_moe_tiny", "mixtral_tiny", "phi3_tiny", "gemma2_tiny", "gemma3_tiny"})
     for (Format f : {Format::kAwq, Format::kGptqActOrder, Format::kCtPackedAsym}) {
       SCOPED_TRACE(std::string(name) + " " + testing::spec_of(f).quantization_config.dump());
       testing::TempDir tmp;
-      const IntMoe m = write_int_moe(name, f, tmp);
+      const Packed m = write_packed(name, f, tmp);
       const auto ref = greedy(m.twin, 1);
       for (const auto& ids : ref) EXPECT_EQ(ids.size(), 12u);
       EXPECT_EQ(greedy(m.dir, 1), ref);
@@ -157,10 +194,20 @@ TEST(IntMoe, TheEngineServesThemAsTheirDequantizedTwin) {
     }
 }
 
-TEST(IntMoe, AMissingExpertTensorIsOneLineNamingIt) {
+// FP8 (W8A8: activations quantized per token, as the GPU's tensor cores take them) runs too.
+TEST(QuantizedFamilies, Fp8DenseFamiliesGenerate) {
+  if (!std::filesystem::exists(kStories / "tokenizer.json")) GTEST_SKIP();
+  for (const char* name : {"phi3_tiny", "gemma2_tiny", "gemma3_tiny"}) {
+    testing::TempDir tmp;
+    const Packed m = write_packed(name, std::nullopt, tmp);
+    for (const auto& ids : greedy(m.dir, 1)) EXPECT_EQ(ids.size(), 12u) << name;
+  }
+}
+
+TEST(QuantizedFamilies, AMissingExpertTensorIsOneLineNamingIt) {
   testing::TempDir tmp;
   const std::string scales = "model.layers.2.mlp.experts.5.up_proj.scales";
-  const IntMoe m = write_int_moe("qwen3_moe_tiny", Format::kGptqActOrder, tmp, scales);
+  const Packed m = write_packed("qwen3_moe_tiny", Format::kGptqActOrder, tmp, scales);
   const io::ModelConfig c = io::load_model_config(m.dir);
   const io::WeightStore store = io::WeightStore::open(m.dir);
   const std::string msg =
@@ -171,10 +218,10 @@ TEST(IntMoe, AMissingExpertTensorIsOneLineNamingIt) {
 
 // W8A8-INT8 quantizes the activations of every packed layer; the expert layers do not (yet), so
 // such a checkpoint is refused before it loads rather than computed with other numerics.
-TEST(IntMoe, W8A8ExpertsAreRefusedWithOneLine) {
+TEST(QuantizedFamilies, W8A8ExpertsAreRefusedWithOneLine) {
   if (!std::filesystem::exists(kStories / "tokenizer.json")) GTEST_SKIP();
   testing::TempDir tmp;
-  const IntMoe m = write_int_moe("qwen3_moe_tiny", Format::kCtW8A8, tmp);
+  const Packed m = write_packed("qwen3_moe_tiny", Format::kCtW8A8, tmp);
   EngineArgs args;
   args.model = m.dir.string();
   args.kv_cache_memory_gib = 0.05;
