@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_latency.h"
 #include "cli/bench_serve.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
@@ -300,22 +301,29 @@ int run_bench(int argc, char** argv) {
     argv[1] = program.data();
     return run_ceilings(argc - 1, argv + 1);
   }
+  if (argc >= 2 && std::strcmp(argv[1], "latency") == 0) {
+    std::string program = std::string(argv[0]) + " latency";
+    argv[1] = program.data();
+    return run_bench_latency(argc - 1, argv + 1);
+  }
   if (argc >= 2 && std::strcmp(argv[1], "serve") == 0) {
     std::string program = std::string(argv[0]) + " serve";
     argv[1] = program.data();
     return run_bench_serve(argc - 1, argv + 1);
   }
-  std::fprintf(stderr,
-               "usage: pagellm bench throughput|serve|ceilings [options]   (pagellm bench <mode> "
-               "--help)\n");
+  std::fprintf(
+      stderr,
+      "usage: pagellm bench throughput|latency|serve|ceilings [options]   (pagellm bench <mode> "
+      "--help)\n");
   return 2;
 }
 
 }  // namespace
 
 PAGELLM_COMMAND("bench",
-                "benchmarks: `bench throughput` (offline), `bench serve` (HTTP load), `bench "
-                "ceilings` (the device's copy and GEMM rates)",
+                "benchmarks: `bench throughput` (offline), `bench latency` (one batch to "
+                "completion), `bench serve` (HTTP load), `bench ceilings` (the device's copy and "
+                "GEMM rates)",
                 run_bench);
 
 }  // namespace pagellm::cli

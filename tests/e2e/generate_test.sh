@@ -140,4 +140,22 @@ grep -q "^Lower bound: not computed (--no-bound)" "$TMP/bench2.txt" || fail "ben
 "$BIN" bench ceilings --device tpu 2> "$TMP/ceil_err.txt" && fail "bench ceilings took a bad device"
 grep -q "expected auto, cpu or cuda" "$TMP/ceil_err.txt" || fail "bench ceilings error"
 echo "ok: bench throughput"
+
+# bench latency: one batch to completion, timed as vllm bench latency times it.
+"$BIN" bench latency --model "$MODEL" --batch-size 4 --input-len 16 --output-len 8 \
+  --num-iters-warmup 1 --num-iters 3 --output-json "$TMP/lat.json" > "$TMP/lat.txt" 2>/dev/null ||
+  fail "bench latency failed"
+grep -q "^Avg latency: [0-9.]* seconds$" "$TMP/lat.txt" || fail "bench latency output"
+grep -q "^99% percentile latency: [0-9.]* seconds$" "$TMP/lat.txt" || fail "bench latency p99"
+python3 -c 'import json, sys; j = json.load(open(sys.argv[1]))
+assert len(j["latencies"]) == 3 and j["avg_latency"] > 0, j
+assert sorted(j["percentiles"]) == ["10", "25", "50", "75", "90", "99"], j' "$TMP/lat.json" ||
+  fail "bench latency json"
+"$BIN" bench latency --model "$MODEL" --input-len 500 --output-len 100 --max-model-len 512 \
+  --num-iters-warmup 0 --num-iters 1 2> "$TMP/lat_err.txt" && fail "bench latency took a batch too long"
+grep -q "exceeds the model's max_model_len (512)" "$TMP/lat_err.txt" || fail "bench latency length error"
+[ "$(grep -vc "^INFO" "$TMP/lat_err.txt")" = 1 ] || fail "bench latency error is not one line"
+"$BIN" bench latency --model "$MODEL" --profile 2> "$TMP/lat_err.txt" && fail "bench latency --profile"
+grep -q "not supported" "$TMP/lat_err.txt" || fail "bench latency --profile error"
+echo "ok: bench latency"
 echo "generate_test: all passed"
