@@ -15,18 +15,16 @@
 
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/serve_setup.h"
 #include "cli/vllm_compat.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "io/hf_config.h"
 #include "pagellm/llm.h"
 #include "runner/model_loader.h"
-#include "server/async_engine_client.h"
-#include "server/dp_engine_client.h"
 #include "server/http_server.h"
 #include "server/routes.h"
 #include "server/server_stream.h"
-#include "tokenizer/chat_template_config.h"
 
 namespace pagellm::cli {
 namespace {
@@ -45,36 +43,6 @@ struct ServeFlags {
   std::string allowed_origins = "[\"*\"]", allowed_methods = "[\"*\"]", allowed_headers = "[\"*\"]";
   bool allow_credentials = false;
 };
-
-// The folder's template and special tokens, with --chat-template (file or text) taking precedence.
-tok::ChatTemplateConfig chat_config(const EngineArgs& args) {
-  tok::ChatTemplateConfig config;
-  try {
-    config = tok::load_chat_template_config(args.tokenizer.empty() ? args.model : args.tokenizer);
-  } catch (const Error& e) {
-    if (e.kind() != ErrorKind::kNotFound) throw;  // a folder without any template is fine
-  }
-  if (!args.chat_template.empty()) {
-    config.chat_template = tok::read_chat_template_arg(args.chat_template);
-    config.template_origin = args.chat_template;
-  }
-  return config;
-}
-
-// One engine's client, or with --data-parallel-size N the router over the N replicas' clients.
-std::unique_ptr<server::EngineClient> make_client(
-    const std::vector<std::unique_ptr<AsyncEngine>>& engines, const tok::ChatTemplateConfig& chat,
-    const EngineArgs& args) {
-  if (engines.size() == 1) return std::make_unique<server::AsyncEngineClient>(*engines[0], chat);
-  std::vector<std::unique_ptr<server::EngineClient>> replicas;
-  for (const auto& e : engines)
-    replicas.push_back(std::make_unique<server::AsyncEngineClient>(*e, chat));
-  engine::RouterConfig config;
-  config.block_size = args.block_size;
-  log::info("data parallel: " + std::to_string(engines.size()) +
-            " engine replicas behind one server");
-  return std::make_unique<server::DataParallelClient>(std::move(replicas), config);
-}
 
 void add_serve_flags(CLI::App& app, ServeFlags& f) {
   app.add_option("--host", f.host, "address to bind");
@@ -210,14 +178,8 @@ int run(int argc, char** argv) {
   apply_vllm_server_flags(vllm, config);
   const io::GenerationConfig generation = resolve_generation_config(vllm, args);
 
-  const tok::ChatTemplateConfig chat = chat_config(args);
-  runner::check_data_parallel_devices(args);
-  // Declared before the client: the client's destructor stops them before they go.
-  std::vector<std::unique_ptr<AsyncEngine>> engines;
-  for (int r = 0; r < args.data_parallel_size; ++r)
-    engines.push_back(std::make_unique<AsyncEngine>(args.for_replica(r)));
-  const std::unique_ptr<server::EngineClient> engine_client = make_client(engines, chat, args);
-  server::EngineClient& client = *engine_client;
+  const EngineClients engines = start_engines(args, chat_config(args));
+  server::EngineClient& client = *engines.client;
   finish_server_config(f, args, generation, model_as_given, client, config);
   server::ApiServer api(client, config);
   server::HttpServer http(options, api);
