@@ -102,21 +102,21 @@ struct Results {
 // A response kept in memory instead of written to a socket.
 class CapturingWriter : public server::ResponseWriter {
  public:
-  CapturingWriter(Strand& strand, Results& results, size_t index,
+  CapturingWriter(Strand& strand, std::shared_ptr<Results> results, size_t index,
                   const server::BatchRequestLine& request)
-      : strand_(strand), results_(results), index_(index), request_(request) {}
+      : strand_(strand), results_(std::move(results)), index_(index), request_(request) {}
   void respond(int status, const std::string&, std::string body, const std::string&) override {
     json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
     if (parsed.is_discarded()) parsed = body;
-    results_.set(index_, server::batch_output(request_, status, std::move(parsed)));
+    results_->set(index_, server::batch_output(request_, status, std::move(parsed)));
   }
   // Streams are refused before the routes see them (batch_request_refusal); one that starts anyway
   // ends as that refusal.
   void start_stream(int, const std::string&) override {}
   void write_chunk(std::string) override {}
   void end_stream() override {
-    results_.set(index_,
-                 server::batch_error_output(request_, "Request must not be sent in stream mode"));
+    results_->set(index_,
+                  server::batch_error_output(request_, "Request must not be sent in stream mode"));
   }
   void on_disconnect(std::function<void()>) override {}
   bool disconnected() const override { return false; }
@@ -124,7 +124,7 @@ class CapturingWriter : public server::ResponseWriter {
 
  private:
   Strand& strand_;
-  Results& results_;
+  std::shared_ptr<Results> results_;  // shared: a writer the routes keep never outlives it
   size_t index_;
   const server::BatchRequestLine& request_;
 };
@@ -159,7 +159,8 @@ std::string read_input(const std::string& path) {
 std::vector<json> run_requests(Strand& strand, server::ApiServer& api,
                                const server::EngineClient& client,
                                const std::vector<server::BatchRequestLine>& requests) {
-  Results results;
+  const auto shared = std::make_shared<Results>();
+  Results& results = *shared;
   results.lines.resize(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     const std::string refusal = server::batch_request_refusal(requests[i]);
@@ -169,7 +170,7 @@ std::vector<json> run_requests(Strand& strand, server::ApiServer& api,
     }
     server::HttpRequest http{
         "POST", requests[i].url, "", "application/json", requests[i].body.dump(), "run-batch"};
-    auto writer = std::make_shared<CapturingWriter>(strand, results, i, requests[i]);
+    auto writer = std::make_shared<CapturingWriter>(strand, shared, i, requests[i]);
     strand.post(
         [&api, http = std::move(http), writer]() mutable { api.handle(std::move(http), writer); });
   }
