@@ -179,7 +179,11 @@ std::vector<json> run_requests(Strand& strand, server::ApiServer& api,
     size_t reported = 0;
     while (!results.cv.wait_for(lock, std::chrono::seconds(5),
                                 [&] { return results.done == requests.size(); })) {
-      if (!client.healthy()) throw_error(ErrorKind::kInternal, "run-batch: the engine has stopped");
+      if (!client.healthy()) {
+        lock.unlock();
+        strand.drain();  // what the routes left queued runs while they exist
+        throw_error(ErrorKind::kInternal, "run-batch: the engine has stopped");
+      }
       if (results.done != reported)
         log::info("run-batch: " + std::to_string(results.done) + " / " +
                   std::to_string(requests.size()) + " requests done");
