@@ -241,15 +241,9 @@ int run(int argc, char** argv) {
   const io::GenerationConfig generation = resolve_generation_config(vllm, args);
   Strand strand;  // outlives the engines and routes whose callbacks it runs
   const EngineClients engines = start_engines(args, chat_config(args));
-  config.served_model_name = f.served_model_name.empty() ? model_as_given : f.served_model_name;
-  if (f.served_model_name.empty() && !model_as_given.empty())
-    config.model_aliases.push_back(engines.client->model_info().name);
+  apply_model_settings(f.served_model_name, model_as_given, args, generation, *engines.client,
+                       config);
   config.log_requests = vllm.enable_log_requests && !f.disable_log_requests;
-  config.pooling = args.default_pooling;
-  config.normalize = args.default_normalize;
-  config.sampling_defaults = default_sampling_params(generation);
-  if (generation.max_new_tokens && *generation.max_new_tokens >= 1)
-    config.default_max_tokens = int(std::min<int64_t>(*generation.max_new_tokens, INT32_MAX));
   server::ApiServer api(*engines.client, config);
   log::info("run-batch: " + std::to_string(requests.size()) + " requests from " + f.input_file);
   const std::vector<json> lines = run_requests(strand, api, *engines.client, requests);

@@ -80,17 +80,12 @@ server::HttpServerOptions http_options(const ServeFlags& f, const VllmCompatFlag
   return options;
 }
 
-// The routes' settings once the engines are up. As vLLM: the API's model name is
-// --served-model-name, else the model as given (a path or a Hub id); requests may also name the
-// model folder.
+// The routes' settings once the engines are up: the model's (apply_model_settings), then the
+// server's own flags.
 void finish_server_config(const ServeFlags& f, const EngineArgs& args,
                           const io::GenerationConfig& generation, const std::string& model_as_given,
                           const server::EngineClient& client, server::ServerConfig& config) {
-  config.served_model_name = f.served_model_name.empty() ? model_as_given : f.served_model_name;
-  config.pooling = args.default_pooling;
-  config.normalize = args.default_normalize;
-  if (f.served_model_name.empty() && !model_as_given.empty())
-    config.model_aliases.push_back(client.model_info().name);
+  apply_model_settings(f.served_model_name, model_as_given, args, generation, client, config);
   config.api_key = f.api_key;
   config.max_queued_requests = f.max_queued_requests;
   config.max_num_seqs = args.max_num_seqs * args.data_parallel_size;  // every replica runs a batch
@@ -98,9 +93,6 @@ void finish_server_config(const ServeFlags& f, const EngineArgs& args,
   config.log_requests = !f.disable_log_requests;
   config.block_size = args.block_size;
   config.enable_prefix_caching = args.enable_prefix_caching;
-  config.sampling_defaults = default_sampling_params(generation);
-  if (generation.max_new_tokens && *generation.max_new_tokens >= 1)
-    config.default_max_tokens = int(std::min<int64_t>(*generation.max_new_tokens, INT32_MAX));
 }
 
 // Starts the server, calls started(), then blocks until SIGINT / SIGTERM (returns the signal) or

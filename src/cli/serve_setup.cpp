@@ -1,7 +1,10 @@
 #include "cli/serve_setup.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
+#include "cli/engine_flags.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "engine/dp_router.h"
@@ -23,6 +26,19 @@ tok::ChatTemplateConfig chat_config(const EngineArgs& args) {
     config.template_origin = args.chat_template;
   }
   return config;
+}
+
+void apply_model_settings(const std::string& served_model_name, const std::string& model_as_given,
+                          const EngineArgs& args, const io::GenerationConfig& generation,
+                          const server::EngineClient& client, server::ServerConfig& config) {
+  config.served_model_name = served_model_name.empty() ? model_as_given : served_model_name;
+  if (served_model_name.empty() && !model_as_given.empty())
+    config.model_aliases.push_back(client.model_info().name);
+  config.pooling = args.default_pooling;
+  config.normalize = args.default_normalize;
+  config.sampling_defaults = default_sampling_params(generation);
+  if (generation.max_new_tokens && *generation.max_new_tokens >= 1)
+    config.default_max_tokens = int(std::min<int64_t>(*generation.max_new_tokens, INT32_MAX));
 }
 
 EngineClients start_engines(const EngineArgs& args, const tok::ChatTemplateConfig& chat) {
