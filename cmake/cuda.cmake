@@ -48,7 +48,8 @@ if(PAGELLM_CUDA_RUNNER_SOURCES)
   # End-to-end runner checks and first performance numbers, run on the GPU machine.
   add_executable(cuda_runner_check ${CMAKE_SOURCE_DIR}/tests/device/runner_check.cpp
                                    ${CMAKE_SOURCE_DIR}/tests/device/runner_check_spec.cpp
-                                   ${CMAKE_SOURCE_DIR}/tests/device/runner_check_fp8_moe.cpp)
+                                   ${CMAKE_SOURCE_DIR}/tests/device/runner_check_fp8_moe.cpp
+                                   ${CMAKE_SOURCE_DIR}/tests/device/runner_check_quantized.cpp)
   target_compile_options(cuda_runner_check PRIVATE ${PAGELLM_WARNINGS})
   target_link_libraries(cuda_runner_check PRIVATE pagellm_core pagellm_cuda)
   # The engine's behaviours (batching, preemption, prefix caching, graphs vs eager) on the GPU.

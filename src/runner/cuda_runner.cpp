@@ -147,9 +147,11 @@ void CudaRunner::Impl::upload_dequantized_int(const io::WeightStore& checkpoint,
   check(cudaStreamSynchronize(stream), "dequantizing " + part.name);
 }
 
+// Expert parts too (quantizable_slot): they are not packed (int_layer), so they are dequantized on
+// the host like any part the INT kernels do not take.
 bool CudaRunner::Impl::int_part(const models::WeightTensorSpec& t,
                                 const models::HfTensorSpec& part) const {
-  return config.quant.int_weights() && quant::quantized_slot(t.slot) &&
+  return config.quant.int_weights() && quant::quantizable_slot(t.slot) &&
          quant::int_part_quantized(config.quant, part.name);
 }
 
@@ -161,7 +163,10 @@ void CudaRunner::Impl::load_weights(const io::WeightStore* checkpoint) {
     unsupported(opt.model_name +
                 ": W8A8-INT8 computes in bfloat16 or float16, not --dtype float32");
   if (c.quant.int_weights() && checkpoint)
-    log::info(quant::describe_int_weights_on_gpu(c.quant, dt));
+    log::info(quant::describe_int_weights_on_gpu(c.quant, dt) +
+              (c.is_moe() ? "; the expert weights dequantized to " + std::string(dtype_name(dt)) +
+                                " at load (no INT expert kernel yet)"
+                          : ""));
   // Names and shapes of the whole checkpoint are checked before anything is allocated or read.
   if (checkpoint) models::check_llama_checkpoint(c, *checkpoint);
   check_weights_fit(plan_device_bytes(plan, checkpoint));
@@ -230,25 +235,30 @@ void CudaRunner::Impl::load_plan(const std::vector<models::WeightTensorSpec>& pl
   check(cudaStreamSynchronize(stream), "loading weights");
 }
 
+// The frequencies and cos / sin tables, as the CPU backend's cpu::rope_inv_freq / rope_tables
+// make them; longrope's factors are those picked for the served context (use_long).
 void CudaRunner::Impl::load_rope_tables() {
-  const auto& c = config;
+  using Type = io::RopeScaling::Type;
+  const io::RopeScaling& r = config.rope_scaling;
   cuda::RopeScalingSpec spec;
-  spec.type = c.rope_scaling.type == io::RopeScaling::Type::kLinear ? cuda::RopeScalingType::kLinear
-              : c.rope_scaling.type == io::RopeScaling::Type::kLlama3
-                  ? cuda::RopeScalingType::kLlama3
-                  : cuda::RopeScalingType::kNone;
-  spec.factor = c.rope_scaling.factor;
-  spec.low_freq_factor = c.rope_scaling.low_freq_factor;
-  spec.high_freq_factor = c.rope_scaling.high_freq_factor;
-  spec.original_max_position_embeddings = double(c.rope_scaling.original_max_position_embeddings);
-  make_rope_tables(c.rope_theta, spec, inv_freq, rope_cache);
-  if (c.gemma.local_rope_theta > 0.0)
-    make_rope_tables(c.gemma.local_rope_theta, {}, local_inv_freq, local_rope_cache);
+  spec.type = r.type == Type::kLinear     ? cuda::RopeScalingType::kLinear
+              : r.type == Type::kLlama3   ? cuda::RopeScalingType::kLlama3
+              : r.type == Type::kLongRope ? cuda::RopeScalingType::kLongRope
+                                          : cuda::RopeScalingType::kNone;
+  spec.factor = r.factor;
+  spec.low_freq_factor = r.low_freq_factor;
+  spec.high_freq_factor = r.high_freq_factor;
+  spec.original_max_position_embeddings = double(r.original_max_position_embeddings);
+  if (r.type == Type::kLongRope) spec.dim_factors = r.use_long ? r.long_factor : r.short_factor;
+  rope_scale = float(r.attention_factor);
+  make_rope_tables(config.rope_theta, spec, rope_scale, inv_freq, rope_cache);
+  if (config.gemma.local_rope_theta > 0.0)
+    make_rope_tables(config.gemma.local_rope_theta, {}, 1.f, local_inv_freq, local_rope_cache);
   check(cudaStreamSynchronize(stream), "generating weights");
 }
 
 void CudaRunner::Impl::make_rope_tables(double theta, const cuda::RopeScalingSpec& spec,
-                                        DevMem& freq_out, DevMem& cache_out) {
+                                        float scale, DevMem& freq_out, DevMem& cache_out) {
   std::vector<float> freqs(size_t(head_dim / 2));
   cuda::rope_inv_freq(head_dim, theta, spec, freqs.data());
   freq_out = DevMem(freqs.size() * 4, "rope frequencies");
@@ -256,7 +266,7 @@ void CudaRunner::Impl::make_rope_tables(double theta, const cuda::RopeScalingSpe
         "uploading rope frequencies");
   cache_out = DevMem(size_t(opt.max_model_len) * head_dim * esz, "rope cos/sin cache");
   check(cuda::rope_cos_sin_cache(dt, freq_out.as<float>(), head_dim, opt.max_model_len,
-                                 cache_out.get(), stream),
+                                 cache_out.get(), stream, scale),
         "rope cos/sin cache");
 }
 

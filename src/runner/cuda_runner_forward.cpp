@@ -201,6 +201,7 @@ void CudaRunner::Impl::forward(const Staged& s, void* pool) {
     rp.inv_freq = (local_rope ? local_inv_freq : inv_freq).as<float>();
     rp.cos_sin = (local_rope ? local_rope_cache : rope_cache).get();
     rp.cache_rows = opt.max_model_len;
+    rp.cos_sin_scale = local_rope ? 1.f : rope_scale;
     rp.num_tokens = n;
     rp.num_heads = num_heads;
     rp.num_kv_heads = num_kv_heads;

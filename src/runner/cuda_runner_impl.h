@@ -141,6 +141,7 @@ struct CudaRunner::Impl {
   DevMem embed, final_norm, lm_head,
       inv_freq;       // [vocab, hidden], [hidden], [vocab, hidden] or empty, [D/2]
   DevMem rope_cache;  // [max_model_len, D] cos | sin per position (cuda::rope_cos_sin_cache)
+  float rope_scale = 1.f;  // longrope's attention factor, in rope_cache (1 otherwise)
   // Gemma 3's sliding layers: their own (unscaled) rotary base; empty otherwise.
   DevMem local_inv_freq, local_rope_cache;
   std::vector<LayerWeights> layers;
@@ -401,8 +402,8 @@ struct CudaRunner::Impl {
   // Gemma 2's final cap on the first num_rows rows of x_logits (no-op without one).
   void soft_cap_logits(int num_rows);
   // inv_freq and its cos / sin cache for one rotary base.
-  void make_rope_tables(double theta, const cuda::RopeScalingSpec& spec, DevMem& freq_out,
-                        DevMem& cache_out);
+  void make_rope_tables(double theta, const cuda::RopeScalingSpec& spec, float scale,
+                        DevMem& freq_out, DevMem& cache_out);
   // The pinned buffer of the sampler's id lists, grown to hold n ints (the previous step's upload
   // has completed: every step ends with a stream synchronize).
   std::span<int32_t> sample_ids_buffer(size_t n);

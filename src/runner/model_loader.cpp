@@ -153,32 +153,13 @@ std::unique_ptr<CpuRunner> build_cpu_runner(const EngineArgs& args, const io::Mo
 }
 
 // What the newer families do not run on yet: the mixture-of-experts models (Qwen3-MoE, Mixtral)
-// with W8A8-INT8 experts, or with INT4 / INT8 weight-only experts on the GPU (the CPU backend
-// dequantizes them; FP8 runs on both), longrope on the GPU, and quantized Phi-3 (fused
-// projections) and Gemma on the GPU (the CPU backend loads them as any other family).
-void check_family_support(const io::ModelConfig& config, const EngineArgs& args,
-                          const std::string& source) {
+// with W8A8-INT8 experts (the expert layers do not quantize activations).
+void check_family_support(const io::ModelConfig& config, const std::string& source) {
   if (config.is_moe() && config.quant.int_weights() && config.quant.int8_activations)
     unsupported(source + ": quantization (" + config.quant.describe() + ") of " +
                 config.architecture +
                 "'s expert weights is not supported yet (FP8 and "
                 "weight-only INT4 / INT8 are)");
-  if (config.is_moe() && config.quant.int_weights() && args.device == "cuda")
-    unsupported(source + ": " + config.quant.describe() + " expert weights of " +
-                config.architecture +
-                " run on the CPU backend only so far (FP8 experts run "
-                "on the GPU); use --device cpu");
-  if (config.rope_scaling.type == io::RopeScaling::Type::kLongRope && args.device == "cuda")
-    unsupported(source + ": rope type 'longrope' (" + config.architecture +
-                " long context) runs on the CPU backend only so far; use --device cpu");
-  if (config.gemma.enabled && config.quant.quantized() && args.device == "cuda")
-    unsupported(source + ": quantization (" + config.quant.describe() + ") of " +
-                config.architecture + " runs on the CPU backend only so far; use --device cpu");
-  if (config.model_type == "phi3" && config.quant.quantized() && args.device == "cuda")
-    unsupported(source + ": quantization (" + config.quant.describe() + ") of " +
-                config.architecture +
-                "'s fused qkv / gate_up projections runs on the CPU "
-                "backend only so far; use --device cpu");
 }
 
 // longrope's factors follow the served context, as vLLM's do: the long ones when max_model_len
@@ -215,7 +196,7 @@ LoadedModel describe_model(const EngineArgs& args, std::string* source) {
     *source = (dir / "config.json").string();
   }
   m.config.quant = quant::resolve_quantization(m.config.quant, args.quantization, *source);
-  check_family_support(m.config, args, *source);
+  check_family_support(m.config, *source);
   pick_longrope_factors(m.config, args);
   if (args.device == "cuda") quant::check_int_weights_on_gpu(m.config.quant, *source);
   if (args.load_format != "auto" && args.load_format != "safetensors" &&

@@ -93,7 +93,7 @@ void test_rms_norm_qk(DType t, int tokens, int heads, int kv_heads, int d) {
 }
 
 void test_rope(DType t, int tokens, int heads, int kv_heads, int d, RopeScalingSpec sc,
-               const char* label) {
+               const char* label, float scale = 1.f) {
   char name[128];
   std::snprintf(name, sizeof name, "rope %s tokens=%d H=%d/%d D=%d %s", dname(t), tokens, heads,
                 kv_heads, d, label);
@@ -121,6 +121,7 @@ void test_rope(DType t, int tokens, int heads, int kv_heads, int d, RopeScalingS
   p.num_heads = heads;
   p.num_kv_heads = kv_heads;
   p.head_dim = d;
+  p.cos_sin_scale = scale;
   CK(rope(p, nullptr));
   CK(cudaDeviceSynchronize());
   const std::vector<float> q_dev = download(qb, t, q.size()), k_dev = download(kb, t, k.size());
@@ -130,14 +131,15 @@ void test_rope(DType t, int tokens, int heads, int kv_heads, int d, RopeScalingS
   upload(kb, t, k);
   const int cache_rows = 65536;
   DevBuf cache(size_t(cache_rows) * d * dsize(t));
-  CK(rope_cos_sin_cache(t, p.inv_freq, d, cache_rows, cache.ptr, nullptr));
+  CK(rope_cos_sin_cache(t, p.inv_freq, d, cache_rows, cache.ptr, nullptr, scale));
   p.cos_sin = cache.ptr;
   p.cache_rows = cache_rows;
   CK(rope(p, nullptr));
   CK(cudaDeviceSynchronize());
   check(std::string(name) + " q (cos/sin cache)", download(qb, t, q.size()), q_dev, {0, 0});
   check(std::string(name) + " k (cos/sin cache)", download(kb, t, k.size()), k_dev, {0, 0});
-  ref_rope(q.data(), k.data(), pos.data(), inv.data(), tokens, heads, kv_heads, d, rounder(t));
+  ref_rope(q.data(), k.data(), pos.data(), inv.data(), tokens, heads, kv_heads, d, rounder(t),
+           scale);
   // Device cosf/sinf may differ from the double reference by an ulp at large angles.
   Tol tol = t == DType::kF32 ? Tol{1e-5, 1e-4} : tol_for(t, false);
   check(std::string(name) + " q", q_dev, q, tol);
@@ -277,12 +279,16 @@ void elementwise_suite() {
     }
     test_rms_norm_qk(t, 5, 32, 4, 128);
     test_rms_norm_qk(t, 3, 4, 2, 64);
-    RopeScalingSpec none, linear{RopeScalingType::kLinear, 4.0, 1.0, 4.0, 8192},
-        llama3{RopeScalingType::kLlama3, 8.0, 1.0, 4.0, 8192};
+    RopeScalingSpec none, linear{RopeScalingType::kLinear, 4.0, 1.0, 4.0, 8192, {}},
+        llama3{RopeScalingType::kLlama3, 8.0, 1.0, 4.0, 8192, {}};
     test_rope(t, 19, 32, 8, 128, none, "none");
     test_rope(t, 19, 32, 8, 128, llama3, "llama3");
     test_rope(t, 7, 8, 4, 8, linear, "linear");
     test_rope(t, 7, 16, 16, 64, llama3, "llama3");
+    RopeScalingSpec longrope;  // Phi-3's: a factor per frequency
+    longrope.type = RopeScalingType::kLongRope;
+    for (int i = 0; i < 48; ++i) longrope.dim_factors.push_back(1.0 + 0.37 * i);
+    test_rope(t, 11, 32, 8, 96, longrope, "longrope", 1.19f);
     test_silu(t, 9, 14336);
     test_silu(t, 3, 100);
     for (int bs : {16, 32}) {

@@ -85,7 +85,7 @@ void ref_rms_norm(const float* x, float* residual, const float* weight, float* o
 }
 
 void ref_rope(float* q, float* k, const int32_t* positions, const float* inv_freq, int num_tokens,
-              int num_heads, int num_kv_heads, int head_dim, const RoundFn& round_fn) {
+              int num_heads, int num_kv_heads, int head_dim, const RoundFn& round_fn, float scale) {
   const int half = head_dim / 2;
   for (int t = 0; t < num_tokens; ++t) {
     for (int h = 0; h < num_heads + num_kv_heads; ++h) {
@@ -94,8 +94,8 @@ void ref_rope(float* q, float* k, const int32_t* positions, const float* inv_fre
       for (int i = 0; i < half; ++i) {
         // The angle is one fp32 product, as on the device and in transformers.
         const float angle = static_cast<float>(positions[t]) * inv_freq[i];
-        const float c = round_fn(static_cast<float>(std::cos(double(angle))));
-        const float s = round_fn(static_cast<float>(std::sin(double(angle))));
+        const float c = round_fn(static_cast<float>(std::cos(double(angle))) * scale);
+        const float s = round_fn(static_cast<float>(std::sin(double(angle))) * scale);
         const float x1 = x[i], x2 = x[i + half];
         x[i] = round_fn(round_fn(x1 * c) - round_fn(x2 * s));
         x[i + half] = round_fn(round_fn(x2 * c) + round_fn(x1 * s));

@@ -30,7 +30,8 @@ void ref_attention(const RefAttention& a, float* out);  // out: [num_tokens, num
 void ref_rms_norm(const float* x, float* residual, const float* weight, float* out, int num_rows,
                   int hidden, float eps, const RoundFn& round_fn);
 void ref_rope(float* q, float* k, const int32_t* positions, const float* inv_freq, int num_tokens,
-              int num_heads, int num_kv_heads, int head_dim, const RoundFn& round_fn);
+              int num_heads, int num_kv_heads, int head_dim, const RoundFn& round_fn,
+              float scale = 1.f);  // cos and sin times scale (RopeParams::cos_sin_scale)
 void ref_silu_and_mul(const float* x, float* out, int num_tokens, int inner,
                       const RoundFn& round_fn);
 // y[m, n] = x[m, k] · w[n, k]ᵀ (+ y)

@@ -20,7 +20,7 @@ run() {  # LOG PROMPTS OUTPUT_LEN [FLAGS...]: the Throughput line, the bound and
 }
 for q in "" "--quantization fp8"; do
   for limit in $LIMITS; do
-    tag="${q:+fp8}${q:-bf16}-$limit"
+    tag="$([ -n "$q" ] && echo fp8 || echo bf16)-$limit"
     say "${q:-bf16} max-num-seqs $limit: 1000 x (1024, 128): $(run "$LOGS/$tag.log" 1000 128 $q --max-num-seqs "$limit")"
     say "  $(grep -iE 'graphs|KV cache' "$LOGS/$tag.log" | head -3 | tr '\n' ' ')"
   done

@@ -643,6 +643,7 @@ int main(int argc, char** argv) {
       for (pagellm::DType t : {pagellm::DType::kF32, pagellm::DType::kBF16})
         pagellm::check_tiny_model(pagellm::tiny_family_config(family), family, t);
     pagellm::check_fp8_moe(std::filesystem::path(argv[1]));
+    pagellm::check_quantized_families(std::filesystem::path(argv[1]));
     for (int version : {2, 3})
       for (int d : {16, 64})
         for (pagellm::DType t : {pagellm::DType::kF32, pagellm::DType::kBF16})

@@ -1,5 +1,5 @@
 // Shared by cuda_runner_check's translation units (runner_check.cpp, runner_check_spec.cpp,
-// runner_check_fp8_moe.cpp).
+// runner_check_fp8_moe.cpp, runner_check_quantized.cpp).
 #pragma once
 
 #include <cstdio>
@@ -34,6 +34,10 @@ void check_tiny_model(const io::ModelConfig& c, const std::string& label, DType 
 // runner_check_fp8_moe.cpp: FP8 checkpoints of the tiny Qwen3-MoE and Mixtral references (found
 // under MODELS_DIR/hf_reference), GPU against CPU.
 void check_fp8_moe(const std::filesystem::path& models_dir);
+
+// runner_check_quantized.cpp: INT and FP8 checkpoints of the tiny MoE, Phi-3 and Gemma references,
+// and Phi-3's longrope, GPU against CPU.
+void check_quantized_families(const std::filesystem::path& models_dir);
 
 // runner_check_spec.cpp: speculative decoding on the CUDA runner.
 // Verification of drafts through execute() against the CPU runner's (uniform: every seq the same

@@ -55,6 +55,7 @@ struct Spec {
   int group_size = 4;
   bool zero_points = true;
   json quantization_config;
+  float scale = 0.01f;  // make_weight's scales: 0.5-1.5 times this, either sign
 };
 
 inline Spec spec_of(Format f) {
@@ -159,7 +160,7 @@ inline IntWeight make_weight(const Spec& sp, int64_t out, int64_t in, std::mt199
     w.z.push_back(sp.format == Format::kCtW8A8 ? 0
                   : sp.zero_points             ? lo + int32_t(rng() % uint32_t(levels - lo))
                                                : levels / 2);
-    const float s = (0.5f + float(rng() % 1000) / 1000.0f) * 0.01f * (rng() % 2 ? 1 : -1);
+    const float s = (0.5f + float(rng() % 1000) / 1000.0f) * sp.scale * (rng() % 2 ? 1 : -1);
     w.s.push_back(ct ? bf16_to_f32(f32_to_bf16(s)) : f16_to_f32(f32_to_f16(s)));
   }
   for (int64_t c = 0; c < in; ++c) w.group.push_back(int32_t(c / gs));

@@ -8,14 +8,10 @@
 // dequantized weights, at TP=1 and TP=2; W8A8 experts, and a missing expert tensor, are one-line
 // errors.
 #include <filesystem>
-#include <map>
 #include <optional>
-#include <random>
 
 #include <gtest/gtest.h>
 
-#include "fp8_checkpoint_util.h"
-#include "int_checkpoint_util.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "model_files_util.h"
@@ -25,29 +21,18 @@
 #include "parallel_greedy.h"
 #include "quant/fp8_weights.h"
 #include "quant/quant_config.h"
+#include "quantized_checkpoint_util.h"
 
 namespace pagellm {
 namespace {
 
-using nlohmann::json;
 using testing::Format;
+using testing::Packed;
 
 const std::filesystem::path kReference =
     std::filesystem::path(PAGELLM_SOURCE_DIR) / "tests/data/hf_reference";
 const std::filesystem::path kStories =
     std::filesystem::path(PAGELLM_SHARED_DIR) / "models/stories260K";
-
-// The linear layers an INT export packs: attention, dense MLP and expert projections (Mixtral's
-// experts are w1 / w2 / w3), not the routers ("mlp.gate", "block_sparse_moe.gate").
-bool packed_by_export(const std::string& name) {
-  return name.ends_with("proj.weight") || name.ends_with(".w1.weight") ||
-         name.ends_with(".w2.weight") || name.ends_with(".w3.weight");
-}
-
-struct Packed {
-  std::filesystem::path dir, twin;  // the packed checkpoint; its F32 twin (no quantization_config)
-  std::map<std::string, std::vector<float>> dequantized;  // by tensor name
-};
 
 void copy_side_files(const std::string& name, const std::filesystem::path& dir) {
   std::filesystem::copy_file(kReference / name / "generation_config.json",
@@ -56,60 +41,15 @@ void copy_side_files(const std::string& name, const std::filesystem::path& dir) 
     if (std::filesystem::exists(kStories / f)) std::filesystem::copy_file(kStories / f, dir / f);
 }
 
-// Writes reference model `name` with every packed_by_export weight in `format` (random integers,
-// zeros and scales; no format: the reference weights in FP8 per channel, fbgemm_fp8), and its F32
-// twin; `drop` names a tensor left out of the packed one.
+// Reference model `name` with every packed_by_export weight in `format` (no format: FP8 per
+// channel), and its F32 twin, each with the side files the engine reads.
 Packed write_packed(const std::string& name, std::optional<Format> format,
                     const testing::TempDir& tmp, const std::string& drop = "") {
-  Packed m;
-  m.dir = tmp.path() / name;
-  m.twin = tmp.path() / (name + "_f32");
-  std::filesystem::create_directories(m.dir);
-  std::filesystem::create_directories(m.twin);
-  const json config = json::parse(testing::read_file(kReference / name / "config.json"));
-  testing::write_file(m.twin / "config.json", config.dump());
-  json packed_config = config;
-  const testing::Spec spec = testing::spec_of(format.value_or(Format::kAwq));
-  packed_config["quantization_config"] =
-      format ? spec.quantization_config : json{{"quant_method", "fbgemm_fp8"}};
-  testing::write_file(m.dir / "config.json", packed_config.dump());
+  std::optional<testing::Spec> spec;
+  if (format) spec = testing::spec_of(*format);
+  Packed m = testing::write_packed(kReference / name, tmp.path(), spec, drop);
   copy_side_files(name, m.dir);
   copy_side_files(name, m.twin);
-  const io::WeightStore src = io::WeightStore::open(kReference / name);
-  testing::SafetensorsBuilder packed, twin;
-  std::mt19937 rng(11);
-  for (const std::string& t : src.names()) {
-    const io::TensorView& v = src.get(t);
-    std::vector<float> w = quant::read_f32(v);
-    if (packed_by_export(t) && !format) {
-      const int64_t n = v.shape[0], k = v.shape[1];
-      std::string bytes;
-      std::vector<float> scales;
-      w = testing::quantize_fp8(w, n, k, 1, k, bytes, scales);
-      m.dequantized[t] = w;
-      testing::add_raw(packed, t, "F8_E4M3", v.shape, bytes);
-      packed.add_f32_values(quant::sibling_name(t, "weight_scale"), {n, 1}, scales);
-    } else if (packed_by_export(t)) {
-      const testing::IntWeight iw = make_weight(spec, v.shape[0], v.shape[1], rng);
-      w = iw.dequantized();
-      m.dequantized[t] = w;
-      testing::SafetensorsBuilder one;
-      testing::write_int_weight(one, *format, t.substr(0, t.size() - 7), iw);  // no ".weight"
-      for (const auto& [tensor, entry] : one.header.items()) {
-        if (tensor == drop) continue;
-        const size_t begin = entry["data_offsets"][0].get<size_t>();
-        const size_t end = entry["data_offsets"][1].get<size_t>();
-        testing::add_raw(packed, tensor, entry["dtype"].get<std::string>().c_str(),
-                         entry["shape"].get<std::vector<int64_t>>(), one.data.data() + begin,
-                         end - begin);
-      }
-    } else {
-      packed.add_f32_values(t, v.shape, w);
-    }
-    twin.add_f32_values(t, v.shape, w);
-  }
-  testing::write_file(m.dir / "model.safetensors", packed.bytes());
-  testing::write_file(m.twin / "model.safetensors", twin.bytes());
   return m;
 }
 

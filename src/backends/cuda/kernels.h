@@ -126,26 +126,31 @@ struct RopeParams {
   // cache_rows read their cos / sin from it instead of computing them (same values).
   const void* cos_sin = nullptr;
   int cache_rows = 0;
+  // cos and sin are multiplied by this before rounding (longrope's attention factor; the table
+  // must have been made with the same scale).
+  float cos_sin_scale = 1.f;
 };
 cudaError_t rope(const RopeParams& p, cudaStream_t stream);
 
 // The cos / sin table of positions [0, rows): row p holds cos(float(p) * inv_freq[i]) for
-// i < head_dim / 2, then the sines, each rounded to dtype as rope() rounds them. vLLM keeps the same
-// cache: accurate fp32 sines of large angles cost ~50 instructions each, which made rope() the
+// i < head_dim / 2, then the sines, each rounded to dtype as rope() rounds them. vLLM keeps the
+// same cache: accurate fp32 sines of large angles cost ~50 instructions each, which made rope() the
 // slowest small kernel of a decode step.
-cudaError_t rope_cos_sin_cache(DType dtype, const float* inv_freq, int head_dim, int rows, void* out,
-                               cudaStream_t stream);
+// scale: cos and sin multiplied by it before rounding (RopeParams::cos_sin_scale).
+cudaError_t rope_cos_sin_cache(DType dtype, const float* inv_freq, int head_dim, int rows,
+                               void* out, cudaStream_t stream, float scale = 1.f);
 
 // Host helper: inverse frequencies [head_dim / 2] for theta and the config's scaling (none, linear,
 // llama3), computed in double and rounded to float. Declared with plain numbers so this header does
 // not depend on io/.
-enum class RopeScalingType { kNone, kLinear, kLlama3 };
+enum class RopeScalingType { kNone, kLinear, kLlama3, kLongRope };
 struct RopeScalingSpec {
   RopeScalingType type = RopeScalingType::kNone;
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   double original_max_position_embeddings = 8192;
+  std::vector<double> dim_factors;  // longrope: frequency i is divided by dim_factors[i]
 };
 void rope_inv_freq(int head_dim, double theta, const RopeScalingSpec& scaling, float* inv_freq);
 

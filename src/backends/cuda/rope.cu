@@ -26,8 +26,8 @@ struct RopeAngle {
       *s = to_float(cached[p.head_dim / 2 + i]);
     } else {
       const float angle = pos * p.inv_freq[i];
-      *c = round_to<T>(cosf(angle));
-      *s = round_to<T>(sinf(angle));
+      *c = round_to<T>(cosf(angle) * p.cos_sin_scale);
+      *s = round_to<T>(sinf(angle) * p.cos_sin_scale);
     }
   }
   // Pairs i .. i + VEC - 1 (16 bytes of the table's row each for cos and sin).
@@ -161,28 +161,28 @@ __global__ void rope_write_kv_kernel(const __grid_constant__ RopeParams p,
 }
 
 template <typename T>
-__global__ void rope_cache_kernel(const float* inv_freq, int half, int rows, T* out) {
+__global__ void rope_cache_kernel(const float* inv_freq, int half, int rows, float scale, T* out) {
   const int64_t total = int64_t{rows} * half;
   for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < total;
        j += int64_t{gridDim.x} * blockDim.x) {
     const int64_t pos = j / half;
     const int i = static_cast<int>(j % half);
     const float angle = static_cast<float>(pos) * inv_freq[i];
-    out[pos * 2 * half + i] = from_float<T>(cosf(angle));
-    out[pos * 2 * half + half + i] = from_float<T>(sinf(angle));
+    out[pos * 2 * half + i] = from_float<T>(cosf(angle) * scale);
+    out[pos * 2 * half + half + i] = from_float<T>(sinf(angle) * scale);
   }
 }
 
 }  // namespace
 
-cudaError_t rope_cos_sin_cache(DType dtype, const float* inv_freq, int head_dim, int rows, void* out,
-                               cudaStream_t stream) {
+cudaError_t rope_cos_sin_cache(DType dtype, const float* inv_freq, int head_dim, int rows,
+                               void* out, cudaStream_t stream, float scale) {
   if (head_dim <= 0 || head_dim % 2 != 0 || rows < 0) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   if (!inv_freq || !out) return cudaErrorInvalidValue;
   return PAGELLM_DISPATCH_DTYPE(dtype, [&] {
-    rope_cache_kernel<scalar_t>
-        <<<1024, 256, 0, stream>>>(inv_freq, head_dim / 2, rows, static_cast<scalar_t*>(out));
+    rope_cache_kernel<scalar_t><<<1024, 256, 0, stream>>>(inv_freq, head_dim / 2, rows, scale,
+                                                          static_cast<scalar_t*>(out));
     return launch_status();
   });
 }
@@ -274,7 +274,9 @@ void rope_inv_freq(int head_dim, double theta, const RopeScalingSpec& scaling, f
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
     const float power = static_cast<float>(std::pow(theta, static_cast<double>(exponent)));
     float f = 1.0f / power;
-    if (scaling.type == RopeScalingType::kLinear) {
+    if (scaling.type == RopeScalingType::kLongRope) {
+      f = 1.0f / (static_cast<float>(scaling.dim_factors.at(size_t(i))) * power);
+    } else if (scaling.type == RopeScalingType::kLinear) {
       f = static_cast<float>(f / scaling.factor);
     } else if (scaling.type == RopeScalingType::kLlama3) {
       const double old_len = scaling.original_max_position_embeddings;

@@ -53,7 +53,10 @@ __device__ __forceinline__ void multiply_chunk(const IntLinearParams& p, int kb,
   const int t = (threadIdx.x & 31) & 3;
 #pragma unroll
   for (int u = 0; u < PIECES; ++u) {
-    if (chunk + u * 64 >= kb) break;  // warp-uniform: whole pieces only (k % 32 == 0)
+    if (chunk + u * 64 >= kb) break;  // warp-uniform
+    // A row that ends inside the round (4-bit rows of k % 128 != 0, 8-bit of k % 64 != 0): the
+    // lanes past it multiply zero activations (their weights, zero bits, dequantize to -z * s).
+    const bool in_row = chunk + u * 64 + t * 16 < kb;
     const int col = (chunk + u * 64 + t * 16) * (8 / BITS);
     uint32_t lo[TILES][kV / 2], hi[TILES][kV / 2];  // rows g and g + 8 of each tile
     float s_lo[TILES], s_hi[TILES];
@@ -70,7 +73,8 @@ __device__ __forceinline__ void multiply_chunk(const IntLinearParams& p, int kb,
       uint32_t b[kV / 2];  // activation pairs at the lane's columns
 #pragma unroll
       for (int v = 0; v < kV / 8; ++v) {
-        const uint4 q = *reinterpret_cast<const uint4*>(x[nt] + col + 8 * v);
+        const uint4 q =
+            in_row ? *reinterpret_cast<const uint4*>(x[nt] + col + 8 * v) : make_uint4(0, 0, 0, 0);
         b[4 * v] = q.x, b[4 * v + 1] = q.y, b[4 * v + 2] = q.z, b[4 * v + 3] = q.w;
       }
 #pragma unroll
