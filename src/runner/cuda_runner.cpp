@@ -293,27 +293,54 @@ void CudaRunner::Impl::alloc_activations() {
     x_features = DevMem(T * hidden * esz, "activations");
     check(cudaMemset(x_features.get(), 0, x_features.bytes()), "zeroing EAGLE features");
   }
-  if (moe_experts > 0) {
-    const size_t slots = T * size_t(moe_top_k);
-    x_router = DevMem(T * moe_experts * esz, "MoE activations");
-    moe_ids = DevMem(slots * 4, "MoE routing");
-    moe_weights = DevMem(slots * 4, "MoE routing");
-    // Rows for the grouped pass's padded layout too (moe_grouped: blocks of at most twice the
-    // mean count rounded up to 16, then the overflow).
-    const size_t rows = 3 * slots + 32 * size_t(moe_experts);
-    x_moe_act = DevMem(rows * moe_inter * esz, "MoE activations");
-    x_moe_out = DevMem(rows * hidden * esz, "MoE activations");
-    x_moe_gate_up = DevMem(rows * 2 * moe_inter * esz, "MoE activations");
-    moe_rows = DevMem((rows + slots) * 4, "MoE routing");
-    const bool fp8_experts = std::any_of(layers.begin(), layers.end(), [](const LayerWeights& l) {
-      return l.experts_gate_up_fp8.on();
-    });
-    if (fp8_experts && (int(T) >= kMoeHostMinTokens || moe_grouping_forced("host")))
-      moe_w16 = DevMem(size_t(moe_experts) * 2 * moe_inter * hidden * esz,  // the larger one
-                       "MoE FP8 experts dequantized");
-    check(cudaMallocHost(reinterpret_cast<void**>(&moe_host), (rows + 2 * slots) * 4),
-          "pinned MoE routing");
+  if (moe_experts > 0) alloc_moe_buffers(T);
+  alloc_quant_scratch(T);
+  x_logits = DevMem(size_t(max_seqs) * vocab * esz, "logits");
+  if (opt.shard.tp_size > 1 && opt.shard.last_stage()) {
+    x_logits_shard = DevMem(size_t(max_seqs) * size_t(geo.vocab_shard) * esz, "logits shard");
+    x_logits_gather = DevMem(size_t(opt.shard.tp_size) * x_logits_shard.bytes(), "logits gather");
   }
+  // Split partials: items * splits <= items + 2 * num_sms (see plan_attention) for any plan.
+  attn_ws = DevMem((T + 2 * size_t(num_sms) + 64) * 4 * num_heads * (head_dim + 1) * sizeof(float),
+                   "attention workspace");
+  // The split blocks' merge counters (items <= T): zero at first, run_attention leaves them so.
+  attn_counters = DevMem(T * num_heads * sizeof(unsigned), "attention split counters");
+  check(cudaMemset(attn_counters.get(), 0, attn_counters.bytes()), "clearing the split counters");
+  alloc_step_inputs();
+  stats.activation_bytes = int64_t(
+      x_hidden.bytes() * 3 + x_qkv.bytes() + x_attn.bytes() + x_gate_up.bytes() + x_act.bytes() +
+      x_rows.bytes() + x_logits.bytes() + attn_ws.bytes() + lay.total + x_sample_work.bytes() +
+      x_sample_weights.bytes() + x_router.bytes() + moe_ids.bytes() + moe_weights.bytes() +
+      x_moe_act.bytes() + x_moe_out.bytes() + x_moe_gate_up.bytes() + moe_w16.bytes());
+}
+
+// The mixture-of-experts layers' buffers for steps of T tokens: router logits, routing, the slots'
+// activations and, for FP8 experts on the host-sorted pass, the dequantized expert scratch.
+void CudaRunner::Impl::alloc_moe_buffers(size_t T) {
+  const size_t slots = T * size_t(moe_top_k);
+  x_router = DevMem(T * moe_experts * esz, "MoE activations");
+  moe_ids = DevMem(slots * 4, "MoE routing");
+  moe_weights = DevMem(slots * 4, "MoE routing");
+  // Rows for the grouped pass's padded layout too (moe_grouped: blocks of at most twice the
+  // mean count rounded up to 16, then the overflow).
+  const size_t rows = 3 * slots + 32 * size_t(moe_experts);
+  x_moe_act = DevMem(rows * moe_inter * esz, "MoE activations");
+  x_moe_out = DevMem(rows * hidden * esz, "MoE activations");
+  x_moe_gate_up = DevMem(rows * 2 * moe_inter * esz, "MoE activations");
+  moe_rows = DevMem((rows + slots) * 4, "MoE routing");
+  const bool fp8_experts = std::any_of(layers.begin(), layers.end(), [](const LayerWeights& l) {
+    return l.experts_gate_up_fp8.on();
+  });
+  if (fp8_experts && (int(T) >= kMoeHostMinTokens || moe_grouping_forced("host")))
+    moe_w16 = DevMem(size_t(moe_experts) * 2 * moe_inter * hidden * esz,  // the larger one
+                     "MoE FP8 experts dequantized");
+  check(cudaMallocHost(reinterpret_cast<void**>(&moe_host), (rows + 2 * slots) * 4),
+        "pinned MoE routing");
+}
+
+// The quantized projections' scratch for steps of T tokens: FP8 / int8 activations and scales,
+// int8 sums, INT weights dequantized for prefill (split-k sums for decode), act-order columns.
+void CudaRunner::Impl::alloc_quant_scratch(size_t T) {
   if (any_fp8) {  // the widest projection input: hidden, the attention output or the MLP's
     const size_t k = size_t(std::max({hidden, num_heads * head_dim, inter}));
     fp8_xq = DevMem(T * k, "FP8 activations");
@@ -331,17 +358,12 @@ void CudaRunner::Impl::alloc_activations() {
   if (any_int_perm)
     int_x_perm = DevMem(T * size_t(std::max({hidden, num_heads * head_dim, inter})) * esz,
                         "act-order activations");
-  x_logits = DevMem(size_t(max_seqs) * vocab * esz, "logits");
-  if (opt.shard.tp_size > 1 && opt.shard.last_stage()) {
-    x_logits_shard = DevMem(size_t(max_seqs) * size_t(geo.vocab_shard) * esz, "logits shard");
-    x_logits_gather = DevMem(size_t(opt.shard.tp_size) * x_logits_shard.bytes(), "logits gather");
-  }
-  // Split partials: items * splits <= items + 2 * num_sms (see plan_attention) for any plan.
-  attn_ws = DevMem((T + 2 * size_t(num_sms) + 64) * 4 * num_heads * (head_dim + 1) * sizeof(float),
-                   "attention workspace");
-  // The split blocks' merge counters (items <= T): zero at first, run_attention leaves them so.
-  attn_counters = DevMem(T * num_heads * sizeof(unsigned), "attention split counters");
-  check(cudaMemset(attn_counters.get(), 0, attn_counters.bytes()), "clearing the split counters");
+}
+
+// The step inputs' layout in one device buffer (and its pinned host twin), the pinned logits and
+// the sampler's buffers.
+void CudaRunner::Impl::alloc_step_inputs() {
+  const size_t T = size_t(max_tokens);
   auto align = [](size_t v) { return (v + 15) / 16 * 16; };
   size_t off = 0;
   auto take = [&](size_t bytes) {
@@ -370,11 +392,6 @@ void CudaRunner::Impl::alloc_activations() {
   x_sample_out = DevMem(S * sizeof(cuda::SampleOutput), "sampler outputs");
   check(cudaMallocHost(reinterpret_cast<void**>(&sample_out_host), S * sizeof(cuda::SampleOutput)),
         "pinned sampler outputs");
-  stats.activation_bytes = int64_t(
-      x_hidden.bytes() * 3 + x_qkv.bytes() + x_attn.bytes() + x_gate_up.bytes() + x_act.bytes() +
-      x_rows.bytes() + x_logits.bytes() + attn_ws.bytes() + lay.total + x_sample_work.bytes() +
-      x_sample_weights.bytes() + x_router.bytes() + moe_ids.bytes() + moe_weights.bytes() +
-      x_moe_act.bytes() + x_moe_out.bytes() + x_moe_gate_up.bytes() + moe_w16.bytes());
 }
 
 // ---- one step --------------------------------------------------------------------------------

@@ -398,6 +398,36 @@ Flat flatten(const CudaRunner::Impl& m, const engine::SchedulerOutput& batch, bo
 
 }  // namespace
 
+// Sampler rows [first, first + count) into the pinned step inputs.
+static void put_sample_rows(CudaRunner::Impl& m, const SampleInputs& sin, int first, int count) {
+  std::memcpy(m.host<cuda::SampleRow>(m.lay.sample_rows), sin.rows.data() + first,
+              size_t(count) * sizeof(cuda::SampleRow));
+}
+
+// Rows [first, first + count), x_logits' current chunk: sampled on the GPU (sampling steps; a
+// chunk after the first uploads its sampler rows here, the previous fetch having synchronized the
+// stream), and those with a host_index downloaded.
+static void fetch_rows(CudaRunner::Impl& m, const Flat& f, const SampleInputs& sin, bool sample,
+                       int first, int count, StepResult& result) {
+  if (!m.leader) {
+    check(cudaStreamSynchronize(m.stream), "running the step");
+    return;
+  }
+  if (sample) {
+    if (first > 0) {
+      put_sample_rows(m, sin, first, count);
+      check(cudaMemcpyAsync(m.dev<cuda::SampleRow>(m.lay.sample_rows),
+                            m.host<cuda::SampleRow>(m.lay.sample_rows),
+                            size_t(count) * sizeof(cuda::SampleRow), cudaMemcpyHostToDevice,
+                            m.stream),
+            "uploading sampler rows");
+    }
+    m.sample_rows(count, result.sampled.data() + first);
+  }
+  download_host_rows(m, std::span<const LogitsRow>(f.rows).subspan(size_t(first), size_t(count)),
+                     size_t(m.vocab) * m.esz, result.logits);
+}
+
 // Shared by execute and execute_logits: validates and flattens, copies blocks, runs the forward
 // pass and returns the logits of `rows` as fp32 [rows, vocab], or with `sample` the GPU sampler's
 // outputs.
@@ -421,7 +451,6 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
   rows_out = f.rows;
   const int num_seqs = int(f.lens.size());
   const int num_rows = int(f.rows.size());
-  const size_t row_bytes = size_t(m.vocab) * m.esz;
   StepResult result;
   SampleInputs sin;
   if (sample) {
@@ -431,34 +460,9 @@ static StepResult run_step(CudaRunner::Impl& m, const engine::SchedulerOutput& b
   result.logits.resize(size_t(num_host) * size_t(m.vocab));
   if (num_seqs == 0) return result;
   // The first chunk's sampler rows ride with the step inputs (upload_inputs); later chunks
-  // upload theirs in fetch (the previous fetch synchronized the stream).
-  auto put_sample_rows = [&](int first, int count) {
-    std::memcpy(m.host<cuda::SampleRow>(m.lay.sample_rows), sin.rows.data() + first,
-                size_t(count) * sizeof(cuda::SampleRow));
-  };
-  if (sample) put_sample_rows(0, std::min(num_rows, m.max_seqs));
-
-  // Rows [first, first + count), x_logits' current chunk: sampled on the GPU (sampling steps), and
-  // those with a host_index downloaded.
-  auto fetch = [&](int first, int count) {
-    if (!m.leader) {
-      check(cudaStreamSynchronize(m.stream), "running the step");
-      return;
-    }
-    if (sample) {
-      if (first > 0) {
-        put_sample_rows(first, count);
-        check(cudaMemcpyAsync(m.dev<cuda::SampleRow>(m.lay.sample_rows),
-                              m.host<cuda::SampleRow>(m.lay.sample_rows),
-                              size_t(count) * sizeof(cuda::SampleRow), cudaMemcpyHostToDevice,
-                              m.stream),
-              "uploading sampler rows");
-      }
-      m.sample_rows(count, result.sampled.data() + first);
-    }
-    download_host_rows(m, std::span<const LogitsRow>(f.rows).subspan(size_t(first), size_t(count)),
-                       row_bytes, result.logits);
-  };
+  // upload theirs in fetch_rows.
+  if (sample) put_sample_rows(m, sin, 0, std::min(num_rows, m.max_seqs));
+  auto fetch = [&](int first, int count) { fetch_rows(m, f, sin, sample, first, count, result); };
 
   // Decode steps (1 token per seq) and verification steps (every seq 1 + k tokens, k the same for
   // all) take a graph shape.

@@ -59,253 +59,315 @@ bool CudaRunner::Impl::step_wants_pdl(int n) const {
          opt.shard.last_stage();
 }
 
-// Enqueues the whole forward pass of a staged step on `stream` (graph-capturable: no sync, no
-// allocation). Leaves the final-normed hidden states in x_normed.
-void CudaRunner::Impl::forward(const Staged& s, void* pool) {
-  const int n = s.num_tokens;
-  const cuda::ProgrammaticLaunchScope pdl(step_wants_pdl(n));
-  const float eps = float(config.rms_norm_eps);
-  const bool gemma = config.gemma.enabled;
-  const size_t layer_bytes = size_t(num_blocks) * block_bytes;  // one layer's K (or V)
-  auto at = [&](const DevMem& m, size_t elems) { return m.as<unsigned char>() + elems * esz; };
-  // With q on, the normed rows go only to q (the next FP8 projection's quantized input).
-  auto norm = [&](const void* x, void* residual, const DevMem& w, void* out,
-                  const cuda::Fp8Out& q = {}) {
-    cuda::RmsNormParams p{dt, x, residual, w.get(), q.on() ? nullptr : out, n, hidden, eps};
+namespace {
+
+// One step's forward pass (CudaRunner::Impl::forward), its parts as methods: the step's shape, and
+// what one part leaves for the next (whether x_proj is already reduced over the tensor-parallel
+// ranks, whether the last norm wrote the qkv projection's FP8 input).
+class ForwardPass {
+ public:
+  ForwardPass(CudaRunner::Impl& m, const CudaRunner::Impl::Staged& s, void* pool)
+      : m_(m),
+        s_(s),
+        pool_(pool),
+        n_(s.num_tokens),
+        eps_(float(m.config.rms_norm_eps)),
+        gemma_(m.config.gemma.enabled) {}
+
+  void run() {
+    m_.stage_input(n_);
+    for (int l = 0; l < m_.num_layers; ++l) {
+      const LayerWeights& w = m_.layers[size_t(l)];
+      if (l == 0) first_norm(w);  // later layers' input norm ends the layer before
+      attention(l, w);
+      if (m_.config.moe_layer(m_.geo.layer_begin + l)) {
+        all_reduce_add_norm(w.post_norm);
+        m_.moe_mlp(w, n_);
+      } else {
+        dense_mlp(w);
+      }
+      next_norm(l, w);
+    }
+    if (m_.opt.shard.last_stage()) return;
+    // The last residual add is fused into the next stage's first norm: send both halves.
+    const parallel::ShardSpec& sh = m_.opt.shard;
+    const int next = (sh.pp_rank + 1) * sh.tp_size + sh.tp_rank;
+    m_.opt.world->send(m_.x_hidden.get(), size_t(n_) * m_.hidden, m_.dt, next, m_.stream);
+    m_.opt.world->send(m_.x_proj.get(), size_t(n_) * m_.hidden, m_.dt, next, m_.stream);
+  }
+
+ private:
+  // RMSNorm of x (+ residual); with q on, the normed rows go only to q (the next FP8
+  // projection's quantized input).
+  void norm(const void* x, void* residual, const DevMem& w, void* out, const cuda::Fp8Out& q = {}) {
+    cuda::RmsNormParams p{m_.dt, x, residual, w.get(), q.on() ? nullptr : out, n_, m_.hidden, eps_};
     p.fp8 = q;
-    p.unit_offset = gemma;
-    check(cuda::rms_norm(p, stream), "rms_norm");
-  };
-  auto fp8_params = [&](const void* x, const DevMem& w, const Fp8Scales& f, void* y,
-                        int out_features, int in_features, const void* b) {
+    p.unit_offset = gemma_;
+    check(cuda::rms_norm(p, m_.stream), "rms_norm");
+  }
+
+  cuda::Fp8LinearParams fp8_params(const void* x, const DevMem& w, const Fp8Scales& f, void* y,
+                                   int out_features, int in_features, const void* b) const {
     cuda::Fp8LinearParams p;
-    p.dtype = dt, p.x = x, p.wq = w.get(), p.w_scale = f.scale.as<float>(), p.y = y, p.bias = b;
-    p.m = n, p.n = out_features, p.k = in_features, p.w_block = f.block;
-    p.xq_work = fp8_xq.get(), p.x_scale_work = fp8_xscale.as<float>();
+    p.dtype = m_.dt, p.x = x, p.wq = w.get(), p.w_scale = f.scale.as<float>(), p.y = y, p.bias = b;
+    p.m = n_, p.n = out_features, p.k = in_features, p.w_block = f.block;
+    p.xq_work = m_.fp8_xq.get(), p.x_scale_work = m_.fp8_xscale.as<float>();
     return p;
-  };
-  auto bias_of = [](const DevMem* bias) { return bias && bias->get() ? bias->get() : nullptr; };
+  }
+
+  static const void* bias_of(const DevMem* bias) {
+    return bias && bias->get() ? bias->get() : nullptr;
+  }
+
   // Where RMSNorm, writing an FP8 projection's input, quantizes it for the projection
   // (gemm/fp8_gemm.h x_quantized): on the tensor-core path; off, fp8_linear does.
-  auto fused_fp8_input = [&](const DevMem& w, const Fp8Scales& f, void* y, int out_features,
-                             int in_features, const DevMem* bias) -> cuda::Fp8Out {
-    if (!f.on() ||
-        !cuda::fp8_linear_quantizes_x(
-            this->gemm, fp8_params(nullptr, w, f, y, out_features, in_features, bias_of(bias))))
+  cuda::Fp8Out fused_fp8_input(const DevMem& w, const Fp8Scales& f, void* y, int out_features,
+                               int in_features, const DevMem* bias) const {
+    if (!f.on() || !cuda::fp8_linear_quantizes_x(m_.gemm, fp8_params(nullptr, w, f, y, out_features,
+                                                                     in_features, bias_of(bias))))
       return {};
-    return {fp8_xq.get(), fp8_xscale.as<float>(), f.block};
-  };
-  // A projection: 16-bit through cuBLASLt, or FP8 (gemm/fp8_gemm.h) when the layer has scales;
-  // x_quantized: its FP8 input is already in the scratch (fused_fp8_input).
-  auto gemm = [&](const void* x, const DevMem& w, const Fp8Scales& f, const IntScales& iq, void* y,
-                  int out_features, int in_features, const DevMem* bias, bool x_quantized = false) {
+    return {m_.fp8_xq.get(), m_.fp8_xscale.as<float>(), f.block};
+  }
+
+  void int8_linear(const void* x, const DevMem& w, const IntScales& iq, void* y, int out_features,
+                   int in_features, const void* b) {
+    cuda::Int8LinearParams p;
+    p.dtype = m_.dt, p.x = x, p.wq = w.as<int8_t>(), p.w_scale = iq.scale.as<float>(), p.y = y;
+    p.bias = b, p.m = n_, p.n = out_features, p.k = in_features;
+    p.xq_work = m_.int8_xq.as<int8_t>(), p.x_scale_work = m_.int8_xscale.as<float>();
+    p.acc_work = m_.int8_acc.as<int32_t>(),
+    p.acc_rows = int(std::min<int64_t>(m_.max_tokens, kInt8AccRows));
+    check(cuda::int8_linear(m_.gemm, p, m_.stream), "int8 linear");
+  }
+
+  void int_linear(const void* x, const DevMem& w, const IntScales& iq, void* y, int out_features,
+                  int in_features, const void* b) {
+    if (iq.perm.get()) {
+      check(cuda::int_gather_columns(m_.dt, x, iq.perm.as<int32_t>(), m_.int_x_perm.get(), n_,
+                                     in_features, m_.stream),
+            "act-order gather");
+      x = m_.int_x_perm.get();
+    }
+    cuda::IntLinearParams p;
+    p.dtype = m_.dt, p.bits = iq.bits, p.x = x, p.wq = w.get(), p.scale = iq.scale.get();
+    p.zero = iq.zero.as<uint8_t>(), p.y = y, p.bias = b;
+    p.m = n_, p.n = out_features, p.k = in_features, p.group_size = iq.group_size;
+    p.w_work = m_.int_w_work.get();
+    check(cuda::int_linear(m_.gemm, p, m_.stream), "int linear");
+  }
+
+  // A projection: 16-bit through cuBLASLt, FP8 (gemm/fp8_gemm.h) when the layer has scales, or
+  // the INT kernels; x_quantized: its FP8 input is already in the scratch (fused_fp8_input).
+  void linear(const void* x, const DevMem& w, const Fp8Scales& f, const IntScales& iq, void* y,
+              int out_features, int in_features, const DevMem* bias, bool x_quantized = false) {
     const void* b = bias_of(bias);
-    if (iq.w8a8) {
-      cuda::Int8LinearParams p;
-      p.dtype = dt, p.x = x, p.wq = w.as<int8_t>(), p.w_scale = iq.scale.as<float>(), p.y = y;
-      p.bias = b, p.m = n, p.n = out_features, p.k = in_features;
-      p.xq_work = int8_xq.as<int8_t>(), p.x_scale_work = int8_xscale.as<float>();
-      p.acc_work = int8_acc.as<int32_t>(),
-      p.acc_rows = int(std::min<int64_t>(max_tokens, kInt8AccRows));
-      check(cuda::int8_linear(this->gemm, p, stream), "int8 linear");
-      return;
-    }
-    if (iq.on()) {
-      if (iq.perm.get()) {
-        check(cuda::int_gather_columns(dt, x, iq.perm.as<int32_t>(), int_x_perm.get(), n,
-                                       in_features, stream),
-              "act-order gather");
-        x = int_x_perm.get();
-      }
-      cuda::IntLinearParams p;
-      p.dtype = dt, p.bits = iq.bits, p.x = x, p.wq = w.get(), p.scale = iq.scale.get();
-      p.zero = iq.zero.as<uint8_t>(), p.y = y, p.bias = b;
-      p.m = n, p.n = out_features, p.k = in_features, p.group_size = iq.group_size;
-      p.w_work = int_w_work.get();
-      check(cuda::int_linear(this->gemm, p, stream), "int linear");
-      return;
-    }
+    if (iq.w8a8) return int8_linear(x, w, iq, y, out_features, in_features, b);
+    if (iq.on()) return int_linear(x, w, iq, y, out_features, in_features, b);
     if (f.on()) {
       cuda::Fp8LinearParams p = fp8_params(x, w, f, y, out_features, in_features, b);
       p.x_quantized = x_quantized;
-      check(cuda::fp8_linear(this->gemm, p, stream), "fp8 linear");
+      check(cuda::fp8_linear(m_.gemm, p, m_.stream), "fp8 linear");
       return;
     }
-    cuda::GemmParams p{dt, x, w.get(), y, n, out_features, in_features, false, b};
-    check(cuda::gemm(this->gemm, p, stream), "gemm");
-  };
+    cuda::GemmParams p{m_.dt, x, w.get(), y, n_, out_features, in_features, false, b};
+    check(cuda::gemm(m_.gemm, p, m_.stream), "gemm");
+  }
+
   // x_proj's all-reduce over the tensor-parallel ranks, then x_hidden += x_proj and x_normed =
   // RMSNorm(x_hidden): one fused kernel where the communicator has one (the one-shot NVLink
-  // all-reduce), else the all-reduce and the fused add + norm.
-  // Returns whether the norm wrote q (see norm). Gemma's x_proj is already reduced (proj_reduced:
-  // normalize_proj below).
-  bool proj_reduced = false;
-  auto all_reduce_add_norm = [&](const DevMem& w_norm, const cuda::Fp8Out& q = {}) {
-    if (opt.shard.tp_size > 1 && !gemma &&
-        opt.tp->all_reduce_add_rms_norm(x_proj.get(), x_hidden.get(), w_norm.get(), x_normed.get(),
-                                        n, hidden, eps, dt, stream))
+  // all-reduce), else the all-reduce and the fused add + norm. Returns whether the norm wrote q
+  // (see norm). Gemma's x_proj is already reduced (proj_reduced_: normalize_proj below).
+  bool all_reduce_add_norm(const DevMem& w_norm, const cuda::Fp8Out& q = {}) {
+    if (m_.opt.shard.tp_size > 1 && !gemma_ &&
+        m_.opt.tp->all_reduce_add_rms_norm(m_.x_proj.get(), m_.x_hidden.get(), w_norm.get(),
+                                           m_.x_normed.get(), n_, m_.hidden, eps_, m_.dt,
+                                           m_.stream))
       return false;
-    if (!proj_reduced) all_reduce_proj(n);
-    proj_reduced = false;
-    norm(x_proj.get(), x_hidden.get(), w_norm, x_normed.get(), q);
+    if (!proj_reduced_) m_.all_reduce_proj(n_);
+    proj_reduced_ = false;
+    norm(m_.x_proj.get(), m_.x_hidden.get(), w_norm, m_.x_normed.get(), q);
     return q.on();
-  };
+  }
+
   // Gemma's output norms: x_proj = RMSNorm(x_proj summed over the ranks), in place; the add +
   // norm after it then has nothing left to reduce.
-  auto normalize_proj = [&](const DevMem& w_norm) {
-    all_reduce_proj(n);
-    proj_reduced = true;
-    norm(x_proj.get(), nullptr, w_norm, x_proj.get());
-  };
-  // The FP8 input of layer l's qkv projection, for the norm before it.
-  auto qkv_fp8_input = [&](int l) {
-    const LayerWeights& w = layers[size_t(l)];
-    return fused_fp8_input(w.qkv, w.qkv_fp8, x_qkv.get(), qkv_width, hidden, &w.qkv_bias);
-  };
-  bool qkv_quantized = false;  // the input norm wrote layer l's qkv input as FP8
-  stage_input(n);
-  for (int l = 0; l < num_layers; ++l) {
-    const LayerWeights& w = layers[size_t(l)];
-    // Later layers' input norm was fused into the previous layer's last all-reduce.
-    if (l == 0 && config.eagle) {  // an EAGLE head's first layer takes fc's output as it is
-      check(cudaMemcpyAsync(x_normed.get(), x_hidden.get(), size_t(n) * hidden * esz,
-                            cudaMemcpyDeviceToDevice, stream),
-            "EAGLE layer 0 input");
-    } else if (l == 0) {
-      const cuda::Fp8Out q = qkv_fp8_input(0);
-      norm(opt.shard.first_stage() ? x_hidden.get() : x_proj.get(),
-           opt.shard.first_stage() ? nullptr : x_hidden.get(), w.input_norm, x_normed.get(), q);
-      qkv_quantized = q.on();
-    }
-    gemm(x_normed.get(), w.qkv, w.qkv_fp8, w.qkv_int, x_qkv.get(), qkv_width, hidden, &w.qkv_bias,
-         qkv_quantized);
-    void* q = x_qkv.get();
-    void* k = at(x_qkv, size_t(num_heads) * head_dim);
-    void* v = at(x_qkv, size_t(num_heads + num_kv_heads) * head_dim);
-    if (config.qk_norm) {  // the q heads and the k heads that follow them, in one launch
-      const int heads = num_heads + num_kv_heads;
-      cuda::RmsNormParams qk{dt,        q,        nullptr, w.q_norm.get(), q,
-                             n * heads, head_dim, eps,     heads,          qkv_width};
-      qk.second_weight = w.k_norm.get(), qk.second_rows_from = num_heads;
-      qk.unit_offset = gemma;
-      check(cuda::rms_norm(qk, stream), "q / k norm");
-    }
-    // Gemma 3's sliding layers rotate with their own base.
-    const int window = int(config.layer_window(geo.layer_begin + l));
-    const bool local_rope = window > 0 && local_inv_freq.get();
-    cuda::RopeParams rp;
-    rp.dtype = dt;
-    rp.q = q;
-    rp.k = k;
-    rp.positions = dev<int32_t>(lay.positions);
-    rp.inv_freq = (local_rope ? local_inv_freq : inv_freq).as<float>();
-    rp.cos_sin = (local_rope ? local_rope_cache : rope_cache).get();
-    rp.cache_rows = opt.max_model_len;
-    rp.cos_sin_scale = local_rope ? 1.f : rope_scale;
-    rp.num_tokens = n;
-    rp.num_heads = num_heads;
-    rp.num_kv_heads = num_kv_heads;
-    rp.head_dim = head_dim;
-    rp.q_token_stride = rp.k_token_stride = qkv_width;
-    const size_t group = size_t(kv_layout.layer_group[size_t(l)]);
-    unsigned char* k_cache = static_cast<unsigned char*>(pool) +
-                             size_t(kv_layout.layer_slot[size_t(l)]) * 2 * layer_bytes;
-    unsigned char* v_cache = k_cache + layer_bytes;
-    cuda::KvCacheWriteParams kw;
-    kw.dtype = dt;
-    kw.cache_dtype = kv_dt;
-    float* k_scale = is_fp8(kv_dt) ? kv_scales.as<float>() + 2 * l : nullptr;
-    kw.k_scale = k_scale;
-    kw.v_scale = k_scale ? k_scale + 1 : nullptr;
-    kw.key = k;
-    kw.value = v;
-    kw.k_cache = k_cache;
-    kw.v_cache = v_cache;
-    kw.slot_mapping = dev<int64_t>(lay.slots) + group * size_t(max_tokens);
-    kw.num_tokens = n;
-    kw.num_kv_heads = num_kv_heads;
-    kw.head_dim = head_dim;
-    kw.num_slots = int64_t(num_blocks) * opt.block_size;
-    kw.key_token_stride = kw.value_token_stride = qkv_width;
-    if (kv_scales_pending) {  // the scales come from the rotated keys, before the write
-      check(cuda::rope(rp, stream), "rope");
-      check(cuda::compute_kv_scales(kw, k_scale, k_scale + 1, stream), "kv cache scales");
-      check(cuda::write_kv_cache(kw, stream), "kv cache write");
-    } else {
-      check(cuda::rope_and_write_kv_cache(rp, kw, stream), "rope and kv cache write");
-    }
-    // The step's shape as planned (planning_params), with this layer's buffers and the step inputs.
-    cuda::AttentionParams ap = planning_params(n, s.num_seqs);
-    ap.k_scale = kw.k_scale;
-    ap.v_scale = kw.v_scale;
-    ap.q = q;
-    ap.k_cache = k_cache;
-    ap.v_cache = v_cache;
-    ap.query_start_loc = dev<int32_t>(lay.qsl);
-    ap.seq_lens = dev<int32_t>(lay.seq_lens);
-    ap.block_tables = dev<int32_t>(lay.tables) + group * size_t(max_seqs) * size_t(max_blocks);
-    ap.scale = 1.f / std::sqrt(gemma ? float(config.gemma.query_pre_attn_scalar) : float(head_dim));
-    ap.window = window;
-    check(cuda::run_attention(ap, s.plan, attn_ws.get(), stream), "attention");
-    gemm(x_attn.get(), w.o_proj, w.o_proj_fp8, w.o_proj_int, x_proj.get(), hidden,
-         num_heads * head_dim, nullptr);
-    // Gemma normalises the attention output (after the all-reduce) before the residual add.
-    if (gemma) normalize_proj(w.attn_out_norm);
-    if (config.moe_layer(geo.layer_begin + l)) {
-      all_reduce_add_norm(w.post_norm);
-      moe_mlp(w, n);
-    } else {
-      const bool gate_up_quantized = all_reduce_add_norm(
-          w.post_norm,
-          fused_fp8_input(w.gate_up, w.gate_up_fp8, x_gate_up.get(), 2 * inter, hidden, nullptr));
-      // 16-bit or FP8 weights at decode sizes: SiLU-and-mul in the gate/up GEMV's epilogue.
-      // (INT weights and an input the norm already quantized keep the two kernels.)
-      const bool fusable =
-          !gate_up_quantized && !w.gate_up_int.on() && !w.gate_up_int.w8a8 && !gemma;
-      cudaError_t fused = cudaErrorNotSupported;
-      if (fusable && w.gate_up_fp8.on()) {
-        fused = cuda::fp8_linear_silu_and_mul(this->gemm,
-                                              fp8_params(x_normed.get(), w.gate_up, w.gate_up_fp8,
-                                                         x_act.get(), 2 * inter, hidden, nullptr),
-                                              stream);
-      } else if (fusable) {
-        fused = cuda::gemm_silu_and_mul(
-            this->gemm, {dt, x_normed.get(), w.gate_up.get(), x_act.get(), n, 2 * inter, hidden},
-            stream);
-      }
-      if (fused != cudaErrorNotSupported) {
-        check(fused, "gate/up projection with silu_and_mul");
-      } else {
-        gemm(x_normed.get(), w.gate_up, w.gate_up_fp8, w.gate_up_int, x_gate_up.get(), 2 * inter,
-             hidden, nullptr, gate_up_quantized);
-        // SiLU-and-mul leaves the down projection's quantization to fp8_linear: fused, one block
-        // per row (for the row's scale) ran no faster than the two kernels (docs/PERF.md).
-        check(cuda::silu_and_mul({dt, x_gate_up.get(), x_act.get(), n, inter, gemma}, stream),
-              "silu_and_mul");
-      }
-      gemm(x_act.get(), w.down, w.down_fp8, w.down_int, x_proj.get(), hidden, inter, nullptr);
-      if (gemma) normalize_proj(w.mlp_out_norm);
-    }
-    // The next norm: the next layer's input norm, or the final norm at the end of the last stage.
-    if (l + 1 < num_layers) {
-      qkv_quantized = all_reduce_add_norm(layers[size_t(l) + 1].input_norm, qkv_fp8_input(l + 1));
-    } else if (config.eagle) {
-      // No final norm: x_hidden += x_proj (the norm's residual add; its normed rows are dropped
-      // into x_proj), then the rows as they are.
-      norm(x_proj.get(), x_hidden.get(), w.post_norm, x_proj.get());
-      check(cudaMemcpyAsync(x_normed.get(), x_hidden.get(), size_t(n) * hidden * esz,
-                            cudaMemcpyDeviceToDevice, stream),
-            "EAGLE output");
-    } else if (opt.shard.last_stage())
-      all_reduce_add_norm(final_norm);
-    else if (!proj_reduced)
-      all_reduce_proj(n);  // sent on as two halves below
+  void normalize_proj(const DevMem& w_norm) {
+    m_.all_reduce_proj(n_);
+    proj_reduced_ = true;
+    norm(m_.x_proj.get(), nullptr, w_norm, m_.x_proj.get());
   }
-  if (opt.shard.last_stage()) return;
-  // The last residual add is fused into the next stage's first norm: send both halves.
-  const int next = (opt.shard.pp_rank + 1) * opt.shard.tp_size + opt.shard.tp_rank;
-  opt.world->send(x_hidden.get(), size_t(n) * hidden, dt, next, stream);
-  opt.world->send(x_proj.get(), size_t(n) * hidden, dt, next, stream);
+
+  // The FP8 input of layer l's qkv projection, for the norm before it.
+  cuda::Fp8Out qkv_fp8_input(int l) const {
+    const LayerWeights& w = m_.layers[size_t(l)];
+    return fused_fp8_input(w.qkv, w.qkv_fp8, m_.x_qkv.get(), m_.qkv_width, m_.hidden, &w.qkv_bias);
+  }
+
+  // Layer 0's input norm (an EAGLE head's first layer takes fc's output as it is).
+  void first_norm(const LayerWeights& w) {
+    if (m_.config.eagle) {
+      check(cudaMemcpyAsync(m_.x_normed.get(), m_.x_hidden.get(), size_t(n_) * m_.hidden * m_.esz,
+                            cudaMemcpyDeviceToDevice, m_.stream),
+            "EAGLE layer 0 input");
+      return;
+    }
+    const cuda::Fp8Out q = qkv_fp8_input(0);
+    const bool first = m_.opt.shard.first_stage();
+    norm(first ? m_.x_hidden.get() : m_.x_proj.get(), first ? nullptr : m_.x_hidden.get(),
+         w.input_norm, m_.x_normed.get(), q);
+    qkv_quantized_ = q.on();
+  }
+
+  void* qkv_at(size_t heads) const {
+    return m_.x_qkv.as<unsigned char>() + heads * size_t(m_.head_dim) * m_.esz;
+  }
+
+  // RoPE over q and k, and k and v into layer l's cache blocks (from the rotated keys, which set
+  // the FP8 cache scales first when they are still to be calculated).
+  void rope_and_cache(int l, int window, unsigned char* k_cache, cuda::KvCacheWriteParams& kw) {
+    const bool local_rope = window > 0 && m_.local_inv_freq.get();  // Gemma 3's sliding layers
+    cuda::RopeParams rp;
+    rp.dtype = m_.dt, rp.q = qkv_at(0), rp.k = qkv_at(size_t(m_.num_heads));
+    rp.positions = m_.dev<int32_t>(m_.lay.positions);
+    rp.inv_freq = (local_rope ? m_.local_inv_freq : m_.inv_freq).as<float>();
+    rp.cos_sin = (local_rope ? m_.local_rope_cache : m_.rope_cache).get();
+    rp.cache_rows = m_.opt.max_model_len;
+    rp.cos_sin_scale = local_rope ? 1.f : m_.rope_scale;
+    rp.num_tokens = n_, rp.num_heads = m_.num_heads, rp.num_kv_heads = m_.num_kv_heads;
+    rp.head_dim = m_.head_dim;
+    rp.q_token_stride = rp.k_token_stride = m_.qkv_width;
+    const size_t group = size_t(m_.kv_layout.layer_group[size_t(l)]);
+    kw.dtype = m_.dt, kw.cache_dtype = m_.kv_dt;
+    float* k_scale = is_fp8(m_.kv_dt) ? m_.kv_scales.as<float>() + 2 * l : nullptr;
+    kw.k_scale = k_scale, kw.v_scale = k_scale ? k_scale + 1 : nullptr;
+    kw.key = rp.k, kw.value = qkv_at(size_t(m_.num_heads + m_.num_kv_heads));
+    kw.k_cache = k_cache, kw.v_cache = k_cache + layer_bytes();
+    kw.slot_mapping = m_.dev<int64_t>(m_.lay.slots) + group * size_t(m_.max_tokens);
+    kw.num_tokens = n_, kw.num_kv_heads = m_.num_kv_heads, kw.head_dim = m_.head_dim;
+    kw.num_slots = int64_t(m_.num_blocks) * m_.opt.block_size;
+    kw.key_token_stride = kw.value_token_stride = m_.qkv_width;
+    if (m_.kv_scales_pending) {
+      check(cuda::rope(rp, m_.stream), "rope");
+      check(cuda::compute_kv_scales(kw, k_scale, k_scale + 1, m_.stream), "kv cache scales");
+      check(cuda::write_kv_cache(kw, m_.stream), "kv cache write");
+    } else {
+      check(cuda::rope_and_write_kv_cache(rp, kw, m_.stream), "rope and kv cache write");
+    }
+  }
+
+  size_t layer_bytes() const { return size_t(m_.num_blocks) * m_.block_bytes; }  // a layer's K
+
+  // The qkv projection, q / k norms, RoPE and the cache write, attention and the o projection
+  // into x_proj (Gemma: normalised after the all-reduce, before the residual add).
+  void attention(int l, const LayerWeights& w) {
+    linear(m_.x_normed.get(), w.qkv, w.qkv_fp8, w.qkv_int, m_.x_qkv.get(), m_.qkv_width, m_.hidden,
+           &w.qkv_bias, qkv_quantized_);
+    if (m_.config.qk_norm) {  // the q heads and the k heads that follow them, in one launch
+      const int heads = m_.num_heads + m_.num_kv_heads;
+      cuda::RmsNormParams qk{m_.dt,      qkv_at(0),   nullptr, w.q_norm.get(), qkv_at(0),
+                             n_ * heads, m_.head_dim, eps_,    heads,          m_.qkv_width};
+      qk.second_weight = w.k_norm.get(), qk.second_rows_from = m_.num_heads;
+      qk.unit_offset = gemma_;
+      check(cuda::rms_norm(qk, m_.stream), "q / k norm");
+    }
+    const int window = int(m_.config.layer_window(m_.geo.layer_begin + l));
+    unsigned char* k_cache = static_cast<unsigned char*>(pool_) +
+                             size_t(m_.kv_layout.layer_slot[size_t(l)]) * 2 * layer_bytes();
+    cuda::KvCacheWriteParams kw;
+    rope_and_cache(l, window, k_cache, kw);
+    // The step's shape as planned (planning_params), with this layer's buffers and the inputs.
+    cuda::AttentionParams ap = m_.planning_params(n_, s_.num_seqs);
+    ap.k_scale = kw.k_scale, ap.v_scale = kw.v_scale;
+    ap.q = qkv_at(0), ap.k_cache = kw.k_cache, ap.v_cache = kw.v_cache;
+    ap.query_start_loc = m_.dev<int32_t>(m_.lay.qsl);
+    ap.seq_lens = m_.dev<int32_t>(m_.lay.seq_lens);
+    const size_t group = size_t(m_.kv_layout.layer_group[size_t(l)]);
+    ap.block_tables =
+        m_.dev<int32_t>(m_.lay.tables) + group * size_t(m_.max_seqs) * size_t(m_.max_blocks);
+    ap.scale =
+        1.f / std::sqrt(gemma_ ? float(m_.config.gemma.query_pre_attn_scalar) : float(m_.head_dim));
+    ap.window = window;
+    check(cuda::run_attention(ap, s_.plan, m_.attn_ws.get(), m_.stream), "attention");
+    linear(m_.x_attn.get(), w.o_proj, w.o_proj_fp8, w.o_proj_int, m_.x_proj.get(), m_.hidden,
+           m_.num_heads * m_.head_dim, nullptr);
+    if (gemma_) normalize_proj(w.attn_out_norm);
+  }
+
+  // The add + norm, gate/up, SiLU-and-mul (Gemma: GeLU-tanh) and down into x_proj. 16-bit or FP8
+  // weights at decode sizes take SiLU-and-mul in the gate/up GEMV's epilogue (INT weights and an
+  // input the norm already quantized keep the two kernels).
+  void dense_mlp(const LayerWeights& w) {
+    const int inter = m_.inter;
+    const bool gate_up_quantized = all_reduce_add_norm(
+        w.post_norm, fused_fp8_input(w.gate_up, w.gate_up_fp8, m_.x_gate_up.get(), 2 * inter,
+                                     m_.hidden, nullptr));
+    const bool fusable =
+        !gate_up_quantized && !w.gate_up_int.on() && !w.gate_up_int.w8a8 && !gemma_;
+    cudaError_t fused = cudaErrorNotSupported;
+    if (fusable && w.gate_up_fp8.on()) {
+      fused =
+          cuda::fp8_linear_silu_and_mul(m_.gemm,
+                                        fp8_params(m_.x_normed.get(), w.gate_up, w.gate_up_fp8,
+                                                   m_.x_act.get(), 2 * inter, m_.hidden, nullptr),
+                                        m_.stream);
+    } else if (fusable) {
+      fused = cuda::gemm_silu_and_mul(
+          m_.gemm,
+          {m_.dt, m_.x_normed.get(), w.gate_up.get(), m_.x_act.get(), n_, 2 * inter, m_.hidden},
+          m_.stream);
+    }
+    if (fused != cudaErrorNotSupported) {
+      check(fused, "gate/up projection with silu_and_mul");
+    } else {
+      linear(m_.x_normed.get(), w.gate_up, w.gate_up_fp8, w.gate_up_int, m_.x_gate_up.get(),
+             2 * inter, m_.hidden, nullptr, gate_up_quantized);
+      // SiLU-and-mul leaves the down projection's quantization to fp8_linear: fused, one block
+      // per row (for the row's scale) ran no faster than the two kernels (docs/PERF.md).
+      check(cuda::silu_and_mul({m_.dt, m_.x_gate_up.get(), m_.x_act.get(), n_, inter, gemma_},
+                               m_.stream),
+            "silu_and_mul");
+    }
+    linear(m_.x_act.get(), w.down, w.down_fp8, w.down_int, m_.x_proj.get(), m_.hidden, inter,
+           nullptr);
+    if (gemma_) normalize_proj(w.mlp_out_norm);
+  }
+
+  // The norm after layer l: the next layer's input norm, or the final norm at the end of the last
+  // stage (an EAGLE head: the residual add alone, its rows as they are).
+  void next_norm(int l, const LayerWeights& w) {
+    if (l + 1 < m_.num_layers) {
+      qkv_quantized_ =
+          all_reduce_add_norm(m_.layers[size_t(l) + 1].input_norm, qkv_fp8_input(l + 1));
+    } else if (m_.config.eagle) {
+      // x_hidden += x_proj (the norm's residual add; its normed rows are dropped into x_proj).
+      norm(m_.x_proj.get(), m_.x_hidden.get(), w.post_norm, m_.x_proj.get());
+      check(cudaMemcpyAsync(m_.x_normed.get(), m_.x_hidden.get(), size_t(n_) * m_.hidden * m_.esz,
+                            cudaMemcpyDeviceToDevice, m_.stream),
+            "EAGLE output");
+    } else if (m_.opt.shard.last_stage()) {
+      all_reduce_add_norm(m_.final_norm);
+    } else if (!proj_reduced_) {
+      m_.all_reduce_proj(n_);  // sent on as two halves
+    }
+  }
+
+  CudaRunner::Impl& m_;
+  const CudaRunner::Impl::Staged& s_;
+  void* pool_;
+  const int n_;
+  const float eps_;
+  const bool gemma_;
+  bool proj_reduced_ = false;   // x_proj already summed over the ranks (normalize_proj)
+  bool qkv_quantized_ = false;  // the last norm wrote the next qkv projection's input as FP8
+};
+
+}  // namespace
+
+// Enqueues the whole forward pass of a staged step on `stream` (graph-capturable: no sync, no
+// allocation). Leaves the final-normed hidden states in x_normed.
+void CudaRunner::Impl::forward(const Staged& s, void* pool) {
+  const cuda::ProgrammaticLaunchScope pdl(step_wants_pdl(s.num_tokens));
+  ForwardPass(*this, s, pool).run();
 }
 
 // The router GEMM, top-k routing on the device, every slot's expert gate/up (with the SiLU-and-mul)

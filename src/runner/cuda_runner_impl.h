@@ -329,6 +329,9 @@ struct CudaRunner::Impl {
                              class WeightUploader* uploader, unsigned char* wout, float* sout);
   cudaError_t fill_dummy(const models::HfTensorSpec& part, void* out);
   void alloc_activations();
+  void alloc_moe_buffers(size_t tokens);  // alloc_activations's parts
+  void alloc_quant_scratch(size_t tokens);
+  void alloc_step_inputs();
   // The FP8 cache's per-layer scales: the checkpoint's, 1.0, or pending (--calculate-kv-scales).
   void init_kv_scales(const io::WeightStore* checkpoint);
   void profile_and_alloc_kv();
