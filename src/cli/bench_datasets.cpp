@@ -180,4 +180,17 @@ std::vector<server::BenchPrompt> load_dataset(const DatasetFlags& f) {
   invalid_argument("--dataset-name " + f.name + ": expected random, sonnet, sharegpt, custom or jsonl");
 }
 
+std::vector<PromptInput> random_token_prompts(int count, int len, int32_t lo, int32_t hi,
+                                              uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(lo, hi);
+  std::vector<PromptInput> prompts;
+  for (int i = 0; i < count; ++i) {
+    std::vector<int32_t> ids(static_cast<size_t>(len));
+    for (int32_t& id : ids) id = dist(rng);
+    prompts.push_back(PromptInput::from_ids(std::move(ids)));
+  }
+  return prompts;
+}
+
 }  // namespace pagellm::cli

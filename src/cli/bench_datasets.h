@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "pagellm/llm.h"
 #include "server/bench_client.h"
 
 namespace pagellm::cli {
@@ -36,6 +37,11 @@ struct DatasetFlags {
   int custom_output_len = 256;
   uint64_t seed = 0;
 };
+
+// `count` prompts of `len` token ids drawn uniformly from [lo, hi], seeded (the offline benches'
+// random prompts: `bench throughput`, `bench latency`).
+std::vector<PromptInput> random_token_prompts(int count, int len, int32_t lo, int32_t hi,
+                                              uint64_t seed);
 
 // The prompts of the dataset `f.name`; one-line errors for missing files and malformed rows.
 std::vector<server::BenchPrompt> load_dataset(const DatasetFlags& f);

@@ -14,6 +14,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/bench_datasets.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "cli/latency_stats.h"
@@ -61,19 +62,6 @@ void add_latency_flags(CLI::App& app, LatencyOptions& o) {
   app.add_option("--output-json", o.output_json, "write the latencies as JSON here (vLLM's keys)");
 }
 
-// The batch: random ids below min(10,000, vocab), one prompt per request, seeded by --seed.
-std::vector<PromptInput> latency_prompts(const LatencyOptions& o, int vocab_size, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int32_t> dist(0, std::min(10000, vocab_size) - 1);
-  std::vector<PromptInput> prompts;
-  for (int i = 0; i < o.batch_size; ++i) {
-    std::vector<int32_t> ids(size_t(o.input_len));
-    for (int32_t& id : ids) id = dist(rng);
-    prompts.push_back(PromptInput::from_ids(std::move(ids)));
-  }
-  return prompts;
-}
-
 // Seconds to run the whole batch to completion.
 double run_batch_once(LLM& llm, const std::vector<PromptInput>& prompts,
                       const SamplingParams& params) {
@@ -102,7 +90,9 @@ LatencyReport measure_latency(const EngineArgs& args, const LatencyOptions& o) {
   params.max_tokens = o.output_len;
   params.detokenize = !o.disable_detokenize;
   const std::vector<PromptInput> prompts =
-      latency_prompts(o, llm.engine().model_info().vocab_size, args.seed);
+      // The batch: random ids below min(10,000, vocab), as vLLM's latency bench draws them.
+      random_token_prompts(o.batch_size, o.input_len, 0,
+                           std::min(10000, llm.engine().model_info().vocab_size) - 1, args.seed);
   std::fprintf(stderr, "Warming up (%d runs)...\n", o.num_iters_warmup);
   for (int i = 0; i < o.num_iters_warmup; ++i) run_batch_once(llm, prompts, params);
   LatencyReport report;

@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_datasets.h"
 #include "cli/bench_latency.h"
 #include "cli/bench_serve.h"
 #include "cli/command.h"
@@ -64,20 +65,6 @@ BoundInputs bound_inputs(const EngineArgs& args, const io::ModelConfig& config,
     for (const auto& c : out.outputs)
       in.requests.emplace_back(int64_t(out.prompt_token_ids.size()), int64_t(c.token_ids.size()));
   return in;
-}
-
-// Random prompts as vLLM's random dataset: ids drawn uniformly, skipping the lowest (special) ids.
-std::vector<PromptInput> random_prompts(const ThroughputOptions& o, int vocab_size, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  const int lo = std::min(10, vocab_size / 4);
-  std::uniform_int_distribution<int32_t> dist(lo, vocab_size - 1);
-  std::vector<PromptInput> prompts;
-  for (int i = 0; i < o.num_prompts; ++i) {
-    std::vector<int32_t> ids(static_cast<size_t>(o.input_len));
-    for (auto& id : ids) id = dist(rng);
-    prompts.push_back(PromptInput::from_ids(std::move(ids)));
-  }
-  return prompts;
 }
 
 // argv run as a child process (argv[0] a path); its stdout returned, its stderr passed through.
@@ -168,7 +155,10 @@ std::vector<RequestOutput> run_requests(const EngineArgs& args, const Throughput
       all_params.push_back(line.params);
     }
   } else {
-    prompts = random_prompts(o, llm.engine().model_info().vocab_size, args.seed);
+    // vLLM's random dataset: ids drawn uniformly, skipping the lowest (special) ids.
+    const int vocab = llm.engine().model_info().vocab_size;
+    prompts = random_token_prompts(o.num_prompts, o.input_len, std::min(10, vocab / 4), vocab - 1,
+                                   args.seed);
     all_params.assign(prompts.size(), params);
   }
   const auto start = std::chrono::steady_clock::now();
