@@ -46,23 +46,34 @@ struct RawGroup {
   int zero;
 };
 
+// The 16-bit pattern of magic + z, exact (the magic's unit in the last place is 1): bf16 128 is
+// 0x4300 and f16 1024 is 0x6400, so magic + z is the pattern plus z for z < 128 (bf16) or 1024
+// (f16) — every 4-bit zero, and every 8-bit one in f16.
+template <typename T, int BITS>
+constexpr uint32_t kZeroMagic = (BITS == 8 || std::is_same_v<T, __half>) ? 0x6400u : 0x4300u;
+
 template <typename T, int BITS>
 __device__ __forceinline__ GroupConst<T, BITS> group_const(const RawGroup<T>& r) {
   const T s = r.scale;
-  const int z = r.zero;
   GroupConst<T, BITS> gc;
   gc.scale = to_float(s);
   if constexpr (std::is_same_v<T, __half>) gc.scale2 = as_u32<T>(__half2(s, s));
   else gc.scale2 = as_u32<T>(__nv_bfloat162(s, s));
-  if constexpr (BITS == 4) {
-    const T zm = from_float<T>(float((std::is_same_v<T, __half> ? 1024 : 128) + z));
-    if constexpr (std::is_same_v<T, __half>) gc.zero2 = as_u32<T>(__half2(zm, zm));
-    else gc.zero2 = as_u32<T>(__nv_bfloat162(zm, zm));
-  } else {
-    const __half zm = __float2half_rn(float(1024 + z));
-    gc.zero2 = as_u32<__half>(__half2(zm, zm));
-  }
+  gc.zero2 = (kZeroMagic<T, BITS> + uint32_t(r.zero)) * 0x00010001u;
   return gc;
+}
+
+// 4 bits: 16 packed bytes -> the piece's 16 pairs (magic + q) of T (pair q = columns 2q, 2q + 1),
+// exact: one mask puts nibbles j and j + 4 of a word (adjacent columns) into the mantissas of the
+// magic pair.
+template <typename T>
+__device__ __forceinline__ void magic_pairs(const uint4& v, uint32_t (&pairs)[16]) {
+  constexpr uint32_t kMagic = kZeroMagic<T, 4> * 0x00010001u;
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) pairs[4 * i + j] = ((words[i] >> (4 * j)) & 0x000f000fu) | kMagic;
 }
 
 // 16 packed bytes -> kVals / 2 pairs of T (pair q = the piece's columns 2q, 2q + 1): the weights,
@@ -70,18 +81,15 @@ __device__ __forceinline__ GroupConst<T, BITS> group_const(const RawGroup<T>& r)
 template <typename T, int BITS, bool LATE>
 __device__ __forceinline__ void dequant_piece(const uint4& v, const GroupConst<T, BITS>& gc,
                                               uint32_t (&pairs)[kVals<BITS> / 2]) {
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
   if constexpr (BITS == 4) {
-    constexpr uint32_t kMagic = std::is_same_v<T, __half> ? 0x64006400u : 0x43004300u;
+    magic_pairs<T>(v, pairs);
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t raw = ((words[i] >> (4 * j)) & 0x000f000fu) | kMagic;
-        const Pair<T> d = __hsub2(as_pair<T>(raw), as_pair<T>(gc.zero2));
-        pairs[4 * i + j] = LATE ? as_u32<T>(d) : as_u32<T>(__hmul2(d, as_pair<T>(gc.scale2)));
-      }
+    for (int q = 0; q < 16; ++q) {
+      const Pair<T> d = __hsub2(as_pair<T>(pairs[q]), as_pair<T>(gc.zero2));
+      pairs[q] = LATE ? as_u32<T>(d) : as_u32<T>(__hmul2(d, as_pair<T>(gc.scale2)));
+    }
   } else {
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll

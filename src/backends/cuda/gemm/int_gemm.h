@@ -18,7 +18,7 @@
 //   the exact differences and scales the sums in fp32; otherwise, and in int_dequantize_weight,
 //   each product is rounded once to the activation dtype. (bf16 scales are the checkpoint's rounded
 //   to bf16, as in vLLM's kernels for bf16 models.)
-// k and group_size multiples of 32; group_size divides k (per-channel: group_size = k).
+// k and group_size multiples of 32, k < 2^21; group_size divides k (per-channel: group_size = k).
 #pragma once
 
 #include <cuda_runtime.h>

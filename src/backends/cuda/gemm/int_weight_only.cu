@@ -35,6 +35,16 @@ using namespace intq;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
+// Blocks per SM of the one-tile kernels (their register cap): three (80 registers) ran Llama-3.1-8B's
+// qkv at m = 1 faster (one wave of its 384 tiles) but every other shape slower on an H200.
+constexpr int kOneTileBlocksPerSm = 2;
+
+// Group of column `col` without an integer division (a runtime divisor costs ~20 instructions per
+// piece): (col + 0.5) / group_size lies at least 0.5 / group_size from an integer, more than fp32's
+// error on it while (col / group_size + 1) * group_size < 2^22 (valid() bounds k).
+__device__ __forceinline__ int group_of(int col, float inv_group) {
+  return int((float(col) + 0.5f) * inv_group);
+}
 
 template <typename T, int BITS>
 __device__ __forceinline__ RawGroup<T> load_group(const IntLinearParams& p, int row, int group) {
@@ -55,7 +65,7 @@ __device__ __forceinline__ void multiply_chunk(const IntLinearParams& p, int kb,
   for (int u = 0; u < PIECES; ++u) {
     if (chunk + u * 64 >= kb) break;  // warp-uniform
     // A row that ends inside the round (4-bit rows of k % 128 != 0, 8-bit of k % 64 != 0): the
-    // lanes past it multiply zero activations (their weights, zero bits, dequantize to -z * s).
+    // lanes past it multiply zero activations (their pieces re-read the row's last one).
     const bool in_row = chunk + u * 64 + t * 16 < kb;
     const int col = (chunk + u * 64 + t * 16) * (8 / BITS);
     uint32_t lo[TILES][kV / 2], hi[TILES][kV / 2];  // rows g and g + 8 of each tile
@@ -137,7 +147,7 @@ __device__ __forceinline__ void reduce_and_store(const IntLinearParams& p, int r
 // PREFETCH: the next chunk's weights and group constants are loaded before the current one is
 // multiplied (one-tile blocks, whose registers allow the second buffer).
 template <typename T, int BITS, int TILES, int NT, bool LATE>
-__global__ void __launch_bounds__(kThreads, TILES == 1 ? 2 : 1)
+__global__ void __launch_bounds__(kThreads, TILES == 1 ? kOneTileBlocksPerSm : 1)
     int_mma_kernel(const __grid_constant__ IntLinearParams p) {
   constexpr bool kPrefetch = TILES == 1;
   // 16-byte pieces per row per lane per chunk: 2 where the next chunk is prefetched (so that a
@@ -149,6 +159,7 @@ __global__ void __launch_bounds__(kThreads, TILES == 1 ? 2 : 1)
   const int g = lane >> 2, t = lane & 3;
   const int m0 = blockIdx.x * (8 * NT);
   const int kb = p.k * BITS / 8;  // bytes of a packed row
+  const float inv_group = 1.f / float(p.group_size);
   const T* x[NT];  // activation row m0 + 8 * nt + g (rows past m re-read row m - 1, discarded)
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
@@ -168,11 +179,11 @@ __global__ void __launch_bounds__(kThreads, TILES == 1 ? 2 : 1)
         const uint8_t* w = static_cast<const uint8_t*>(p.wq) + int64_t{row} * kb;
 #pragma unroll
         for (int u = 0; u < kPieces; ++u) {
-          const int off = chunk + u * 64 + t * 16;
-          const int group = min(off, kb - 16) * (8 / BITS) / p.group_size;
-          buf.w[tile][h][u] =
-              off < kb ? __ldcs(reinterpret_cast<const uint4*>(w + off)) : make_uint4(0, 0, 0, 0);
-          buf.g[tile][h][u] = load_group<T, BITS>(p, row, group);
+          // A piece past the row's end re-reads its last one: multiply_chunk gives those lanes
+          // zero activations (and skips rounds wholly past it), so no branch around the load.
+          const int off = min(chunk + u * 64 + t * 16, kb - 16);
+          buf.w[tile][h][u] = __ldcs(reinterpret_cast<const uint4*>(w + off));
+          buf.g[tile][h][u] = load_group<T, BITS>(p, row, group_of(off * (8 / BITS), inv_group));
         }
       }
   };
@@ -213,7 +224,8 @@ template <typename T, int BITS, int TILES, int NT>
 cudaError_t launch_mma(const IntLinearParams& p, cudaStream_t stream) {
   const int tiles = (p.n + 16 * TILES - 1) / (16 * TILES);
   const int slices = (p.m + 8 * NT - 1) / (8 * NT);
-  const int blocks = TILES == 1 ? std::min(tiles, std::max(1, 2 * sm_count() / slices)) : tiles;
+  const int blocks =
+      TILES == 1 ? std::min(tiles, std::max(1, kOneTileBlocksPerSm * sm_count() / slices)) : tiles;
   const dim3 grid(slices, blocks);
   if (p.group_size % (BITS == 4 ? 128 : 64) == 0)
     return launch_kernel(int_mma_kernel<T, BITS, TILES, NT, true>, grid, kThreads, 0, stream, p);
@@ -268,7 +280,7 @@ __global__ void gather_kernel(const T* x, const int32_t* perm, T* out, int m, in
 bool stream_kernel_first(const IntLinearParams& p) { return p.m > (p.bits == 4 ? 16 : 32); }
 
 bool valid(const IntLinearParams& p) {
-  if (p.m < 0 || p.n <= 0 || p.k <= 0 || p.k % 32 != 0) return false;
+  if (p.m < 0 || p.n <= 0 || p.k <= 0 || p.k % 32 != 0 || p.k >= (1 << 21)) return false;
   if (p.group_size <= 0 || p.group_size % 32 != 0 || p.k % p.group_size != 0) return false;
   if (p.bits != 4 && p.bits != 8) return false;
   if (p.dtype != DType::kBF16 && p.dtype != DType::kF16) return false;
