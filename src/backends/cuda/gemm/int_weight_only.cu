@@ -89,17 +89,22 @@ __device__ __forceinline__ void multiply_chunk(const IntLinearParams& p, int kb,
       }
 #pragma unroll
       for (int tile = 0; tile < TILES; ++tile) {
-        float d[4] = {};
-        float(&acc)[4] = LATE ? d : c[tile][nt];
+        // With LATE the mmas alternate between two accumulators (two dependency chains instead
+        // of one), except for 8 bits with two activation tiles, which measured slower with them
+        // (H200, Llama-3.1-8B shapes: INT4 decode +1-2 %, INT8 batch 1 +2 %, INT8 batch 16 -2 %).
+        constexpr bool kTwoChains = BITS == 4 || NT == 1;
+        float d[2][4] = {};
 #pragma unroll
-        for (int j = 0; j < kV / 4; ++j)
+        for (int j = 0; j < kV / 4; ++j) {
+          float(&acc)[4] = LATE ? d[kTwoChains ? j & 1 : 0] : c[tile][nt];
           mma16816<T>(acc, lo[tile][2 * j], hi[tile][2 * j], lo[tile][2 * j + 1],
                       hi[tile][2 * j + 1], b[2 * j], b[2 * j + 1]);
+        }
         if constexpr (LATE) {
-          c[tile][nt][0] = fmaf(d[0], s_lo[tile], c[tile][nt][0]);
-          c[tile][nt][1] = fmaf(d[1], s_lo[tile], c[tile][nt][1]);
-          c[tile][nt][2] = fmaf(d[2], s_hi[tile], c[tile][nt][2]);
-          c[tile][nt][3] = fmaf(d[3], s_hi[tile], c[tile][nt][3]);
+          c[tile][nt][0] = fmaf(d[0][0] + d[1][0], s_lo[tile], c[tile][nt][0]);
+          c[tile][nt][1] = fmaf(d[0][1] + d[1][1], s_lo[tile], c[tile][nt][1]);
+          c[tile][nt][2] = fmaf(d[0][2] + d[1][2], s_hi[tile], c[tile][nt][2]);
+          c[tile][nt][3] = fmaf(d[0][3] + d[1][3], s_hi[tile], c[tile][nt][3]);
         }
       }
     }
