@@ -222,9 +222,9 @@ __global__ void __launch_bounds__(kThreads, TILES == 1 ? kOneTileBlocksPerSm : 1
   }
 }
 
-// The one-tile kernels (whose prefetch runs across tiles) take a persistent grid of two blocks
-// per SM (their occupancy) over all activation slices, each block walking several weight tiles;
-// the two-tile kernel one block per tile.
+// The one-tile kernels (whose prefetch runs across tiles) take a persistent grid of
+// kOneTileBlocksPerSm blocks per SM (their occupancy) over all activation slices, each block
+// walking several weight tiles; the two-tile kernel one block per tile.
 template <typename T, int BITS, int TILES, int NT>
 cudaError_t launch_mma(const IntLinearParams& p, cudaStream_t stream) {
   const int tiles = (p.n + 16 * TILES - 1) / (16 * TILES);
