@@ -65,7 +65,7 @@ endif()
 # Device tests: a standalone driver (no gtest, no Debian libraries) so it runs on the GPU machine.
 # The GPU sampler is checked against the CPU sampler itself: engine/sampler.cpp (and the error type
 # it throws) is compiled in directly, as in pagellm_core (no FMA contraction), since both need only
-# the standard library.
+# the standard library; so are the rotary frequencies (backends/cpu/rope_frequencies.cpp).
 add_executable(cuda_kernel_tests ${CMAKE_SOURCE_DIR}/tests/device/kernel_tests.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/elementwise_tests.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/kernel_reference.cpp
@@ -80,6 +80,7 @@ add_executable(cuda_kernel_tests ${CMAKE_SOURCE_DIR}/tests/device/kernel_tests.c
                                  ${CMAKE_SOURCE_DIR}/tests/device/moe_tests.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/kernel_bench.cu
                                  ${CMAKE_SOURCE_DIR}/src/common/dtype.cpp  # host reference of convert.cu
+                                 ${CMAKE_SOURCE_DIR}/src/backends/cpu/rope_frequencies.cpp
                                  ${CMAKE_SOURCE_DIR}/src/engine/sampler.cpp
                                  ${CMAKE_SOURCE_DIR}/src/common/error.cpp)
 target_include_directories(cuda_kernel_tests PRIVATE ${CMAKE_SOURCE_DIR}/include)

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "backends/cpu/rope_frequencies.h"
 #include "backends/cuda/gemm/fp8_gemm.h"
 #include "backends/cuda/gemm/int_gemm.h"
 #include "backends/cuda/kernels.h"
@@ -235,32 +236,22 @@ void CudaRunner::Impl::load_plan(const std::vector<models::WeightTensorSpec>& pl
   check(cudaStreamSynchronize(stream), "loading weights");
 }
 
-// The frequencies and cos / sin tables, as the CPU backend's cpu::rope_inv_freq / rope_tables
-// make them; longrope's factors are those picked for the served context (use_long).
+// The frequencies come from the CPU backend's cpu::rope_inv_freq (transformers' float32
+// initialisers, one formula for both backends); longrope's factors are those picked for the served
+// context (use_long) and its attention factor scales cos / sin, as in cpu::rope_tables.
 void CudaRunner::Impl::load_rope_tables() {
-  using Type = io::RopeScaling::Type;
   const io::RopeScaling& r = config.rope_scaling;
-  cuda::RopeScalingSpec spec;
-  spec.type = r.type == Type::kLinear     ? cuda::RopeScalingType::kLinear
-              : r.type == Type::kLlama3   ? cuda::RopeScalingType::kLlama3
-              : r.type == Type::kLongRope ? cuda::RopeScalingType::kLongRope
-                                          : cuda::RopeScalingType::kNone;
-  spec.factor = r.factor;
-  spec.low_freq_factor = r.low_freq_factor;
-  spec.high_freq_factor = r.high_freq_factor;
-  spec.original_max_position_embeddings = double(r.original_max_position_embeddings);
-  if (r.type == Type::kLongRope) spec.dim_factors = r.use_long ? r.long_factor : r.short_factor;
   rope_scale = float(r.attention_factor);
-  make_rope_tables(config.rope_theta, spec, rope_scale, inv_freq, rope_cache);
+  make_rope_tables(cpu::rope_inv_freq(r, config.rope_theta, head_dim), rope_scale, inv_freq,
+                   rope_cache);
   if (config.gemma.local_rope_theta > 0.0)
-    make_rope_tables(config.gemma.local_rope_theta, {}, 1.f, local_inv_freq, local_rope_cache);
+    make_rope_tables(cpu::rope_inv_freq({}, config.gemma.local_rope_theta, head_dim), 1.f,
+                     local_inv_freq, local_rope_cache);
   check(cudaStreamSynchronize(stream), "generating weights");
 }
 
-void CudaRunner::Impl::make_rope_tables(double theta, const cuda::RopeScalingSpec& spec,
-                                        float scale, DevMem& freq_out, DevMem& cache_out) {
-  std::vector<float> freqs(size_t(head_dim / 2));
-  cuda::rope_inv_freq(head_dim, theta, spec, freqs.data());
+void CudaRunner::Impl::make_rope_tables(const std::vector<float>& freqs, float scale,
+                                        DevMem& freq_out, DevMem& cache_out) {
   freq_out = DevMem(freqs.size() * 4, "rope frequencies");
   check(cudaMemcpy(freq_out.get(), freqs.data(), freqs.size() * 4, cudaMemcpyHostToDevice),
         "uploading rope frequencies");

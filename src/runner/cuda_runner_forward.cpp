@@ -236,13 +236,12 @@ class ForwardPass {
     rp.num_tokens = n_, rp.num_heads = m_.num_heads, rp.num_kv_heads = m_.num_kv_heads;
     rp.head_dim = m_.head_dim;
     rp.q_token_stride = rp.k_token_stride = m_.qkv_width;
-    const size_t group = size_t(m_.kv_layout.layer_group[size_t(l)]);
     kw.dtype = m_.dt, kw.cache_dtype = m_.kv_dt;
     float* k_scale = is_fp8(m_.kv_dt) ? m_.kv_scales.as<float>() + 2 * l : nullptr;
     kw.k_scale = k_scale, kw.v_scale = k_scale ? k_scale + 1 : nullptr;
     kw.key = rp.k, kw.value = qkv_at(size_t(m_.num_heads + m_.num_kv_heads));
     kw.k_cache = k_cache, kw.v_cache = k_cache + layer_bytes();
-    kw.slot_mapping = m_.dev<int64_t>(m_.lay.slots) + group * size_t(m_.max_tokens);
+    kw.slot_mapping = m_.dev<int64_t>(m_.lay.slots) + kv_group(l) * size_t(m_.max_tokens);
     kw.num_tokens = n_, kw.num_kv_heads = m_.num_kv_heads, kw.head_dim = m_.head_dim;
     kw.num_slots = int64_t(m_.num_blocks) * m_.opt.block_size;
     kw.key_token_stride = kw.value_token_stride = m_.qkv_width;
@@ -256,6 +255,8 @@ class ForwardPass {
   }
 
   size_t layer_bytes() const { return size_t(m_.num_blocks) * m_.block_bytes; }  // a layer's K
+  // Layer l's group of the KV layout (hybrid layouts): its rows of slot mappings and block tables.
+  size_t kv_group(int l) const { return size_t(m_.kv_layout.layer_group[size_t(l)]); }
 
   // The qkv projection, q / k norms, RoPE and the cache write, attention and the o projection
   // into x_proj (Gemma: normalised after the all-reduce, before the residual add).
@@ -281,9 +282,8 @@ class ForwardPass {
     ap.q = qkv_at(0), ap.k_cache = kw.k_cache, ap.v_cache = kw.v_cache;
     ap.query_start_loc = m_.dev<int32_t>(m_.lay.qsl);
     ap.seq_lens = m_.dev<int32_t>(m_.lay.seq_lens);
-    const size_t group = size_t(m_.kv_layout.layer_group[size_t(l)]);
     ap.block_tables =
-        m_.dev<int32_t>(m_.lay.tables) + group * size_t(m_.max_seqs) * size_t(m_.max_blocks);
+        m_.dev<int32_t>(m_.lay.tables) + kv_group(l) * size_t(m_.max_seqs) * size_t(m_.max_blocks);
     ap.scale =
         1.f / std::sqrt(gemma_ ? float(m_.config.gemma.query_pre_attn_scalar) : float(m_.head_dim));
     ap.window = window;

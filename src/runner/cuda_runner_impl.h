@@ -404,9 +404,9 @@ struct CudaRunner::Impl {
   void compute_logits(int row_offset_in_rows, int num_rows);
   // Gemma 2's final cap on the first num_rows rows of x_logits (no-op without one).
   void soft_cap_logits(int num_rows);
-  // inv_freq and its cos / sin cache for one rotary base.
-  void make_rope_tables(double theta, const cuda::RopeScalingSpec& spec, float scale,
-                        DevMem& freq_out, DevMem& cache_out);
+  // One rotary base's frequencies [head_dim / 2] uploaded, and their cos / sin cache (* scale).
+  void make_rope_tables(const std::vector<float>& freqs, float scale, DevMem& freq_out,
+                        DevMem& cache_out);
   // The pinned buffer of the sampler's id lists, grown to hold n ints (the previous step's upload
   // has completed: every step ends with a stream synchronize).
   std::span<int32_t> sample_ids_buffer(size_t n);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/rope_frequencies.h"
 #include "backends/cuda/gemv.h"
 #include "backends/cuda/kernels.h"
 #include "kernel_test_helpers.h"
@@ -92,7 +93,7 @@ void test_rms_norm_qk(DType t, int tokens, int heads, int kv_heads, int d) {
   check(name, download(xb, t, x.size()), ref, tol_for(t, false));
 }
 
-void test_rope(DType t, int tokens, int heads, int kv_heads, int d, RopeScalingSpec sc,
+void test_rope(DType t, int tokens, int heads, int kv_heads, int d, const io::RopeScaling& sc,
                const char* label, float scale = 1.f) {
   char name[128];
   std::snprintf(name, sizeof name, "rope %s tokens=%d H=%d/%d D=%d %s", dname(t), tokens, heads,
@@ -104,8 +105,7 @@ void test_rope(DType t, int tokens, int heads, int kv_heads, int d, RopeScalingS
   std::uniform_int_distribution<int> dp(0, 131071);
   for (auto& x : pos) x = dp(g_rng);
   pos[0] = 0;
-  std::vector<float> inv(d / 2);
-  rope_inv_freq(d, 500000.0, sc, inv.data());
+  const std::vector<float> inv = cpu::rope_inv_freq(sc, 500000.0, d);
   DevBuf qb(q.size() * dsize(t)), kb(k.size() * dsize(t)), pb(pos.size() * 4), fb(inv.size() * 4);
   upload(qb, t, q);
   upload(kb, t, k);
@@ -279,15 +279,17 @@ void elementwise_suite() {
     }
     test_rms_norm_qk(t, 5, 32, 4, 128);
     test_rms_norm_qk(t, 3, 4, 2, 64);
-    RopeScalingSpec none, linear{RopeScalingType::kLinear, 4.0, 1.0, 4.0, 8192, {}},
-        llama3{RopeScalingType::kLlama3, 8.0, 1.0, 4.0, 8192, {}};
+    using Type = io::RopeScaling::Type;
+    io::RopeScaling none, linear, llama3;
+    linear.type = Type::kLinear, linear.factor = 4.0;
+    llama3.type = Type::kLlama3, llama3.factor = 8.0;
     test_rope(t, 19, 32, 8, 128, none, "none");
     test_rope(t, 19, 32, 8, 128, llama3, "llama3");
     test_rope(t, 7, 8, 4, 8, linear, "linear");
     test_rope(t, 7, 16, 16, 64, llama3, "llama3");
-    RopeScalingSpec longrope;  // Phi-3's: a factor per frequency
-    longrope.type = RopeScalingType::kLongRope;
-    for (int i = 0; i < 48; ++i) longrope.dim_factors.push_back(1.0 + 0.37 * i);
+    io::RopeScaling longrope;  // Phi-3's: a factor per frequency
+    longrope.type = Type::kLongRope;
+    for (int i = 0; i < 48; ++i) longrope.short_factor.push_back(1.0 + 0.37 * i);
     test_rope(t, 11, 32, 8, 96, longrope, "longrope", 1.19f);
     test_silu(t, 9, 14336);
     test_silu(t, 3, 100);

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/rope_frequencies.h"
 #include "backends/cuda/gemm/fp8_gemm.h"
 #include "backends/cuda/kernels.h"
 #include "bench_util.h"
@@ -233,8 +234,7 @@ void prefill_elementwise_bench() {
     std::vector<int32_t> positions(static_cast<size_t>(m));
     std::vector<int64_t> slot_ids(static_cast<size_t>(m));
     for (int i = 0; i < m; ++i) positions[size_t(i)] = i % 1024, slot_ids[size_t(i)] = i;
-    std::vector<float> freqs(size_t(d / 2));
-    rope_inv_freq(d, 500000.0, RopeScalingSpec{}, freqs.data());
+    const std::vector<float> freqs = cpu::rope_inv_freq({}, 500000.0, d);
     CK(cudaMemcpy(pos.ptr, positions.data(), pos.bytes, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(slots.ptr, slot_ids.data(), slots.bytes, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(inv.ptr, freqs.data(), inv.bytes, cudaMemcpyHostToDevice));

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/rope_frequencies.h"
 #include "backends/cuda/kernels.h"
 #include "common/fp8.h"
 #include "device_test_util.h"
@@ -207,8 +208,7 @@ void test_rope_write(Suite& s, DType t, DType cache, int tokens, int heads, int 
   std::vector<uint8_t> init(cache_bytes);
   std::uniform_int_distribution<int> db(0, 255);
   for (auto& b : init) b = uint8_t(db(g_kv_rng));
-  std::vector<float> inv(size_t(d / 2));
-  rope_inv_freq(d, 500000.0, RopeScalingSpec{}, inv.data());
+  const std::vector<float> inv = cpu::rope_inv_freq({}, 500000.0, d);
   DevMem pb, sb, fb, scb, table(size_t(65536) * d * dsize(t));
   upload_vec(pb, pos);
   upload_vec(sb, slot);

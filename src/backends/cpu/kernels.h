@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "backends/cpu/rope_frequencies.h"
 #include "common/fp8.h"
 #include "io/hf_config.h"
 
@@ -46,10 +47,6 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t num_rows,
 
 // out[t] = table[ids[t]].  table [vocab, dim], out [num_tokens, dim]. ids must be < vocab.
 void embedding(const int32_t* ids, const float* table, float* out, int64_t num_tokens, int64_t dim);
-
-// Rotary inverse frequencies [head_dim / 2] exactly as Hugging Face computes them (default, linear,
-// llama3, longrope with the factors scaling.use_long picks), in fp32.
-std::vector<float> rope_inv_freq(const io::RopeScaling& scaling, double theta, int64_t head_dim);
 
 // Per-token rotary tables: cos_out / sin_out [num_tokens, head_dim / 2] of positions[t] * inv_freq,
 // times `scale` (longrope's attention factor; 1 otherwise).

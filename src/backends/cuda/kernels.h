@@ -115,7 +115,7 @@ struct RopeParams {
   void* q = nullptr;                   // [num_tokens, num_heads, head_dim]
   void* k = nullptr;                   // [num_tokens, num_kv_heads, head_dim]
   const int32_t* positions = nullptr;  // [num_tokens]
-  const float* inv_freq = nullptr;     // [head_dim / 2], from rope_inv_freq()
+  const float* inv_freq = nullptr;     // [head_dim / 2], from cpu::rope_inv_freq()
   int num_tokens = 0;
   int num_heads = 0;
   int num_kv_heads = 0;
@@ -139,20 +139,6 @@ cudaError_t rope(const RopeParams& p, cudaStream_t stream);
 // scale: cos and sin multiplied by it before rounding (RopeParams::cos_sin_scale).
 cudaError_t rope_cos_sin_cache(DType dtype, const float* inv_freq, int head_dim, int rows,
                                void* out, cudaStream_t stream, float scale = 1.f);
-
-// Host helper: inverse frequencies [head_dim / 2] for theta and the config's scaling (none, linear,
-// llama3), computed in double and rounded to float. Declared with plain numbers so this header does
-// not depend on io/.
-enum class RopeScalingType { kNone, kLinear, kLlama3, kLongRope };
-struct RopeScalingSpec {
-  RopeScalingType type = RopeScalingType::kNone;
-  double factor = 1.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
-  double original_max_position_embeddings = 8192;
-  std::vector<double> dim_factors;  // longrope: frequency i is divided by dim_factors[i]
-};
-void rope_inv_freq(int head_dim, double theta, const RopeScalingSpec& scaling, float* inv_freq);
 
 // ---- activation.cu -----------------------------------------------------------------------------
 // out = silu(gate) * up, where each input row is [gate | up] (the merged gate_up projection); with

@@ -266,34 +266,4 @@ cudaError_t rope_and_write_kv_cache(const RopeParams& rope_in, const KvCacheWrit
   });
 }
 
-// Follows transformers' rope initialisers, which compute in float32: exponent 2i/d in float, the
-// power rounded to float, then scaling.
-void rope_inv_freq(int head_dim, double theta, const RopeScalingSpec& scaling, float* inv_freq) {
-  const int half = head_dim / 2;
-  for (int i = 0; i < half; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    const float power = static_cast<float>(std::pow(theta, static_cast<double>(exponent)));
-    float f = 1.0f / power;
-    if (scaling.type == RopeScalingType::kLongRope) {
-      f = 1.0f / (static_cast<float>(scaling.dim_factors.at(size_t(i))) * power);
-    } else if (scaling.type == RopeScalingType::kLinear) {
-      f = static_cast<float>(f / scaling.factor);
-    } else if (scaling.type == RopeScalingType::kLlama3) {
-      const double old_len = scaling.original_max_position_embeddings;
-      const double low_wavelen = old_len / scaling.low_freq_factor;
-      const double high_wavelen = old_len / scaling.high_freq_factor;
-      const double wavelen = 2.0 * M_PI / f;
-      if (wavelen > low_wavelen) {
-        f = static_cast<float>(f / scaling.factor);  // long wavelengths: fully interpolated
-      } else if (wavelen >= high_wavelen) {
-        // Medium band: blend between interpolated and original frequency.
-        const double smooth = (old_len / wavelen - scaling.low_freq_factor) /
-                              (scaling.high_freq_factor - scaling.low_freq_factor);
-        f = static_cast<float>((1.0 - smooth) * f / scaling.factor + smooth * f);
-      }
-    }
-    inv_freq[i] = f;
-  }
-}
-
 }  // namespace pagellm::cuda
