@@ -35,8 +35,9 @@ using namespace intq;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-// Blocks per SM of the one-tile kernels (their register cap): three (80 registers) ran Llama-3.1-8B's
-// qkv at m = 1 faster (one wave of its 384 tiles) but every other shape slower on an H200.
+// Blocks per SM of the one-tile kernels (their register cap): three (80 registers) ran
+// Llama-3.1-8B's qkv at m = 1 faster (one wave of its 384 tiles) but every other shape slower on
+// an H200.
 constexpr int kOneTileBlocksPerSm = 2;
 
 // Group of column `col` without an integer division (a runtime divisor costs ~20 instructions per
