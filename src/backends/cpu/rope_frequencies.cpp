@@ -7,22 +7,18 @@ namespace pagellm::cpu {
 
 std::vector<float> rope_inv_freq(const io::RopeScaling& scaling, double theta, int64_t head_dim) {
   // HF: inv_freq = 1 / theta ** (arange(0, dim, 2).float() / dim), all in fp32.
+  // transformers' longrope: 1 / (factor_i * theta ** (2i / dim)), the factors as fp32.
+  using Type = io::RopeScaling::Type;
+  const bool longrope = scaling.type == Type::kLongRope;
+  const std::vector<double>& ext = scaling.use_long ? scaling.long_factor : scaling.short_factor;
   const int64_t half = head_dim / 2;
   std::vector<float> inv(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) {
     const float expo = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    inv[i] = 1.0f / std::pow(static_cast<float>(theta), expo);
+    const float power = std::pow(static_cast<float>(theta), expo);
+    inv[size_t(i)] = 1.0f / (longrope ? static_cast<float>(ext.at(size_t(i))) * power : power);
   }
-  using Type = io::RopeScaling::Type;
-  if (scaling.type == Type::kLongRope) {
-    // transformers' longrope: 1 / (factor_i * theta ** (2i / dim)), the factors as fp32.
-    const std::vector<double>& ext = scaling.use_long ? scaling.long_factor : scaling.short_factor;
-    for (int64_t i = 0; i < half; ++i) {
-      const float expo = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-      inv[size_t(i)] = 1.0f / (static_cast<float>(ext.at(size_t(i))) *
-                               std::pow(static_cast<float>(theta), expo));
-    }
-  } else if (scaling.type == Type::kLinear) {
+  if (scaling.type == Type::kLinear) {
     for (float& f : inv) f /= static_cast<float>(scaling.factor);
   } else if (scaling.type == Type::kLlama3) {
     // transformers' _compute_llama3_parameters: low frequencies are divided by factor, high ones
