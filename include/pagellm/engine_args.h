@@ -152,6 +152,9 @@ struct EngineArgs {
   // platform it finds, then a max_num_batched_tokens of 0 by the default for that device.
   // Harmless to call twice.
   void resolve_device();
+  // What every command does before it builds an engine: resolve_device, validate, then
+  // resolve_hub_ids (so bad flags fail before any download).
+  void resolve();
   // These args as replica `rank` of the data-parallel group is built from.
   EngineArgs for_replica(int rank) const;
 };

@@ -119,9 +119,7 @@ int run_bench_latency(int argc, char** argv) {
     invalid_argument(
         "bench latency: --profile (vLLM's torch profiler) is not supported; run "
         "`nsys profile pagellm bench latency ...` instead");
-  args.resolve_device();
-  args.validate();
-  args.resolve_hub_ids();
+  args.resolve();
   // A worker process of a multi-process group executes the leader's steps instead.
   if (const std::optional<int> code = runner::run_worker_process(args)) return *code;
   const LatencyReport report = measure_latency(args, o);

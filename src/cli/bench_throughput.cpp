@@ -250,9 +250,7 @@ int run_throughput(int argc, char** argv) {
   if (o.input_len < 1 || o.output_len < 1 || o.num_prompts < 1) {
     invalid_argument("bench throughput: --input-len, --output-len and --num-prompts must be >= 1");
   }
-  args.resolve_device();
-  args.validate();
-  args.resolve_hub_ids();
+  args.resolve();
   // A worker process of a multi-process group executes the leader's steps instead.
   if (const std::optional<int> code = runner::run_worker_process(args)) return *code;
 

@@ -38,9 +38,7 @@ int run_embed(int argc, char** argv) {
   }
   if (inputs.empty()) invalid_argument("embed: give --input TEXT or --inputs-file FILE");
   args.runner = "pooling";
-  args.resolve_device();
-  args.validate();
-  args.resolve_hub_ids();
+  args.resolve();
   LLM llm(args);
   std::vector<PromptInput> prompts;
   for (const std::string& text : inputs) prompts.push_back(PromptInput::from_text(text));

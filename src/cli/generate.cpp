@@ -184,9 +184,7 @@ int run_generate(int argc, char** argv) {
   if (prompt_opt->count() == 0 && file_opt->count() == 0) {
     invalid_argument("generate: give --prompt TEXT or --prompts-file FILE");
   }
-  args.resolve_device();
-  args.validate();
-  args.resolve_hub_ids();
+  args.resolve();
   // A worker process of a multi-process group executes the leader's steps instead.
   if (const std::optional<int> code = runner::run_worker_process(args)) return *code;
   SamplingParams params = default_sampling_params(args);

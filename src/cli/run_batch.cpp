@@ -231,10 +231,8 @@ int run(int argc, char** argv) {
   const std::vector<server::BatchRequestLine> requests =
       server::parse_batch_file(read_input(f.input_file), f.input_file);
   check_output_place(f.output_file);
-  args.resolve_device();
-  args.validate();
   const std::string model_as_given = args.model;
-  args.resolve_hub_ids();
+  args.resolve();
   if (const std::optional<int> code = runner::run_worker_process(args)) return *code;
   server::ServerConfig config;
   apply_vllm_server_flags(vllm, config);

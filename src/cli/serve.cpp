@@ -157,10 +157,8 @@ int run(int argc, char** argv) {
   if (vllm.enable_log_requests && f.disable_log_requests)
     invalid_argument("--enable-log-requests and --disable-log-requests contradict each other");
   args.api_server = true;  // the serving step budget (EngineArgs::max_num_batched_tokens)
-  args.resolve_device();
-  args.validate();
   const std::string model_as_given = args.model;  // vLLM's default served model name
-  args.resolve_hub_ids();
+  args.resolve();
   const server::HttpServerOptions options = http_options(f, vllm);
   // A worker process of a multi-process group executes the leader's steps instead.
   if (const std::optional<int> code = runner::run_worker_process(args)) return *code;

@@ -93,6 +93,12 @@ void EngineArgs::resolve_device() {
 #endif
 }
 
+void EngineArgs::resolve() {
+  resolve_device();
+  validate();
+  resolve_hub_ids();
+}
+
 void EngineArgs::resolve_hub_ids() {
   if (io::hub::is_repo_id(model)) {
     model_id = model;

@@ -19,9 +19,7 @@ using engine::Clock;
 using engine::Request;
 
 EngineCore::EngineCore(const EngineArgs& args) : args_(args) {
-  args_.resolve_device();
-  args_.validate();
-  args_.resolve_hub_ids();
+  args_.resolve();
   runner::LoadedModel model = runner::load_model(args_);
   if (args_.model.empty()) {
     tokenizer_ = tok::Tokenizer::byte_level_demo();

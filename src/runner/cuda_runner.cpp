@@ -583,6 +583,7 @@ void CudaRunner::Impl::launch_sampler(int num_rows) {
   p.num_rows = num_rows;
   p.vocab = vocab;
   p.rows = dev<cuda::SampleRow>(lay.sample_rows);
+  p.host_rows = host<cuda::SampleRow>(lay.sample_rows);  // what was uploaded for this step
   p.ids = sample_ids_dev.as<int32_t>();
   p.work = x_sample_work.as<float>();
   p.weights = x_sample_weights.as<float>();

@@ -254,7 +254,9 @@ struct SuiteResult {
 };
 
 // One mixed batch of `num_rows` rows for (vocab, dtype); returns whether every row matched.
-bool run_batch(DType t, int vocab, int num_rows, uint64_t seed, SuiteResult& res) {
+// host_rows: the sampler is told the rows (as the runner does), so plain greedy rows of large
+// vocabularies take the chunked pass (sampler_greedy.cuh).
+bool run_batch(DType t, int vocab, int num_rows, uint64_t seed, bool host_rows, SuiteResult& res) {
   std::mt19937_64 rng(seed);
   const std::vector<Case> cs = cases(vocab);
   std::vector<float> logits(size_t(num_rows) * vocab);  // [num_rows, vocab]
@@ -359,6 +361,7 @@ bool run_batch(DType t, int vocab, int num_rows, uint64_t seed, SuiteResult& res
   sp.work = d_work.ptr;
   sp.weights = d_weights.ptr;
   sp.out = d_out.ptr;
+  sp.host_rows = host_rows ? srows.data() : nullptr;
   if (std::getenv("PAGELLM_SAMPLER_ONE_ROW")) {
     // Diagnostics: one launch per row (rules out interference between the rows of a launch).
     for (int r = 0; r < num_rows; ++r) {
@@ -366,6 +369,7 @@ bool run_batch(DType t, int vocab, int num_rows, uint64_t seed, SuiteResult& res
       one.logits = d_logits.ptr + raw.size() / size_t(num_rows) * size_t(r);
       one.num_rows = 1;
       one.rows = d_rows.ptr + r;
+      one.host_rows = host_rows ? srows.data() + r : nullptr;
       one.work = d_work.ptr + size_t(r) * size_t(vocab);
       one.weights = d_weights.ptr + size_t(r) * size_t(vocab);
       one.out = d_out.ptr + r;
@@ -458,9 +462,10 @@ bool run_batch(DType t, int vocab, int num_rows, uint64_t seed, SuiteResult& res
   const bool ok = bad_tokens == 0 && bad_lp == 0;
   (ok ? res.passed : res.failed) += 1;
   std::printf(
-      "  %s sampler %-5s vocab=%-6d rows=%-4d token mismatches %d, logprob mismatches %d, "
+      "  %s sampler %-5s vocab=%-6d rows=%-4d%s token mismatches %d, logprob mismatches %d, "
       "max logprob error %.2e\n",
-      ok ? "ok  " : "FAIL", dname(t), vocab, num_rows, bad_tokens, bad_lp, max_lp_err);
+      ok ? "ok  " : "FAIL", dname(t), vocab, num_rows, host_rows ? " host rows" : "", bad_tokens,
+      bad_lp, max_lp_err);
   return ok;
 }
 
@@ -472,10 +477,16 @@ void sampler_suite(const std::string& filter, int& passed, int& failed) {
     return;
   SuiteResult res;
   uint64_t seed = 77;
-  for (int vocab : {512, 32000, 128256, 151936})
+  // Each batch twice from 32k ids: one block per row, then with the rows known on the host (the
+  // chunked greedy pass); 50,257 (odd) takes its scalar loads.
+  for (int vocab : {512, 32000, 50257, 128256, 151936})
     for (DType t : {DType::kBF16, DType::kF16, DType::kF32}) {
       const int rows = vocab <= 512 ? 1024 : vocab <= 32000 ? 256 : 96;
-      run_batch(t, vocab, rows, seed++, res);
+      for (bool host_rows : {false, true}) {
+        if (host_rows && vocab <= 512) continue;
+        run_batch(t, vocab, rows, seed, host_rows, res);
+      }
+      ++seed;
     }
   passed += res.passed;
   failed += res.failed;
@@ -505,10 +516,12 @@ void sampler_bench() {
     int top_k;
   };
   // The production setting first; greedy and plain temperature show the floor of the passes.
+  // Rows are given on the host, as the runner does, except "greedy, one block" (the chunked
+  // greedy pass beside the one-block one).
   for (const Setting& set :
        {Setting{"T0.8 top-k 50 top-p 0.9", 0.8f, 0.9f, 50}, Setting{"greedy", 0.0f, 1.0f, -1},
-        Setting{"T0.8", 0.8f, 1.0f, -1}, Setting{"T0.8 top-p 0.9", 0.8f, 0.9f, -1},
-        Setting{"T0.8 top-k 50", 0.8f, 1.0f, 50}}) {
+        Setting{"greedy, one block", 0.0f, 1.0f, -1}, Setting{"T0.8", 0.8f, 1.0f, -1},
+        Setting{"T0.8 top-p 0.9", 0.8f, 0.9f, -1}, Setting{"T0.8 top-k 50", 0.8f, 1.0f, 50}}) {
     std::vector<SampleRow> srows(static_cast<size_t>(max_rows));
     for (int r = 0; r < max_rows; ++r) {
       srows[size_t(r)].temperature = set.temperature;
@@ -528,6 +541,7 @@ void sampler_bench() {
       sp.work = d_work.ptr;
       sp.weights = d_weights.ptr;
       sp.out = d_out.ptr;
+      sp.host_rows = std::strcmp(set.name, "greedy, one block") == 0 ? nullptr : srows.data();
       CK(sample(sp, nullptr));
       CK(cudaDeviceSynchronize());
       const int iters = 20;

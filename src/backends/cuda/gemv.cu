@@ -31,6 +31,48 @@ __device__ __forceinline__ void store_silu_and_mul(const GemmParams& p, int j,
   }
 }
 
+// Lane 0's epilogue of a plain warp: its rows row0 and row0 + 1 of y (+ bias, + y).
+template <typename T, int M>
+__device__ __forceinline__ void store_rows(const GemmParams& p, int row0,
+                                           const float (&acc)[kRowsPerWarp][M]) {
+  T* y = static_cast<T*>(p.y);
+  const T* bias = static_cast<const T*>(p.bias);
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int row = row0 + r;
+    if (row >= p.n) continue;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      if (m >= p.m) continue;
+      float v = acc[r][m];
+      if (bias) v += to_float(bias[row]);
+      T* dst = y + static_cast<int64_t>(m) * p.n + row;
+      if (p.accumulate) v += to_float(*dst);
+      *dst = from_float<T>(v);
+    }
+  }
+}
+
+// One 16-byte vector of each of the warp's rows at column k0 against the M activation rows.
+template <typename T, int M>
+__device__ __forceinline__ void multiply_vector(const GemmParams& p, const T* x,
+                                                const T* const (&wr)[kRowsPerWarp], int k0,
+                                                float (&acc)[kRowsPerWarp][M]) {
+  constexpr int kVec = 16 / sizeof(T);
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    float xv[kVec];
+    load16(x + static_cast<int64_t>(min(m, p.m - 1)) * p.k + k0, xv);
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      float wf[kVec];
+      load16(wr[r] + k0, wf);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) acc[r][m] += wf[e] * xv[e];
+    }
+  }
+}
+
 // grid: ceil(n / (8 warps * kRowsPerWarp)) (kGated: ceil(n / 2 / 8)); M: the number of activation
 // rows (compile time). kGated: w is [gate; up] (n = 2 x inner rows) and y [m, inner] gets
 // silu(gate) * up; each warp streams gate row j and up row inner + j.
@@ -95,43 +137,17 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
       }
     }
   }
-  for (; k0 < p.k; k0 += kStep) {
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      float xv[kVec];
-      load16(x + static_cast<int64_t>(min(m, p.m - 1)) * p.k + k0, xv);
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        float wf[kVec];
-        load16(wr[r] + k0, wf);
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) acc[r][m] += wf[e] * xv[e];
-      }
-    }
-  }
+  // The rest of k, one vector per lane at a time.
+  for (; k0 < p.k; k0 += kStep) multiply_vector<T, M>(p, x, wr, k0, acc);
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r)
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[r][m] = warp_sum(acc[r][m]);
+  if (lane != 0) return;
   if (kGated) {
-    if (lane == 0) store_silu_and_mul<T, M>(p, row0, acc);
-  } else if (lane == 0) {
-    T* y = static_cast<T*>(p.y);
-    const T* bias = static_cast<const T*>(p.bias);
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int row = row0 + r;
-      if (row >= p.n) continue;
-#pragma unroll
-      for (int m = 0; m < M; ++m) {
-        if (m >= p.m) continue;
-        float v = acc[r][m];
-        if (bias) v += to_float(bias[row]);
-        T* dst = y + static_cast<int64_t>(m) * p.n + row;
-        if (p.accumulate) v += to_float(*dst);
-        *dst = from_float<T>(v);
-      }
-    }
+    store_silu_and_mul<T, M>(p, row0, acc);
+  } else {
+    store_rows<T, M>(p, row0, acc);
   }
 }
 

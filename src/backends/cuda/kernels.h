@@ -295,6 +295,10 @@ struct SampleParams {
   float* work = nullptr;            // [num_rows, vocab] scratch: cleaned, penalized logits
   float* weights = nullptr;         // [num_rows, vocab] scratch: flags, then weights
   SampleOutput* out = nullptr;      // [num_rows]
+  // Optional: the rows as the host packed them (what `rows` holds on the device). With them, the
+  // plain greedy rows of a large vocabulary are reduced by several blocks each
+  // (sampler_greedy.cuh).
+  const SampleRow* host_rows = nullptr;
 };
 cudaError_t sample(const SampleParams& p, cudaStream_t stream);
 

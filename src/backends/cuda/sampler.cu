@@ -11,6 +11,7 @@
 // kSampleSortMax tokens, so the cut is the CPU's; only larger prefixes (near-flat rows) use the
 // histogram sums, whose rounding can move the cut where the target is within ~1e-15 relative of a
 // prefix sum.
+#include <algorithm>
 #include <cfloat>
 #include <climits>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/sampler_fast.cuh"
+#include "backends/cuda/sampler_greedy.cuh"
 
 namespace pagellm::cuda {
 namespace {
@@ -214,11 +216,6 @@ __device__ void apply_penalties(const SampleRow& r, const int32_t* list, float* 
   __syncthreads();
 }
 
-// Whether the structured-output mask (num_words words; null: no mask) allows token id t.
-__device__ bool mask_allows(const uint32_t* mask, int num_words, int t) {
-  return !mask || ((t >> 5) < num_words && ((mask[t >> 5] >> (t & 31)) & 1u));
-}
-
 // Every logit is -inf: as the CPU sampler, the lowest id the mask allows and nothing bans, else the
 // lowest id the mask allows, else 0. Without a mask the answer lies among the first num_banned + 1
 // ids, so only those are marked in `marks` (the row's flag scratch, free again once every logit is
@@ -240,13 +237,6 @@ __device__ int fallback_token(Smem& s, const int32_t* banned, int num_banned, co
   best = block_min(best, s);
   allowed = block_min(allowed, s);
   return best != INT_MAX ? best : allowed != INT_MAX ? allowed : 0;
-}
-
-// 16-byte vectors per thread and iteration where the row allows them (the first two passes read
-// the whole row; one block per row keeps only a few loads in flight per thread otherwise).
-__device__ __forceinline__ bool vector_row(const void* a, const void* b, int vocab) {
-  return vocab % 8 == 0 &&
-         ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) & 15) == 0;
 }
 
 // x[i] = the clean logit i, or -inf where the mask disallows it; (m, m_id) the thread's best.
@@ -301,9 +291,32 @@ __device__ __forceinline__ double exp_sum(const float* x, int vocab, float m) {
   return sum;
 }
 
+// A plain greedy row whose chunks greedy_chunk_kernel reduced: the merge, the token (or the
+// fallback of a row with every logit -inf) and its logprob.
+template <typename T>
+__device__ void greedy_from_chunks(Smem& s, const SampleParams& p, const SampleRow& r,
+                                   const T* logits, float* w, SampleOutput& out) {
+  float m;
+  int m_id;
+  double lse;
+  greedy_merge_chunks(s, w, p.vocab, m, m_id, lse);
+  const uint32_t* mask = p.ids && r.num_mask_words > 0
+                             ? reinterpret_cast<const uint32_t*>(p.ids + r.mask_begin)
+                             : nullptr;
+  const int token = m > -INFINITY ? m_id
+                                  : fallback_token(s, nullptr, 0, mask, r.num_mask_words, p.vocab,
+                                                   reinterpret_cast<uint32_t*>(w));
+  if (threadIdx.x == 0) {
+    out.token = token;
+    out.logprob = m > -INFINITY ? float(double(clean(to_float(logits[token]))) - lse) : -INFINITY;
+    out.num_top = 0;
+  }
+}
+
+// greedy_chunked: greedy_chunk_kernel ran first (plain greedy rows merge its chunks).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    sample_kernel(const __grid_constant__ SampleParams p, bool full_path) {
+    sample_kernel(const __grid_constant__ SampleParams p, bool full_path, bool greedy_chunked) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem& s = *reinterpret_cast<Smem*>(smem_raw);
   const int vocab = p.vocab;
@@ -312,6 +325,7 @@ __global__ void __launch_bounds__(kThreads)
   float* x = p.work + int64_t(blockIdx.x) * vocab;                                  // [vocab]
   float* w = p.weights + int64_t(blockIdx.x) * vocab;                               // [vocab]
   SampleOutput& out = p.out[blockIdx.x];
+  if (greedy_chunked && plain_greedy(r)) return greedy_from_chunks(s, p, r, logits, w, out);
 
   // Step 0: the structured-output mask (as the CPU sampler: disallowed ids are -inf from the
   // start).
@@ -388,18 +402,30 @@ bool full_path_only() {
   return full;
 }
 
+// Whether the greedy rows take greedy_chunk_kernel first: rows known on the host, some of them
+// plain greedy, a vocabulary large enough for several chunks.
+bool greedy_chunks_pay(const SampleParams& p) {
+  if (!p.host_rows || p.vocab < kGreedyMinVocab || p.num_rows > kGreedyMaxRows) return false;
+  return std::any_of(p.host_rows, p.host_rows + p.num_rows, plain_greedy);
+}
+
 }  // namespace
 
 cudaError_t sample(const SampleParams& p, cudaStream_t stream) {
   if (p.num_rows < 0 || p.vocab <= 0 || p.vocab > kMaxVocab) return cudaErrorInvalidValue;
   if (p.num_rows == 0) return cudaSuccess;
   if (!p.logits || !p.rows || !p.work || !p.weights || !p.out) return cudaErrorInvalidValue;
+  const bool chunked = greedy_chunks_pay(p);
   return PAGELLM_DISPATCH_DTYPE(p.dtype, [&] {
+    if (chunked) {
+      const dim3 grid(unsigned(greedy_chunks(p.vocab)), unsigned(p.num_rows));
+      greedy_chunk_kernel<scalar_t><<<grid, kThreads, 0, stream>>>(p);
+    }
     auto* kernel = sample_kernel<scalar_t>;
     const cudaError_t err = cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(Smem)));
     if (err != cudaSuccess) return err;
-    kernel<<<p.num_rows, kThreads, sizeof(Smem), stream>>>(p, full_path_only());
+    kernel<<<p.num_rows, kThreads, sizeof(Smem), stream>>>(p, full_path_only(), chunked);
     return launch_status();
   });
 }

@@ -100,11 +100,25 @@ struct Pred {
   }
 };
 
+// Whether the structured-output mask (num_words words; null: no mask) allows token id t.
+__device__ __forceinline__ bool mask_allows(const uint32_t* mask, int num_words, int t) {
+  return !mask || ((t >> 5) < num_words && ((mask[t >> 5] >> (t & 31)) & 1u));
+}
+
+// 16-byte vectors per thread and iteration where the row allows them (the first two passes read
+// the whole row; one block per row keeps only a few loads in flight per thread otherwise).
+__device__ __forceinline__ bool vector_row(const void* a, const void* b, int vocab) {
+  return vocab % 8 == 0 &&
+         ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) & 15) == 0;
+}
+
 // ---- block-wide reductions (every thread gets the result) --------------------------------------
 
+// S: Smem, or any shared struct with its red_d / red_f / red_i arrays (sampler_greedy.cuh).
+
 // V: double (the masses, in s.red_d) or int (counts, in s.red_i); warps summed in order.
-template <typename V>
-__device__ V block_sum(V v, Smem& s) {
+template <typename V, typename S>
+__device__ V block_sum(V v, S& s) {
   static_assert(std::is_same_v<V, double> || std::is_same_v<V, int>, "double or int sums");
   V* red;
   if constexpr (std::is_same_v<V, double>) {
@@ -132,7 +146,8 @@ __device__ int block_min(int v, Smem& s) {
 }
 
 // (max value, lowest id among the maxima).
-__device__ void block_argmax(float& v, int& id, Smem& s) {
+template <typename S>
+__device__ void block_argmax(float& v, int& id, S& s) {
   for (int o = 16; o > 0; o >>= 1) {
     const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
     const int id2 = __shfl_xor_sync(0xffffffffu, id, o);

@@ -102,10 +102,11 @@ __device__ __forceinline__ void multiply_chunk(const IntLinearParams& p, int kb,
                       hi[tile][2 * j + 1], b[2 * j], b[2 * j + 1]);
         }
         if constexpr (LATE) {
-          c[tile][nt][0] = fmaf(d[0][0] + d[1][0], s_lo[tile], c[tile][nt][0]);
-          c[tile][nt][1] = fmaf(d[0][1] + d[1][1], s_lo[tile], c[tile][nt][1]);
-          c[tile][nt][2] = fmaf(d[0][2] + d[1][2], s_hi[tile], c[tile][nt][2]);
-          c[tile][nt][3] = fmaf(d[0][3] + d[1][3], s_hi[tile], c[tile][nt][3]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {  // one chain: no add of the unused zero accumulator
+            const float sum = kTwoChains ? d[0][e] + d[1][e] : d[0][e];
+            c[tile][nt][e] = fmaf(sum, e < 2 ? s_lo[tile] : s_hi[tile], c[tile][nt][e]);
+          }
         }
       }
     }
