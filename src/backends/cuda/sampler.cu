@@ -1,4 +1,5 @@
-// The CPU sampler's pipeline (engine/sampler.cpp) on the GPU: one CTA of 512 threads per row.
+// The CPU sampler's pipeline (engine/sampler.cpp) on the GPU: one CTA of 512 threads per row
+// (plain greedy rows of large vocabularies are first reduced in chunks: sampler_greedy.cuh).
 //
 // Exactness: the penalized row uses the CPU's float operations per element (no FMA contraction:
 // explicit _rn intrinsics), weights are (float)exp((double)((x - max) / T)) on both sides, and the

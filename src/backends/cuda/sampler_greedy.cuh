@@ -121,7 +121,7 @@ __device__ void greedy_merge_chunks(Smem& s, const float* scratch, int vocab, fl
       const GreedyPartial g = GreedyPartial::load(scratch, c);
       if (g.m > -INFINITY) sum += g.sum * exp(double(g.m) - double(m));
     }
-  sum = block_sum(sum, s);  // ends with a barrier: the scratch is free again after it
+  sum = block_sum(sum, s);  // its barriers follow every thread's reads: the scratch is free again
   lse = m > -INFINITY ? double(m) + log(sum) : -INFINITY;
 }
 
