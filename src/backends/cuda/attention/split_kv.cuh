@@ -151,7 +151,9 @@ __device__ void merge_splits_if_last(const AttentionParams& p, const AttentionPl
     const float sum = s_sum[g];
     T* out = static_cast<T*>(p.out) +
              (static_cast<int64_t>(token) * p.num_heads + head0 + g) * p.head_dim + d;
-    for (int e = 0; e < vec; ++e) out[e] = from_float<T>(sum > 0.f ? o[e] / sum : 0.f);
+#pragma unroll
+    for (int e = 0; e < 4; ++e)  // a constant bound keeps o in registers (no stack frame)
+      if (e < vec) out[e] = from_float<T>(sum > 0.f ? o[e] / sum : 0.f);
   }
 }
 
