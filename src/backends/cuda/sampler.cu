@@ -301,9 +301,7 @@ __device__ void greedy_from_chunks(Smem& s, const SampleParams& p, const SampleR
   int m_id;
   double lse;
   greedy_merge_chunks(s, w, p.vocab, m, m_id, lse);
-  const uint32_t* mask = p.ids && r.num_mask_words > 0
-                             ? reinterpret_cast<const uint32_t*>(p.ids + r.mask_begin)
-                             : nullptr;
+  const uint32_t* mask = row_mask(p, r);
   const int token = m > -INFINITY ? m_id
                                   : fallback_token(s, nullptr, 0, mask, r.num_mask_words, p.vocab,
                                                    reinterpret_cast<uint32_t*>(w));
@@ -330,9 +328,7 @@ __global__ void __launch_bounds__(kThreads)
 
   // Step 0: the structured-output mask (as the CPU sampler: disallowed ids are -inf from the
   // start).
-  const uint32_t* mask = p.ids && r.num_mask_words > 0
-                             ? reinterpret_cast<const uint32_t*>(p.ids + r.mask_begin)
-                             : nullptr;
+  const uint32_t* mask = row_mask(p, r);
   // Steps 1-2: the clean raw row, its log-sum-exp and the raw top-N.
   float m = -INFINITY;
   int m_id = INT_MAX;

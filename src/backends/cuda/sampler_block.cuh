@@ -100,6 +100,12 @@ struct Pred {
   }
 };
 
+// Row r's structured-output mask in the batch's id lists (null: unconstrained).
+__device__ __forceinline__ const uint32_t* row_mask(const SampleParams& p, const SampleRow& r) {
+  return p.ids && r.num_mask_words > 0 ? reinterpret_cast<const uint32_t*>(p.ids + r.mask_begin)
+                                       : nullptr;
+}
+
 // Whether the structured-output mask (num_words words; null: no mask) allows token id t.
 __device__ __forceinline__ bool mask_allows(const uint32_t* mask, int num_words, int t) {
   return !mask || ((t >> 5) < num_words && ((mask[t >> 5] >> (t & 31)) & 1u));

@@ -1,13 +1,13 @@
 // Greedy rows over several blocks, included only by sampler.cu. A plain greedy row (temperature 0;
 // no bans, penalties, biases, top logprobs or scoring; a structured-output mask allowed) needs only
 // the clean row's argmax and its log-sum-exp (the chosen token's logprob). The row's one block of
-// sample_kernel spent ~28 us of a batch-1 step on those two passes at a 128k vocabulary (H100,
-// docs/PERF.md): one SM streaming the row. When sample() knows the rows (SampleParams::host_rows),
-// greedy_chunk_kernel first splits each plain greedy row into chunks of kGreedyChunk ids, a block
-// each, which leave their best (value, id) and their sum of exp(x - the chunk's max) in the row's
-// weight scratch; the row's block of sample_kernel then merges the chunks (greedy_merge_chunks).
-// The token is the same; the log-sum-exp differs from the one-block sum only in rounding (each
-// chunk's sum rescaled to the row's max in double).
+// sample_kernel spent ~30 us of a batch-1 step on those two passes at a 128k vocabulary (H100 and
+// H200, docs/PERF.md): one SM streaming the row. When sample() knows the rows
+// (SampleParams::host_rows), greedy_chunk_kernel first splits each plain greedy row into chunks of
+// kGreedyChunk ids, a block each, which leave their best (value, id) and their sum of exp(x - the
+// chunk's max) in the row's weight scratch; the row's block of sample_kernel then merges the chunks
+// (greedy_merge_chunks). The token is the same; the log-sum-exp differs from the one-block sum only
+// in rounding (each chunk's sum rescaled to the row's max in double).
 #pragma once
 
 #include "backends/cuda/sampler_block.cuh"
@@ -68,9 +68,7 @@ __global__ void __launch_bounds__(kThreads)
   static_assert(kPerThread % kVec == 0, "whole vectors per thread");
   const int vocab = p.vocab;
   const T* logits = static_cast<const T*>(p.logits) + int64_t(blockIdx.y) * vocab;
-  const uint32_t* mask = p.ids && r.num_mask_words > 0
-                             ? reinterpret_cast<const uint32_t*>(p.ids + r.mask_begin)
-                             : nullptr;
+  const uint32_t* mask = row_mask(p, r);
   const int begin = blockIdx.x * kGreedyChunk, end = min(vocab, begin + kGreedyChunk);
   // With 16-byte rows a thread's ids come as whole vectors inside [begin, end) (vocab % 8 == 0).
   const bool vec = vector_row(logits, logits, vocab);
