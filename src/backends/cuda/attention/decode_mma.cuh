@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <type_traits>
 
 #include "backends/cuda/attention/decode_warps.cuh"
 #include "backends/cuda/attention/split_kv.cuh"
@@ -86,13 +87,31 @@ __global__ void __launch_bounds__(kTileThreads)
       s_slot[(tile % kStages) * kTileN + tid] = slot >= 0 ? slot * p.num_kv_heads * D : -1;
     }
   };
+  // Thread tid copies 16-byte chunk tid % kKvChunks of rows tid / kKvChunks + i * kRowStep of
+  // each tile. Both swizzles move a chunk by row & 7 (D = 64 FP8: (row >> 1) & 3), the same for
+  // all of a thread's rows, so its destinations are one offset plus whole rows: a row costs a slot
+  // read, an address and the two copies (computed per chunk, the loads were half the kernel's
+  // instructions).
+  constexpr int kRowStep = kTileThreads / kKvChunks;
+  static_assert(kTileThreads % kKvChunks == 0 && kRowStep % 8 == 0 && kTileN % kRowStep == 0,
+                "a thread's rows share their swizzle");
+  using Dst = std::conditional_t<kIsFp8<KV>, unsigned char, T>;  // raw codes or 16-bit rows
+  Dst* const s_dst = kIsFp8<KV> ? reinterpret_cast<Dst*>(s_raw) : reinterpret_cast<Dst*>(s_kv);
+  const int dst0 = kIsFp8<KV> ? raw_swz<D>(tid / kKvChunks, tid % kKvChunks)
+                              : swz<D>(tid / kKvChunks, tid % kKvChunks);
+  const int src0 = (tid % kKvChunks) * static_cast<int>(16 / sizeof(KV));
   auto load_tile = [&](int tile) {
     const int stage = tile % kStages;
-    T* sk = s_kv + stage * 2 * kTileN * D;  // 16-bit caches only
-    for (int c = tid; c < kTileN * kKvChunks; c += kTileThreads)
-      load_kv_chunk_row<T, KV, D, true>(k_base, v_base, s_slot[stage * kTileN + c / kKvChunks],
-                                        c / kKvChunks, c % kKvChunks,
-                                        s_raw + stage * 2 * kTileN * D, sk, sk + kTileN * D);
+    const int64_t* rows = s_slot + stage * kTileN + tid / kKvChunks;
+    Dst* dst = s_dst + stage * 2 * kTileN * D + dst0;  // K; V follows at kTileN * D
+#pragma unroll
+    for (int i = 0; i < kTileN / kRowStep; ++i) {
+      const int64_t row = rows[i * kRowStep];
+      const int64_t src = row >= 0 ? row + src0 : 0;
+      const int bytes = row >= 0 ? 16 : 0;  // zero-filled past k_end
+      cp_async16(dst + i * kRowStep * D, k_base + src, bytes);
+      cp_async16(dst + (kTileN + i * kRowStep) * D, v_base + src, bytes);
+    }
   };
   // The block tables come from the host: every stage's slots are found before the wait.
 #pragma unroll
