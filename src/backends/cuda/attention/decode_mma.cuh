@@ -79,12 +79,21 @@ __global__ void __launch_bounds__(kTileThreads)
   const KV* k_base = static_cast<const KV*>(p.k_cache) + static_cast<int64_t>(kv_head) * D;
   const KV* v_base = static_cast<const KV*>(p.v_cache) + static_cast<int64_t>(kv_head) * D;
 
-  // The rows of tile `tile`'s keys into its stage's row of s_slot (threads < kTileN; visible
-  // after the next barrier).
-  auto find_slots = [&](int tile) {
+  // Threads < kTileN: the block-table entry of key tid of tile `tile` (-1 at or past k_end), and
+  // from it the key's cache row in the tile's stage row of s_slot (visible after the next
+  // barrier). In the loop the entry is read an iteration before it is stored: stored at once,
+  // its global load's latency stalled warps 0-1, and the barrier all warps, every tile (ncu at
+  // batch 16: the loop's largest stall).
+  auto table_entry = [&](int tile) {
+    const int key = k_begin + tile * kTileN + tid;
+    return tid < kTileN && key < k_end ? table[key / p.block_size] : -1;
+  };
+  auto store_slots = [&](int tile, int entry) {
     if (tid < kTileN) {
-      const int64_t slot = kv_slot(p, table, k_begin + tile * kTileN + tid, k_end);
-      s_slot[(tile % kStages) * kTileN + tid] = slot >= 0 ? slot * p.num_kv_heads * D : -1;
+      const int key = k_begin + tile * kTileN + tid;
+      s_slot[(tile % kStages) * kTileN + tid] =
+          entry >= 0 ? (int64_t{entry} * p.block_size + key % p.block_size) * p.num_kv_heads * D
+                     : -1;
     }
   };
   // Thread tid copies 16-byte chunk tid % kKvChunks of rows tid / kKvChunks + i * kRowStep of
@@ -113,9 +122,11 @@ __global__ void __launch_bounds__(kTileThreads)
       cp_async16(dst + (kTileN + i * kRowStep) * D, v_base + src, bytes);
     }
   };
-  // The block tables come from the host: every stage's slots are found before the wait.
+  // The block tables come from the host: every stage's slots, and the entries of the tile after
+  // them, are read before the wait.
 #pragma unroll
-  for (int t = 0; t < kStages; ++t) find_slots(t);
+  for (int t = 0; t < kStages; ++t) store_slots(t, table_entry(t));
+  int next_entry = table_entry(kStages);
   __syncthreads();
   // Before waiting for the kernel before (common.cuh: programmatic dependent launch): the step's
   // metadata above came from the host, and so do the cache rows of keys before this step's own,
@@ -151,8 +162,12 @@ __global__ void __launch_bounds__(kTileThreads)
   for (int j = 0; j < n_tiles; ++j) {
     if (j + kStages - 1 < n_tiles) load_tile(j + kStages - 1);
     // Tile j's slots are spent (it was issued kStages - 1 iterations ago): its row takes tile
-    // j + kStages's, for the next iteration's load (after this one's closing barrier).
-    if (j + kStages < n_tiles) find_slots(j + kStages);
+    // j + kStages's, for the next iteration's load (after this one's closing barrier), from the
+    // entries read an iteration ago; then the next tile's entries are read.
+    if (j + kStages < n_tiles) {
+      store_slots(j + kStages, next_entry);
+      next_entry = table_entry(j + kStages + 1);
+    }
     cp_async_commit();
     cp_async_wait<kStages - 1>();
     __syncthreads();
