@@ -161,16 +161,17 @@ __global__ void __launch_bounds__(kTileThreads)
   w.init();
   for (int j = 0; j < n_tiles; ++j) {
     if (j + kStages - 1 < n_tiles) load_tile(j + kStages - 1);
-    // Tile j's slots are spent (it was issued kStages - 1 iterations ago): its row takes tile
-    // j + kStages's, for the next iteration's load (after this one's closing barrier), from the
-    // entries read an iteration ago; then the next tile's entries are read.
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();
+    __syncthreads();
+    // Tile j's slots are spent: every thread issued its loads (an iteration ago or in the
+    // prologue) before the barrier above. Its row takes tile j + kStages's, for the next
+    // iteration's load (after this one's closing barrier), from the entries read an iteration
+    // ago; then the next tile's entries are read.
     if (j + kStages < n_tiles) {
       store_slots(j + kStages, next_entry);
       next_entry = table_entry(j + kStages + 1);
     }
-    cp_async_commit();
-    cp_async_wait<kStages - 1>();
-    __syncthreads();
     if (j == 0) w.load_q(s_q, lane);
     const T* sk = s_kv + (j % kStages) * 2 * kTileN * D;  // 16-bit caches
     // A warp whose keys of this tile are all past k_end keeps max -inf (handled by the step).
