@@ -33,16 +33,38 @@ if [ $FAST = 0 ]; then
   fuzz_targets=$(for f in fuzz/*_fuzz.cpp; do basename "$f" .cpp; done)
   # shellcheck disable=SC2086
   cmake --build build-fuzz -j "$JOBS" --target $fuzz_targets
-  for target in build-fuzz/*_fuzz; do
+  # JOBS targets at a time (one core each), each logged apart and printed in turn; any failure
+  # (a crash, a leak, a timeout) fails the stage once all have run.
+  fuzz_logs=$(mktemp -d)
+  fuzz_one() {
+    local target=$1 name corpus seeds
     name=$(basename "$target")
     corpus=$(mktemp -d)
     seeds="fuzz/corpus/${name%_fuzz}"
     [ -d "$seeds" ] && cp -r "$seeds"/. "$corpus"/
-    echo "fuzz: $name"
+    local status=0
     "$target" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -timeout=10 \
-       -print_final_stats=0 "$corpus" 2>&1 | tail -n 3
+       -print_final_stats=0 "$corpus" > "$fuzz_logs/$name.log" 2>&1 || status=$?
     rm -rf "$corpus"
+    return $status
+  }
+  fuzz_failed=0
+  running=()
+  for target in build-fuzz/*_fuzz; do
+    fuzz_one "$target" &
+    running+=($!)
+    if [ ${#running[@]} -ge "$JOBS" ]; then
+      wait "${running[0]}" || fuzz_failed=1
+      running=("${running[@]:1}")
+    fi
   done
+  for pid in "${running[@]}"; do wait "$pid" || fuzz_failed=1; done
+  for target in build-fuzz/*_fuzz; do
+    echo "fuzz: $(basename "$target")"
+    tail -n 3 "$fuzz_logs/$(basename "$target").log"
+  done
+  rm -rf "$fuzz_logs"
+  if [ $fuzz_failed != 0 ]; then echo "fuzzing found a failure (see above)"; exit 1; fi
 
   if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
     if [ -f cmake/cuda.cmake ]; then
