@@ -62,17 +62,16 @@ __device__ __forceinline__ int raw_swz(int r, int ch) {
 
 // Issues the cp.async of 16-byte chunk ch of row r of a K/V tile whose row r starts at element
 // row_off of the caches (slot * num_kv_heads * D; -1: zero-filled): FP8 codes into raw ([kTileN,
-// D] bytes of K, then of V; with kSwizzleRaw both laid out by raw_swz), 16-bit elements into the
-// swizzled tiles sk / sv. Shared by the tile and decode kernels.
-template <typename T, typename KV, int D, bool kSwizzleRaw = false>
+// D] bytes of K, then of V), 16-bit elements into the swizzled tiles sk / sv. (The decode kernel
+// has its own loads: decode_mma.cuh.)
+template <typename T, typename KV, int D>
 __device__ __forceinline__ void load_kv_chunk_row(const KV* k_base, const KV* v_base,
                                                   int64_t row_off, int r, int ch,
                                                   unsigned char* raw, T* sk, T* sv) {
   const bool valid = row_off >= 0;
   const int64_t off = valid ? row_off + ch * static_cast<int>(16 / sizeof(KV)) : 0;
   if constexpr (kIsFp8<KV>) {
-    int at = r * D + ch * 16;
-    if constexpr (kSwizzleRaw) at = raw_swz<D>(r, ch);
+    const int at = r * D + ch * 16;
     cp_async16(raw + at, k_base + off, valid ? 16 : 0);
     cp_async16(raw + kTileN * D + at, v_base + off, valid ? 16 : 0);
   } else {
