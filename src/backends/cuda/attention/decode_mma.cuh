@@ -92,8 +92,7 @@ __global__ void __launch_bounds__(kTileThreads)
     if (tid < kTileN) {
       const int key = k_begin + tile * kTileN + tid;
       s_slot[(tile % kStages) * kTileN + tid] =
-          entry >= 0 ? (int64_t{entry} * p.block_size + key % p.block_size) * p.num_kv_heads * D
-                     : -1;
+          entry >= 0 ? slot_of_entry(p, entry, key) * p.num_kv_heads * D : -1;
     }
   };
   // Thread tid copies 16-byte chunk tid % kKvChunks of rows tid / kKvChunks + i * kRowStep of
@@ -105,7 +104,7 @@ __global__ void __launch_bounds__(kTileThreads)
   static_assert(kTileThreads % kKvChunks == 0 && kRowStep % 8 == 0 && kTileN % kRowStep == 0,
                 "a thread's rows share their swizzle");
   using Dst = std::conditional_t<kIsFp8<KV>, unsigned char, T>;  // raw codes or 16-bit rows
-  Dst* const s_dst = kIsFp8<KV> ? reinterpret_cast<Dst*>(s_raw) : reinterpret_cast<Dst*>(s_kv);
+  Dst* const s_dst = reinterpret_cast<Dst*>(s_kv);               // FP8: s_raw, the same bytes
   const int dst0 = kIsFp8<KV> ? raw_swz<D>(tid / kKvChunks, tid % kKvChunks)
                               : swz<D>(tid / kKvChunks, tid % kKvChunks);
   const int src0 = (tid % kKvChunks) * static_cast<int>(16 / sizeof(KV));

@@ -43,11 +43,16 @@ __device__ __forceinline__ void convert_fp8_chunk(const unsigned char* raw, T* t
       make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
 }
 
+// The cache slot of `key`, whose block holds block-table entry `entry`.
+__device__ __forceinline__ int64_t slot_of_entry(const AttentionParams& p, int entry, int key) {
+  return static_cast<int64_t>(entry) * p.block_size + key % p.block_size;
+}
+
 // The cache slot of `key` of the sequence whose block table is `table`, or -1 at or past key_end.
 __device__ __forceinline__ int64_t kv_slot(const AttentionParams& p, const int32_t* table, int key,
                                            int key_end) {
   if (key >= key_end) return -1;
-  return static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
+  return slot_of_entry(p, table[key / p.block_size], key);
 }
 
 // Byte offset of 16-byte chunk ch of row r in a raw FP8 tile ([rows, D] codes) whose chunks are
