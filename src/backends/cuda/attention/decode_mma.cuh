@@ -95,30 +95,39 @@ __global__ void __launch_bounds__(kTileThreads)
           entry >= 0 ? slot_of_entry(p, entry, key) * p.num_kv_heads * D : -1;
     }
   };
-  // Thread tid copies 16-byte chunk tid % kKvChunks of rows tid / kKvChunks + i * kRowStep of
-  // each tile. Both swizzles move a chunk by row & 7 (D = 64 FP8: (row >> 1) & 3), the same for
-  // all of a thread's rows, so its destinations are one offset plus whole rows: a row costs a slot
-  // read, an address and the two copies (computed per chunk, the loads were half the kernel's
-  // instructions).
-  constexpr int kRowStep = kTileThreads / kKvChunks;
-  static_assert(kTileThreads % kKvChunks == 0 && kRowStep % 8 == 0 && kTileN % kRowStep == 0,
+  // Eight threads to a row (fewer where a row has fewer chunks): thread tid copies 16-byte
+  // chunks tid % kRowThreads + 8 c of rows tid / kRowThreads + i * kRowStep of each tile. A
+  // warp's copy then still fills whole 128-byte lines (four rows' halves), and a thread's slot
+  // reads and addresses serve two chunks of a 256-byte row. Both swizzles move a chunk by row & 7
+  // (D = 64 FP8: (row >> 1) & 3) within its 128 bytes, the same for all of a thread's rows, so
+  // its destinations are one offset plus whole rows and half rows: a row costs a slot read, an
+  // address and the copies (computed per chunk, the loads were half the kernel's instructions).
+  constexpr int kRowThreads = kKvChunks < 8 ? kKvChunks : 8;
+  constexpr int kRowChunks = kKvChunks / kRowThreads;  // 16-byte chunks a thread copies per row
+  constexpr int kRowStep = kTileThreads / kRowThreads;
+  static_assert(kTileThreads % kRowThreads == 0 && kRowStep % 8 == 0 && kTileN % kRowStep == 0,
                 "a thread's rows share their swizzle");
   using Dst = std::conditional_t<kIsFp8<KV>, unsigned char, T>;  // raw codes or 16-bit rows
   Dst* const s_dst = reinterpret_cast<Dst*>(s_kv);               // FP8: s_raw, the same bytes
-  const int dst0 = kIsFp8<KV> ? raw_swz<D>(tid / kKvChunks, tid % kKvChunks)
-                              : swz<D>(tid / kKvChunks, tid % kKvChunks);
-  const int src0 = (tid % kKvChunks) * static_cast<int>(16 / sizeof(KV));
+  const int dst0 = kIsFp8<KV> ? raw_swz<D>(tid / kRowThreads, tid % kRowThreads)
+                              : swz<D>(tid / kRowThreads, tid % kRowThreads);
+  constexpr int kChunkElems = 16 / sizeof(KV);  // elements (or codes) of a 16-byte chunk
+  const int src0 = (tid % kRowThreads) * kChunkElems;
   auto load_tile = [&](int tile) {
     const int stage = tile % kStages;
-    const int64_t* rows = s_slot + stage * kTileN + tid / kKvChunks;
+    const int64_t* rows = s_slot + stage * kTileN + tid / kRowThreads;
     Dst* dst = s_dst + stage * 2 * kTileN * D + dst0;  // K; V follows at kTileN * D
 #pragma unroll
     for (int i = 0; i < kTileN / kRowStep; ++i) {
       const int64_t row = rows[i * kRowStep];
       const int64_t src = row >= 0 ? row + src0 : 0;
       const int bytes = row >= 0 ? 16 : 0;  // zero-filled past k_end
-      cp_async16(dst + i * kRowStep * D, k_base + src, bytes);
-      cp_async16(dst + (kTileN + i * kRowStep) * D, v_base + src, bytes);
+#pragma unroll
+      for (int c = 0; c < kRowChunks; ++c) {  // chunk + 8 c: the row's next 128 bytes
+        const int at = i * kRowStep * D + c * 8 * kChunkElems;
+        cp_async16(dst + at, k_base + src + c * 8 * kChunkElems, bytes);
+        cp_async16(dst + kTileN * D + at, v_base + src + c * 8 * kChunkElems, bytes);
+      }
     }
   };
   // The block tables come from the host: every stage's slots, and the entries of the tile after
