@@ -153,7 +153,7 @@ void fp8_bench() {
         // Weight-only kernels: CUDA cores (default configuration up to 16 rows, the alternatives up
         // to 8) and tensor cores (up to 64 rows: 4 slices of 16).
         for (int v = 1; v < kFp8WeightOnlyNumVariants; ++v) {
-          const int limit = v == 1 ? 16 : v == 4 ? 64 : 8;
+          const int limit = v == 1 ? 16 : v == 2 ? 64 : 8;
           if (m > limit) continue;
           add(std::string("fp8 wo ") + fp8_weight_only_variant_name(v), double(w8),
               [&, v](cudaStream_t st) { CK(fp8_weight_only(fp8_params(), v, st)); });

@@ -526,7 +526,7 @@ void fp8_suite(const std::string& filter, int& passed, int& failed) {
         // at every m (in slices past 8 / 16 rows), the benchmark's alternative configurations up
         // to 16.
         for (int variant = 1; variant < kFp8WeightOnlyNumVariants; ++variant)
-          if (variant == 1 || (variant == 4 && !sh.w_block) || (t == DType::kBF16 && sh.m <= 16))
+          if (variant == 1 || (variant == 2 && !sh.w_block) || (t == DType::kBF16 && sh.m <= 16))
             runs.push_back({Fp8Path::kWeightOnly, variant});
         // The float64 references cost more than the kernels: build them only if a run is selected.
         if (std::none_of(runs.begin(), runs.end(), [&](const auto& r) {

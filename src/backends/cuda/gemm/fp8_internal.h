@@ -9,10 +9,10 @@ namespace pagellm::cuda {
 // Weight-only kernels, any m >= 1: y = x · dequant(wq)ᵀ (+ bias) with unquantized activations.
 // `variant` 0 is fp8_linear's choice: CUDA cores (fp8_weight_only.cu) for m <= kFp8CudaCoreMaxRows
 // and for block-scaled weights, tensor cores (fp8_weight_only_mma.cu) otherwise. The others pin
-// one kernel for tests and the benchmark: 1 = CUDA cores in their default configuration (4 rows
-// per warp x 4 loads in flight), 2 and 3 = CUDA cores with 1 x 16 and 2 x 8 (bf16 only), 4 =
-// tensor cores (per-channel scales only).
-constexpr int kFp8WeightOnlyNumVariants = 5;
+// one kernel for tests and the benchmark: 1 = CUDA cores in their default configuration, 2 =
+// tensor cores (per-channel scales only), 3, 4 and 5 = CUDA cores with 4 rows per warp, 2 rows
+// with k split over two warps, 4 rows split over two (bf16 only).
+constexpr int kFp8WeightOnlyNumVariants = 6;
 // Measured on H100 (docs/PERF.md): CUDA cores win at m = 1 on every Llama-3.1-8B shape, tensor
 // cores tie at m = 2 and win from m = 4 on.
 constexpr int kFp8CudaCoreMaxRows = 1;

@@ -69,23 +69,30 @@ __device__ __forceinline__ float finish_sum(const Fp8LinearParams& p, float acc,
   return out;
 }
 
-// grid: (ceil(n / (kWarps * R)), ceil(m / M)) (kGated: n / 2 outputs, R / 2 per warp). M activation
-// rows per block (rows past p.m re-read row p.m - 1 and are discarded); R weight rows per warp; U
-// 16-byte vectors per row in flight. kGated: y [m, n / 2] = silu(gate) * up with silu_and_mul's
-// roundings (each projection stored in T first), the same bits as the two kernels.
-template <typename T, int M, int R, int U, bool kGated>
+// grid: (ceil(n / (kWarps / S * R)), ceil(m / M)) (kGated: n / 2 outputs, R / 2 per warp). M
+// activation rows per block (rows past p.m re-read row p.m - 1 and are discarded); R weight rows
+// per warp; U 16-byte vectors per row in flight; S warps share each warp's rows, each streaming
+// one S-th of k, their sums added through shared memory. kGated: y [m, n / 2] = silu(gate) * up
+// with silu_and_mul's roundings (each projection stored in T first), the same bits as the two
+// kernels.
+template <typename T, int M, int R, int U, bool kGated, int S>
 __global__ void __launch_bounds__(kThreads)
     fp8_weight_only_kernel(const __grid_constant__ Fp8LinearParams p) {
+  static_assert(kWarps % S == 0, "whole row groups per block");
   constexpr int kOut = kGated ? R / 2 : R;  // outputs per warp
-  const int lane = threadIdx.x & 31;
-  const int row0 = (blockIdx.x * kWarps + (threadIdx.x >> 5)) * kOut;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % S;
+  const int row0 = (blockIdx.x * (kWarps / S) + warp / S) * kOut;
   const int num_out = kGated ? p.n / 2 : p.n;
-  if (row0 >= num_out) {  // whole warp: no barrier below
+  // A whole warp past the outputs leaves (no barrier below); split over k, its rows are clamped
+  // to the last one and its stores skipped instead (the block meets at a barrier).
+  if (S == 1 && row0 >= num_out) {
     pdl_wait();
     return;
   }
   const int m0 = blockIdx.y * M;
-  const int num_vec = p.k / 16;  // 16-byte weight vectors per row
+  const int num_vec = p.k / 16;                // 16-byte weight vectors per row
+  const int per_part = (num_vec + S - 1) / S;  // this warp's vectors: [v_begin, v_end)
+  const int v_begin = part * per_part, v_end = min(num_vec, v_begin + per_part);
   const uint4* w[R];
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -109,29 +116,30 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < M; ++i) acc[r][i] = 0.f;
 
-  // All R x U loads of a round are issued before the first conversion; vectors past the row end
-  // are predicated off (k = 14336 leaves a partial last round).
+  // All R x U loads of a round are issued before the first conversion; vectors past the part's
+  // end are predicated off (k = 14336 leaves a partial last round).
   uint4 wv[R][U];
   auto load_weights = [&](int v0) {
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int r = 0; r < R; ++r)
-        wv[r][u] = v0 + u * 32 < num_vec ? __ldcs(w[r] + v0 + u * 32) : make_uint4(0, 0, 0, 0);
+        wv[r][u] = v0 + u * 32 < v_end ? __ldcs(w[r] + v0 + u * 32) : make_uint4(0, 0, 0, 0);
   };
   // The weights do not depend on the kernel before: the first round is loaded before waiting for
   // it (common.cuh: programmatic dependent launch), so the weight stream starts early.
-  load_weights(lane);
+  const int v_first = v_begin + lane;
+  load_weights(v_first);
   pdl_wait();
-  for (int v0 = lane; v0 < num_vec; v0 += 32 * U) {
-    if (v0 != lane) load_weights(v0);
+  for (int v0 = v_first; v0 < v_end; v0 += 32 * U) {
+    if (v0 != v_first) load_weights(v0);
     // The warp's last weight round is in flight (v0 - lane is warp-uniform): the next kernel may
     // start its own stream (common.cuh: launch the dependents late).
-    if (v0 - lane + 32 * U >= num_vec) pdl_launch_dependents();
+    if (v0 - lane + 32 * U >= v_end) pdl_launch_dependents();
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int v = v0 + u * 32;
-      if (v >= num_vec) break;
+      if (v >= v_end) break;
       float wf[R][16], sb[R];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -160,6 +168,18 @@ __global__ void __launch_bounds__(kThreads)
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int i = 0; i < M; ++i) acc[r][i] = warp_sum(acc[r][i]);
+  if constexpr (S > 1) {  // parts 1 .. S - 1 hand their sums to part 0 of their row group
+    __shared__ float partial[kWarps][R * M];
+    if (part != 0 && lane < R * M) partial[warp][lane] = acc[lane / M][lane % M];
+    __syncthreads();
+    if (part != 0) return;
+#pragma unroll
+    for (int q = 1; q < S; ++q)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int i = 0; i < M; ++i) acc[r][i] += partial[warp + q][r * M + i];
+  }
   // Every lane holds every sum; lane r * M + i stores output (r, i), so kOut * M <= 32 stores go
   // out at once.
   T* y = static_cast<T*>(p.y);
@@ -180,53 +200,45 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <typename T, int M, int R, int U, bool kGated = false>
+template <typename T, int M, int R, int U, bool kGated = false, int S = 1>
 cudaError_t launch(const Fp8LinearParams& p, cudaStream_t stream) {
   static_assert(R * M <= 32, "one lane stores each (row, activation) sum");
   static_assert(!kGated || R % 2 == 0, "gated warps stream gate and up rows in pairs");
-  const int outs_per_block = kWarps * (kGated ? R / 2 : R), outs = kGated ? p.n / 2 : p.n;
+  const int outs_per_block = kWarps / S * (kGated ? R / 2 : R), outs = kGated ? p.n / 2 : p.n;
   const dim3 grid((outs + outs_per_block - 1) / outs_per_block, (p.m + M - 1) / M);
-  return launch_kernel(fp8_weight_only_kernel<T, M, R, U, kGated>, grid, kThreads, 0, stream, p);
+  return launch_kernel(fp8_weight_only_kernel<T, M, R, U, kGated, S>, grid, kThreads, 0, stream, p);
 }
 
 // Default configuration: four rows per warp, four 16-byte loads per row in flight (R x U = 16 per
-// lane). Measured on H100 (docs/PERF.md) against R2xU8 and R1xU16 it is the fastest at m = 1 on
-// all four Llama-3.1-8B shapes and at m = 4 and 8; at m = 2 it wins on three of them.
+// lane), the fastest alone at m = 1 to 8 on Llama-3.1-8B's shapes (docs/PERF.md). Long rows at m =
+// 1 (down: k = 14336), where a warp's four rows are four streams 14 KB apart (their loads alone
+// reach ~72 % of the copy rate, tests/device/fp8_gemv_probe.cu): two rows a warp with k split
+// over two warps. Alone it times the same; in the decode step it measured +2 % at FP8 batch 1.
 template <typename T>
 cudaError_t launch_default(const Fp8LinearParams& p, cudaStream_t stream) {
-  if (p.m <= 1) return launch<T, 1, 4, 4>(p, stream);
+  if (p.m <= 1)
+    return p.k >= 8192 ? launch<T, 1, 2, 4, false, 2>(p, stream) : launch<T, 1, 4, 4>(p, stream);
   if (p.m <= 2) return launch<T, 2, 4, 4>(p, stream);
   if (p.m <= 4) return launch<T, 4, 4, 4>(p, stream);
   return launch<T, 8, 4, 4>(p, stream);
 }
 
-// The alternatives the benchmark keeps measuring (bf16): one row per warp with 16 loads in
-// flight (variant 2), two rows with 8 (variant 3).
-cudaError_t launch_variant(int variant, const Fp8LinearParams& p, cudaStream_t stream) {
+// The alternatives the benchmark keeps measuring (bf16, m = 1 .. 8): four rows a warp (variant
+// 3, the default but at m = 1 on long rows), two rows with k split over two warps (4), four rows
+// with k split over two warps (5).
+template <int R, int S>
+cudaError_t launch_split(const Fp8LinearParams& p, cudaStream_t stream) {
   using T = __nv_bfloat16;
-  const int mb = p.m <= 1 ? 1 : p.m <= 2 ? 2 : p.m <= 4 ? 4 : 8;
-  if (variant == 2) {
-    switch (mb) {
-      case 1:
-        return launch<T, 1, 1, 16>(p, stream);
-      case 2:
-        return launch<T, 2, 1, 16>(p, stream);
-      case 4:
-        return launch<T, 4, 1, 16>(p, stream);
-      default:
-        return launch<T, 8, 1, 16>(p, stream);
-    }
-  }
-  switch (mb) {
-    case 1:
-      return launch<T, 1, 2, 8>(p, stream);
-    case 2:
-      return launch<T, 2, 2, 8>(p, stream);
-    case 4:
-      return launch<T, 4, 2, 8>(p, stream);
-    default:
-      return launch<T, 8, 2, 8>(p, stream);
-  }
+  if (p.m <= 1) return launch<T, 1, R, 4, false, S>(p, stream);
+  if (p.m <= 2) return launch<T, 2, R, 4, false, S>(p, stream);
+  if (p.m <= 4) return launch<T, 4, R, 4, false, S>(p, stream);
+  return launch<T, 8, R, 4, false, S>(p, stream);
+}
+
+cudaError_t launch_variant(int variant, const Fp8LinearParams& p, cudaStream_t stream) {
+  if (variant == 3) return launch_split<4, 1>(p, stream);
+  if (variant == 4) return launch_split<2, 2>(p, stream);
+  return launch_split<4, 2>(p, stream);
 }
 
 // The weight-only entry points' argument checks: a bad shape, block size or (with rows to
@@ -244,13 +256,15 @@ const char* fp8_weight_only_variant_name(int variant) {
     case 0:
       return "auto";
     case 1:
-      return "cores R4xU4";
+      return "cores default";
     case 2:
-      return "cores R1xU16";
-    case 3:
-      return "cores R2xU8";
-    default:
       return "tensor mma.sync";
+    case 3:
+      return "cores R4xU4";
+    case 4:
+      return "cores R2xU4 k/2";
+    default:
+      return "cores R4xU4 k/2";
   }
 }
 
@@ -272,8 +286,8 @@ cudaError_t fp8_weight_only(const Fp8LinearParams& p, int variant, cudaStream_t 
   if (p.m == 0) return cudaSuccess;
   if (p.dtype == DType::kF32 || variant < 0 || variant >= kFp8WeightOnlyNumVariants)
     return cudaErrorNotSupported;
-  if (variant == 0) variant = fp8_weight_only_on_cuda_cores(p) ? 1 : 4;
-  if (variant == 4) return fp8_weight_only_mma(p, stream);
+  if (variant == 0) variant = fp8_weight_only_on_cuda_cores(p) ? 1 : 2;
+  if (variant == 2) return fp8_weight_only_mma(p, stream);
   if (variant == 1)
     return p.dtype == DType::kBF16 ? launch_default<__nv_bfloat16>(p, stream)
                                    : launch_default<__half>(p, stream);
