@@ -484,15 +484,17 @@ void fp8_suite(const std::string& filter, int& passed, int& failed) {
     int m, n, k, w_block;
   };
   // Odd n, k multiples of 16 (of 128 for block scales, with and without scale-row padding), m
-  // across the weight-only / tensor-core boundary; the last two rows: decode batches (fp8_gemm.h
-  // kFp8DecodeMinRows..kFp8DecodeMaxRows) on either side of their bounds.
+  // across the weight-only / tensor-core boundary; rows five and six: decode batches (fp8_gemm.h
+  // kFp8DecodeMinRows..kFp8DecodeMaxRows) on either side of their bounds; the last: long
+  // block-scaled rows at m = 1 (the CUDA-core kernel's k split over two warps).
   const Shape shapes[] = {
       {1, 1024, 4096, 0},  {2, 1001, 1040, 0},   {3, 97, 64, 0},        {8, 768, 4096, 0},
       {16, 1024, 1024, 0}, {64, 1001, 512, 0},   {300, 768, 1040, 0},   {300, 97, 16, 0},
       {1, 4096, 14336, 0}, {5, 136, 2048, 0},    {1, 1024, 4096, 128},  {3, 1001, 640, 128},
       {8, 384, 2048, 128}, {64, 257, 512, 128},  {300, 768, 1024, 128}, {16, 1024, 4096, 128},
       {2, 4096, 14336, 0}, {9, 1001, 1120, 0},   {24, 6144, 4096, 0},   {33, 257, 1040, 0},
-      {64, 4096, 4096, 0}, {64, 28672, 1024, 0}, {100, 1001, 2048, 0},  {128, 640, 14336, 0}};
+      {64, 4096, 4096, 0}, {64, 28672, 1024, 0}, {100, 1001, 2048, 0},  {128, 640, 14336, 0},
+      {1, 1001, 8192, 128}};
   for (DType t : {DType::kBF16, DType::kF16}) {
     test_silu_fused(s, ctx, t, 1, 7168, 4096, 0);
     test_silu_fused(s, ctx, t, 1, 99, 1040, 0);
