@@ -96,12 +96,11 @@ __global__ void __launch_bounds__(kTileThreads)
     }
   };
   // Eight threads to a row (fewer where a row has fewer chunks): thread tid copies 16-byte
-  // chunks tid % kRowThreads + 8 c of rows tid / kRowThreads + i * kRowStep of each tile. A
-  // warp's copy then still fills whole 128-byte lines (four rows' halves), and a thread's slot
-  // reads and addresses serve two chunks of a 256-byte row. Both swizzles move a chunk by row & 7
+  // chunks tid % kRowThreads + 8 c of rows tid / kRowThreads + i * kRowStep of each tile, so a
+  // warp's copy fills whole 128-byte lines, and at 256-byte rows (16-bit, D = 128) a thread's
+  // slot read and address serve both halves of its row. Both swizzles move a chunk by row & 7
   // (D = 64 FP8: (row >> 1) & 3) within its 128 bytes, the same for all of a thread's rows, so
-  // its destinations are one offset plus whole rows and half rows: a row costs a slot read, an
-  // address and the copies (computed per chunk, the loads were half the kernel's instructions).
+  // its destinations are one offset plus whole rows and half rows.
   constexpr int kRowThreads = kKvChunks < 8 ? kKvChunks : 8;
   constexpr int kRowChunks = kKvChunks / kRowThreads;  // 16-byte chunks a thread copies per row
   constexpr int kRowStep = kTileThreads / kRowThreads;
@@ -123,10 +122,11 @@ __global__ void __launch_bounds__(kTileThreads)
       const int64_t src = row >= 0 ? row + src0 : 0;
       const int bytes = row >= 0 ? 16 : 0;  // zero-filled past k_end
 #pragma unroll
-      for (int c = 0; c < kRowChunks; ++c) {  // chunk + 8 c: the row's next 128 bytes
-        const int at = i * kRowStep * D + c * 8 * kChunkElems;
-        cp_async16(dst + at, k_base + src + c * 8 * kChunkElems, bytes);
-        cp_async16(dst + kTileN * D + at, v_base + src + c * 8 * kChunkElems, bytes);
+      for (int c = 0; c < kRowChunks; ++c) {
+        const int half = c * 8 * kChunkElems;  // chunk + 8 c: the row's next 128 bytes
+        const int at = i * kRowStep * D + half;
+        cp_async16(dst + at, k_base + src + half, bytes);
+        cp_async16(dst + kTileN * D + at, v_base + src + half, bytes);
       }
     }
   };
@@ -250,8 +250,8 @@ cudaError_t launch_decode_mma_config(const AttentionParams& p, const AttentionPl
   if (attr != cudaSuccess) return attr;
   if (plan.num_splits > 65535 || p.num_kv_heads > 65535) return cudaErrorInvalidValue;
   dim3 grid(plan.num_split_items, p.num_kv_heads, plan.num_splits);
-  return launch_kernel(kernel, grid, kTileThreads, kSmem, stream, p, plan, partial_out,
-                       partial_lse, plan.split_counters);
+  return launch_kernel(kernel, grid, kTileThreads, kSmem, stream, p, plan, partial_out, partial_lse,
+                       plan.split_counters);
 }
 
 // Whether launch_decode_mma serves this call (else the CUDA-core split-KV kernel does).

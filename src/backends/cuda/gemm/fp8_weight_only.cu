@@ -209,6 +209,16 @@ cudaError_t launch(const Fp8LinearParams& p, cudaStream_t stream) {
   return launch_kernel(fp8_weight_only_kernel<T, M, R, U, kGated, S>, grid, kThreads, 0, stream, p);
 }
 
+// R rows a warp, 4 loads a row in flight, k split over S warps, for p.m activation rows (M of 1,
+// 2, 4 or 8 a block).
+template <typename T, int R, int S>
+cudaError_t launch_rows(const Fp8LinearParams& p, cudaStream_t stream) {
+  if (p.m <= 1) return launch<T, 1, R, 4, false, S>(p, stream);
+  if (p.m <= 2) return launch<T, 2, R, 4, false, S>(p, stream);
+  if (p.m <= 4) return launch<T, 4, R, 4, false, S>(p, stream);
+  return launch<T, 8, R, 4, false, S>(p, stream);
+}
+
 // Default configuration: four rows per warp, four 16-byte loads per row in flight (R x U = 16 per
 // lane), the fastest alone at m = 1 to 8 on Llama-3.1-8B's shapes (docs/PERF.md). Long rows at m =
 // 1 (down: k = 14336), where a warp's four rows are four streams 14 KB apart (their loads alone
@@ -216,29 +226,18 @@ cudaError_t launch(const Fp8LinearParams& p, cudaStream_t stream) {
 // over two warps. Alone it times the same; in the decode step it measured +2 % at FP8 batch 1.
 template <typename T>
 cudaError_t launch_default(const Fp8LinearParams& p, cudaStream_t stream) {
-  if (p.m <= 1)
-    return p.k >= 8192 ? launch<T, 1, 2, 4, false, 2>(p, stream) : launch<T, 1, 4, 4>(p, stream);
-  if (p.m <= 2) return launch<T, 2, 4, 4>(p, stream);
-  if (p.m <= 4) return launch<T, 4, 4, 4>(p, stream);
-  return launch<T, 8, 4, 4>(p, stream);
+  if (p.m <= 1 && p.k >= 8192) return launch_rows<T, 2, 2>(p, stream);
+  return launch_rows<T, 4, 1>(p, stream);
 }
 
 // The alternatives the benchmark keeps measuring (bf16, m = 1 .. 8): four rows a warp (variant
 // 3, the default but at m = 1 on long rows), two rows with k split over two warps (4), four rows
 // with k split over two warps (5).
-template <int R, int S>
-cudaError_t launch_split(const Fp8LinearParams& p, cudaStream_t stream) {
-  using T = __nv_bfloat16;
-  if (p.m <= 1) return launch<T, 1, R, 4, false, S>(p, stream);
-  if (p.m <= 2) return launch<T, 2, R, 4, false, S>(p, stream);
-  if (p.m <= 4) return launch<T, 4, R, 4, false, S>(p, stream);
-  return launch<T, 8, R, 4, false, S>(p, stream);
-}
-
 cudaError_t launch_variant(int variant, const Fp8LinearParams& p, cudaStream_t stream) {
-  if (variant == 3) return launch_split<4, 1>(p, stream);
-  if (variant == 4) return launch_split<2, 2>(p, stream);
-  return launch_split<4, 2>(p, stream);
+  using T = __nv_bfloat16;
+  if (variant == 3) return launch_rows<T, 4, 1>(p, stream);
+  if (variant == 4) return launch_rows<T, 2, 2>(p, stream);
+  return launch_rows<T, 4, 2>(p, stream);
 }
 
 // The weight-only entry points' argument checks: a bad shape, block size or (with rows to
