@@ -202,7 +202,8 @@ struct LinearSetup {
   DType dtype;
   int m, n, k;
   bool bias;
-  int w_block = 0;  // 0: per-channel weight scales; kFp8Block: 128x128 block scales
+  int w_block = 0;     // 0: per-channel weight scales; kFp8Block: 128x128 block scales
+  float x_gain = 1.f;  // x's magnitude: a power of two times the random rows
   std::vector<float> ref_wo, ref_tc, exact;  // [m, n]: x16 reference, xq reference, unquantized
   DevMem xd, wd, sd, bd, yd, xq_work, xs_work;
   Fp8LinearParams params;
@@ -210,7 +211,9 @@ struct LinearSetup {
 
 void setup_linear(LinearSetup& c) {
   const DType t = c.dtype;
-  const std::vector<float> x = random_rows(t, c.m, c.k), w = random_rows(DType::kF32, c.n, c.k);
+  std::vector<float> x = random_rows(t, c.m, c.k);
+  const std::vector<float> w = random_rows(DType::kF32, c.n, c.k);
+  for (float& v : x) v = round_to(t, v * c.x_gain);
   std::vector<float> bias(size_t(c.n));
   for (auto& b : bias) b = round_to(t, std::uniform_real_distribution<float>(-1.f, 1.f)(g_rng));
   // The weight as a checkpoint would hold it: e4m3 + per-channel or 128x128-block scales,
@@ -289,10 +292,12 @@ void setup_linear(LinearSetup& c) {
 
 std::string linear_name(const LinearSetup& c, Fp8Path path, int variant) {
   char name[160];
-  std::snprintf(name, sizeof name, "fp8 linear %s%s %s%s m=%d n=%d k=%d%s", dname(c.dtype),
+  char gain[32] = "";
+  if (c.x_gain != 1.f) std::snprintf(gain, sizeof gain, " x*2^%d", std::ilogb(c.x_gain));
+  std::snprintf(name, sizeof name, "fp8 linear %s%s %s%s m=%d n=%d k=%d%s%s", dname(c.dtype),
                 c.w_block ? " block128" : "", path_name(path),
                 variant ? (" v" + std::to_string(variant)).c_str() : "", c.m, c.n, c.k,
-                c.bias ? " +bias" : "");
+                c.bias ? " +bias" : "", gain);
   return name;
 }
 
@@ -392,6 +397,34 @@ void test_silu_fused(Suite& s, GemmContext* ctx, DType t, int m, int inner, int 
            a == b ? "bit-identical to the two kernels" : "DIFFERS from the two kernels");
 }
 
+// Activations far from 1 at m = 1: the tensor-core stream kernel stages x as f16 and rescales it by
+// a power of two when its largest magnitude leaves f16's comfortable range (2^17 exceeds f16's
+// largest value; 2^-12 puts most of x below f16's smallest normal). Against the CUDA-core kernel's
+// tolerance, with per-channel and block scales.
+void test_x_range(Suite& s, GemmContext* ctx) {
+  const struct {
+    DType t;
+    float gain;
+    int w_block;
+  } cases[] = {{DType::kBF16, 131072.f, 0},
+               {DType::kBF16, 1.f / 4096, 0},
+               {DType::kF16, 1.f / 4096, 0},
+               {DType::kBF16, 131072.f, kFp8Block}};
+  for (const auto& cs : cases) {
+    LinearSetup c;
+    c.dtype = cs.t;
+    c.m = 1;
+    c.n = 1001;
+    c.k = 2048;
+    c.bias = false;
+    c.w_block = cs.w_block;
+    c.x_gain = cs.gain;
+    if (!s.selected(linear_name(c, Fp8Path::kWeightOnly, 1))) continue;
+    setup_linear(c);
+    run_linear(s, ctx, c, Fp8Path::kWeightOnly, 1);
+  }
+}
+
 // Captures fp8_linear (after one eager call of the shape) into a graph, replays it on fresh
 // inputs and compares bit for bit with an eager call on the same inputs.
 void test_graph(Suite& s, GemmContext* ctx, DType t, int m, int n, int k) {
@@ -486,22 +519,25 @@ void fp8_suite(const std::string& filter, int& passed, int& failed) {
   // Odd n, k multiples of 16 (of 128 for block scales, with and without scale-row padding), m
   // across the weight-only / tensor-core boundary; rows five and six: decode batches (fp8_gemm.h
   // kFp8DecodeMinRows..kFp8DecodeMaxRows) on either side of their bounds; the last: long
-  // block-scaled rows at m = 1 (the CUDA-core kernel's k split over two warps).
+  // block-scaled rows at m = 1 (the CUDA-core kernel's k split over two warps); then m = 1 for the
+  // tensor-core stream kernel: one partial chunk of k, a partial last chunk, Llama's qkv.
   const Shape shapes[] = {
-      {1, 1024, 4096, 0},  {2, 1001, 1040, 0},   {3, 97, 64, 0},        {8, 768, 4096, 0},
-      {16, 1024, 1024, 0}, {64, 1001, 512, 0},   {300, 768, 1040, 0},   {300, 97, 16, 0},
-      {1, 4096, 14336, 0}, {5, 136, 2048, 0},    {1, 1024, 4096, 128},  {3, 1001, 640, 128},
-      {8, 384, 2048, 128}, {64, 257, 512, 128},  {300, 768, 1024, 128}, {16, 1024, 4096, 128},
-      {2, 4096, 14336, 0}, {9, 1001, 1120, 0},   {24, 6144, 4096, 0},   {33, 257, 1040, 0},
-      {64, 4096, 4096, 0}, {64, 28672, 1024, 0}, {100, 1001, 2048, 0},  {128, 640, 14336, 0},
-      {1, 1001, 8192, 128}};
+      {1, 1024, 4096, 0},   {2, 1001, 1040, 0},   {3, 97, 64, 0},        {8, 768, 4096, 0},
+      {16, 1024, 1024, 0},  {64, 1001, 512, 0},   {300, 768, 1040, 0},   {300, 97, 16, 0},
+      {1, 4096, 14336, 0},  {5, 136, 2048, 0},    {1, 1024, 4096, 128},  {3, 1001, 640, 128},
+      {8, 384, 2048, 128},  {64, 257, 512, 128},  {300, 768, 1024, 128}, {16, 1024, 4096, 128},
+      {2, 4096, 14336, 0},  {9, 1001, 1120, 0},   {24, 6144, 4096, 0},   {33, 257, 1040, 0},
+      {64, 4096, 4096, 0},  {64, 28672, 1024, 0}, {100, 1001, 2048, 0},  {128, 640, 14336, 0},
+      {1, 1001, 8192, 128}, {1, 97, 64, 0},       {1, 1001, 1040, 0},    {1, 6144, 4096, 0}};
   for (DType t : {DType::kBF16, DType::kF16}) {
     test_silu_fused(s, ctx, t, 1, 7168, 4096, 0);
     test_silu_fused(s, ctx, t, 1, 99, 1040, 0);
     test_silu_fused(s, ctx, t, 2, 100, 256, 0);
     test_silu_fused(s, ctx, t, 1, 300, 1024, kFp8Block);
     test_silu_fused(s, ctx, t, 2, 7, 512, kFp8Block);
+    test_silu_fused(s, ctx, t, 1, 14336, 4096, 0);
   }
+  test_x_range(s, ctx);
   // Per-channel shapes and graph replays first, block-scaled shapes last: a fault in cuBLASLt's
   // newer block modes then cannot hide the other results.
   int i = 0;

@@ -8,8 +8,9 @@ namespace pagellm::cuda {
 
 // Weight-only kernels, any m >= 1: y = x · dequant(wq)ᵀ (+ bias) with unquantized activations.
 // `variant` 0 is fp8_linear's choice: CUDA cores (fp8_weight_only.cu) for m <= kFp8CudaCoreMaxRows
-// and for block-scaled weights, tensor cores (fp8_weight_only_mma.cu) otherwise. The others pin
-// one kernel for tests and the benchmark: 1 = CUDA cores in their default configuration, 2 =
+// and for block-scaled weights (m = 1 on tensor cores, fp8_weight_only_stream), tensor cores
+// (fp8_weight_only_mma.cu) otherwise. The others pin one kernel for tests and the benchmark: 1 =
+// the default configuration of the first (the stream kernel at m = 1), 2 =
 // tensor cores (per-channel scales only), 3, 4 and 5 = CUDA cores with 4 rows per warp, 2 rows
 // with k split over two warps, 4 rows split over two (bf16 only).
 constexpr int kFp8WeightOnlyNumVariants = 6;
@@ -23,6 +24,11 @@ inline bool fp8_weight_only_on_cuda_cores(const Fp8LinearParams& p) {
 const char* fp8_weight_only_variant_name(int variant);
 cudaError_t fp8_weight_only(const Fp8LinearParams& p, int variant, cudaStream_t stream);
 cudaError_t fp8_weight_only_mma(const Fp8LinearParams& p, cudaStream_t stream);
+// One activation row (m == 1, k <= 32768, bf16 / f16) on tensor cores, the weights streamed
+// through shared memory in whole lines (fp8_weight_only_stream.cu); gated: wq = [gate; up] and y
+// [inner] = silu(gate) * up. Variant 1's (and so variant 0's) kernel at m = 1.
+// cudaErrorNotSupported for other shapes.
+cudaError_t fp8_weight_only_stream(const Fp8LinearParams& p, bool gated, cudaStream_t stream);
 // The CUDA-core kernel in its default configuration with the gated MLP's activation in its
 // epilogue, m <= 2: wq = [gate; up] (p.n = 2 x inner), y [m, inner] = silu(gate) * up, the same
 // bits as variant 1 followed by silu_and_mul. cudaErrorNotSupported for m > 2 or fp32.

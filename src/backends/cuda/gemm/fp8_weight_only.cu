@@ -224,8 +224,13 @@ cudaError_t launch_rows(const Fp8LinearParams& p, cudaStream_t stream) {
 // 1 (down: k = 14336), where a warp's four rows are four streams 14 KB apart (their loads alone
 // reach ~72 % of the copy rate, tests/device/fp8_gemv_probe.cu): two rows a warp with k split
 // over two warps. Alone it times the same; in the decode step it measured +2 % at FP8 batch 1.
+// One activation row runs on tensor cores with the weights streamed through shared memory
+// (fp8_weight_only_stream.cu), where its shape allows.
 template <typename T>
 cudaError_t launch_default(const Fp8LinearParams& p, cudaStream_t stream) {
+  if (p.m == 1)
+    if (const cudaError_t e = fp8_weight_only_stream(p, false, stream); e != cudaErrorNotSupported)
+      return e;
   if (p.m <= 1 && p.k >= 8192) return launch_rows<T, 2, 2>(p, stream);
   return launch_rows<T, 4, 1>(p, stream);
 }
@@ -255,7 +260,7 @@ const char* fp8_weight_only_variant_name(int variant) {
     case 0:
       return "auto";
     case 1:
-      return "cores default";
+      return "default";
     case 2:
       return "tensor mma.sync";
     case 3:
@@ -271,8 +276,11 @@ cudaError_t fp8_weight_only_silu_and_mul(const Fp8LinearParams& p, cudaStream_t 
   if (bad_args(p) || p.n % 2 != 0) return cudaErrorInvalidValue;
   if (p.m == 0) return cudaSuccess;
   if (p.dtype == DType::kF32) return cudaErrorNotSupported;
-  // The default configuration's rows and loads (launch_default), for m <= 2.
+  // The default configuration's kernels (launch_default), for m <= 2.
   if (p.m > 2) return cudaErrorNotSupported;
+  if (p.m == 1)
+    if (const cudaError_t e = fp8_weight_only_stream(p, true, stream); e != cudaErrorNotSupported)
+      return e;
   if (p.dtype == DType::kBF16)
     return p.m == 1 ? launch<__nv_bfloat16, 1, 4, 4, true>(p, stream)
                     : launch<__nv_bfloat16, 2, 4, 4, true>(p, stream);

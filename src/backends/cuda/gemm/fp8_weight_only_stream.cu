@@ -1,0 +1,274 @@
+// FP8 weight-only linear for one activation row (batch-1 decode) on tensor cores, the weights
+// streamed through shared memory: y[n] = x[k] · (wq[n, k] * w_scale)ᵀ (+ bias), optionally with
+// the gated MLP's activation in the epilogue.
+//
+// Why not the CUDA-core kernel (fp8_weight_only.cu): there each weight costs a conversion to f16,
+// one to fp32 and an FMA, ~45 instructions per 16 bytes, which holds it below the copy rate
+// (docs/PERF.md, "the FP8 GEMV's ceiling"); and weights loaded straight into MMA fragments read
+// 64 bytes of eight rows per instruction, which HBM serves no faster. Here the copies fill whole
+// 128-byte lines (cp.async into a swizzled shared tile), ldmatrix hands each lane its fragment
+// bytes, one cvt per pair makes them f16, and mma.sync m16n8k16 multiplies them against x: ~15
+// instructions per 16 bytes, the products exact and summed in fp32 as before.
+//
+// Layout: a block owns 16 weight rows (one m16 tile; gated: 8 gate rows and their 8 up rows) and
+// its 4 warps split k in 128-byte chunks (warp w takes chunks w, w + 4, ...), each warp with
+// kStages chunks of its own in flight, so no barrier sits in the loop. x is staged once per block
+// in shared memory as f16 (exact for bf16 values in f16's normal range; a block whose largest |x|
+// leaves [2^-6, 2^15] rescales x by a power of two, undone on the sums). Every B column holds x,
+// so column 0 of the accumulator is the product. The warps' sums meet in shared memory.
+#include <cuda_fp8.h>
+
+#include "backends/cuda/attention/mma_softmax.cuh"
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/fp8_convert.cuh"
+#include "backends/cuda/gemm/fp8_internal.h"
+#include "backends/cuda/gemm/mma.cuh"
+
+namespace pagellm::cuda {
+namespace {
+
+using attention::cp_async16;
+using attention::cp_async_commit;
+using attention::cp_async_wait;
+using attention::ldmatrix_x4;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kRows = 16;                    // weight rows per block: one m16 tile
+constexpr int kChunk = 128;                  // bytes of k per warp per stage: a line of each row
+constexpr int kStages = 4;                   // a warp's chunks in flight or being read
+constexpr int kStageBytes = kRows * kChunk;  // 2 KB
+constexpr int kMaxK = 32768;                 // x staged as f16: at most 64 KB
+constexpr int kTileBytes = kWarps * kStages * kStageBytes;
+constexpr int kMaxSmem = kTileBytes + kMaxK * 2;
+
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) v = fmaxf(v, scratch[w]);
+  return v;
+}
+
+// One pass of x (k values, k % 8 == 0) into xs[0, k_pad) as f16 times `scale`, zeros past k;
+// returns the largest |x|.
+template <typename T>
+__device__ float stage_x_pass(const T* x, int k, int k_pad, float scale, __half* xs) {
+  float amax = 0.f;
+  for (int i = threadIdx.x * 8; i < k_pad; i += kThreads * 8) {
+    float f[8] = {};
+    if (i < k) load16(x + i, f);
+    uint4 h;
+    uint32_t* words = &h.x;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      amax = fmaxf(amax, fmaxf(fabsf(f[2 * q]), fabsf(f[2 * q + 1])));
+      const __half2 pair = __floats2half2_rn(f[2 * q] * scale, f[2 * q + 1] * scale);
+      words[q] = *reinterpret_cast<const uint32_t*>(&pair);
+    }
+    *reinterpret_cast<uint4*>(xs + i) = h;
+  }
+  return amax;
+}
+
+// Stages x as f16 for the whole block and returns what the sums are multiplied by: 1, or the
+// inverse of the power of two that brought the largest |x| into [2^13, 2^14) when it lay outside
+// [2^-6, 2^15] (a NaN or infinity is staged as it is and reaches the output, as in the other
+// kernels). Ends with a barrier.
+template <typename T>
+__device__ float stage_x(const T* x, int k, int k_pad, __half* xs, float* scratch) {
+  const float amax = block_max(stage_x_pass(x, k, k_pad, 1.f, xs), scratch);
+  if (!(amax > 32768.f || (amax < 1.f / 64 && amax > 0.f))) return 1.f;
+  int e = 0;
+  frexpf(amax, &e);  // amax in [2^(e - 1), 2^e)
+  e = max(-100, min(100, e));
+  stage_x_pass(x, k, k_pad, ldexpf(1.f, 14 - e), xs);  // each thread rewrites its own entries
+  __syncthreads();
+  return ldexpf(1.f, e - 14);
+}
+
+// Two e4m3 codes -> a packed f16 pair (one cvt on sm_89+).
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
+  return fp8x2_to_pair<__half>(two & 0xffffu);
+}
+
+// Tile row r (0 .. 15) -> its weight row: rows out0 .. out0 + 15, or, gated (wq = [gate; up], n =
+// 2 x inner), gate rows out0 .. out0 + 7 then the up rows inner + the same. Rows past the end
+// re-read the last one (their sums are discarded).
+template <bool kGated>
+__device__ __forceinline__ int tile_weight_row(const Fp8LinearParams& p, int out0, int r) {
+  if constexpr (!kGated) {
+    return min(out0 + r, p.n - 1);
+  } else {
+    const int inner = p.n / 2;
+    return min(out0 + (r & 7), inner - 1) + (r < 8 ? 0 : inner);
+  }
+}
+
+// The finished sum of weight row `row`: x's rescale, per-channel scale, bias.
+template <typename T, bool kBlocked>
+__device__ __forceinline__ float finish_row(const Fp8LinearParams& p, float sum, float x_unscale,
+                                            int row) {
+  float out = sum * x_unscale;
+  if (!kBlocked) out *= p.w_scale[row];
+  if (p.bias) out += to_float(static_cast<const T*>(p.bias)[row]);
+  return out;
+}
+
+// grid: ceil(outputs / outputs per block); 16 (gated: 8) outputs a block. Dynamic shared memory:
+// kTileBytes of weight stages, then x as f16 (k rounded up to a chunk).
+template <typename T, bool kGated, bool kBlocked>
+__global__ void __launch_bounds__(kThreads)
+    fp8_stream_kernel(const __grid_constant__ Fp8LinearParams p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ float partial[kWarps][kRows];
+  __shared__ float scratch[kWarps];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int out0 = blockIdx.x * (kGated ? kRows / 2 : kRows);
+  const int num_chunks = (p.k + kChunk - 1) / kChunk;
+  const int my_chunks = num_chunks > warp ? (num_chunks - warp + kWarps - 1) / kWarps : 0;
+  uint8_t* my_stages = smem + warp * kStages * kStageBytes;
+  __half* xs = reinterpret_cast<__half*>(smem + kTileBytes);
+
+  // The lane copies 16-byte piece lane % 8 of tile rows lane / 8 + 4 j; piece q of row r sits at
+  // q ^ (r % 8) so that ldmatrix's eight rows at one piece hit different banks.
+  const int piece = lane & 7;
+  const uint8_t* src[4];
+  int dst[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int r = (lane >> 3) + 4 * j;
+    src[j] = static_cast<const uint8_t*>(p.wq) +
+             int64_t{tile_weight_row<kGated>(p, out0, r)} * p.k + piece * 16;
+    dst[j] = r * kChunk + ((piece ^ (r & 7)) * 16);
+  }
+  auto issue = [&](int i) {  // the warp's chunk i (warp + kWarps i) into stage i % kStages
+    if (i < my_chunks) {
+      const int off = (warp + kWarps * i) * kChunk;
+      const int bytes = off + piece * 16 < p.k ? 16 : 0;
+      uint8_t* stage = my_stages + (i % kStages) * kStageBytes;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) cp_async16(stage + dst[j], bytes ? src[j] + off : src[j], bytes);
+    }
+    cp_async_commit();  // empty groups keep the group count uniform
+  };
+  // The weights do not depend on the kernel before: the first chunks are in flight before
+  // waiting for it (common.cuh: programmatic dependent launch).
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) issue(i);
+  pdl_wait();
+  if (my_chunks <= kStages - 1) pdl_launch_dependents();
+  const float x_unscale =
+      stage_x(static_cast<const T*>(p.x), p.k, num_chunks * kChunk, xs, scratch);
+
+  // ldmatrix.x4: lane supplies row (lane / 8 % 2) * 8 + lane % 8 of matrix lane / 8, at piece
+  // 2 kk (matrices 0, 1: rows 0-7, 8-15) or 2 kk + 1 (matrices 2, 3). Lane (g, t) receives bytes
+  // 4t .. 4t + 3 of row g (r[0], r[2]) and row g + 8 (r[1], r[3]) of both pieces.
+  const int lrow = ((lane >> 3) & 1) * 8 + (lane & 7);
+  int ld_off[4];
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+    ld_off[kk] = lrow * kChunk + (((2 * kk + (lane >> 4)) ^ (lrow & 7)) * 16);
+  // Block-scaled weights: a chunk is one 128-column scale block; rows g and g + 8 of the tile.
+  const int scale_stride = fp8_block_scale_stride(p.k);
+  const float* scale_g =
+      p.w_scale + (tile_weight_row<kGated>(p, out0, g) / kFp8Block) * scale_stride;
+  const float* scale_g8 =
+      p.w_scale + (tile_weight_row<kGated>(p, out0, g + 8) / kFp8Block) * scale_stride;
+
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int i = 0; i < my_chunks; ++i) {
+    cp_async_wait<kStages - 2>();  // chunk i has landed (this lane's copies)
+    __syncwarp();                  // ... and every lane's; all are past chunk i - 1's stage
+    issue(i + kStages - 1);
+    if (i + kStages - 1 == my_chunks - 1) pdl_launch_dependents();
+    const uint8_t* stage = my_stages + (i % kStages) * kStageBytes;
+    const int c = warp + kWarps * i;
+    const __half* xc = xs + c * kChunk + 4 * t;
+    // Per-channel weights sum into acc; block-scaled ones into part, scaled per chunk.
+    float part[4] = {0.f, 0.f, 0.f, 0.f};
+    auto multiply_chunk = [&](float(&sum)[4]) {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        uint32_t r[4];
+        ldmatrix_x4(r, stage + ld_off[kk]);
+        // The mma's k order only has to agree between A and B: its columns (2t, 2t + 1) and (2t
+        // + 8, 2t + 9) take bytes 4t, 4t + 1 and 4t + 2, 4t + 3 of the piece, and B the same x.
+        const uint2 b0 = *reinterpret_cast<const uint2*>(xc + 32 * kk);
+        const uint2 b1 = *reinterpret_cast<const uint2*>(xc + 32 * kk + 16);
+        mma16816<__half>(sum, e4m3x2_to_f16x2(r[0]), e4m3x2_to_f16x2(r[1]),
+                         e4m3x2_to_f16x2(r[0] >> 16), e4m3x2_to_f16x2(r[1] >> 16), b0.x, b0.y);
+        mma16816<__half>(sum, e4m3x2_to_f16x2(r[2]), e4m3x2_to_f16x2(r[3]),
+                         e4m3x2_to_f16x2(r[2] >> 16), e4m3x2_to_f16x2(r[3] >> 16), b1.x, b1.y);
+      }
+    };
+    if constexpr (kBlocked) {
+      multiply_chunk(part);
+    } else {
+      multiply_chunk(acc);
+    }
+    if constexpr (kBlocked) {
+      acc[0] = fmaf(part[0], scale_g[c], acc[0]);
+      acc[2] = fmaf(part[2], scale_g8[c], acc[2]);
+    }
+  }
+  cp_async_wait<0>();
+
+  // Column 0 of the accumulator: c[0] is row g, c[2] row g + 8 (lanes t == 0).
+  if (t == 0) {
+    partial[warp][g] = acc[0];
+    partial[warp][g + 8] = acc[2];
+  }
+  __syncthreads();
+  if (warp != 0 || lane >= (kGated ? kRows / 2 : kRows)) return;
+  auto row_sum = [&](int r) {
+    float s = partial[0][r];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) s += partial[w][r];
+    return s;
+  };
+  T* y = static_cast<T*>(p.y);
+  const int out = out0 + lane;
+  if constexpr (kGated) {
+    const int inner = p.n / 2;
+    if (out >= inner) return;
+    const float gate = round_to<T>(finish_row<T, kBlocked>(p, row_sum(lane), x_unscale, out));
+    const float up =
+        round_to<T>(finish_row<T, kBlocked>(p, row_sum(lane + 8), x_unscale, inner + out));
+    y[out] = from_float<T>(silu_mul<T>(gate, up));
+  } else {
+    if (out >= p.n) return;
+    y[out] = from_float<T>(finish_row<T, kBlocked>(p, row_sum(lane), x_unscale, out));
+  }
+}
+
+template <typename T, bool kGated, bool kBlocked>
+cudaError_t launch(const Fp8LinearParams& p, cudaStream_t stream) {
+  constexpr auto kernel = fp8_stream_kernel<T, kGated, kBlocked>;
+  if (const cudaError_t e = allow_dynamic_smem<kernel>(kMaxSmem); e != cudaSuccess) return e;
+  const int outs_per_block = kGated ? kRows / 2 : kRows, outs = kGated ? p.n / 2 : p.n;
+  const int k_pad = (p.k + kChunk - 1) / kChunk * kChunk;
+  const dim3 grid((outs + outs_per_block - 1) / outs_per_block);
+  return launch_kernel(kernel, grid, kThreads, size_t{kTileBytes} + size_t(k_pad) * 2, stream, p);
+}
+
+template <typename T>
+cudaError_t launch_dtype(const Fp8LinearParams& p, bool gated, cudaStream_t stream) {
+  if (p.w_block != 0)
+    return gated ? launch<T, true, true>(p, stream) : launch<T, false, true>(p, stream);
+  return gated ? launch<T, true, false>(p, stream) : launch<T, false, false>(p, stream);
+}
+
+}  // namespace
+
+cudaError_t fp8_weight_only_stream(const Fp8LinearParams& p, bool gated, cudaStream_t stream) {
+  if (p.m != 1 || p.k > kMaxK || p.dtype == DType::kF32) return cudaErrorNotSupported;
+  if (gated && p.n % 2 != 0) return cudaErrorInvalidValue;
+  if (p.dtype == DType::kBF16) return launch_dtype<__nv_bfloat16>(p, gated, stream);
+  return launch_dtype<__half>(p, gated, stream);
+}
+
+}  // namespace pagellm::cuda
