@@ -382,7 +382,7 @@ void test_silu_fused(Suite& s, GemmContext* ctx, DType t, int m, int inner, int 
   Fp8LinearParams p = c.params;
   p.y = one.ptr;
   const cudaError_t e = fp8_linear_silu_and_mul(ctx, p, nullptr);
-  if (!(m <= kFp8CudaCoreMaxRows || (w_block != 0 && m <= 2))) {
+  if (!(m <= kFp8DefaultMaxRows || (w_block != 0 && m <= 2))) {
     s.report(name, e == cudaErrorNotSupported, "declines (another kernel runs this shape)");
     return;
   }

@@ -283,9 +283,9 @@ cudaError_t fp8_linear_silu_and_mul(GemmContext* ctx, const Fp8LinearParams& p,
   if (!ctx || p.m < 0 || p.n <= 0 || p.n % 2 != 0 || p.k <= 0 || p.k % 16 != 0)
     return cudaErrorInvalidValue;
   if (p.m == 0) return cudaSuccess;
-  // Only where fp8_linear itself would take the CUDA-core weight-only kernel.
+  // Only where fp8_linear itself would take the default weight-only kernel (variant 1).
   if (p.x_quantized || p.dtype == DType::kF32 || path_for(ctx, p) != Taken::kWeightOnly ||
-      !fp8_weight_only_on_cuda_cores(p))
+      !fp8_weight_only_takes_default(p))
     return cudaErrorNotSupported;
   return fp8_weight_only_silu_and_mul(p, stream);
 }

@@ -219,13 +219,13 @@ cudaError_t launch_rows(const Fp8LinearParams& p, cudaStream_t stream) {
   return launch<T, 8, R, 4, false, S>(p, stream);
 }
 
-// Default configuration: four rows per warp, four 16-byte loads per row in flight (R x U = 16 per
-// lane), the fastest alone at m = 1 to 8 on Llama-3.1-8B's shapes (docs/PERF.md). Long rows at m =
-// 1 (down: k = 14336), where a warp's four rows are four streams 14 KB apart (their loads alone
-// reach ~72 % of the copy rate, tests/device/fp8_gemv_probe.cu): two rows a warp with k split
-// over two warps. Alone it times the same; in the decode step it measured +2 % at FP8 batch 1.
-// One activation row runs on tensor cores with the weights streamed through shared memory
-// (fp8_weight_only_stream.cu), where its shape allows.
+// Default configuration. One activation row runs on tensor cores with the weights streamed
+// through shared memory (fp8_weight_only_stream.cu: +12 % at FP8 batch 1 against the CUDA-core
+// kernel), where its shape allows. Otherwise, on CUDA cores: four rows per warp, four 16-byte
+// loads per row in flight (R x U = 16 per lane), the fastest alone at m = 1 to 8 on Llama-3.1-8B's
+// shapes (docs/PERF.md); long rows at m = 1 (down: k = 14336), where a warp's four rows are four
+// streams 14 KB apart (their loads alone reach ~72 % of the copy rate,
+// tests/device/fp8_gemv_probe.cu), two rows a warp with k split over two warps.
 template <typename T>
 cudaError_t launch_default(const Fp8LinearParams& p, cudaStream_t stream) {
   if (p.m == 1)
@@ -293,7 +293,7 @@ cudaError_t fp8_weight_only(const Fp8LinearParams& p, int variant, cudaStream_t 
   if (p.m == 0) return cudaSuccess;
   if (p.dtype == DType::kF32 || variant < 0 || variant >= kFp8WeightOnlyNumVariants)
     return cudaErrorNotSupported;
-  if (variant == 0) variant = fp8_weight_only_on_cuda_cores(p) ? 1 : 2;
+  if (variant == 0) variant = fp8_weight_only_takes_default(p) ? 1 : 2;
   if (variant == 2) return fp8_weight_only_mma(p, stream);
   if (variant == 1)
     return p.dtype == DType::kBF16 ? launch_default<__nv_bfloat16>(p, stream)
