@@ -11,6 +11,7 @@
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/gemm/fp8_internal.h"
+#include "backends/cuda/gemm/fp8_weight_only.cuh"
 
 namespace pagellm::cuda {
 namespace {
@@ -46,27 +47,6 @@ __device__ __forceinline__ void load_x16(const T* src, float (&f)[16]) {
     f[e] = a[e];
     f[e + 8] = b[e];
   }
-}
-
-// Weight row r of a warp whose first output is row0: rows row0 .. row0 + R - 1, or, gated (w =
-// [gate; up], n = 2 x inner), gate rows row0 .. row0 + R/2 - 1 and the up rows inner + the same.
-// Rows past the end re-read the last row (their sums are discarded).
-template <int R, bool kGated>
-__device__ __forceinline__ int weight_row(const Fp8LinearParams& p, int row0, int r) {
-  if constexpr (!kGated) {
-    return min(row0 + r, p.n - 1);
-  } else {
-    const int inner = p.n / 2;
-    return min(row0 + r % (R / 2), inner - 1) + (r < R / 2 ? 0 : inner);
-  }
-}
-
-// The finished sum of weight row `row` for activation row i: per-channel scale, bias.
-template <typename T>
-__device__ __forceinline__ float finish_sum(const Fp8LinearParams& p, float acc, int row) {
-  float out = p.w_block != 0 ? acc : acc * p.w_scale[row];
-  if (p.bias) out += to_float(static_cast<const T*>(p.bias)[row]);
-  return out;
 }
 
 // grid: (ceil(n / (kWarps / S * R)), ceil(m / M)) (kGated: n / 2 outputs, R / 2 per warp). M
@@ -190,9 +170,8 @@ __global__ void __launch_bounds__(kThreads)
       const int out_row = row0 + r, mi = m0 + i;
       if (lane != r * M + i || out_row >= num_out || mi >= p.m) continue;
       if (kGated) {
-        const float g = round_to<T>(finish_sum<T>(p, acc[r][i], out_row));
-        const float u = round_to<T>(finish_sum<T>(p, acc[r + R / 2][i], num_out + out_row));
-        y[int64_t{mi} * num_out + out_row] = from_float<T>(silu_mul<T>(g, u));
+        y[int64_t{mi} * num_out + out_row] =
+            from_float<T>(gated_output<T>(p, acc[r][i], acc[r + R / 2][i], out_row));
       } else {
         y[int64_t{mi} * p.n + out_row] = from_float<T>(finish_sum<T>(p, acc[r][i], out_row));
       }

@@ -20,8 +20,10 @@
 
 #include "backends/cuda/attention/mma_softmax.cuh"
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/fp8_act_quant.cuh"
 #include "backends/cuda/fp8_convert.cuh"
 #include "backends/cuda/gemm/fp8_internal.h"
+#include "backends/cuda/gemm/fp8_weight_only.cuh"
 #include "backends/cuda/gemm/mma.cuh"
 
 namespace pagellm::cuda {
@@ -42,16 +44,6 @@ constexpr int kMaxK = 32768;                 // x staged as f16: at most 64 KB
 constexpr int kTileBytes = kWarps * kStages * kStageBytes;
 constexpr int kMaxSmem = kTileBytes + kMaxK * 2;
 
-__device__ __forceinline__ float block_max(float v, float* scratch) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
-  __syncthreads();
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) v = fmaxf(v, scratch[w]);
-  return v;
-}
-
 // One pass of x (k values, k % 8 == 0) into xs[0, k_pad) as f16 times `scale`, zeros past k;
 // returns the largest |x|.
 template <typename T>
@@ -62,9 +54,9 @@ __device__ float stage_x_pass(const T* x, int k, int k_pad, float scale, __half*
     if (i < k) load16(x + i, f);
     uint4 h;
     uint32_t* words = &h.x;
+    amax = abs_max(f, amax);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      amax = fmaxf(amax, fmaxf(fabsf(f[2 * q]), fabsf(f[2 * q + 1])));
       const __half2 pair = __floats2half2_rn(f[2 * q] * scale, f[2 * q + 1] * scale);
       words[q] = *reinterpret_cast<const uint32_t*>(&pair);
     }
@@ -94,29 +86,6 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
   return fp8x2_to_pair<__half>(two & 0xffffu);
 }
 
-// Tile row r (0 .. 15) -> its weight row: rows out0 .. out0 + 15, or, gated (wq = [gate; up], n =
-// 2 x inner), gate rows out0 .. out0 + 7 then the up rows inner + the same. Rows past the end
-// re-read the last one (their sums are discarded).
-template <bool kGated>
-__device__ __forceinline__ int tile_weight_row(const Fp8LinearParams& p, int out0, int r) {
-  if constexpr (!kGated) {
-    return min(out0 + r, p.n - 1);
-  } else {
-    const int inner = p.n / 2;
-    return min(out0 + (r & 7), inner - 1) + (r < 8 ? 0 : inner);
-  }
-}
-
-// The finished sum of weight row `row`: x's rescale, per-channel scale, bias.
-template <typename T, bool kBlocked>
-__device__ __forceinline__ float finish_row(const Fp8LinearParams& p, float sum, float x_unscale,
-                                            int row) {
-  float out = sum * x_unscale;
-  if (!kBlocked) out *= p.w_scale[row];
-  if (p.bias) out += to_float(static_cast<const T*>(p.bias)[row]);
-  return out;
-}
-
 // grid: ceil(outputs / outputs per block); 16 (gated: 8) outputs a block. Dynamic shared memory:
 // kTileBytes of weight stages, then x as f16 (k rounded up to a chunk).
 template <typename T, bool kGated, bool kBlocked>
@@ -124,7 +93,7 @@ __global__ void __launch_bounds__(kThreads)
     fp8_stream_kernel(const __grid_constant__ Fp8LinearParams p) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ float partial[kWarps][kRows];
-  __shared__ float scratch[kWarps];
+  __shared__ float scratch[32];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int out0 = blockIdx.x * (kGated ? kRows / 2 : kRows);
@@ -142,7 +111,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < 4; ++j) {
     const int r = (lane >> 3) + 4 * j;
     src[j] = static_cast<const uint8_t*>(p.wq) +
-             int64_t{tile_weight_row<kGated>(p, out0, r)} * p.k + piece * 16;
+             int64_t{weight_row<kRows, kGated>(p, out0, r)} * p.k + piece * 16;
     dst[j] = r * kChunk + ((piece ^ (r & 7)) * 16);
   }
   auto issue = [&](int i) {  // the warp's chunk i (warp + kWarps i) into stage i % kStages
@@ -175,9 +144,9 @@ __global__ void __launch_bounds__(kThreads)
   // Block-scaled weights: a chunk is one 128-column scale block; rows g and g + 8 of the tile.
   const int scale_stride = fp8_block_scale_stride(p.k);
   const float* scale_g =
-      p.w_scale + (tile_weight_row<kGated>(p, out0, g) / kFp8Block) * scale_stride;
+      p.w_scale + (weight_row<kRows, kGated>(p, out0, g) / kFp8Block) * scale_stride;
   const float* scale_g8 =
-      p.w_scale + (tile_weight_row<kGated>(p, out0, g + 8) / kFp8Block) * scale_stride;
+      p.w_scale + (weight_row<kRows, kGated>(p, out0, g + 8) / kFp8Block) * scale_stride;
 
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
   for (int i = 0; i < my_chunks; ++i) {
@@ -233,15 +202,12 @@ __global__ void __launch_bounds__(kThreads)
   T* y = static_cast<T*>(p.y);
   const int out = out0 + lane;
   if constexpr (kGated) {
-    const int inner = p.n / 2;
-    if (out >= inner) return;
-    const float gate = round_to<T>(finish_row<T, kBlocked>(p, row_sum(lane), x_unscale, out));
-    const float up =
-        round_to<T>(finish_row<T, kBlocked>(p, row_sum(lane + 8), x_unscale, inner + out));
-    y[out] = from_float<T>(silu_mul<T>(gate, up));
+    if (out >= p.n / 2) return;
+    y[out] = from_float<T>(
+        gated_output<T>(p, row_sum(lane) * x_unscale, row_sum(lane + 8) * x_unscale, out));
   } else {
     if (out >= p.n) return;
-    y[out] = from_float<T>(finish_row<T, kBlocked>(p, row_sum(lane), x_unscale, out));
+    y[out] = from_float<T>(finish_sum<T>(p, row_sum(lane) * x_unscale, out));
   }
 }
 
