@@ -176,12 +176,10 @@ __global__ void __launch_bounds__(kThreads)
     };
     if constexpr (kBlocked) {
       multiply_chunk(part);
-    } else {
-      multiply_chunk(acc);
-    }
-    if constexpr (kBlocked) {
       acc[0] = fmaf(part[0], scale_g[c], acc[0]);
       acc[2] = fmaf(part[2], scale_g8[c], acc[2]);
+    } else {
+      multiply_chunk(acc);
     }
   }
   cp_async_wait<0>();
