@@ -140,8 +140,9 @@ class ForwardPass {
     check(cuda::int8_linear(m_.gemm, p, m_.stream), "int8 linear");
   }
 
-  void int_linear(const void* x, const DevMem& w, const IntScales& iq, void* y, int out_features,
-                  int in_features, const void* b) {
+  // The INT kernels' parameters; act-order layers gather x's columns into the scratch first.
+  cuda::IntLinearParams int_params(const void* x, const DevMem& w, const IntScales& iq, void* y,
+                                   int out_features, int in_features, const void* b) {
     if (iq.perm.get()) {
       check(cuda::int_gather_columns(m_.dt, x, iq.perm.as<int32_t>(), m_.int_x_perm.get(), n_,
                                      in_features, m_.stream),
@@ -153,7 +154,14 @@ class ForwardPass {
     p.zero = iq.zero.as<uint8_t>(), p.y = y, p.bias = b;
     p.m = n_, p.n = out_features, p.k = in_features, p.group_size = iq.group_size;
     p.w_work = m_.int_w_work.get();
-    check(cuda::int_linear(m_.gemm, p, m_.stream), "int linear");
+    return p;
+  }
+
+  void int_linear(const void* x, const DevMem& w, const IntScales& iq, void* y, int out_features,
+                  int in_features, const void* b) {
+    check(
+        cuda::int_linear(m_.gemm, int_params(x, w, iq, y, out_features, in_features, b), m_.stream),
+        "int linear");
   }
 
   // A projection: 16-bit through cuBLASLt, FP8 (gemm/fp8_gemm.h) when the layer has scales, or
@@ -293,18 +301,23 @@ class ForwardPass {
     if (gemma_) normalize_proj(w.attn_out_norm);
   }
 
-  // The add + norm, gate/up, SiLU-and-mul (Gemma: GeLU-tanh) and down into x_proj. 16-bit or FP8
-  // weights at decode sizes take SiLU-and-mul in the gate/up GEMV's epilogue (INT weights and an
-  // input the norm already quantized keep the two kernels).
+  // The add + norm, gate/up, SiLU-and-mul (Gemma: GeLU-tanh) and down into x_proj. 16-bit, FP8
+  // or INT weight-only at decode sizes take SiLU-and-mul in the gate/up GEMV's epilogue (W8A8-INT8
+  // and an input the norm already quantized keep the two kernels).
   void dense_mlp(const LayerWeights& w) {
     const int inter = m_.inter;
     const bool gate_up_quantized = all_reduce_add_norm(
         w.post_norm, fused_fp8_input(w.gate_up, w.gate_up_fp8, m_.x_gate_up.get(), 2 * inter,
                                      m_.hidden, nullptr));
-    const bool fusable =
-        !gate_up_quantized && !w.gate_up_int.on() && !w.gate_up_int.w8a8 && !gemma_;
+    const bool fusable = !gate_up_quantized && !w.gate_up_int.w8a8 && !gemma_;
     cudaError_t fused = cudaErrorNotSupported;
-    if (fusable && w.gate_up_fp8.on()) {
+    if (fusable && w.gate_up_int.on() && n_ == 1) {  // else int_params would gather twice
+      fused =
+          cuda::int_linear_silu_and_mul(m_.gemm,
+                                        int_params(m_.x_normed.get(), w.gate_up, w.gate_up_int,
+                                                   m_.x_act.get(), 2 * inter, m_.hidden, nullptr),
+                                        m_.stream);
+    } else if (fusable && w.gate_up_fp8.on()) {
       fused =
           cuda::fp8_linear_silu_and_mul(m_.gemm,
                                         fp8_params(m_.x_normed.get(), w.gate_up, w.gate_up_fp8,

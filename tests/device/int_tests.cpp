@@ -6,6 +6,8 @@
 //    asymmetric zeros, with and without bias, bf16 and f16: within the output dtype's rounding of a
 //    float64 sum over the dequantized weights (round((q - z) * s) with s in the layer dtype; the
 //    kernels that scale the sums instead of the weights are closer to the unrounded product);
+//  - at m = 1 the register kernel and the one-row GEMV (int_weight_gemv) pinned, and the gated
+//    GEMV (int_linear_silu_and_mul) bit-identical to the GEMV followed by silu_and_mul;
 //  - int_dequantize_weight bit-exact with that host dequantization; int_gather_columns exact;
 //  - a CUDA graph replay gives the eager call's bits;
 //  - W8A8-INT8's int8_linear against the CPU backend's math (per-token int8 activations, exact
@@ -114,6 +116,46 @@ void upload(DevMem& d, DType t, const std::vector<float>& v) {
   CK(cudaMemcpy(d.ptr, raw.data(), raw.size(), cudaMemcpyHostToDevice));
 }
 
+// At m = 1: the register kernel (int_linear takes the GEMV there) and the GEMV itself.
+void test_one_row_kernels(Suite& s, const IntSetup& c, const IntLinearParams& p, DevMem& yd,
+                          const std::vector<float>& ref, double tol) {
+  for (int tiles : {1, 4}) {
+    CK(cudaMemset(yd.ptr, 0xff, yd.bytes));
+    const cudaError_t err = int_weight_only(p, nullptr, tiles);
+    if (err == cudaErrorNotSupported && tiles == 4 && c.k > 32768) continue;  // register kernel
+    CK(err);
+    CK(cudaDeviceSynchronize());
+    const Err e = compare(download(yd, c.dtype, ref.size()), ref);
+    char detail[96];
+    std::snprintf(detail, sizeof detail, "rel_l2 %.2e max_rel %.2e", e.rel_l2, e.max_rel);
+    s.report(name_of(c, tiles == 1 ? "register kernel" : "gemv"), e.finite && e.max_rel < tol,
+             detail);
+  }
+}
+
+// int_linear_silu_and_mul at m = 1 (w = [gate; up]) against the GEMV followed by silu_and_mul:
+// the same bits (each row's sum is formed in the same order in both).
+void test_gated_gemv(Suite& s, const IntSetup& c, const IntLinearParams& p, GemmContext* ctx) {
+  const std::string name = name_of(c, "gemv silu_and_mul");
+  if (!s.selected(name)) return;
+  const int inner = c.n / 2;
+  DevMem two(size_t(c.n) * 2), fused(size_t(inner) * 2), want(size_t(inner) * 2);
+  IntLinearParams q = p;
+  q.y = fused.ptr;
+  CK(cudaMemset(fused.ptr, 0xff, fused.bytes));
+  const cudaError_t err = int_linear_silu_and_mul(ctx, q, nullptr);
+  if (err == cudaErrorNotSupported && c.k > 32768) return;
+  CK(err);
+  q.y = two.ptr;
+  CK(int_weight_only(q, nullptr, 4));
+  CK(silu_and_mul({c.dtype, two.ptr, want.ptr, 1, inner}, nullptr));
+  CK(cudaDeviceSynchronize());
+  std::vector<uint8_t> a(fused.bytes), b(want.bytes);
+  CK(cudaMemcpy(a.data(), fused.ptr, a.size(), cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(b.data(), want.ptr, b.size(), cudaMemcpyDeviceToHost));
+  s.report(name, a == b, "bit-identical to the GEMV, then silu_and_mul");
+}
+
 void test_linear(Suite& s, GemmContext* ctx, const IntSetup& c) {
   const std::string name = name_of(c, "linear");
   if (!s.selected(name)) return;
@@ -166,8 +208,11 @@ void test_linear(Suite& s, GemmContext* ctx, const IntSetup& c) {
                detail);
     }
 
-  // The dequantized weight, bit-exact, and a graph replay equal to the eager call.
   if (c.m != 1) return;
+  test_one_row_kernels(s, c, p, yd, ref, tol);
+  if (c.n % 2 == 0) test_gated_gemv(s, c, p, ctx);
+
+  // The dequantized weight, bit-exact, and a graph replay equal to the eager call.
   DevMem deq(size_t(c.n) * c.k * 2);
   CK(int_dequantize_weight(p, deq.ptr, nullptr));
   CK(cudaDeviceSynchronize());
@@ -293,6 +338,13 @@ void int_suite(const std::string& filter, int& passed, int& failed) {
                           {40, 257, 1120, 32},
                           {300, 768, 1024, 128},
                           {1, 8448, 4096, 4096},
+                          // one-row GEMV: a partial last chunk, groups of 32 and 64, Llama's
+                          // gate/up and down, a k split into more chunks than stages
+                          {1, 130, 1120, 32},
+                          {1, 512, 832, 64},
+                          {1, 28672, 4096, 128},
+                          {1, 4096, 14336, 128},
+                          {1, 34, 14336, 32},
                           // the tiny references' projections (hidden 64), a 576-wide row
                           {3, 128, 64, 32},
                           {27, 128, 64, 32},
@@ -377,8 +429,10 @@ void int_bench() {
                                       st));
                             });
         // tiles 0: int_linear's choice; 1 and 2 pin the register kernel's rows per block, 3 the
-        // streaming kernel (with its k split: the scratch is given).
-        for (int tiles : {0, 1, 2, 3}) {
+        // streaming kernel (with its k split: the scratch is given), 4 the one-row GEMV, 5 the
+        // gated GEMV (int_linear_silu_and_mul, half the outputs).
+        for (int tiles : {0, 1, 2, 3, 4, 5}) {
+          if (tiles >= 4 && m != 1) continue;
           int next = 0;
           const double us =
               1e3 * time_graph_ms([&](cudaStream_t st) {
@@ -386,7 +440,9 @@ void int_bench() {
                 IntLinearParams p;
                 p.bits = bits, p.x = x.ptr, p.wq = wq[c].ptr, p.scale = sc[c].ptr, p.y = y.ptr;
                 p.m = m, p.n = sh.n, p.k = sh.k, p.group_size = 128, p.w_work = work.ptr;
-                CK(tiles == 0 ? int_linear(ctx, p, st) : int_weight_only(p, st, tiles));
+                CK(tiles == 0   ? int_linear(ctx, p, st)
+                   : tiles == 5 ? int_linear_silu_and_mul(ctx, p, st)
+                                : int_weight_only(p, st, tiles));
               });
           const double bytes = double(wbytes) + double(groups) * 2;
           std::printf("%-15s %5d %4s/%d %9.1f %9.1f %7.2fx %6.1f%%\n", sh.name, m,

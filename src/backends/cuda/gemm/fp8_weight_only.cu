@@ -77,14 +77,14 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int r = 0; r < R; ++r)
     w[r] = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(p.wq) +
-                                          int64_t{weight_row<R, kGated>(p, row0, r)} * p.k);
+                                          int64_t{weight_row<R, kGated>(p.n, row0, r)} * p.k);
   // Block-scaled weights: the scale row of each weight row's 128-row block; a 16-byte vector v
   // lies in column block v / 8. Per-channel weights scale the finished sums instead.
   const float* block_scale[R];
   const int scale_stride = fp8_block_scale_stride(p.k);
 #pragma unroll
   for (int r = 0; r < R; ++r)
-    block_scale[r] = p.w_scale + (weight_row<R, kGated>(p, row0, r) / kFp8Block) * scale_stride;
+    block_scale[r] = p.w_scale + (weight_row<R, kGated>(p.n, row0, r) / kFp8Block) * scale_stride;
   const bool blocked = p.w_block != 0;
   const T* x[M];
 #pragma unroll

@@ -1,25 +1,13 @@
 // Device pieces shared by the FP8 weight-only kernels (fp8_weight_only.cu on CUDA cores,
-// fp8_weight_only_stream.cu on tensor cores): which weight row a kernel's row r reads, and how a
-// finished sum becomes an output.
+// fp8_weight_only_stream.cu on tensor cores): how a finished sum becomes an output (which weight
+// row a kernel's row reads: gemm/mma.cuh's weight_row).
 #pragma once
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/gemm/fp8_gemm.h"
+#include "backends/cuda/gemm/mma.cuh"
 
 namespace pagellm::cuda {
-
-// Weight row r of a group of R rows whose first output is row0: rows row0 .. row0 + R - 1, or,
-// gated (w = [gate; up], n = 2 x inner), gate rows row0 .. row0 + R/2 - 1 and the up rows inner +
-// the same. Rows past the end re-read the last row (their sums are discarded).
-template <int R, bool kGated>
-__device__ __forceinline__ int weight_row(const Fp8LinearParams& p, int row0, int r) {
-  if constexpr (!kGated) {
-    return min(row0 + r, p.n - 1);
-  } else {
-    const int inner = p.n / 2;
-    return min(row0 + r % (R / 2), inner - 1) + (r < R / 2 ? 0 : inner);
-  }
-}
 
 // The finished sum of weight row `row`: per-channel scale (block scales are applied during the
 // sum), bias.

@@ -20,10 +20,10 @@
 
 #include "backends/cuda/attention/mma_softmax.cuh"
 #include "backends/cuda/common.cuh"
-#include "backends/cuda/fp8_act_quant.cuh"
 #include "backends/cuda/fp8_convert.cuh"
 #include "backends/cuda/gemm/fp8_internal.h"
 #include "backends/cuda/gemm/fp8_weight_only.cuh"
+#include "backends/cuda/gemm/gemv_stage_x.cuh"
 #include "backends/cuda/gemm/mma.cuh"
 
 namespace pagellm::cuda {
@@ -43,43 +43,6 @@ constexpr int kStageBytes = kRows * kChunk;  // 2 KB
 constexpr int kMaxK = 32768;                 // x staged as f16: at most 64 KB
 constexpr int kTileBytes = kWarps * kStages * kStageBytes;
 constexpr int kMaxSmem = kTileBytes + kMaxK * 2;
-
-// One pass of x (k values, k % 8 == 0) into xs[0, k_pad) as f16 times `scale`, zeros past k;
-// returns the largest |x|.
-template <typename T>
-__device__ float stage_x_pass(const T* x, int k, int k_pad, float scale, __half* xs) {
-  float amax = 0.f;
-  for (int i = threadIdx.x * 8; i < k_pad; i += kThreads * 8) {
-    float f[8] = {};
-    if (i < k) load16(x + i, f);
-    uint4 h;
-    uint32_t* words = &h.x;
-    amax = abs_max(f, amax);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const __half2 pair = __floats2half2_rn(f[2 * q] * scale, f[2 * q + 1] * scale);
-      words[q] = *reinterpret_cast<const uint32_t*>(&pair);
-    }
-    *reinterpret_cast<uint4*>(xs + i) = h;
-  }
-  return amax;
-}
-
-// Stages x as f16 for the whole block and returns what the sums are multiplied by: 1, or the
-// inverse of the power of two that brought the largest |x| into [2^13, 2^14) when it lay outside
-// [2^-6, 2^15] (a NaN or infinity is staged as it is and reaches the output, as in the other
-// kernels). Ends with a barrier.
-template <typename T>
-__device__ float stage_x(const T* x, int k, int k_pad, __half* xs, float* scratch) {
-  const float amax = block_max(stage_x_pass(x, k, k_pad, 1.f, xs), scratch);
-  if (!(amax > 32768.f || (amax < 1.f / 64 && amax > 0.f))) return 1.f;
-  int e = 0;
-  frexpf(amax, &e);  // amax in [2^(e - 1), 2^e)
-  e = max(-100, min(100, e));
-  stage_x_pass(x, k, k_pad, ldexpf(1.f, 14 - e), xs);  // each thread rewrites its own entries
-  __syncthreads();
-  return ldexpf(1.f, e - 14);
-}
 
 // Two e4m3 codes -> a packed f16 pair (one cvt on sm_89+).
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
@@ -111,7 +74,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < 4; ++j) {
     const int r = (lane >> 3) + 4 * j;
     src[j] = static_cast<const uint8_t*>(p.wq) +
-             int64_t{weight_row<kRows, kGated>(p, out0, r)} * p.k + piece * 16;
+             int64_t{weight_row<kRows, kGated>(p.n, out0, r)} * p.k + piece * 16;
     dst[j] = r * kChunk + ((piece ^ (r & 7)) * 16);
   }
   auto issue = [&](int i) {  // the warp's chunk i (warp + kWarps i) into stage i % kStages
@@ -131,7 +94,7 @@ __global__ void __launch_bounds__(kThreads)
   pdl_wait();
   if (my_chunks <= kStages - 1) pdl_launch_dependents();
   const float x_unscale =
-      stage_x(static_cast<const T*>(p.x), p.k, num_chunks * kChunk, xs, scratch);
+      stage_x_f16<kThreads>(static_cast<const T*>(p.x), p.k, num_chunks * kChunk, xs, scratch);
 
   // ldmatrix.x4: lane supplies row (lane / 8 % 2) * 8 + lane % 8 of matrix lane / 8, at piece
   // 2 kk (matrices 0, 1: rows 0-7, 8-15) or 2 kk + 1 (matrices 2, 3). Lane (g, t) receives bytes
@@ -144,9 +107,9 @@ __global__ void __launch_bounds__(kThreads)
   // Block-scaled weights: a chunk is one 128-column scale block; rows g and g + 8 of the tile.
   const int scale_stride = fp8_block_scale_stride(p.k);
   const float* scale_g =
-      p.w_scale + (weight_row<kRows, kGated>(p, out0, g) / kFp8Block) * scale_stride;
+      p.w_scale + (weight_row<kRows, kGated>(p.n, out0, g) / kFp8Block) * scale_stride;
   const float* scale_g8 =
-      p.w_scale + (weight_row<kRows, kGated>(p, out0, g + 8) / kFp8Block) * scale_stride;
+      p.w_scale + (weight_row<kRows, kGated>(p.n, out0, g + 8) / kFp8Block) * scale_stride;
 
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
   for (int i = 0; i < my_chunks; ++i) {

@@ -55,8 +55,22 @@ cudaError_t int_linear(GemmContext* ctx, const IntLinearParams& p, cudaStream_t 
 
 // The weight-only kernels for any m (tests and benchmarks pin them); `tiles` pins the kernel: the
 // register kernel with 1 (16 weight rows per block, the next chunk prefetched) or 2 (32 rows), 3
-// the streaming kernel (int_weight_stream), 0 as int_linear chooses.
+// the streaming kernel (int_weight_stream), 4 the one-row GEMV (int_weight_gemv; m = 1 only), 0 as
+// int_linear chooses (at m = 1 the GEMV where it applies).
 cudaError_t int_weight_only(const IntLinearParams& p, cudaStream_t stream, int tiles = 0);
+
+// y [m, n / 2] = silu(gate) * up for w = [gate; up] (n = 2 x inner), the SiLU-and-mul applied in
+// the GEMV's epilogue with silu_and_mul's roundings (each projection stored in the dtype first).
+// cudaErrorNotSupported where the fused kernel does not apply (m != 1, or as int_weight_gemv):
+// the caller then runs int_linear and silu_and_mul.
+cudaError_t int_linear_silu_and_mul(GemmContext* ctx, const IntLinearParams& p,
+                                    cudaStream_t stream);
+
+// The weight-only GEMV for m = 1 on tensor cores, whole 128-byte weight lines streamed through
+// shared memory (gemm/int_weight_gemv.cu); gated: wq = [gate; up] and y [1, n / 2] as
+// int_linear_silu_and_mul. p must be valid for int_linear. cudaErrorNotSupported for m != 1, k
+// above 32768 or more than 1024 groups per row.
+cudaError_t int_weight_gemv(const IntLinearParams& p, bool gated, cudaStream_t stream);
 
 // The streaming kernel for m <= kIntWeightOnlyMaxRows (gemm/int_weight_stream.cu): weights and
 // activations through a cp.async pipeline, each weight dequantized once for all m rows; k split

@@ -286,6 +286,15 @@ __global__ void gather_kernel(const T* x, const int32_t* perm, T* out, int m, in
 // Llama-3.1-8B's projections, docs/PERF.md "INT4 / INT8 kernels").
 bool stream_kernel_first(const IntLinearParams& p) { return p.m > (p.bits == 4 ? 16 : 32); }
 
+// Where the one-row GEMV goes first at m = 1: at 8 bits always; at 4 bits, where its 16-row blocks
+// number more than two per SM. With fewer (4 warps each), its 4-bit dequantization is short of
+// warps to hide behind, and the register kernel is faster (H200, Llama-3.1-8B's o and down, 256
+// blocks on 132 SMs: 6.1 and 14.3 µs against the GEMV's 6.7 and 16.9; qkv, 384 blocks: 9.4
+// against 8.5; docs/PERF.md).
+bool gemv_first(const IntLinearParams& p) {
+  return p.bits == 8 || (p.n + 15) / 16 > 2 * sm_count();
+}
+
 bool valid(const IntLinearParams& p) {
   if (p.m < 0 || p.n <= 0 || p.k <= 0 || p.k % 32 != 0 || p.k >= (1 << 21)) return false;
   if (p.group_size <= 0 || p.group_size % 32 != 0 || p.k % p.group_size != 0) return false;
@@ -297,9 +306,14 @@ bool valid(const IntLinearParams& p) {
 }  // namespace
 
 cudaError_t int_weight_only(const IntLinearParams& p, cudaStream_t stream, int tiles) {
-  if (!valid(p) || tiles < 0 || tiles > 3) return cudaErrorInvalidValue;
+  if (!valid(p) || tiles < 0 || tiles > 4) return cudaErrorInvalidValue;
   if (p.m == 0) return cudaSuccess;
   if (tiles == 3) return int_weight_stream(p, stream);
+  if (tiles == 4) return int_weight_gemv(p, false, stream);
+  if (tiles == 0 && p.m == 1 && gemv_first(p)) {
+    const cudaError_t err = int_weight_gemv(p, false, stream);
+    if (err != cudaErrorNotSupported) return err;
+  }
   if (tiles == 0 && p.m <= kIntWeightOnlyMaxRows && stream_kernel_first(p)) {
     const cudaError_t err = int_weight_stream(p, stream);
     if (err != cudaErrorNotSupported) return err;
@@ -309,6 +323,12 @@ cudaError_t int_weight_only(const IntLinearParams& p, cudaStream_t stream, int t
                        : launch_for_shape<__nv_bfloat16, 8>(p, tiles, stream);
   return p.bits == 4 ? launch_for_shape<__half, 4>(p, tiles, stream)
                      : launch_for_shape<__half, 8>(p, tiles, stream);
+}
+
+cudaError_t int_linear_silu_and_mul(GemmContext* ctx, const IntLinearParams& p,
+                                    cudaStream_t stream) {
+  if (!ctx || !valid(p) || p.n % 2 != 0) return cudaErrorInvalidValue;
+  return int_weight_gemv(p, true, stream);
 }
 
 cudaError_t int_dequantize_weight(const IntLinearParams& p, void* out, cudaStream_t stream) {

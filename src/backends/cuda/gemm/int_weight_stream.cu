@@ -47,12 +47,6 @@ constexpr int kActUnits = kStepCols<BITS> / 8;  // 16-byte units of an activatio
 template <int BITS>
 constexpr int kActStride = (kActUnits<BITS> + 1) * 16;  // bytes: the pad makes rows odd in units
 
-template <int BITS>
-__device__ __forceinline__ int act_unit(int u) {
-  if constexpr (BITS == 4) return u ^ (((u >> 3) & 1) << 1);
-  return u;
-}
-
 // Host-chosen geometry of one launch.
 struct StreamGeometry {
   int steps = 0;             // pipeline steps per k slice
