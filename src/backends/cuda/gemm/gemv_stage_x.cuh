@@ -11,15 +11,10 @@
 
 namespace pagellm::cuda {
 
-// The identity placement of x's 16-byte units (the FP8 GEMV reads them in order).
-struct UnitInOrder {
-  __device__ __forceinline__ int operator()(int u) const { return u; }
-};
-
-// One pass of x (k values, k % 8 == 0) into xs as f16 times `scale`, zeros from k to k_pad, the
-// 16-byte unit u (values 8u .. 8u + 7) at unit place(u); returns the largest |x|.
-template <int kThreads, typename T, typename Place>
-__device__ float stage_x_pass(const T* x, int k, int k_pad, float scale, __half* xs, Place place) {
+// One pass of x (k values, k % 8 == 0) into xs[0, k_pad) as f16 times `scale`, zeros past k;
+// returns the largest |x|. Blocks of kThreads threads.
+template <int kThreads, typename T>
+__device__ float stage_x_pass(const T* x, int k, int k_pad, float scale, __half* xs) {
   float amax = 0.f;
   for (int i = threadIdx.x * 8; i < k_pad; i += kThreads * 8) {
     float f[8] = {};
@@ -32,7 +27,7 @@ __device__ float stage_x_pass(const T* x, int k, int k_pad, float scale, __half*
       const __half2 pair = __floats2half2_rn(f[2 * q] * scale, f[2 * q + 1] * scale);
       words[q] = *reinterpret_cast<const uint32_t*>(&pair);
     }
-    reinterpret_cast<uint4*>(xs)[place(i / 8)] = h;
+    *reinterpret_cast<uint4*>(xs + i) = h;
   }
   return amax;
 }
@@ -41,16 +36,14 @@ __device__ float stage_x_pass(const T* x, int k, int k_pad, float scale, __half*
 // inverse of the power of two that brought the largest |x| into [2^13, 2^14) when it lay outside
 // [2^-6, 2^15] (a NaN or infinity is staged as it is and reaches the output, as in the other
 // kernels). Blocks of kThreads threads; ends with a barrier.
-template <int kThreads, typename T, typename Place = UnitInOrder>
-__device__ float stage_x_f16(const T* x, int k, int k_pad, __half* xs, float* scratch,
-                             Place place = {}) {
-  const float amax = block_max(stage_x_pass<kThreads>(x, k, k_pad, 1.f, xs, place), scratch);
+template <int kThreads, typename T>
+__device__ float stage_x_f16(const T* x, int k, int k_pad, __half* xs, float* scratch) {
+  const float amax = block_max(stage_x_pass<kThreads>(x, k, k_pad, 1.f, xs), scratch);
   if (!(amax > 32768.f || (amax < 1.f / 64 && amax > 0.f))) return 1.f;
   int e = 0;
   frexpf(amax, &e);  // amax in [2^(e - 1), 2^e)
   e = max(-100, min(100, e));
-  stage_x_pass<kThreads>(x, k, k_pad, ldexpf(1.f, 14 - e), xs,
-                         place);  // each thread rewrites its own
+  stage_x_pass<kThreads>(x, k, k_pad, ldexpf(1.f, 14 - e), xs);  // each thread rewrites its own
   __syncthreads();
   return ldexpf(1.f, e - 14);
 }

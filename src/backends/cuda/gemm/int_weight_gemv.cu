@@ -93,11 +93,6 @@ __device__ void stage_groups(const IntLinearParams& p, int out0, int groups, uin
   }
 }
 
-template <int BITS>
-struct ActUnit {
-  __device__ __forceinline__ int operator()(int u) const { return act_unit<BITS>(u); }
-};
-
 // x (k values) into xs in its own dtype as 16-byte units, unit u at act_unit(u), zeros up to
 // k_pad; ends with a barrier.
 template <typename T, int BITS>
@@ -225,8 +220,8 @@ __global__ void __launch_bounds__(kThreads)
   if (my_chunks <= kStages - 1) pdl_launch_dependents();
   const T* x = static_cast<const T*>(p.x);
   float x_unscale = 1.f;
-  if constexpr (!std::is_same_v<C, T>)
-    x_unscale = stage_x_f16<kThreads>(x, p.k, L.k_pad, xs, scratch, ActUnit<BITS>{});
+  if constexpr (!std::is_same_v<C, T>)  // 8 bits: units in order (act_unit<8> is the identity)
+    x_unscale = stage_x_f16<kThreads>(x, p.k, L.k_pad, xs, scratch);
   else
     stage_x_as_is<T, BITS>(x, p.k, L.k_pad, xs);
 
