@@ -23,25 +23,22 @@
 #include "backends/cuda/fp8_convert.cuh"
 #include "backends/cuda/gemm/fp8_internal.h"
 #include "backends/cuda/gemm/fp8_weight_only.cuh"
+#include "backends/cuda/gemm/gemv_line_stream.cuh"
 #include "backends/cuda/gemm/gemv_stage_x.cuh"
 #include "backends/cuda/gemm/mma.cuh"
 
 namespace pagellm::cuda {
 namespace {
 
-using attention::cp_async16;
-using attention::cp_async_commit;
-using attention::cp_async_wait;
 using attention::ldmatrix_x4;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kRows = 16;                    // weight rows per block: one m16 tile
-constexpr int kChunk = 128;                  // bytes of k per warp per stage: a line of each row
-constexpr int kStages = 4;                   // a warp's chunks in flight or being read
-constexpr int kStageBytes = kRows * kChunk;  // 2 KB
-constexpr int kMaxK = 32768;                 // x staged as f16: at most 64 KB
-constexpr int kTileBytes = kWarps * kStages * kStageBytes;
+constexpr int kRows = kLineRows;    // weight rows per block: one m16 tile
+constexpr int kChunk = kLineChunk;  // bytes of k per warp per stage: a line of each row
+constexpr int kStages = 4;          // a warp's chunks in flight or being read
+constexpr int kMaxK = 32768;        // x staged as f16: at most 64 KB
+constexpr int kTileBytes = WarpLineStream<kStages, kWarps>::kTileBytes;
 constexpr int kMaxSmem = kTileBytes + kMaxK * 2;
 
 // Two e4m3 codes -> a packed f16 pair (one cvt on sm_89+).
@@ -61,38 +58,21 @@ __global__ void __launch_bounds__(kThreads)
   const int g = lane >> 2, t = lane & 3;
   const int out0 = blockIdx.x * (kGated ? kRows / 2 : kRows);
   const int num_chunks = (p.k + kChunk - 1) / kChunk;
-  const int my_chunks = num_chunks > warp ? (num_chunks - warp + kWarps - 1) / kWarps : 0;
-  uint8_t* my_stages = smem + warp * kStages * kStageBytes;
   __half* xs = reinterpret_cast<__half*>(smem + kTileBytes);
-
-  // The lane copies 16-byte piece lane % 8 of tile rows lane / 8 + 4 j; piece q of row r sits at
-  // q ^ (r % 8) so that ldmatrix's eight rows at one piece hit different banks.
-  const int piece = lane & 7;
-  const uint8_t* src[4];
-  int dst[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int r = (lane >> 3) + 4 * j;
-    src[j] = static_cast<const uint8_t*>(p.wq) +
-             int64_t{weight_row<kRows, kGated>(p.n, out0, r)} * p.k + piece * 16;
-    dst[j] = r * kChunk + ((piece ^ (r & 7)) * 16);
-  }
-  auto issue = [&](int i) {  // the warp's chunk i (warp + kWarps i) into stage i % kStages
-    if (i < my_chunks) {
-      const int off = (warp + kWarps * i) * kChunk;
-      const int bytes = off + piece * 16 < p.k ? 16 : 0;
-      uint8_t* stage = my_stages + (i % kStages) * kStageBytes;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) cp_async16(stage + dst[j], bytes ? src[j] + off : src[j], bytes);
-    }
-    cp_async_commit();  // empty groups keep the group count uniform
-  };
+  // Piece q of row r sits at q ^ (r % 8), so that ldmatrix's eight rows at one piece hit
+  // different banks.
+  const WarpLineStream<kStages, kWarps> lines(
+      smem, p.k,
+      [&](int r) {
+        return static_cast<const uint8_t*>(p.wq) +
+               int64_t{weight_row<kRows, kGated>(p.n, out0, r)} * p.k;
+      },
+      [](int r, int q) { return q ^ (r & 7); });
   // The weights do not depend on the kernel before: the first chunks are in flight before
   // waiting for it (common.cuh: programmatic dependent launch).
-#pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) issue(i);
+  lines.start();
   pdl_wait();
-  if (my_chunks <= kStages - 1) pdl_launch_dependents();
+  if (lines.all_started()) pdl_launch_dependents();
   const float x_unscale =
       stage_x_f16<kThreads>(static_cast<const T*>(p.x), p.k, num_chunks * kChunk, xs, scratch);
 
@@ -112,14 +92,10 @@ __global__ void __launch_bounds__(kThreads)
       p.w_scale + (weight_row<kRows, kGated>(p.n, out0, g + 8) / kFp8Block) * scale_stride;
 
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  for (int i = 0; i < my_chunks; ++i) {
-    cp_async_wait<kStages - 2>();  // chunk i has landed (this lane's copies)
-    __syncwarp();                  // ... and every lane's; all are past chunk i - 1's stage
-    issue(i + kStages - 1);
-    if (i + kStages - 1 == my_chunks - 1) pdl_launch_dependents();
-    const uint8_t* stage = my_stages + (i % kStages) * kStageBytes;
+  for (int i = 0; i < lines.chunks(); ++i) {
+    const uint8_t* stage = lines.next(i);
     const int c = warp + kWarps * i;
-    const __half* xc = xs + c * kChunk + 4 * t;
+    const __half* xc = xs + lines.offset(i) + 4 * t;
     // Per-channel weights sum into acc; block-scaled ones into part, scaled per chunk.
     float part[4] = {0.f, 0.f, 0.f, 0.f};
     auto multiply_chunk = [&](float(&sum)[4]) {
@@ -145,7 +121,7 @@ __global__ void __launch_bounds__(kThreads)
       multiply_chunk(acc);
     }
   }
-  cp_async_wait<0>();
+  lines.drain();
 
   // Column 0 of the accumulator: c[0] is row g, c[2] row g + 8 (lanes t == 0).
   if (t == 0) {

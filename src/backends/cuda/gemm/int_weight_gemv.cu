@@ -8,9 +8,8 @@
 // kernels"). This kernel is the FP8 stream kernel's design (fp8_weight_only_stream.cu) with the
 // integer dequantization of int_dequant.cuh:
 //  - a block owns 16 weight rows (one m16 tile; gated: 8 gate rows and their 8 up rows) and its 4
-//    warps split k in 128-byte chunks of every row (warp w takes chunks w, w + 4, ...);
-//  - each warp keeps kStages chunks in flight with cp.async of whole 128-byte lines into a shared
-//    tile of its own, so no barrier sits in the loop;
+//    warps split k in 128-byte chunks of every row, streamed as whole lines into shared stages of
+//    each warp's own (gemm/gemv_line_stream.cuh);
 //  - a chunk is two rounds of 64 bytes. In round u, lane (g, t) reads 16 bytes of rows g and g + 8
 //    at piece 4u + t (32 columns at 4 bits, 16 at 8, all in one group). That is the register
 //    kernel's lane layout, so its dequantization and mma order apply unchanged. Piece q of row r
@@ -31,6 +30,7 @@
 
 #include "backends/cuda/attention/mma_softmax.cuh"
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/gemm/gemv_line_stream.cuh"
 #include "backends/cuda/gemm/gemv_stage_x.cuh"
 #include "backends/cuda/gemm/int_dequant.cuh"
 #include "backends/cuda/gemm/int_gemm.h"
@@ -40,17 +40,13 @@ namespace pagellm::cuda {
 namespace {
 
 using namespace intq;
-using attention::cp_async16;
-using attention::cp_async_commit;
-using attention::cp_async_wait;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kRows = 16;                    // weight rows per block: one m16 tile
-constexpr int kChunk = 128;                  // bytes of a row per warp per stage: one line
-constexpr int kStages = 4;                   // a warp's chunks in flight or being read
-constexpr int kStageBytes = kRows * kChunk;  // 2 KB
-constexpr int kTileBytes = kWarps * kStages * kStageBytes;
+constexpr int kRows = kLineRows;    // weight rows per block: one m16 tile
+constexpr int kChunk = kLineChunk;  // bytes of a row per warp per stage: one line
+constexpr int kStages = 4;          // a warp's chunks in flight or being read
+constexpr int kTileBytes = WarpLineStream<kStages, kWarps>::kTileBytes;
 constexpr int kMaxK = 32768;      // x staged in its dtype: at most 64 KB
 constexpr int kMaxGroups = 1024;  // per row: a 4-byte constant each, at most 64 KB
 constexpr int kMaxSmem = kTileBytes + kMaxK * 2 + kRows * kMaxGroups * 4;
@@ -184,40 +180,23 @@ __global__ void __launch_bounds__(kThreads)
   const int g = lane >> 2, t = lane & 3;
   const int out0 = blockIdx.x * (kGated ? kRows / 2 : kRows);
   const int kb = p.k * BITS / 8;  // bytes of a packed row
-  const int my_chunks = L.num_chunks > warp ? (L.num_chunks - warp + kWarps - 1) / kWarps : 0;
-  uint8_t* my_stages = smem + warp * kStages * kStageBytes;
   C* xs = reinterpret_cast<C*>(smem + kTileBytes);
   uint32_t* gs = reinterpret_cast<uint32_t*>(smem + kTileBytes + L.k_pad * 2);
 
-  // The lane copies 16-byte piece lane % 8 of tile rows lane / 8 + 4 j.
-  const int piece = lane & 7;
-  const uint8_t* src[4];
-  int dst[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int r = (lane >> 3) + 4 * j;
-    src[j] = static_cast<const uint8_t*>(p.wq) +
-             int64_t{weight_row<kRows, kGated>(p.n, out0, r)} * kb + piece * 16;
-    dst[j] = r * kChunk + (piece ^ ((r & 1) << 2)) * 16;
-  }
-  auto issue = [&](int i) {  // the warp's chunk i (warp + kWarps i) into stage i % kStages
-    if (i < my_chunks) {
-      const int off = (warp + kWarps * i) * kChunk;
-      const bool in_row = off + piece * 16 < kb;
-      uint8_t* stage = my_stages + (i % kStages) * kStageBytes;
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        cp_async16(stage + dst[j], in_row ? src[j] + off : src[j], in_row ? 16 : 0);
-    }
-    cp_async_commit();  // empty groups keep the group count uniform
-  };
+  // Piece q of row r sits at q ^ 4 (r % 2): a quarter-warp's two rows in different banks.
+  const WarpLineStream<kStages, kWarps> lines(
+      smem, kb,
+      [&](int r) {
+        return static_cast<const uint8_t*>(p.wq) +
+               int64_t{weight_row<kRows, kGated>(p.n, out0, r)} * kb;
+      },
+      [](int r, int q) { return q ^ ((r & 1) << 2); });
   // The weights and their constants do not depend on the kernel before (common.cuh: programmatic
   // dependent launch).
-#pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) issue(i);
+  lines.start();
   stage_groups<T, BITS, kGated>(p, out0, L.groups, gs);
   pdl_wait();
-  if (my_chunks <= kStages - 1) pdl_launch_dependents();
+  if (lines.all_started()) pdl_launch_dependents();
   const T* x = static_cast<const T*>(p.x);
   float x_unscale = 1.f;
   if constexpr (!std::is_same_v<C, T>)  // 8 bits: units in order (act_unit<8> is the identity)
@@ -230,25 +209,21 @@ __global__ void __launch_bounds__(kThreads)
   const uint32_t* gs_hi = gs + (g + 8) * L.groups;
   const int rd_lo = g * kChunk, rd_hi = (g + 8) * kChunk, swz = (g & 1) << 2;  // rows g, g + 8
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  for (int i = 0; i < my_chunks; ++i) {
-    cp_async_wait<kStages - 2>();  // chunk i has landed (this lane's copies)
-    __syncwarp();                  // ... and every lane's; all are past chunk i - 1's stage
-    issue(i + kStages - 1);
-    if (i + kStages - 1 == my_chunks - 1) pdl_launch_dependents();
-    const uint8_t* stage = my_stages + (i % kStages) * kStageBytes;
-    const int c = warp + kWarps * i;
+  for (int i = 0; i < lines.chunks(); ++i) {
+    const uint8_t* stage = lines.next(i);
+    const int col0 = lines.offset(i) * (8 / BITS);  // the chunk's first column
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
       const int at = ((4 * u + t) ^ swz) * 16;
       const uint4 w_lo = *reinterpret_cast<const uint4*>(stage + rd_lo + at);
       const uint4 w_hi = *reinterpret_cast<const uint4*>(stage + rd_hi + at);
-      const int col = c * kChunkCols<BITS> + (4 * u + t) * kVals<BITS>;
+      const int col = col0 + (4 * u + t) * kVals<BITS>;
       // Columns past k (a partial last chunk) read the last group; their x is zero.
       const int grp = min(int((float(col) + 0.5f) * inv_group), L.groups - 1);
       multiply_piece<T, C, BITS, LATE>(w_lo, w_hi, gs_lo[grp], gs_hi[grp], xs, col, acc);
     }
   }
-  cp_async_wait<0>();
+  lines.drain();
 
   // Column 0 of the accumulator: c[0] is row g, c[2] row g + 8 (lanes t == 0).
   if (t == 0) {
