@@ -311,12 +311,15 @@ class ForwardPass {
                                      m_.hidden, nullptr));
     const bool fusable = !gate_up_quantized && !w.gate_up_int.w8a8 && !gemma_;
     cudaError_t fused = cudaErrorNotSupported;
-    if (fusable && w.gate_up_int.on() && n_ == 1) {  // else int_params would gather twice
-      fused =
-          cuda::int_linear_silu_and_mul(m_.gemm,
-                                        int_params(m_.x_normed.get(), w.gate_up, w.gate_up_int,
-                                                   m_.x_act.get(), 2 * inter, m_.hidden, nullptr),
-                                        m_.stream);
+    if (fusable && w.gate_up_int.on()) {
+      // INT weights never reach the 16-bit GEMV below; the fused kernel takes one row (trying it
+      // for more would also gather act-order columns twice).
+      if (n_ == 1)
+        fused =
+            cuda::int_linear_silu_and_mul(m_.gemm,
+                                          int_params(m_.x_normed.get(), w.gate_up, w.gate_up_int,
+                                                     m_.x_act.get(), 2 * inter, m_.hidden, nullptr),
+                                          m_.stream);
     } else if (fusable && w.gate_up_fp8.on()) {
       fused =
           cuda::fp8_linear_silu_and_mul(m_.gemm,
