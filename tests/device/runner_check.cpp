@@ -62,7 +62,6 @@ io::ModelConfig llama31_8b() {
 
 namespace {
 
-
 template <typename Runner>
 std::vector<int32_t> greedy(Runner& r, std::vector<int32_t> prompt, int n, int blocks_per_seq) {
   testing::TestSeq seq(0, blocks_per_seq, std::move(prompt));
@@ -91,9 +90,9 @@ std::string readme_sample(const std::filesystem::path& dir) {
 // top-k 40 and 5 logprobs (odd seqs also with repetition and presence penalties, seq 0 with prompt
 // logprobs). Returns every step's output per seq.
 struct SampledRun {
-  std::vector<std::vector<int32_t>> tokens;              // [seq][step]
-  std::vector<std::vector<TokenLogprobs>> logprobs;      // [seq][step]
-  std::vector<TokenLogprobs> prompt_logprobs;            // seq 0
+  std::vector<std::vector<int32_t>> tokens;          // [seq][step]
+  std::vector<std::vector<TokenLogprobs>> logprobs;  // [seq][step]
+  std::vector<TokenLogprobs> prompt_logprobs;        // seq 0
 };
 
 template <typename Runner>
@@ -237,7 +236,8 @@ void check_stories(const std::filesystem::path& dir) {
       const bool ok = same_run(cpu_sampled, sample_batch(gpu), detail);
       report(ok, std::string(eager ? "eager" : "graphs") +
                      ": seeded sampling (T 0.8, top-p 0.9, top-k 40, 5 logprobs), 8 seqs x 64 "
-                     "steps vs the CPU runner: " + detail);
+                     "steps vs the CPU runner: " +
+                     detail);
     }
     const std::string text = testing::decode_with_vocab(dir / "tokenizer.json", ids);
     report(text == readme_sample(dir),
@@ -374,7 +374,8 @@ io::ModelConfig tiny_gemma_config(int version, int head_dim) {
 }  // namespace
 
 void check_tiny_model(const io::ModelConfig& c, const std::string& label, DType dtype,
-                      std::optional<DType> kv_fp8, bool calculate, const io::WeightStore* store) {
+                      std::optional<DType> kv_fp8, bool calculate, const io::WeightStore* store,
+                      int num_seqs) {
   models::KvCacheQuant kv;
   kv.fp8 = kv_fp8;
   kv.calculate_scales = calculate;
@@ -395,7 +396,7 @@ void check_tiny_model(const io::ModelConfig& c, const std::string& label, DType 
   runner::CudaRunner gpu(c, store, o);
   std::vector<testing::TestSeq> seqs;
   std::mt19937 rng(3);
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < num_seqs; ++i) {
     std::vector<int32_t> prompt(size_t(5 + 17 * i));
     for (auto& t : prompt) t = int32_t(rng() % 258);
     seqs.emplace_back(i, 16, prompt);
@@ -426,9 +427,10 @@ void check_tiny_model(const io::ModelConfig& c, const std::string& label, DType 
   }
   char line[240];
   std::snprintf(line, sizeof line,
-                "tiny %s %s%s: %d rows, max |dlogit| %.2e (max |logit| %.2f), argmax agree %d, "
+                "tiny %s %s%s%s: %d rows, max |dlogit| %.2e (max |logit| %.2f), argmax agree %d, "
                 "top-5 close %d",
                 label.c_str(), std::string(dtype_name(dtype)).c_str(),
+                num_seqs == 3 ? "" : (" " + std::to_string(num_seqs) + " seqs").c_str(),
                 !kv_fp8 ? ""
                 : *kv_fp8 == DType::kF8E4M3
                     ? (calculate ? " kv=e4m3 (calculated scales)" : " kv=e4m3")
@@ -465,7 +467,6 @@ double copy_bandwidth_gbs() {
   cudaFree(b);
   return 2.0 * bytes * 5 / (ms * 1e6);
 }
-
 
 // Prefills `batch` prompts of prompt_len tokens, then times decode_steps greedy steps through
 // execute() (forward + logits download + host sampling). Returns tokens/s.
@@ -511,8 +512,9 @@ std::vector<int> g_perf_batches = {1, 16, 64};
 // symmetric config: dummy weights are random packed integers).
 void perf(const std::string& qname, bool with_eager) {
   const bool fp8 = qname == "fp8";
-  std::printf("== Llama-3.1-8B shapes, dummy %s weights\n",
-              qname.empty() ? "bf16" : fp8 ? "FP8 (--quantization fp8)" : qname.c_str());
+  std::printf("== Llama-3.1-8B shapes, dummy %s weights\n", qname.empty() ? "bf16"
+                                                            : fp8 ? "FP8 (--quantization fp8)"
+                                                                  : qname.c_str());
   const double copy = copy_bandwidth_gbs();
   std::printf("d2d copy bandwidth (read+write): %.0f GB/s\n", copy);
   io::ModelConfig config = llama31_8b();
@@ -544,8 +546,8 @@ void perf(const std::string& qname, bool with_eager) {
       const double kv = 2.0 * 32 * 8 * 128 * 2 * (prompt + 32) * batch;
       const double ceiling = batch / ((st.weight_bytes + kv) / (copy * 1e9));
       std::printf("  %s %s batch %3d, ctx ~%d: %8.1f tok/s  (HBM roofline %8.1f tok/s: %.0f%%)\n",
-                  qname.empty() ? "bf16" : qname.c_str(), eager ? "eager " : "graphs", batch, prompt + 32, tps,
-                  ceiling, 100.0 * tps / ceiling);
+                  qname.empty() ? "bf16" : qname.c_str(), eager ? "eager " : "graphs", batch,
+                  prompt + 32, tps, ceiling, 100.0 * tps / ceiling);
     }
   }
 }
@@ -581,10 +583,11 @@ void perf_kv_cache() {
     const double kv = 2.0 * 32 * 8 * 128 * kv_elem * (prompt + steps / 2) * 64;
     const double ceiling = 64 / ((st.weight_bytes + kv) / (copy * 1e9));
     if (!v.kv && !v.fp8_weights) base = tps;
-    std::printf("  %s: KV pool %lld tokens (%.1f GB); %8.1f tok/s (%.2fx bf16 KV; HBM roofline "
-                "%.1f tok/s: %.0f%%)\n",
-                v.name, (long long)r.num_kv_blocks() * r.block_size(), st.kv_bytes / 1e9, tps,
-                base > 0 ? tps / base : 0.0, ceiling, 100.0 * tps / ceiling);
+    std::printf(
+        "  %s: KV pool %lld tokens (%.1f GB); %8.1f tok/s (%.2fx bf16 KV; HBM roofline "
+        "%.1f tok/s: %.0f%%)\n",
+        v.name, (long long)r.num_kv_blocks() * r.block_size(), st.kv_bytes / 1e9, tps,
+        base > 0 ? tps / base : 0.0, ceiling, 100.0 * tps / ceiling);
   }
 }
 
@@ -594,16 +597,17 @@ void perf_kv_cache() {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (argc < 2) {
-    std::fprintf(stderr,
-                 "usage: %s MODELS_DIR [--skip-perf] [--perf-only [--batch N] [--no-bf16]] [--spec-cost] "
-                 "[--draft-cost TARGET_DIR DRAFT_DIR] [--fp8] [--int4] [--int8] [--kv-fp8] [--pdl]\n",
-                 argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s MODELS_DIR [--skip-perf] [--perf-only [--batch N] [--no-bf16]] [--spec-cost] "
+        "[--draft-cost TARGET_DIR DRAFT_DIR] [--fp8] [--int4] [--int8] [--kv-fp8] [--pdl]\n",
+        argv[0]);
     return 2;
   }
   bool skip_perf = false, perf_only = false, fp8_perf = false, kv_perf = false, bf16_perf = true;
-  bool spec_cost = false;  // --spec-cost: only perf_spec_cost()
+  bool spec_cost = false;               // --spec-cost: only perf_spec_cost()
   std::vector<std::string> draft_cost;  // --draft-cost TARGET DRAFT: only perf_draft_cost()
-  std::vector<std::string> int_perf;  // --int4 / --int8
+  std::vector<std::string> int_perf;    // --int4 / --int8
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     skip_perf = skip_perf || a == "--skip-perf";

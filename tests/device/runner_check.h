@@ -26,10 +26,11 @@ io::ModelConfig llama31_8b();
 // Chunked prefill of three prompts together, then decode steps with all three batched; compares
 // GPU logits with the CPU runner's at every sampled row. Weights: the checkpoint `store`, else
 // random (seed 7 on both). kv_fp8: both runners with that FP8 KV cache (scales 1.0, or calculated
-// from the first batch).
+// from the first batch). num_seqs (1 to 4) sequences decode together: 1 and 2 reach the GEMV
+// paths of one and two rows.
 void check_tiny_model(const io::ModelConfig& c, const std::string& label, DType dtype,
                       std::optional<DType> kv_fp8 = std::nullopt, bool calculate = false,
-                      const io::WeightStore* store = nullptr);
+                      const io::WeightStore* store = nullptr, int num_seqs = 3);
 
 // runner_check_fp8_moe.cpp: FP8 checkpoints of the tiny Qwen3-MoE and Mixtral references (found
 // under MODELS_DIR/hf_reference), GPU against CPU.

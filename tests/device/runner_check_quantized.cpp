@@ -75,6 +75,11 @@ void check_packed(const std::filesystem::path& ref, const char* name, std::optio
   const io::ModelConfig c = io::load_model_config(m.dir);
   const io::WeightStore store = io::WeightStore::open(m.dir);
   check_tiny_model(c, label, DType::kBF16, std::nullopt, false, &store);
+  // One and two decoding sequences: the one-row INT GEMV with SiLU-and-mul in its epilogue, and
+  // the two-row step that the 16-bit GEMV takes in unquantized models.
+  if (format)
+    for (int seqs : {1, 2})
+      check_tiny_model(c, label, DType::kBF16, std::nullopt, false, &store, seqs);
   if (format && *format != Format::kCtW8A8)
     check_tiny_model(c, label, DType::kF32, std::nullopt, false, &store);
   const io::ModelConfig twin_config = io::load_model_config(m.twin);
