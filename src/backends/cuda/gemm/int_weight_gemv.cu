@@ -28,7 +28,6 @@
 #include <cstring>
 #include <type_traits>
 
-#include "backends/cuda/attention/mma_softmax.cuh"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/gemm/gemv_line_stream.cuh"
 #include "backends/cuda/gemm/gemv_stage_x.cuh"
@@ -57,14 +56,14 @@ constexpr int kChunkCols = kChunk * 8 / BITS;
 // Dynamic shared memory of a launch: the weight stages, x up to the last chunk's columns, and the
 // group constants.
 struct GemvLayout {
-  int num_chunks, k_pad, groups;
+  int k_pad, groups;
   int bytes() const { return kTileBytes + k_pad * 2 + kRows * groups * 4; }
 };
 
 template <int BITS>
 GemvLayout layout_of(const IntLinearParams& p) {
   const int num_chunks = (p.k * BITS / 8 + kChunk - 1) / kChunk;
-  return {num_chunks, num_chunks * kChunkCols<BITS>, p.k / p.group_size};
+  return {num_chunks * kChunkCols<BITS>, p.k / p.group_size};
 }
 
 template <typename T>
