@@ -156,6 +156,29 @@ void test_gated_gemv(Suite& s, const IntSetup& c, const IntLinearParams& p, Gemm
   s.report(name, a == b, "bit-identical to the GEMV, then silu_and_mul");
 }
 
+// One kernel of m <= kIntWeightOnlyMaxRows (int_weight_stream, int_weight_wgmma), with k split over
+// blocks (scratch given) and without; `refused_unsplit`: NotSupported without the scratch is
+// allowed.
+void test_pinned_kernel(Suite& s, const IntSetup& c, const IntLinearParams& p, DevMem& work,
+                        DevMem& yd, const std::vector<float>& ref, double tol, const char* what,
+                        cudaError_t (*kernel)(const IntLinearParams&, cudaStream_t),
+                        bool refused_unsplit) {
+  for (void* scratch : {work.ptr, static_cast<void*>(nullptr)}) {
+    IntLinearParams q = p;
+    q.w_work = scratch;
+    CK(cudaMemset(yd.ptr, 0xff, yd.bytes));
+    const cudaError_t err = kernel(q, nullptr);
+    if (err == cudaErrorNotSupported && !scratch && refused_unsplit) continue;
+    CK(err);
+    CK(cudaDeviceSynchronize());
+    const Err e = compare(download(yd, c.dtype, ref.size()), ref);
+    char detail[96];
+    std::snprintf(detail, sizeof detail, "rel_l2 %.2e max_rel %.2e", e.rel_l2, e.max_rel);
+    s.report(name_of(c, (std::string(what) + (scratch ? "" : " unsplit")).c_str()),
+             e.finite && e.max_rel < tol, detail);
+  }
+}
+
 void test_linear(Suite& s, GemmContext* ctx, const IntSetup& c) {
   const std::string name = name_of(c, "linear");
   if (!s.selected(name)) return;
@@ -191,22 +214,13 @@ void test_linear(Suite& s, GemmContext* ctx, const IntSetup& c) {
   std::vector<uint8_t> eager(yd.bytes), replay(yd.bytes);
   CK(cudaMemcpy(eager.data(), yd.ptr, yd.bytes, cudaMemcpyDeviceToHost));
 
-  // The streaming kernel itself, with k split over blocks (scratch given) and without.
-  if (c.m <= kIntWeightOnlyMaxRows)
-    for (void* scratch : {work.ptr, static_cast<void*>(nullptr)}) {
-      IntLinearParams q = p;
-      q.w_work = scratch;
-      CK(cudaMemset(yd.ptr, 0xff, yd.bytes));
-      const cudaError_t err = int_weight_stream(q, nullptr);
-      if (err == cudaErrorNotSupported && !scratch && c.group < 64)
-        continue;  // int_linear's fallback
-      CK(err);
-      CK(cudaDeviceSynchronize());
-      const Err es = compare(download(yd, c.dtype, ref.size()), ref);
-      std::snprintf(detail, sizeof detail, "rel_l2 %.2e max_rel %.2e", es.rel_l2, es.max_rel);
-      s.report(name_of(c, scratch ? "stream" : "stream unsplit"), es.finite && es.max_rel < tol,
-               detail);
-    }
+  if (c.m <= kIntWeightOnlyMaxRows) {
+    // The streaming kernel refuses small groups at large k without the scratch (int_linear's
+    // fallback); the wgmma kernel takes 4 bits with groups a multiple of 128 on sm_90a only.
+    test_pinned_kernel(s, c, p, work, yd, ref, tol, "stream", int_weight_stream, c.group < 64);
+    if (device_is_sm90() && c.bits == 4 && c.group % 128 == 0)
+      test_pinned_kernel(s, c, p, work, yd, ref, tol, "wgmma", int_weight_wgmma, false);
+  }
 
   if (c.m != 1) return;
   test_one_row_kernels(s, c, p, yd, ref, tol);
@@ -352,7 +366,14 @@ void int_suite(const std::string& filter, int& passed, int& failed) {
                           {3, 64, 128, 32},
                           {27, 64, 128, 32},
                           {40, 300, 576, 32},
-                          {5, 300, 576, 32}};
+                          {5, 300, 576, 32},
+                          // the wgmma kernel: every tile width, odd n, groups of 256 and per
+                          // channel, a k split
+                          {2, 130, 512, 128},
+                          {33, 300, 1024, 128},
+                          {47, 257, 2048, 256},
+                          {24, 2000, 14336, 128},
+                          {12, 1000, 3072, 3072}};
   int i = 0;
   for (DType t : {DType::kBF16, DType::kF16})
     for (int bits : {4, 8})
@@ -419,7 +440,7 @@ void int_bench() {
         fill_random(wq[size_t(c)].ptr, int64_t(wbytes / 2), 500 + c, 1.0);  // random bits
         CK(fill_constant(DType::kBF16, sc[size_t(c)].ptr, int64_t(groups), 0.01f, nullptr));
       }
-      for (int m : {1, 4, 16, 32, 64}) {
+      for (int m : {1, 4, 8, 16, 32, 64}) {
         if (only_m && std::atoi(only_m) != m) continue;
         int next16 = 0;
         const double us16 = 1e3 * time_graph_ms([&](cudaStream_t st) {
@@ -430,9 +451,10 @@ void int_bench() {
                             });
         // tiles 0: int_linear's choice; 1 and 2 pin the register kernel's rows per block, 3 the
         // streaming kernel (with its k split: the scratch is given), 4 the one-row GEMV, 5 the
-        // gated GEMV (int_linear_silu_and_mul, half the outputs).
-        for (int tiles : {0, 1, 2, 3, 4, 5}) {
-          if (tiles >= 4 && m != 1) continue;
+        // wgmma kernel (4 bits), 6 the gated GEMV (int_linear_silu_and_mul, half the outputs).
+        for (int tiles : {0, 1, 2, 3, 4, 5, 6}) {
+          if ((tiles == 4 || tiles == 6) && m != 1) continue;
+          if (tiles == 5 && (bits != 4 || !device_is_sm90())) continue;
           int next = 0;
           const double us =
               1e3 * time_graph_ms([&](cudaStream_t st) {
@@ -441,7 +463,7 @@ void int_bench() {
                 p.bits = bits, p.x = x.ptr, p.wq = wq[c].ptr, p.scale = sc[c].ptr, p.y = y.ptr;
                 p.m = m, p.n = sh.n, p.k = sh.k, p.group_size = 128, p.w_work = work.ptr;
                 CK(tiles == 0   ? int_linear(ctx, p, st)
-                   : tiles == 5 ? int_linear_silu_and_mul(ctx, p, st)
+                   : tiles == 6 ? int_linear_silu_and_mul(ctx, p, st)
                                 : int_weight_only(p, st, tiles));
               });
           const double bytes = double(wbytes) + double(groups) * 2;

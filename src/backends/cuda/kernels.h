@@ -45,6 +45,9 @@ class ProgrammaticLaunchScope {
 // The current device's SM count (cached per device; 132 if the query fails), for grids sized to
 // the GPU (persistent weight streams, k splits).
 int sm_count();
+// Whether the current device runs sm_90a code (compute capability 9.0 exactly: wgmma, TMA), asked
+// once per device.
+bool device_is_sm90();
 
 // ---- embedding.cu ------------------------------------------------------------------------------
 struct EmbeddingParams {

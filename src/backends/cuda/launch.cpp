@@ -72,4 +72,24 @@ int sm_count() {
   return c;
 }
 
+// Whether the current device runs sm_90a code (compute capability 9.0 exactly), asked once per
+// device: tensor and pipeline parallelism drive several devices from one process.
+bool device_is_sm90() {
+  static std::atomic<uint64_t> known{0}, yes{0};  // bit d: device d asked / is 9.0 (devices 0-63)
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
+  if (bit && (known.load(std::memory_order_acquire) & bit))
+    return (yes.load(std::memory_order_relaxed) & bit) != 0;
+  const bool is90 =
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
+      major == 9 && minor == 0;
+  if (bit) {
+    if (is90) yes.fetch_or(bit, std::memory_order_relaxed);
+    known.fetch_or(bit, std::memory_order_release);
+  }
+  return is90;
+}
+
 }  // namespace pagellm::cuda

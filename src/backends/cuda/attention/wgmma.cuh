@@ -1,4 +1,5 @@
-// Hopper warpgroup MMA (wgmma, sm_90a) building blocks of the prefill tile kernel (tile_sm90.cuh):
+// Hopper warpgroup MMA (wgmma, sm_90a) building blocks of the prefill tile kernel (tile_sm90.cuh)
+// and the INT4 weight-only kernel for decode batches (gemm/int_weight_stream.cu):
 // the shared-memory matrix descriptor for 128-byte-swizzled tiles, the m64nNk16 MMAs with A in
 // registers, and the fences and waits around them. Only meaningful in code compiled for sm_90a;
 // callers guard their use with PAGELLM_WGMMA_AVAILABLE.
@@ -63,6 +64,34 @@ __device__ __forceinline__ void fence_operands(float (&d)[N][4]) {
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
 }
 
+#define PAGELLM_WGMMA_M64N8K16(TYPE)                               \
+  asm volatile(                                                    \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"                  \
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32." TYPE "." TYPE   \
+      " {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1, %10;\n}\n"      \
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB))
+
+#define PAGELLM_WGMMA_M64N16K16(TYPE)                                                             \
+  asm volatile(                                                                                   \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"                                                \
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32." TYPE "." TYPE                                 \
+      " {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, %14;\n}\n"                      \
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), \
+        "+f"(d[1][2]), "+f"(d[1][3])                                                              \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB))
+
+#define PAGELLM_WGMMA_M64N32K16(TYPE)                                                             \
+  asm volatile(                                                                                   \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"                                                \
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPE "." TYPE                                 \
+      " {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15},"                                 \
+      " {%16,%17,%18,%19}, %20, p, 1, 1, %22;\n}\n"                                               \
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), \
+        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])                                \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB))
+
 #define PAGELLM_WGMMA_M64N64K16(TYPE)                                                             \
   asm volatile(                                                                                   \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                \
@@ -124,16 +153,54 @@ __device__ __forceinline__ void mma_m64n128k16(float (&d)[16][4], const uint32_t
     PAGELLM_WGMMA_M64N128K16("f16");
   }
 }
+template <typename T, int kTransB>
+__device__ __forceinline__ void mma_m64n8k16(float (&d)[1][4], const uint32_t (&a)[4],
+                                             uint64_t desc_b, int accumulate) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    PAGELLM_WGMMA_M64N8K16("bf16");
+  } else {
+    PAGELLM_WGMMA_M64N8K16("f16");
+  }
+}
+template <typename T, int kTransB>
+__device__ __forceinline__ void mma_m64n16k16(float (&d)[2][4], const uint32_t (&a)[4],
+                                              uint64_t desc_b, int accumulate) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    PAGELLM_WGMMA_M64N16K16("bf16");
+  } else {
+    PAGELLM_WGMMA_M64N16K16("f16");
+  }
+}
+template <typename T, int kTransB>
+__device__ __forceinline__ void mma_m64n32k16(float (&d)[4][4], const uint32_t (&a)[4],
+                                              uint64_t desc_b, int accumulate) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    PAGELLM_WGMMA_M64N32K16("bf16");
+  } else {
+    PAGELLM_WGMMA_M64N32K16("f16");
+  }
+}
+// N: 8-column accumulator tiles (wgmma n = 8 N).
 template <typename T, int kTransB, int N>
 __device__ __forceinline__ void mma_m64k16(float (&d)[N][4], const uint32_t (&a)[4],
                                            uint64_t desc_b, int accumulate) {
-  static_assert(N == 8 || N == 16, "wgmma tiles of 64 or 128 columns");
-  if constexpr (N == 8) {
+  static_assert(N == 1 || N == 2 || N == 4 || N == 8 || N == 16,
+                "wgmma tiles of 8, 16, 32, 64 or 128 columns");
+  if constexpr (N == 1) {
+    mma_m64n8k16<T, kTransB>(d, a, desc_b, accumulate);
+  } else if constexpr (N == 2) {
+    mma_m64n16k16<T, kTransB>(d, a, desc_b, accumulate);
+  } else if constexpr (N == 4) {
+    mma_m64n32k16<T, kTransB>(d, a, desc_b, accumulate);
+  } else if constexpr (N == 8) {
     mma_m64n64k16<T, kTransB>(d, a, desc_b, accumulate);
   } else {
     mma_m64n128k16<T, kTransB>(d, a, desc_b, accumulate);
   }
 }
+#undef PAGELLM_WGMMA_M64N8K16
+#undef PAGELLM_WGMMA_M64N16K16
+#undef PAGELLM_WGMMA_M64N32K16
 #undef PAGELLM_WGMMA_M64N64K16
 #undef PAGELLM_WGMMA_M64N128K16
 #endif  // PAGELLM_WGMMA_AVAILABLE

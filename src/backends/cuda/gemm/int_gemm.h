@@ -55,8 +55,9 @@ cudaError_t int_linear(GemmContext* ctx, const IntLinearParams& p, cudaStream_t 
 
 // The weight-only kernels for any m (tests and benchmarks pin them); `tiles` pins the kernel: the
 // register kernel with 1 (16 weight rows per block, the next chunk prefetched) or 2 (32 rows), 3
-// the streaming kernel (int_weight_stream), 4 the one-row GEMV (int_weight_gemv; m = 1 only), 0 as
-// int_linear chooses (at m = 1 the GEMV where it applies).
+// the streaming kernel (int_weight_stream), 4 the one-row GEMV (int_weight_gemv; m = 1 only), 5
+// the wgmma kernel (int_weight_wgmma), 0 as int_linear chooses (at m = 1 the GEMV where it
+// applies, for 17 <= m <= kIntWeightOnlyMaxRows the wgmma kernel where it applies).
 cudaError_t int_weight_only(const IntLinearParams& p, cudaStream_t stream, int tiles = 0);
 
 // y [m, n / 2] = silu(gate) * up for w = [gate; up] (n = 2 x inner), the SiLU-and-mul applied in
@@ -78,6 +79,12 @@ cudaError_t int_weight_gemv(const IntLinearParams& p, bool gated, cudaStream_t s
 // cudaErrorNotSupported where its shared memory cannot hold the group constants (small groups at
 // large k) or they are not 16-byte aligned.
 cudaError_t int_weight_stream(const IntLinearParams& p, cudaStream_t stream);
+
+// The streaming kernel's pipeline with Hopper's warpgroup MMA (gemm/int_weight_stream.cu): the
+// dequantized weights in registers, the activations read by the tensor cores from shared memory.
+// 4 bits, groups a multiple of 128 (or per channel), m <= kIntWeightOnlyMaxRows, on a compute
+// capability 9.0 device; cudaErrorNotSupported otherwise (and where int_weight_stream's is).
+cudaError_t int_weight_wgmma(const IntLinearParams& p, cudaStream_t stream);
 
 // out [n, k] of p.dtype = the dequantized weight of p (x, y, m unused).
 cudaError_t int_dequantize_weight(const IntLinearParams& p, void* out, cudaStream_t stream);

@@ -21,6 +21,8 @@
 // Then either the mma takes q - z and its sums are scaled (LATE, below), or the pairs are scaled
 // first, each weight rounded once to the dtype (group sizes too small for one group per mma).
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "backends/cuda/common.cuh"
@@ -284,6 +286,22 @@ __global__ void gather_kernel(const T* x, const int32_t* perm, T* out, int m, in
 
 // Where the streaming kernel goes first: past 16 rows at 4 bits, 32 at 8 (measured on H100 over
 // Llama-3.1-8B's projections, docs/PERF.md "INT4 / INT8 kernels").
+// Smallest m that int_linear gives the wgmma kernel: below, the register kernel's one or two
+// 16-row tiles are as fast or faster (H200, Llama-3.1-8B shapes at m = 16: 80 µs over the four
+// projections against the wgmma kernel's 81; at m = 32 the wgmma kernel takes 87 µs against 118,
+// at m = 64 110 against 188; docs/PERF.md).
+constexpr int kWgmmaMinRows = 17;
+
+// Whether int_linear takes the wgmma kernel where it applies: yes, unless PAGELLM_INT_WGMMA=0 at
+// start (the streaming and register kernels then, as before it; for A/B runs).
+bool wgmma_chosen() {
+  static const bool on = [] {
+    const char* env = std::getenv("PAGELLM_INT_WGMMA");
+    return !(env && std::strcmp(env, "0") == 0);
+  }();
+  return on;
+}
+
 bool stream_kernel_first(const IntLinearParams& p) { return p.m > (p.bits == 4 ? 16 : 32); }
 
 // Where the one-row GEMV goes first at m = 1: at 8 bits always; at 4 bits, where its 16-row blocks
@@ -306,12 +324,17 @@ bool valid(const IntLinearParams& p) {
 }  // namespace
 
 cudaError_t int_weight_only(const IntLinearParams& p, cudaStream_t stream, int tiles) {
-  if (!valid(p) || tiles < 0 || tiles > 4) return cudaErrorInvalidValue;
+  if (!valid(p) || tiles < 0 || tiles > 5) return cudaErrorInvalidValue;
   if (p.m == 0) return cudaSuccess;
   if (tiles == 3) return int_weight_stream(p, stream);
   if (tiles == 4) return int_weight_gemv(p, false, stream);
+  if (tiles == 5) return int_weight_wgmma(p, stream);
   if (tiles == 0 && p.m == 1 && gemv_first(p)) {
     const cudaError_t err = int_weight_gemv(p, false, stream);
+    if (err != cudaErrorNotSupported) return err;
+  }
+  if (tiles == 0 && p.m >= kWgmmaMinRows && p.m <= kIntWeightOnlyMaxRows && wgmma_chosen()) {
+    const cudaError_t err = int_weight_wgmma(p, stream);
     if (err != cudaErrorNotSupported) return err;
   }
   if (tiles == 0 && p.m <= kIntWeightOnlyMaxRows && stream_kernel_first(p)) {

@@ -3,11 +3,10 @@
 // shared memory, so that HBM keeps streaming while the tensor cores work, and every weight is
 // dequantized once per block for all m activation rows (up to 64).
 //
-// A block owns 128 weight rows (16 per warp: the warps own rows, not k) and one slice of k (the
-// grid's y splits k where n alone gives too few blocks; the fp32 partial sums then go to the
-// scratch and a second kernel adds them). Two blocks share an SM (the issue-bound inner loop needs
-// their 16 warps). A pipeline step is one 64-byte piece of every row (128 columns at 4 bits, 64 at
-// 8). Shared memory per stage:
+// A block owns 128 weight rows (16 per warp: the warps own rows, not k) and one slice of k, in the
+// pipeline of gemm/int_stream_pipeline.cuh. Two blocks share an SM (the issue-bound inner loop
+// needs their 16 warps). A pipeline step is one 64-byte piece of every row (128 columns at 4 bits,
+// 64 at 8). Shared memory per stage:
 //   weights      [128 rows][64 bytes]: lane (g, t) reads 16 bytes of rows g and g + 8 at offset
 //                16 t, 32 lanes reading 512 contiguous bytes;
 //   activations  [8 NT rows][step columns + 8 pad], 16-byte units; at 4 bits the units of each row
@@ -17,67 +16,23 @@
 // The lanes' column order and the dequantization are those of gemm/int_weight_only.cu
 // (int_dequant.cuh); the one-tile kernel scales the sums late (exact integers in the mma), the
 // others scale each weight once (their accumulators are the tiles' own).
-#include <algorithm>
-#include <limits>
-
-#include "backends/cuda/attention/mma_softmax.cuh"
-#include "backends/cuda/common.cuh"
 #include "backends/cuda/gemm/int_dequant.cuh"
 #include "backends/cuda/gemm/int_gemm.h"
+#include "backends/cuda/gemm/int_stream_pipeline.cuh"
 #include "backends/cuda/gemm/mma.cuh"
 
 namespace pagellm::cuda {
 namespace {
 
 using namespace intq;
-using attention::cp_async16;
-using attention::cp_async_commit;
-using attention::cp_async_wait;
+using namespace intstream;
 
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
-constexpr int kRows = 16 * kWarps;  // weight rows per block
-constexpr int kStepBytes = 64;      // packed bytes of a row per pipeline step: one piece
-constexpr int kMaxSmem = 220 * 1024;
-
-template <int BITS>
-constexpr int kStepCols = kStepBytes * 8 / BITS;
-template <int BITS>
-constexpr int kActUnits = kStepCols<BITS> / 8;  // 16-byte units of an activation row per step
 template <int BITS>
 constexpr int kActStride = (kActUnits<BITS> + 1) * 16;  // bytes: the pad makes rows odd in units
-
-// Host-chosen geometry of one launch.
-struct StreamGeometry {
-  int steps = 0;             // pipeline steps per k slice
-  int splits = 1;            // k slices (grid.y)
-  int stages = 2;            // pipeline depth
-  int sc_row = 0;            // shared bytes per row for its scales over a slice (multiple of 16)
-  int zr_row = 0;            // the same for zero points (0: symmetric)
-  int smem = 0;              // dynamic shared memory bytes
-  float* partial = nullptr;  // [splits, m, n] fp32 when splits > 1
-};
 
 template <int BITS, int NT>
 constexpr int stage_bytes() {
   return kRows * kStepBytes + 8 * NT * kActStride<BITS>;
-}
-
-// Issues the cp.async of the weight rows' step `st` into `ws` (rows past n repeat row n - 1, bytes
-// past the row are zeros).
-template <int BITS>
-__device__ __forceinline__ void load_weight_step(const IntLinearParams& p, int row0, int st,
-                                                 unsigned char* ws) {
-  const int kb = p.k * BITS / 8;
-  for (int c = threadIdx.x; c < kRows * 4; c += kThreads) {
-    const int r = c >> 2, q = c & 3;
-    const int row = min(row0 + r, p.n - 1);
-    const int off = st * kStepBytes + q * 16;
-    const bool valid = off < kb;
-    const unsigned char* src =
-        static_cast<const unsigned char*>(p.wq) + int64_t{row} * kb + (valid ? off : 0);
-    cp_async16(ws + r * 64 + q * 16, src, valid ? 16 : 0);
-  }
 }
 
 // Issues the cp.async of activation rows [0, min(m, 8 NT)) at step `st` into `as` (zeros past k).
@@ -92,42 +47,6 @@ __device__ __forceinline__ void load_act_step(const IntLinearParams& p, int st, 
     const T* src = static_cast<const T*>(p.x) + int64_t{r} * p.k + (valid ? col : 0);
     cp_async16(as + r * kActStride<BITS> + act_unit<BITS>(u) * 16, src, valid ? 16 : 0);
   }
-}
-
-// Issues the cp.async of `elem`-byte group constants (scales or zeros) of the block's rows for
-// groups [ga, gb]: per row, the 16-byte aligned span holding them, at row * row_bytes.
-__device__ __forceinline__ void load_group_span(const void* base, int64_t total_bytes, int elem,
-                                                const IntLinearParams& p, int row0, int ga, int gb,
-                                                int row_bytes, unsigned char* dst) {
-  const int groups = p.k / p.group_size;
-  const int chunks = row_bytes / 16;
-  for (int c = threadIdx.x; c < kRows * chunks; c += kThreads) {
-    const int r = c / chunks, ch = c % chunks;
-    const int64_t row = min(row0 + r, p.n - 1);
-    const int64_t begin = ((row * groups + ga) * elem) & ~int64_t{15};
-    const int64_t end = (row * groups + gb + 1) * elem;
-    const int64_t at = begin + 16 * ch;
-    if (at >= end) continue;
-    const int bytes = static_cast<int>(std::min<int64_t>(16, total_bytes - at));
-    cp_async16(dst + r * row_bytes + 16 * ch, static_cast<const unsigned char*>(base) + at, bytes);
-  }
-}
-
-// Offset of group `group` of weight row `row` (block row r) in a span loaded by load_group_span.
-__device__ __forceinline__ int group_offset(const IntLinearParams& p, int r, int row, int ga,
-                                            int group, int elem, int row_bytes) {
-  const int64_t first = (int64_t{row} * (p.k / p.group_size) + ga) * elem;
-  return r * row_bytes + int((first & 15) + int64_t{group - ga} * elem);
-}
-
-// Waits for the oldest step in flight (stages - 1 were committed ahead of it).
-__device__ __forceinline__ void wait_for_step(int stages) {
-  if (stages >= 4)
-    cp_async_wait<2>();
-  else if (stages == 3)
-    cp_async_wait<1>();
-  else
-    cp_async_wait<0>();
 }
 
 // One pipeline step of one warp: rows g and g + 8 of its 16 against up to 8 NT activation rows.
@@ -193,8 +112,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   constexpr int kStage = stage_bytes<BITS, NT>();
   unsigned char* sc = smem + geo.stages * kStage;
   unsigned char* zr = p.zero ? sc + kRows * geo.sc_row : nullptr;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = lane >> 2, t = lane & 3;
+  const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
   const int row0 = blockIdx.x * kRows;
   const int total_steps = (p.k * BITS / 8 + kStepBytes - 1) / kStepBytes;
   const int st0 = blockIdx.y * geo.steps;
@@ -241,83 +159,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                                      ga, c);
   }
   pdl_launch_dependents();
-
-  // Accumulator e sits at weight row g (+ 8 for e >= 2), activation row 2t (+ 1 for odd e).
-  const T* bias = static_cast<const T*>(p.bias);
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = row0 + warp * 16 + g + (e >= 2 ? 8 : 0);
-      const int mi = 8 * nt + 2 * t + (e & 1);
-      if (row >= p.n || mi >= p.m) continue;
-      if (geo.splits > 1) {
-        geo.partial[(int64_t{blockIdx.y} * p.m + mi) * p.n + row] = c[nt][e];
-      } else {
-        const float b = bias ? to_float(bias[row]) : 0.f;
-        static_cast<T*>(p.y)[int64_t{mi} * p.n + row] = from_float<T>(c[nt][e] + b);
-      }
-    }
-}
-
-// y = the sum of the k slices' partial sums (+ bias).
-template <typename T>
-__global__ void sum_splits_kernel(const __grid_constant__ IntLinearParams p, const float* partial,
-                                  int splits) {
-  pdl_wait();
-  const int64_t total = int64_t{p.m} * p.n;
-  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i >= total) return;
-  float sum = p.bias ? to_float(static_cast<const T*>(p.bias)[i % p.n]) : 0.f;
-  for (int s = 0; s < splits; ++s) sum += partial[s * total + i];
-  static_cast<T*>(p.y)[i] = from_float<T>(sum);
-}
-
-// The geometry of `want` k slices (fewer where the steps do not divide).
-StreamGeometry slice_geometry(const IntLinearParams& p, int bits, int stage, int blocks_per_sm,
-                              int want) {
-  StreamGeometry geo;
-  const int total_steps = (p.k * bits / 8 + kStepBytes - 1) / kStepBytes;
-  geo.steps = (total_steps + want - 1) / want;
-  geo.splits = (total_steps + geo.steps - 1) / geo.steps;
-  // Groups a slice can touch: its columns' span, plus one where a group straddles its start.
-  const int span = (geo.steps * kStepBytes * 8 / bits + p.group_size - 1) / p.group_size + 1;
-  geo.sc_row = (span * 2 + 15 + 15) / 16 * 16;
-  geo.zr_row = p.zero ? (span + 15 + 15) / 16 * 16 : 0;
-  const int fixed = kRows * (geo.sc_row + geo.zr_row);
-  const int budget = blocks_per_sm == 2 ? kMaxSmem / 2 : kMaxSmem;
-  geo.stages = std::max(0, std::min(4, (budget - fixed) / stage));
-  geo.smem = geo.stages * stage + fixed;
-  geo.partial = geo.splits > 1 ? static_cast<float*>(p.w_work) : nullptr;
-  return geo;
-}
-
-// The k split with the least modelled traffic: the weight bytes over the fraction of the GPU's
-// block slots the grid keeps busy, plus the partial sums written and read back (8 bytes per
-// output and slice, counted at a quarter: they stay in L2), among splits whose slices' group
-// constants leave room for two pipeline stages; at most 16 slices of >= 4 steps, their partial sums
-// within the scratch (p.w_work holds n * k 16-bit values), none without it.
-StreamGeometry choose_geometry(const IntLinearParams& p, int bits, int stage, int blocks_per_sm) {
-  const int total_steps = (p.k * bits / 8 + kStepBytes - 1) / kStepBytes;
-  const int blocks_n = (p.n + kRows - 1) / kRows;
-  const int slots = sm_count() * blocks_per_sm;
-  const double weight_bytes = double(p.n) * p.k * bits / 8;
-  auto allowed = [&](int splits) {
-    return splits == 1 || (p.w_work && splits <= 16 && total_steps / splits >= 4 &&
-                           int64_t{splits} * p.m * 2 <= p.k);
-  };
-  StreamGeometry best = slice_geometry(p, bits, stage, blocks_per_sm, 1);
-  double best_cost = std::numeric_limits<double>::infinity();
-  for (int want = 1; allowed(want); ++want) {
-    const StreamGeometry geo = slice_geometry(p, bits, stage, blocks_per_sm, want);
-    if (geo.stages < 2) continue;
-    const int blocks = blocks_n * geo.splits;
-    const double busy = double(blocks) / (double((blocks + slots - 1) / slots) * slots);
-    const double partial_bytes = geo.splits > 1 ? 2.0 * geo.splits * p.m * p.n : 0.0;
-    const double cost = weight_bytes / busy + partial_bytes;
-    if (cost < best_cost) best = geo, best_cost = cost;
-  }
-  return best;
+  store_stream_outputs<T, NT>(p, geo, row0, c);
 }
 
 template <typename T, int BITS, int NT>
@@ -325,7 +167,6 @@ cudaError_t launch_stream(const IntLinearParams& p, cudaStream_t stream) {
   constexpr int kStage = stage_bytes<BITS, NT>();
   const StreamGeometry geo = choose_geometry(p, BITS, kStage, 2);
   if (geo.stages < 2) return cudaErrorNotSupported;  // group constants too large for the slice
-  const dim3 grid((p.n + kRows - 1) / kRows, geo.splits);
   constexpr bool kLate = NT == 1;  // the one-tile kernel's late scaling, where groups allow it
   const bool late = kLate && p.group_size % (BITS == 4 ? 128 : 64) == 0;
   auto kernel =
@@ -333,12 +174,7 @@ cudaError_t launch_stream(const IntLinearParams& p, cudaStream_t stream) {
   cudaError_t err = late ? allow_dynamic_smem<int_stream_kernel<T, BITS, NT, kLate>>(kMaxSmem)
                          : allow_dynamic_smem<int_stream_kernel<T, BITS, NT, false>>(kMaxSmem);
   if (err != cudaSuccess) return err;
-  err = launch_kernel(kernel, grid, kThreads, size_t(geo.smem), stream, p, geo);
-  if (err != cudaSuccess || geo.splits == 1) return err;
-  const int64_t total = int64_t{p.m} * p.n;
-  const dim3 sum_grid(unsigned((total + 255) / 256));
-  return launch_kernel(sum_splits_kernel<T>, sum_grid, 256, 0, stream, p,
-                       static_cast<const float*>(geo.partial), geo.splits);
+  return launch_with_splits<T>(kernel, p, geo, stream);
 }
 
 template <typename T, int BITS>
