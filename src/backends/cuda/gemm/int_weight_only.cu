@@ -287,9 +287,9 @@ __global__ void gather_kernel(const T* x, const int32_t* perm, T* out, int m, in
 // Where the streaming kernel goes first: past 16 rows at 4 bits, 32 at 8 (measured on H100 over
 // Llama-3.1-8B's projections, docs/PERF.md "INT4 / INT8 kernels").
 // Smallest m that int_linear gives the wgmma kernel: below, the register kernel's one or two
-// 16-row tiles are as fast or faster (H200, Llama-3.1-8B shapes at m = 16: 80 µs over the four
-// projections against the wgmma kernel's 81; at m = 32 the wgmma kernel takes 87 µs against 118,
-// at m = 64 110 against 188; docs/PERF.md).
+// 16-row tiles are as fast (H200, Llama-3.1-8B's four projections at m = 16: 81 µs against the
+// wgmma kernel's 80, and batch-16 decode 2.5 % slower on the wgmma kernel); at m = 32 the wgmma
+// kernel takes 86 µs against the streaming kernel's 134, at m = 64 116 against 188 (docs/PERF.md).
 constexpr int kWgmmaMinRows = 17;
 
 // Whether int_linear takes the wgmma kernel where it applies: yes, unless PAGELLM_INT_WGMMA=0 at
