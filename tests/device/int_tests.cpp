@@ -249,6 +249,29 @@ void test_linear(Suite& s, GemmContext* ctx, const IntSetup& c) {
   CK(cudaStreamDestroy(stream));
 }
 
+// Parameters outside int_linear's contract: the pinned kernels answer InvalidValue without a
+// launch (no group size, k not a multiple of it, a float32 dtype, more rows than they take).
+void test_invalid_params(Suite& s) {
+  const std::string name = "int pinned kernels refuse invalid params";
+  if (!s.selected(name)) return;
+  DevMem buf(1 << 16);
+  IntLinearParams ok;
+  ok.x = ok.wq = ok.scale = ok.y = buf.ptr;
+  ok.m = 2, ok.n = 16, ok.k = 256, ok.group_size = 128;
+  std::vector<IntLinearParams> bad(4, ok);
+  bad[0].group_size = 0;
+  bad[1].k = 320;
+  bad[2].dtype = DType::kF32;
+  bad[3].m = kIntWeightOnlyMaxRows + 1;
+  bool all = true;
+  for (const IntLinearParams& p : bad) {
+    all = all && int_weight_only(p, nullptr, 5) == cudaErrorInvalidValue;
+    all = all && int_weight_wgmma(p, nullptr) == cudaErrorInvalidValue;
+  }
+  CK(cudaDeviceSynchronize());
+  s.report(name, all, "cudaErrorInvalidValue, nothing launched");
+}
+
 void test_gather(Suite& s, DType t, int m, int k) {
   char name[64];
   std::snprintf(name, sizeof name, "int gather %s m=%d k=%d", dname(t), m, k);
@@ -384,6 +407,7 @@ void int_suite(const std::string& filter, int& passed, int& failed) {
         ++i;
         test_linear(s, ctx, c);
       }
+  test_invalid_params(s);
   for (DType t : {DType::kBF16, DType::kF16}) test_gather(s, t, 5, 4096);
   for (DType t : {DType::kBF16, DType::kF16}) {
     test_int8_linear(s, ctx, t, 1, 1024, 4096, 16, true);

@@ -83,7 +83,8 @@ cudaError_t int_weight_stream(const IntLinearParams& p, cudaStream_t stream);
 // The streaming kernel's pipeline with Hopper's warpgroup MMA (gemm/int_weight_stream.cu): the
 // dequantized weights in registers, the activations read by the tensor cores from shared memory.
 // 4 bits, groups a multiple of 128 (or per channel), m <= kIntWeightOnlyMaxRows, on a compute
-// capability 9.0 device; cudaErrorNotSupported otherwise (and where int_weight_stream's is).
+// capability 9.0 device; cudaErrorNotSupported otherwise (and where int_weight_stream's is),
+// cudaErrorInvalidValue outside int_linear's contract.
 cudaError_t int_weight_wgmma(const IntLinearParams& p, cudaStream_t stream);
 
 // out [n, k] of p.dtype = the dequantized weight of p (x, y, m unused).

@@ -255,11 +255,14 @@ cudaError_t launch_for_m(const IntLinearParams& p, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t int_weight_wgmma(const IntLinearParams& p, cudaStream_t stream) {
-  if (p.m < 0 || p.m > kIntWeightOnlyMaxRows) return cudaErrorInvalidValue;
+  if (p.m < 0 || p.m > kIntWeightOnlyMaxRows || p.n <= 0 || p.group_size <= 0 ||
+      p.k % p.group_size != 0 || (p.dtype != DType::kBF16 && p.dtype != DType::kF16))
+    return cudaErrorInvalidValue;
   if (p.bits != 4 || p.group_size % kStepColumns != 0 || !device_is_sm90())
     return cudaErrorNotSupported;
   if (!aligned16(p.scale) || (p.zero && !aligned16(p.zero))) return cudaErrorNotSupported;
   if (p.m == 0) return cudaSuccess;
+  if (!aligned16(p.x) || !aligned16(p.wq) || !p.y) return cudaErrorInvalidValue;
   return p.dtype == DType::kBF16 ? launch_for_m<__nv_bfloat16>(p, stream)
                                  : launch_for_m<__half>(p, stream);
 }
