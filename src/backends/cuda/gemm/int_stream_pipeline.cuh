@@ -154,15 +154,17 @@ inline StreamGeometry slice_geometry(const IntLinearParams& p, int bits, int sta
   return geo;
 }
 
-// The k split with the least modelled traffic: the weight bytes over the fraction of the GPU's
-// block slots the grid keeps busy, plus the partial sums written and read back (8 bytes per
-// output and slice, counted at a quarter: they stay in L2), among splits whose slices' group
-// constants leave room for two pipeline stages; at most 16 slices of >= min_steps steps, their
-// partial sums within the scratch (p.w_work holds n * k 16-bit values), none without it. `slack`:
-// shared bytes reserved besides (to align the stages).
+// A kernel's constraints on its geometry: the fewest pipeline steps a k slice may have, and shared
+// bytes reserved besides the stages and group constants (to align the stages).
 struct PipelineShape {
   int min_steps = 4, slack = 0;
 };
+
+// The k split with the least modelled traffic: the weight bytes over the fraction of the GPU's
+// block slots the grid keeps busy, plus the partial sums written and read back (8 bytes per
+// output and slice, counted at a quarter: they stay in L2), among splits whose slices' group
+// constants leave room for two pipeline stages; at most 16 slices of >= shape.min_steps steps,
+// their partial sums within the scratch (p.w_work holds n * k 16-bit values), none without it.
 inline StreamGeometry choose_geometry(const IntLinearParams& p, int bits, int stage,
                                       int blocks_per_sm, const PipelineShape& shape = {}) {
   const int total_steps = (p.k * bits / 8 + kStepBytes - 1) / kStepBytes;

@@ -284,8 +284,6 @@ __global__ void gather_kernel(const T* x, const int32_t* perm, T* out, int m, in
   out[i] = x[r * k + perm[i % k]];
 }
 
-// Where the streaming kernel goes first: past 16 rows at 4 bits, 32 at 8 (measured on H100 over
-// Llama-3.1-8B's projections, docs/PERF.md "INT4 / INT8 kernels").
 // Smallest m that int_linear gives the wgmma kernel: below, the register kernel's one or two
 // 16-row tiles are as fast (H200, Llama-3.1-8B's four projections at m = 16: 81 µs against the
 // wgmma kernel's 80, and batch-16 decode 2.5 % slower on the wgmma kernel); at m = 32 the wgmma
@@ -302,6 +300,8 @@ bool wgmma_chosen() {
   return on;
 }
 
+// Where the streaming kernel goes first: past 16 rows at 4 bits, 32 at 8 (measured on H100 over
+// Llama-3.1-8B's projections, docs/PERF.md "INT4 / INT8 kernels").
 bool stream_kernel_first(const IntLinearParams& p) { return p.m > (p.bits == 4 ? 16 : 32); }
 
 // Where the one-row GEMV goes first at m = 1: at 8 bits always; at 4 bits, where its 16-row blocks
