@@ -1,5 +1,5 @@
 // Hopper warpgroup MMA (wgmma, sm_90a) building blocks of the prefill tile kernel (tile_sm90.cuh)
-// and the INT4 weight-only kernel for decode batches (gemm/int_weight_stream.cu):
+// and the INT4 weight-only kernel for decode batches (gemm/int_weight_wgmma.cu):
 // the shared-memory matrix descriptor for 128-byte-swizzled tiles, the m64nNk16 MMAs with A in
 // registers, and the fences and waits around them. Only meaningful in code compiled for sm_90a;
 // callers guard their use with PAGELLM_WGMMA_AVAILABLE.
@@ -132,72 +132,34 @@ __device__ __forceinline__ void fence_operands(float (&d)[N][4]) {
         "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])                                            \
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB))
 
-// d = a · b (accumulate == 0) or d += a · b for one m64nNk16 step of the warpgroup: a [64, 16] in
-// registers (each warp's 16 rows in mma.sync's m16n8k16 A layout), b [16, N] in shared memory
-// (desc_b; kTransB = 1 for an MN-major b), d in the m16n8 accumulator layout per 8 columns.
-template <typename T, int kTransB>
-__device__ __forceinline__ void mma_m64n64k16(float (&d)[8][4], const uint32_t (&a)[4],
-                                              uint64_t desc_b, int accumulate) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    PAGELLM_WGMMA_M64N64K16("bf16");
-  } else {
-    PAGELLM_WGMMA_M64N64K16("f16");
+// d = a · b (accumulate == 0) or d += a · b for one m64nNk16 step of the warpgroup, N the
+// accumulator's 8-column tiles (wgmma n = 8 N): a [64, 16] in registers (each warp's 16 rows in
+// mma.sync's m16n8k16 A layout), b [16, 8 N] in shared memory (desc_b; kTransB = 1 for an
+// MN-major b), d in the m16n8 accumulator layout per 8 columns.
+#define PAGELLM_WGMMA_M64K16(TYPE)  \
+  if constexpr (N == 1) {           \
+    PAGELLM_WGMMA_M64N8K16(TYPE);   \
+  } else if constexpr (N == 2) {    \
+    PAGELLM_WGMMA_M64N16K16(TYPE);  \
+  } else if constexpr (N == 4) {    \
+    PAGELLM_WGMMA_M64N32K16(TYPE);  \
+  } else if constexpr (N == 8) {    \
+    PAGELLM_WGMMA_M64N64K16(TYPE);  \
+  } else {                          \
+    PAGELLM_WGMMA_M64N128K16(TYPE); \
   }
-}
-template <typename T, int kTransB>
-__device__ __forceinline__ void mma_m64n128k16(float (&d)[16][4], const uint32_t (&a)[4],
-                                               uint64_t desc_b, int accumulate) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    PAGELLM_WGMMA_M64N128K16("bf16");
-  } else {
-    PAGELLM_WGMMA_M64N128K16("f16");
-  }
-}
-template <typename T, int kTransB>
-__device__ __forceinline__ void mma_m64n8k16(float (&d)[1][4], const uint32_t (&a)[4],
-                                             uint64_t desc_b, int accumulate) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    PAGELLM_WGMMA_M64N8K16("bf16");
-  } else {
-    PAGELLM_WGMMA_M64N8K16("f16");
-  }
-}
-template <typename T, int kTransB>
-__device__ __forceinline__ void mma_m64n16k16(float (&d)[2][4], const uint32_t (&a)[4],
-                                              uint64_t desc_b, int accumulate) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    PAGELLM_WGMMA_M64N16K16("bf16");
-  } else {
-    PAGELLM_WGMMA_M64N16K16("f16");
-  }
-}
-template <typename T, int kTransB>
-__device__ __forceinline__ void mma_m64n32k16(float (&d)[4][4], const uint32_t (&a)[4],
-                                              uint64_t desc_b, int accumulate) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    PAGELLM_WGMMA_M64N32K16("bf16");
-  } else {
-    PAGELLM_WGMMA_M64N32K16("f16");
-  }
-}
-// N: 8-column accumulator tiles (wgmma n = 8 N).
 template <typename T, int kTransB, int N>
 __device__ __forceinline__ void mma_m64k16(float (&d)[N][4], const uint32_t (&a)[4],
                                            uint64_t desc_b, int accumulate) {
   static_assert(N == 1 || N == 2 || N == 4 || N == 8 || N == 16,
                 "wgmma tiles of 8, 16, 32, 64 or 128 columns");
-  if constexpr (N == 1) {
-    mma_m64n8k16<T, kTransB>(d, a, desc_b, accumulate);
-  } else if constexpr (N == 2) {
-    mma_m64n16k16<T, kTransB>(d, a, desc_b, accumulate);
-  } else if constexpr (N == 4) {
-    mma_m64n32k16<T, kTransB>(d, a, desc_b, accumulate);
-  } else if constexpr (N == 8) {
-    mma_m64n64k16<T, kTransB>(d, a, desc_b, accumulate);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    PAGELLM_WGMMA_M64K16("bf16")
   } else {
-    mma_m64n128k16<T, kTransB>(d, a, desc_b, accumulate);
+    PAGELLM_WGMMA_M64K16("f16")
   }
 }
+#undef PAGELLM_WGMMA_M64K16
 #undef PAGELLM_WGMMA_M64N8K16
 #undef PAGELLM_WGMMA_M64N16K16
 #undef PAGELLM_WGMMA_M64N32K16

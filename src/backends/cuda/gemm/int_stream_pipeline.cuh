@@ -30,8 +30,6 @@ constexpr int kMaxSmem = 220 * 1024;
 
 template <int BITS>
 constexpr int kStepCols = kStepBytes * 8 / BITS;
-template <int BITS>
-constexpr int kActUnits = kStepCols<BITS> / 8;  // 16-byte units of an activation row per step
 
 // Host-chosen geometry of one launch.
 struct StreamGeometry {
@@ -43,23 +41,6 @@ struct StreamGeometry {
   int smem = 0;              // dynamic shared memory bytes
   float* partial = nullptr;  // [splits, m, n] fp32 when splits > 1
 };
-
-// Issues the cp.async of the weight rows' step `st` into `ws` (rows past n repeat row n - 1, bytes
-// past the row are zeros).
-template <int BITS>
-__device__ __forceinline__ void load_weight_step(const IntLinearParams& p, int row0, int st,
-                                                 unsigned char* ws) {
-  const int kb = p.k * BITS / 8;
-  for (int c = threadIdx.x; c < kRows * 4; c += kThreads) {
-    const int r = c >> 2, q = c & 3;
-    const int row = min(row0 + r, p.n - 1);
-    const int off = st * kStepBytes + q * 16;
-    const bool valid = off < kb;
-    const unsigned char* src =
-        static_cast<const unsigned char*>(p.wq) + int64_t{row} * kb + (valid ? off : 0);
-    cp_async16(ws + r * 64 + q * 16, src, valid ? 16 : 0);
-  }
-}
 
 // Issues the cp.async of `elem`-byte group constants (scales or zeros) of the block's rows for
 // groups [ga, gb]: per row, the 16-byte aligned span holding them, at row * row_bytes.

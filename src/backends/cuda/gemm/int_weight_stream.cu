@@ -28,11 +28,30 @@ using namespace intq;
 using namespace intstream;
 
 template <int BITS>
+constexpr int kActUnits = kStepCols<BITS> / 8;  // 16-byte units of an activation row per step
+template <int BITS>
 constexpr int kActStride = (kActUnits<BITS> + 1) * 16;  // bytes: the pad makes rows odd in units
 
 template <int BITS, int NT>
 constexpr int stage_bytes() {
   return kRows * kStepBytes + 8 * NT * kActStride<BITS>;
+}
+
+// Issues the cp.async of the weight rows' step `st` into `ws` (rows past n repeat row n - 1, bytes
+// past the row are zeros).
+template <int BITS>
+__device__ __forceinline__ void load_weight_step(const IntLinearParams& p, int row0, int st,
+                                                 unsigned char* ws) {
+  const int kb = p.k * BITS / 8;
+  for (int c = threadIdx.x; c < kRows * 4; c += kThreads) {
+    const int r = c >> 2, q = c & 3;
+    const int row = min(row0 + r, p.n - 1);
+    const int off = st * kStepBytes + q * 16;
+    const bool valid = off < kb;
+    const unsigned char* src =
+        static_cast<const unsigned char*>(p.wq) + int64_t{row} * kb + (valid ? off : 0);
+    cp_async16(ws + r * 64 + q * 16, src, valid ? 16 : 0);
+  }
 }
 
 // Issues the cp.async of activation rows [0, min(m, 8 NT)) at step `st` into `as` (zeros past k).
