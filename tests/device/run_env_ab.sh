@@ -5,8 +5,9 @@
 # e.g. run_env_ab.sh .device/ab PAGELLM_INT_WGMMA "0 1". Steps: 1. ceilings (cuda_probe);
 # 2. cuda_kernel_tests --filter $TEST_FILTER (default: all); 3. the engine check; 4. the runner
 # check (--skip-perf, GPU against CPU runner) once per value; 5. cuda_kernel_tests $BENCH (default
-# --int-bench-only; BENCH=none skips it) with the last value; 6. decode figures (--perf-only and
-# the flags) per value, alternating, PERF_ROUNDS (2) rounds, so that all see the same clocks.
+# --int-bench-only; BENCH=none skips it) with each of $BENCH_VALUES (default: the last value);
+# 6. decode figures (--perf-only and the flags) per value, alternating, PERF_ROUNDS (2) rounds, so
+# that all see the same clocks.
 # SKIP_CHECKS=1 skips steps 2-4. Logs in $OUT; the summary is printed last.
 set -uo pipefail
 SRC=$(cd "${1:?usage: run_env_ab.sh BUNDLE VAR VALUES [FLAGS...]}" && pwd)
@@ -33,12 +34,13 @@ if [ "${SKIP_CHECKS:-0}" != 1 ]; then
     grep -E "FAIL|runner checks:" "$LOGS/runner_check_$v.log" | head -20 | tee -a "$SUMMARY"
   done
 fi
-last=${VALUES##* }
 if [ "${BENCH:---int-bench-only}" != none ]; then
-  env "$VAR=$last" timeout 300 "$B/cuda_kernel_tests" ${BENCH:---int-bench-only} \
-    > "$LOGS/bench.log" 2>&1
-  say "bench ${BENCH:---int-bench-only} (exit $?):"
-  grep -vE "^(==|\[)" "$LOGS/bench.log" | tee -a "$SUMMARY"
+  for v in ${BENCH_VALUES:-${VALUES##* }}; do
+    env "$VAR=$v" timeout 300 "$B/cuda_kernel_tests" ${BENCH:---int-bench-only} \
+      > "$LOGS/bench_$v.log" 2>&1
+    say "bench ${BENCH:---int-bench-only} $VAR=$v (exit $?):"
+    grep -vE "^(==|\[)" "$LOGS/bench_$v.log" | tee -a "$SUMMARY"
+  done
 fi
 for round in $(seq "${PERF_ROUNDS:-2}"); do
   for v in $VALUES; do
