@@ -77,6 +77,16 @@ __device__ __forceinline__ GroupConst<T, BITS> group_const(const RawGroup<T>& r)
   return gc;
 }
 
+// (x & mask) | bits as one LOP3. Written in C++, ptxas emits two: both constants stay immediates
+// and a LOP3 takes only one. As asm operands the constants are registers, set once outside the
+// loops (Nsight Compute counted 69 LOP3 per warp and step in the wgmma kernel at m = 1, 128 of its
+// 258 instructions dequantizing: docs/PERF.md).
+__device__ __forceinline__ uint32_t mask_or(uint32_t x, uint32_t mask, uint32_t bits) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(x), "r"(mask), "r"(bits));  // (a & b) | c
+  return r;
+}
+
 // 4 bits: 16 packed bytes -> the piece's 16 pairs (magic + q) of T (pair q = columns 2q, 2q + 1),
 // exact: one mask puts nibbles j and j + 4 of a word (adjacent columns) into the mantissas of the
 // magic pair.
@@ -87,7 +97,7 @@ __device__ __forceinline__ void magic_pairs(const uint4& v, uint32_t (&pairs)[16
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) pairs[4 * i + j] = ((words[i] >> (4 * j)) & 0x000f000fu) | kMagic;
+    for (int j = 0; j < 4; ++j) pairs[4 * i + j] = mask_or(words[i] >> (4 * j), 0x000f000fu, kMagic);
 }
 
 // f16, 4 bits: 16 packed bytes -> the piece's 16 pairs q - z (pair q = columns 2q, 2q + 1), with
@@ -103,7 +113,7 @@ __device__ __forceinline__ void q_minus_z_f16(const uint4& v, const GroupConst<_
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint32_t w = h == 0 ? words[i] : words[i] >> 8;
-      const uint32_t lo = (w & 0x000f000fu) | kMagic, hi = (w & 0x00f000f0u) | kMagic;
+      const uint32_t lo = mask_or(w, 0x000f000fu, kMagic), hi = mask_or(w, 0x00f000f0u, kMagic);
       pairs[4 * i + 2 * h] =
           as_u32<__half>(__hsub2(as_pair<__half>(lo), as_pair<__half>(gc.zero2)));
       pairs[4 * i + 2 * h + 1] =

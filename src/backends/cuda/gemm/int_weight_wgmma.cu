@@ -108,7 +108,7 @@ __device__ __forceinline__ void dequantize_step(const unsigned char* w, int swz,
       const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
       for (int i = 0; i < 4; ++i) {  // word 4q + i: slice 2q + i / 2, its high 8 columns for odd i
-        const uint32_t raw = ((words[i] >> shift) & 0x000f000fu) | kMagic;
+        const uint32_t raw = mask_or(words[i] >> shift, 0x000f000fu, kMagic);
         a[2 * q + (i >> 1)][h + 2 * (i & 1)] =
             as_u32<T>(__hsub2(as_pair<T>(raw), as_pair<T>(zero2[h])));
       }
