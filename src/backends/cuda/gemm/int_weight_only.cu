@@ -284,11 +284,21 @@ __global__ void gather_kernel(const T* x, const int32_t* perm, T* out, int m, in
   out[i] = x[r * k + perm[i % k]];
 }
 
-// Smallest m that int_linear gives the wgmma kernel: below, the register kernel's one or two
-// 16-row tiles are as fast (H200, Llama-3.1-8B's four projections at m = 16: 81 µs against the
-// wgmma kernel's 80, and batch-16 decode 2.5 % slower on the wgmma kernel); at m = 32 the wgmma
-// kernel takes 86 µs against the streaming kernel's 134, at m = 64 116 against 188 (docs/PERF.md).
+// The rows int_linear gives the wgmma kernel: 17-64, and 9-16 for weights of 2^25+ elements. Below
+// 9 rows, and for smaller weights up to 16, the register kernel's one or two 16-row tiles are as
+// fast or faster. H200, Llama-3.1-8B's projections at m = 16 (one LOP3 per nibble pair, docs/
+// PERF.md): gate_up (117M) 32.8 µs on wgmma against 39.6, down (59M) 18.6 against 19.2, qkv (25M)
+// 12.4 against 12.3, o (17M) 9.1 against 7.2; at m = 8 gate_up ties (29.3 / 29.4) and down loses
+// (16.8 / 16.1). At m = 32 the wgmma kernel takes the four in 78 µs against the streaming
+// kernel's 128, at m = 64 in 107 against 184.
 constexpr int kWgmmaMinRows = 17;
+constexpr int kWgmmaMinRowsLarge = 9;
+constexpr int64_t kWgmmaLargeWeights = int64_t{1} << 25;
+
+bool wgmma_rows(const IntLinearParams& p) {
+  const bool large = int64_t{p.n} * p.k >= kWgmmaLargeWeights;
+  return p.m >= (large ? kWgmmaMinRowsLarge : kWgmmaMinRows) && p.m <= kIntWeightOnlyMaxRows;
+}
 
 // Whether int_linear takes the wgmma kernel where it applies: yes, unless PAGELLM_INT_WGMMA=0 at
 // start (the streaming and register kernels then, as before it; for A/B runs).
@@ -333,7 +343,7 @@ cudaError_t int_weight_only(const IntLinearParams& p, cudaStream_t stream, int t
     const cudaError_t err = int_weight_gemv(p, false, stream);
     if (err != cudaErrorNotSupported) return err;
   }
-  if (tiles == 0 && p.m >= kWgmmaMinRows && p.m <= kIntWeightOnlyMaxRows && wgmma_chosen()) {
+  if (tiles == 0 && wgmma_rows(p) && wgmma_chosen()) {
     const cudaError_t err = int_weight_wgmma(p, stream);
     if (err != cudaErrorNotSupported) return err;
   }
