@@ -51,7 +51,7 @@ struct StepLoads {
   const unsigned char* w_src[2];  // at step 0
   int w_dst[2];                   // offsets in a stage
   const unsigned char* a_src;     // row r0's unit at step 0
-  int64_t a_row_stride;           // bytes between rows r0 + 16 i and r0 + 16 (i + 1)
+  int a_row_stride;               // bytes between rows r0 + 16 i and r0 + 16 (i + 1)
   int a_dst;                      // row r0's unit's offset in a stage's activation tile
   int a_count;                    // units per step
 };
@@ -70,7 +70,7 @@ __device__ __forceinline__ StepLoads plan_loads(const IntLinearParams& p, int ro
   }
   const int r0 = threadIdx.x >> 4, u = threadIdx.x & 15;
   l.a_src = static_cast<const unsigned char*>(p.x) + int64_t{r0} * p.k * 2 + u * 16;
-  l.a_row_stride = int64_t{kActRowGroup} * p.k * 2;
+  l.a_row_stride = kActRowGroup * p.k * 2;  // valid k < 2^21 (int_weight_only.cu)
   l.a_dst = (u >> 3) * (8 * NT * 128) + r0 * 128 + (((u & 7) ^ (r0 & 7)) << 4);
   const int rows = min(p.m, 8 * NT);
   l.a_count = r0 < rows ? (rows - r0 + kActRowGroup - 1) / kActRowGroup : 0;
@@ -89,7 +89,8 @@ __device__ __forceinline__ void issue_acts(const StepLoads& l, int st, unsigned 
 #pragma unroll
   for (int i = 0; i < (8 * NT + kActRowGroup - 1) / kActRowGroup; ++i)
     if (i < l.a_count)
-      cp_async16(stage + kWeightTile + l.a_dst + i * (kActRowGroup * 128), a + i * l.a_row_stride,
+      cp_async16(stage + kWeightTile + l.a_dst + i * (kActRowGroup * 128),
+                 a + int64_t{i} * l.a_row_stride,
                  16);
 }
 
@@ -141,9 +142,8 @@ struct StepState {
 // each weight row's group scale.
 template <typename T, int NT>
 __device__ __forceinline__ void run_step(const StreamGeometry& geo, const StepLoads& loads,
-                                         unsigned char* smem,
-                                         const unsigned char* const (&sc_row)[2],
-                                         const unsigned char* const (&zr_row)[2], int w_off,
+                                         unsigned char* smem, const int (&sc_row)[2],
+                                         const int (&zr_row)[2], bool has_zero, int w_off,
                                          int swz, int shift, uint64_t desc0, int st1, StepState& ss,
                                          float (&c)[NT][4]) {
   constexpr int kStage = stage_bytes<NT>();
@@ -160,8 +160,8 @@ __device__ __forceinline__ void run_step(const StreamGeometry& geo, const StepLo
   float s[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    s[h] = to_float(reinterpret_cast<const T*>(sc_row[h])[ss.group]);
-    zero2[h] = (kZeroMagic<T, 4> + uint32_t(zr_row[h] ? zr_row[h][ss.group] : 8)) * 0x00010001u;
+    s[h] = to_float(reinterpret_cast<const T*>(smem + sc_row[h])[ss.group]);
+    zero2[h] = (kZeroMagic<T, 4> + uint32_t(has_zero ? smem[zr_row[h] + ss.group] : 8)) * 0x00010001u;
   }
   uint32_t a[8][4];
   dequantize_step<T>(smem + ss.read * kStage + w_off, swz, shift, zero2, a);
@@ -212,22 +212,23 @@ __global__ void __launch_bounds__(kThreads, 2)
     cp_async_commit();
   }
 
-  // The lane's group constants (rows g and g + 8 of its warp) and weight rows in a stage.
-  const unsigned char* sc_row[2];
-  const unsigned char* zr_row[2];
+  // The lane's group constants (rows g and g + 8 of its warp), as offsets from smem (32-bit: a
+  // pointer pair each spilled at 8 activation tiles), and weight rows in a stage.
+  int sc_row[2], zr_row[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = warp * 16 + 8 * h + g;
     const int row = min(row0 + r, p.n - 1);
-    sc_row[h] = sc + group_offset(p, r, row, ga, ga, 2, geo.sc_row);
-    zr_row[h] = zr ? zr + group_offset(p, r, row, ga, ga, 1, geo.zr_row) : nullptr;
+    sc_row[h] = int(sc - smem) + group_offset(p, r, row, ga, ga, 2, geo.sc_row);
+    zr_row[h] = zr ? int(zr - smem) + group_offset(p, r, row, ga, ga, 1, geo.zr_row) : 0;
   }
   const int w_off = (warp * 16 + g) * kStepBytes, swz = (g >> 1) & 3, shift = 4 * (lane & 3);
   const uint64_t desc0 = wgmma::sw128_desc(attention::smem_addr(smem + kWeightTile), 16, 1024);
   float c[NT][4] = {};
   StepState ss{st0, 0, ahead, 0, st0 - ga * steps_per_group, steps_per_group};
   while (ss.st < st1)
-    run_step<T, NT>(geo, loads, smem, sc_row, zr_row, w_off, swz, shift, desc0, st1, ss, c);
+    run_step<T, NT>(geo, loads, smem, sc_row, zr_row, zr != nullptr, w_off, swz, shift, desc0, st1,
+                    ss, c);
   pdl_launch_dependents();
   store_stream_outputs<T, NT>(p, geo, row0, c);
 #endif  // PAGELLM_WGMMA_AVAILABLE
