@@ -97,7 +97,8 @@ __device__ __forceinline__ void magic_pairs(const uint4& v, uint32_t (&pairs)[16
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) pairs[4 * i + j] = mask_or(words[i] >> (4 * j), 0x000f000fu, kMagic);
+    for (int j = 0; j < 4; ++j)
+      pairs[4 * i + j] = mask_or(words[i] >> (4 * j), 0x000f000fu, kMagic);
 }
 
 // f16, 4 bits: 16 packed bytes -> the piece's 16 pairs q - z (pair q = columns 2q, 2q + 1), with

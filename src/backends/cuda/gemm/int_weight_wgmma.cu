@@ -90,8 +90,7 @@ __device__ __forceinline__ void issue_acts(const StepLoads& l, int st, unsigned 
   for (int i = 0; i < (8 * NT + kActRowGroup - 1) / kActRowGroup; ++i)
     if (i < l.a_count)
       cp_async16(stage + kWeightTile + l.a_dst + i * (kActRowGroup * 128),
-                 a + int64_t{i} * l.a_row_stride,
-                 16);
+                 a + int64_t{i} * l.a_row_stride, 16);
 }
 
 // The A registers of a step's 8 slices for one warpgroup: the exact q - z of each weight, from the
@@ -143,8 +142,8 @@ struct StepState {
 template <typename T, int NT>
 __device__ __forceinline__ void run_step(const StreamGeometry& geo, const StepLoads& loads,
                                          unsigned char* smem, const int (&sc_row)[2],
-                                         const int (&zr_row)[2], bool has_zero, int w_off,
-                                         int swz, int shift, uint64_t desc0, int st1, StepState& ss,
+                                         const int (&zr_row)[2], bool has_zero, int w_off, int swz,
+                                         int shift, uint64_t desc0, int st1, StepState& ss,
                                          float (&c)[NT][4]) {
   constexpr int kStage = stage_bytes<NT>();
   const int ahead = geo.stages - 1;
@@ -161,7 +160,8 @@ __device__ __forceinline__ void run_step(const StreamGeometry& geo, const StepLo
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     s[h] = to_float(reinterpret_cast<const T*>(smem + sc_row[h])[ss.group]);
-    zero2[h] = (kZeroMagic<T, 4> + uint32_t(has_zero ? smem[zr_row[h] + ss.group] : 8)) * 0x00010001u;
+    zero2[h] =
+        (kZeroMagic<T, 4> + uint32_t(has_zero ? smem[zr_row[h] + ss.group] : 8)) * 0x00010001u;
   }
   uint32_t a[8][4];
   dequantize_step<T>(smem + ss.read * kStage + w_off, swz, shift, zero2, a);
