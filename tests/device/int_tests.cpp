@@ -258,11 +258,12 @@ void test_invalid_params(Suite& s) {
   IntLinearParams ok;
   ok.x = ok.wq = ok.scale = ok.y = buf.ptr;
   ok.m = 2, ok.n = 16, ok.k = 256, ok.group_size = 128;
-  std::vector<IntLinearParams> bad(4, ok);
+  std::vector<IntLinearParams> bad(5, ok);
   bad[0].group_size = 0;
   bad[1].k = 320;
   bad[2].dtype = DType::kF32;
   bad[3].m = kIntWeightOnlyMaxRows + 1;
+  bad[4].k = 1 << 21;  // past the 32-bit activation strides
   bool all = true;
   for (const IntLinearParams& p : bad) {
     all = all && int_weight_only(p, nullptr, 5) == cudaErrorInvalidValue;
