@@ -4,7 +4,7 @@
 # build-cuda (stripped, xz'd), the ceilings probe, stories260K, the tiny HF references and the
 # scripts. Then on the GPU machine, from the repository root:
 #   bash .device/ab/run_env_ab.sh .device/ab VAR "OFF ON" [RUNNER_CHECK_FLAGS...]
-#   bash .device/ab/run_binary_ab.sh .device/ab [RUNNER_CHECK_FLAGS...]  (with *.base.xz added)
+#   bash .device/ab/run_env_ab.sh .device/ab BINARY "base new" [FLAGS...]  (*.base.xz added)
 #   bash .device/ab/profile_int_kernel.sh .device/ab KERNEL_REGEX [SHAPE] [M]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -19,6 +19,6 @@ done
 /usr/local/cuda/bin/nvcc -O2 -gencode=arch=compute_90a,code=sm_90a -o "$OUT/cuda_probe" \
   "$SHARED/device/cuda_probe.cu" -lcublas
 cp "$ROOT/tests/device/unpack_bundle.sh" "$ROOT/tests/device/run_env_ab.sh" \
-   "$ROOT/tests/device/run_binary_ab.sh" "$ROOT/tests/device/profile_int_kernel.sh" "$OUT/"
+   "$ROOT/tests/device/profile_int_kernel.sh" "$OUT/"
 cp -r "$SHARED/models/stories260K" "$ROOT/tests/data/hf_reference" "$OUT/models/"
 du -sh "$OUT"
