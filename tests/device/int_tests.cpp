@@ -263,7 +263,7 @@ void test_invalid_params(Suite& s) {
   bad[1].k = 320;
   bad[2].dtype = DType::kF32;
   bad[3].m = kIntWeightOnlyMaxRows + 1;
-  bad[4].k = 1 << 21;  // past the 32-bit activation strides
+  bad[4].k = kIntMaxK;  // past the 32-bit activation strides
   bool all = true;
   for (const IntLinearParams& p : bad) {
     all = all && int_weight_only(p, nullptr, 5) == cudaErrorInvalidValue;

@@ -49,6 +49,8 @@ struct IntLinearParams {
 // dequantized in registers); larger m dequantizes the weight into w_work and runs the 16-bit GEMM
 // (prefill is bound by arithmetic, and the dequantization costs one pass over the weight).
 constexpr int kIntWeightOnlyMaxRows = 64;
+// Bound on k of every INT kernel (its strides and offsets are 32-bit).
+constexpr int kIntMaxK = 1 << 21;
 
 // Graph-capturable. cudaErrorInvalidValue for shapes or pointers outside the contract above.
 cudaError_t int_linear(GemmContext* ctx, const IntLinearParams& p, cudaStream_t stream);
@@ -57,7 +59,8 @@ cudaError_t int_linear(GemmContext* ctx, const IntLinearParams& p, cudaStream_t 
 // register kernel with 1 (16 weight rows per block, the next chunk prefetched) or 2 (32 rows), 3
 // the streaming kernel (int_weight_stream), 4 the one-row GEMV (int_weight_gemv; m = 1 only), 5
 // the wgmma kernel (int_weight_wgmma), 0 as int_linear chooses (at m = 1 the GEMV where it
-// applies, for 17 <= m <= kIntWeightOnlyMaxRows the wgmma kernel where it applies).
+// applies, for 17 <= m <= kIntWeightOnlyMaxRows, and from 9 rows for weights of 2^25+ elements,
+// the wgmma kernel where it applies).
 cudaError_t int_weight_only(const IntLinearParams& p, cudaStream_t stream, int tiles = 0);
 
 // y [m, n / 2] = silu(gate) * up for w = [gate; up] (n = 2 x inner), the SiLU-and-mul applied in

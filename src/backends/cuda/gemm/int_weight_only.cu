@@ -324,7 +324,7 @@ bool gemv_first(const IntLinearParams& p) {
 }
 
 bool valid(const IntLinearParams& p) {
-  if (p.m < 0 || p.n <= 0 || p.k <= 0 || p.k % 32 != 0 || p.k >= (1 << 21)) return false;
+  if (p.m < 0 || p.n <= 0 || p.k <= 0 || p.k % 32 != 0 || p.k >= kIntMaxK) return false;
   if (p.group_size <= 0 || p.group_size % 32 != 0 || p.k % p.group_size != 0) return false;
   if (p.bits != 4 && p.bits != 8) return false;
   if (p.dtype != DType::kBF16 && p.dtype != DType::kF16) return false;

@@ -70,7 +70,7 @@ __device__ __forceinline__ StepLoads plan_loads(const IntLinearParams& p, int ro
   }
   const int r0 = threadIdx.x >> 4, u = threadIdx.x & 15;
   l.a_src = static_cast<const unsigned char*>(p.x) + int64_t{r0} * p.k * 2 + u * 16;
-  l.a_row_stride = kActRowGroup * p.k * 2;  // k < 2^21 (int_weight_wgmma)
+  l.a_row_stride = kActRowGroup * p.k * 2;  // k < kIntMaxK (int_weight_wgmma)
   l.a_dst = (u >> 3) * (8 * NT * 128) + r0 * 128 + (((u & 7) ^ (r0 & 7)) << 4);
   const int rows = min(p.m, 8 * NT);
   l.a_count = r0 < rows ? (rows - r0 + kActRowGroup - 1) / kActRowGroup : 0;
@@ -257,7 +257,7 @@ cudaError_t launch_for_m(const IntLinearParams& p, cudaStream_t stream) {
 
 cudaError_t int_weight_wgmma(const IntLinearParams& p, cudaStream_t stream) {
   if (p.m < 0 || p.m > kIntWeightOnlyMaxRows || p.n <= 0 || p.group_size <= 0 || p.k <= 0 ||
-      p.k >= (1 << 21) || p.k % p.group_size != 0 ||
+      p.k >= kIntMaxK || p.k % p.group_size != 0 ||
       (p.dtype != DType::kBF16 && p.dtype != DType::kF16))
     return cudaErrorInvalidValue;
   if (p.bits != 4 || p.group_size % kStepColumns != 0 || !device_is_sm90())
