@@ -1,6 +1,7 @@
-// The sanitizer build (PAGELLM_SANITIZE: Debug, -O0, ASan + UBSan) runs model code ~50x slower than
-// Release. Tests that run trained models give it a smaller workload (fewer prompts and tokens):
-// the same code paths, which is what the sanitizers check; Release runs the full workload.
+// The sanitizer build (PAGELLM_SANITIZE: ASan + UBSan, the library at -O1, the tests at -O0) runs
+// model code several times slower than Release. Tests that run trained models give it a smaller
+// workload (fewer prompts and tokens): the same code paths, which is what the sanitizers check;
+// Release runs the full workload.
 #pragma once
 
 namespace pagellm::testing {
