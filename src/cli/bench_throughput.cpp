@@ -43,9 +43,10 @@ struct ThroughputOptions {
 };
 
 // Why the lower bound is not computed for this run ("" when it is): one device's ceilings and
-// 16-bit GEMM rates are what it is made of.
+// its 16-bit and FP8 GEMM rates are what it is made of.
 std::string bound_unsupported(const EngineArgs& args, const io::ModelConfig& config) {
-  if (config.quant.quantized()) return "quantized weights (the bound uses the 16-bit GEMM rate)";
+  if (config.quant.quantized() && !(config.quant.fp8() && args.device == "cuda"))
+    return "quantized weights (the bound covers 16-bit weights, and FP8 weights on the GPU)";
   if (args.tensor_parallel_size * args.pipeline_parallel_size * args.data_parallel_size > 1)
     return "more than one device";
   return "";
@@ -60,6 +61,7 @@ BoundInputs bound_inputs(const EngineArgs& args, const io::ModelConfig& config,
                     : args.dtype == "auto"         ? double(dtype_size(config.torch_dtype))
                                                    : 2;
   in.kv_bytes = args.kv_cache_dtype.rfind("fp8", 0) == 0 ? 1 : in.weight_bytes;
+  in.fp8_projections = config.quant.fp8() && !cpu;
   in.max_num_seqs = args.max_num_seqs;
   for (const auto& out : outputs)
     for (const auto& c : out.outputs)
@@ -104,11 +106,24 @@ std::string run_capturing_stdout(const std::vector<std::string>& argv) {
   return out;
 }
 
-constexpr const char* kCeilingsFormat = "Ceilings (%s): copy %.1f GB/s, GEMM %.1f TFLOP/s\n";
+// One line: "Ceilings (how): copy X GB/s, GEMM Y TFLOP/s[, FP8 GEMM Z TFLOP/s]".
+std::string describe_ceilings(const runner::DeviceCeilings& c) {
+  char line[512];
+  std::snprintf(line, sizeof line, "Ceilings (%s): copy %.1f GB/s, GEMM %.1f TFLOP/s",
+                c.what.c_str(), c.copy_gbps, c.gemm_tflops);
+  std::string s = line;
+  if (c.fp8_gemm_tflops > 0) {
+    std::snprintf(line, sizeof line, ", FP8 GEMM %.1f TFLOP/s", c.fp8_gemm_tflops);
+    s += line;
+  }
+  return s;
+}
 
 // `pagellm bench ceilings`: the device's copy and GEMM rates (runner/device_ceilings.h), one line.
 int run_ceilings(int argc, char** argv) {
-  CLI::App app{"The device's copy rate and 16-bit GEMM rate (what bench throughput's bound uses)"};
+  CLI::App app{
+      "The device's copy rate, 16-bit GEMM rate and (on GPUs with FP8 tensor cores) FP8 GEMM rate: "
+      "what bench throughput's bound uses"};
   EngineArgs args;
   app.add_option("--device", args.device, "auto (the GPU when there is one), cpu or cuda")
       ->capture_default_str();
@@ -118,8 +133,7 @@ int run_ceilings(int argc, char** argv) {
   args.resolve_device();
   if (args.device != "cpu" && args.device != "cuda")
     invalid_argument("--device " + args.device + ": expected auto, cpu or cuda");
-  const runner::DeviceCeilings c = runner::measure_device_ceilings(args);
-  std::printf(kCeilingsFormat, c.what.c_str(), c.copy_gbps, c.gemm_tflops);
+  std::printf("%s\n", describe_ceilings(runner::measure_device_ceilings(args)).c_str());
   return 0;
 }
 
@@ -135,6 +149,10 @@ runner::DeviceCeilings ceilings_in_child_process(const EngineArgs& args) {
                   &c.gemm_tflops) != 2)
     throw_error(ErrorKind::kInternal, "bench ceilings printed no ceilings: " + out);
   c.what = out.substr(open + 10, close - open - 10);
+  const size_t fp8 = out.find(", FP8 GEMM ", close);
+  if (fp8 != std::string::npos &&
+      std::sscanf(out.c_str() + fp8, ", FP8 GEMM %lf TFLOP/s", &c.fp8_gemm_tflops) != 1)
+    throw_error(ErrorKind::kInternal, "bench ceilings printed no FP8 GEMM rate: " + out);
   return c;
 }
 
@@ -207,11 +225,13 @@ void write_throughput_json(const std::string& path, const ThroughputResult& r,
                         {"prefill_seconds", bound->prefill_seconds},
                         {"decode_seconds", bound->decode_seconds},
                         {"prefill_flop", bound->prefill_flop},
+                        {"prefill_fp8_flop", bound->prefill_fp8_flop},
                         {"decode_steps", bound->decode_steps},
                         {"step_weight_bytes", bound->step_bytes},
                         {"kv_read_bytes", bound->kv_read_bytes},
                         {"copy_gbps", ceilings.copy_gbps},
                         {"gemm_tflops", ceilings.gemm_tflops},
+                        {"fp8_gemm_tflops", ceilings.fp8_gemm_tflops},
                         {"elapsed_over_bound", r.elapsed / bound->seconds()}};
   std::ofstream f(path);
   if (!f) throw_error(ErrorKind::kNotFound, path + ": cannot write");
@@ -239,8 +259,10 @@ int run_throughput(int argc, char** argv) {
   EngineArgs args;
   add_engine_flags(app, args);
   ThroughputOptions o;
-  app.add_option("--input-len", o.input_len, "prompt tokens per random request")->capture_default_str();
-  app.add_option("--output-len", o.output_len, "generated tokens per request")->capture_default_str();
+  app.add_option("--input-len", o.input_len, "prompt tokens per random request")
+      ->capture_default_str();
+  app.add_option("--output-len", o.output_len, "generated tokens per request")
+      ->capture_default_str();
   app.add_option("--num-prompts", o.num_prompts, "requests")->capture_default_str();
   app.add_option("--dataset", o.dataset, "JSONL prompts file instead of random prompts");
   app.add_option("--output-json", o.output_json, "write the results as JSON here");
@@ -266,9 +288,12 @@ int run_throughput(int argc, char** argv) {
   }
   print_throughput(r);
   std::optional<ThroughputBound> bound;
+  const BoundInputs inputs = bound_inputs(args, config, outputs);
+  if (no_bound.empty() && inputs.fp8_projections && ceilings.fp8_gemm_tflops <= 0)
+    no_bound = "FP8 weights on a GPU without FP8 tensor cores (no FP8 GEMM rate)";
   if (no_bound.empty()) {
-    bound = throughput_bound(config, bound_inputs(args, config, outputs), ceilings);
-    std::printf(kCeilingsFormat, ceilings.what.c_str(), ceilings.copy_gbps, ceilings.gemm_tflops);
+    bound = throughput_bound(config, inputs, ceilings);
+    std::printf("%s\n", describe_ceilings(ceilings).c_str());
     std::printf("%s\n", describe_bound(*bound, ceilings, r.elapsed).c_str());
   } else {
     std::printf("Lower bound: not computed (%s)\n", no_bound.c_str());

@@ -35,11 +35,13 @@ ThroughputBound throughput_bound(const io::ModelConfig& c, const BoundInputs& in
   double per_token = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) per_token += layer_weights_per_token(c, l);
   const double lm_head = double(c.vocab_size) * double(c.hidden_size);
-  b.step_bytes = (per_token + lm_head) * in.weight_bytes;
+  const double projection_bytes = in.fp8_projections ? 1.0 : in.weight_bytes;
+  b.step_bytes = per_token * projection_bytes + lm_head * in.weight_bytes;
   const double kv_row = 2.0 * double(c.num_key_value_heads) * double(c.head_dim);  // K and V
   double generated_after_first = 0, longest_after_first = 0;
   for (const auto& [prompt, output] : in.requests) {
     b.prefill_flop += 2.0 * per_token * double(prompt) + 2.0 * lm_head;
+    if (in.fp8_projections) b.prefill_fp8_flop += 2.0 * per_token * double(prompt);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       const int64_t window = c.layer_window(l);
       // Q·Kᵀ and P·V: 2 FLOP per multiply-add, each over head_dim per key per query head.
@@ -56,21 +58,27 @@ ThroughputBound throughput_bound(const io::ModelConfig& c, const BoundInputs& in
   // tokens take a step each.
   b.decode_steps = std::max(std::ceil(generated_after_first / double(std::max(1, in.max_num_seqs))),
                             longest_after_first);
-  b.prefill_seconds = b.prefill_flop / (ceilings.gemm_tflops * 1e12);
+  b.prefill_seconds = (b.prefill_flop - b.prefill_fp8_flop) / (ceilings.gemm_tflops * 1e12);
+  if (b.prefill_fp8_flop > 0)
+    b.prefill_seconds += b.prefill_fp8_flop / (ceilings.fp8_gemm_tflops * 1e12);
   b.decode_seconds = (b.decode_steps * b.step_bytes + b.kv_read_bytes) / (ceilings.copy_gbps * 1e9);
   return b;
 }
 
 std::string describe_bound(const ThroughputBound& b, const runner::DeviceCeilings& ceilings,
                            double elapsed_seconds) {
-  char line[512];
+  char fp8[128] = "";
+  if (b.prefill_fp8_flop > 0)
+    std::snprintf(fp8, sizeof fp8, "%.2f TFLOP of FP8 projections at %.1f TFLOP/s + ",
+                  b.prefill_fp8_flop / 1e12, ceilings.fp8_gemm_tflops);
+  char line[640];
   std::snprintf(line, sizeof line,
-                "Lower bound: %.3f s = prefill %.3f s (%.2f TFLOP at %.1f TFLOP/s) + decode %.3f s "
-                "(%.0f steps x %.3f GB of weights + %.3f GB of K/V at %.1f GB/s); this run took "
+                "Lower bound: %.3f s = prefill %.3f s (%s%.2f TFLOP at %.1f TFLOP/s) + decode %.3f "
+                "s (%.0f steps x %.3f GB of weights + %.3f GB of K/V at %.1f GB/s); this run took "
                 "%.2fx the bound",
-                b.seconds(), b.prefill_seconds, b.prefill_flop / 1e12, ceilings.gemm_tflops,
-                b.decode_seconds, b.decode_steps, b.step_bytes / 1e9, b.kv_read_bytes / 1e9,
-                ceilings.copy_gbps, elapsed_seconds / b.seconds());
+                b.seconds(), b.prefill_seconds, fp8, (b.prefill_flop - b.prefill_fp8_flop) / 1e12,
+                ceilings.gemm_tflops, b.decode_seconds, b.decode_steps, b.step_bytes / 1e9,
+                b.kv_read_bytes / 1e9, ceilings.copy_gbps, elapsed_seconds / b.seconds());
   return line;
 }
 

@@ -19,13 +19,17 @@ namespace pagellm::cli {
 
 struct BoundInputs {
   double weight_bytes = 2;  // per weight element (16-bit: 2; the CPU's fp32: 4)
-  double kv_bytes = 2;      // per cached K or V element
+  // FP8 weights (W8A8): the layers' projections hold 1 byte per element and their prefill runs at
+  // the FP8 GEMM rate; the LM head and the attention stay 16-bit.
+  bool fp8_projections = false;
+  double kv_bytes = 2;  // per cached K or V element
   int max_num_seqs = 256;
   std::vector<std::pair<int64_t, int64_t>> requests;  // (prompt tokens, output tokens)
 };
 
 struct ThroughputBound {
-  double prefill_flop = 0;   // projections + attention + one LM-head row per request
+  double prefill_flop = 0;      // projections + attention + one LM-head row per request
+  double prefill_fp8_flop = 0;  // the part of prefill_flop at the FP8 rate (fp8_projections)
   // max(ceil(generated tokens after each request's first / max_num_seqs), the longest request's)
   double decode_steps = 0;
   double step_bytes = 0;     // weights read by one decode step

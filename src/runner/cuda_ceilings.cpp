@@ -1,9 +1,13 @@
 // The GPU's copy rate and 16-bit GEMM rate (runner/device_ceilings.h), measured as
 // ../shared/device/cuda_probe.cu measures them: device-to-device copies of 2 GiB on the default
 // stream and a cuBLAS 8192^3 GEMM on uniform random operands (constant or zero data draws less
-// power and runs faster than real weights), each averaged over 10 runs after 3 warm-ups.
+// power and runs faster than real weights), each averaged over 10 runs after 3 warm-ups. Then,
+// where the GPU has FP8 tensor cores, the FP8 GEMM of FP8 weights' prefill on the same shape and
+// data: both operands quantized to e4m3 (per row), timed as fp8_linear runs it on activations an
+// earlier kernel quantized (cuBLASLt, per-token x per-channel scales in the epilogue).
 #include <cuda_runtime.h>
 
+#include "backends/cuda/gemm/fp8_gemm.h"
 #include "backends/cuda/kernels.h"
 #include "common/error.h"
 #include "runner/device_ceilings.h"
@@ -45,6 +49,41 @@ struct Buffers {
   }
 };
 
+// TFLOP/s of fp8_linear's tensor-core GEMM on n x n x n, or 0 where the GPU has no FP8 tensor
+// cores. x and w: n x n of dtype t; work: 3 n^2 bytes + 8 n floats of scratch (the e4m3 operands,
+// their scales), y: n x n of t.
+double fp8_gemm_tflops(DType t, int n, const void* x, const void* w, unsigned char* work, void* y) {
+  cudaError_t err = cudaSuccess;
+  cuda::GemmContext* ctx = cuda::gemm_create(size_t(32) << 20, &err);
+  check(err, "cuBLASLt");
+  const size_t elems = size_t(n) * n;
+  cuda::Fp8LinearParams p;
+  p.dtype = t;
+  p.wq = work;
+  p.xq_work = work + elems;
+  float* scales = reinterpret_cast<float*>(work + 2 * elems);
+  p.w_scale = scales;
+  p.x_scale_work = scales + n;
+  p.y = y;
+  p.m = p.n = p.k = n;
+  p.x_quantized = true;  // as when the RMSNorm before quantized x (kernels.h Fp8Out)
+  // Rows of x quantized as rows of a weight are per-token quantized activations.
+  check(cuda::quantize_fp8_per_channel(t, w, n, n, work, scales, nullptr), "quantizing w");
+  check(cuda::quantize_fp8_per_channel(t, x, n, n, p.xq_work, p.x_scale_work, nullptr),
+        "quantizing x");
+  cuda::fp8_linear_set_path(ctx, cuda::Fp8Path::kScaledGemm);
+  double tflops = 0;
+  if (cuda::fp8_linear(ctx, p, nullptr) == cudaSuccess) {
+    const float ms =
+        mean_ms(nullptr, [&] { check(cuda::fp8_linear(ctx, p, nullptr), "fp8 gemm"); });
+    tflops = 2.0 * double(n) * n * n / (ms * 1e-3) / 1e12;
+  } else {
+    cudaGetLastError();  // no FP8 tensor cores (or no cuBLASLt FP8 kernel): not measured
+  }
+  cuda::gemm_destroy(ctx);
+  return tflops;
+}
+
 }  // namespace
 
 DeviceCeilings measure_cuda_ceilings(const std::string& dtype) {
@@ -73,6 +112,11 @@ DeviceCeilings measure_cuda_ceilings(const std::string& dtype) {
   c.gemm_tflops = 2.0 * double(n) * n * n / (gemm_ms * 1e-3) / 1e12;
   c.what = std::string("GPU: device-to-device copy of 2 GiB, cuBLAS ") +
            (t == DType::kF16 ? "f16" : "bf16") + " GEMM 8192^3 on random data (mean of 10)";
+  // The FP8 operands and scales after y in b; y takes b's first 128 MiB.
+  unsigned char* work = static_cast<unsigned char*>(buf.b) + (size_t(256) << 20);
+  c.fp8_gemm_tflops = fp8_gemm_tflops(t, n, buf.a, w, work, buf.b);
+  if (c.fp8_gemm_tflops > 0)
+    c.what += ", cuBLASLt e4m3 GEMM 8192^3 with per-token x per-channel scales";
   return c;
 }
 

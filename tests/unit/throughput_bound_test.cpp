@@ -37,6 +37,33 @@ TEST(ThroughputBound, CountsPrefillFlopsAndDecodeBytes) {
   EXPECT_NE(line.find("this run took 2.00x the bound"), std::string::npos) << line;
 }
 
+TEST(ThroughputBound, Fp8ProjectionsTakeOneByteAndTheFp8Rate) {
+  const io::ModelConfig c = runner::demo_model_config();
+  BoundInputs in;
+  in.requests = {{10, 5}};
+  in.fp8_projections = true;
+  runner::DeviceCeilings fast = ceilings();
+  fast.fp8_gemm_tflops = 2.0;
+  const ThroughputBound b = throughput_bound(c, in, fast);
+  // The same FLOPs as in 16 bits; the projections' part at the FP8 rate, the LM-head row and the
+  // attention at the 16-bit one.
+  const double projections = 2.0 * 92160 * 10, rest = 2.0 * 16512 + 2 * 4.0 * 4 * 16 * 55;
+  EXPECT_DOUBLE_EQ(b.prefill_flop, projections + rest);
+  EXPECT_DOUBLE_EQ(b.prefill_fp8_flop, projections);
+  EXPECT_DOUBLE_EQ(b.prefill_seconds, projections / 2e12 + rest / 1e12);
+  // A step reads the projections in 1 byte and the LM head in 2; the K/V bytes do not change.
+  EXPECT_DOUBLE_EQ(b.step_bytes, 92160.0 + 16512 * 2);
+  EXPECT_DOUBLE_EQ(b.kv_read_bytes, 128.0 * 50 * 2);
+  const std::string line = describe_bound(b, fast, b.seconds());
+  EXPECT_NE(line.find("0.00 TFLOP of FP8 projections at 2.0 TFLOP/s + "), std::string::npos)
+      << line;
+  EXPECT_NE(line.find("this run took 1.00x the bound"), std::string::npos) << line;
+  // 16-bit weights name no FP8 part.
+  in.fp8_projections = false;
+  EXPECT_EQ(describe_bound(throughput_bound(c, in, fast), fast, 1.0).find("FP8"),
+            std::string::npos);
+}
+
 TEST(ThroughputBound, WindowsStepsAndMixtureOfExperts) {
   io::ModelConfig c = runner::demo_model_config();
   c.sliding_window = 12;
