@@ -7,6 +7,8 @@
 // earlier kernel quantized (cuBLASLt, per-token x per-channel scales in the epilogue).
 #include <cuda_runtime.h>
 
+#include <memory>
+
 #include "backends/cuda/gemm/fp8_gemm.h"
 #include "backends/cuda/kernels.h"
 #include "common/error.h"
@@ -54,7 +56,8 @@ struct Buffers {
 // their scales), y: n x n of t.
 double fp8_gemm_tflops(DType t, int n, const void* x, const void* w, unsigned char* work, void* y) {
   cudaError_t err = cudaSuccess;
-  cuda::GemmContext* ctx = cuda::gemm_create(size_t(32) << 20, &err);
+  const std::unique_ptr<cuda::GemmContext, void (*)(cuda::GemmContext*)> ctx(
+      cuda::gemm_create(size_t(32) << 20, &err), cuda::gemm_destroy);
   check(err, "cuBLASLt");
   const size_t elems = size_t(n) * n;
   cuda::Fp8LinearParams p;
@@ -71,17 +74,14 @@ double fp8_gemm_tflops(DType t, int n, const void* x, const void* w, unsigned ch
   check(cuda::quantize_fp8_per_channel(t, w, n, n, work, scales, nullptr), "quantizing w");
   check(cuda::quantize_fp8_per_channel(t, x, n, n, p.xq_work, p.x_scale_work, nullptr),
         "quantizing x");
-  cuda::fp8_linear_set_path(ctx, cuda::Fp8Path::kScaledGemm);
-  double tflops = 0;
-  if (cuda::fp8_linear(ctx, p, nullptr) == cudaSuccess) {
-    const float ms =
-        mean_ms(nullptr, [&] { check(cuda::fp8_linear(ctx, p, nullptr), "fp8 gemm"); });
-    tflops = 2.0 * double(n) * n * n / (ms * 1e-3) / 1e12;
-  } else {
+  cuda::fp8_linear_set_path(ctx.get(), cuda::Fp8Path::kScaledGemm);
+  if (cuda::fp8_linear(ctx.get(), p, nullptr) != cudaSuccess) {
     cudaGetLastError();  // no FP8 tensor cores (or no cuBLASLt FP8 kernel): not measured
+    return 0;
   }
-  cuda::gemm_destroy(ctx);
-  return tflops;
+  const float ms =
+      mean_ms(nullptr, [&] { check(cuda::fp8_linear(ctx.get(), p, nullptr), "fp8 gemm"); });
+  return 2.0 * double(n) * n * n / (ms * 1e-3) / 1e12;
 }
 
 }  // namespace
