@@ -40,8 +40,9 @@ ThroughputBound throughput_bound(const io::ModelConfig& c, const BoundInputs& in
   const double kv_row = 2.0 * double(c.num_key_value_heads) * double(c.head_dim);  // K and V
   double generated_after_first = 0, longest_after_first = 0;
   for (const auto& [prompt, output] : in.requests) {
-    b.prefill_flop += 2.0 * per_token * double(prompt) + 2.0 * lm_head;
-    if (in.fp8_projections) b.prefill_fp8_flop += 2.0 * per_token * double(prompt);
+    const double projection_flop = 2.0 * per_token * double(prompt);
+    b.prefill_flop += projection_flop + 2.0 * lm_head;
+    if (in.fp8_projections) b.prefill_fp8_flop += projection_flop;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       const int64_t window = c.layer_window(l);
       // Q·Kᵀ and P·V: 2 FLOP per multiply-add, each over head_dim per key per query head.

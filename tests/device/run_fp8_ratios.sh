@@ -13,6 +13,7 @@ timeout 60 "$B/cuda_probe" > "$LOGS/probe.log" 2>&1
 say "probe: $(grep -iE 'copy|gemm' "$LOGS/probe.log" | tr '\n' ' ')"
 timeout 60 "$B/pagellm" bench ceilings --device cuda > "$LOGS/ceilings.log" 2>&1
 say "bench ceilings (exit $?): $(cat "$LOGS/ceilings.log")"
+: > "$LOGS/bounds.log"
 throughput() {  # PROMPTS OUTPUT_LEN [FLAGS...]: requests/s of one `bench throughput`
   local prompts=$1 out=$2
   shift 2
