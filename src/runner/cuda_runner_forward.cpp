@@ -311,6 +311,7 @@ class ForwardPass {
                                      m_.hidden, nullptr));
     const bool fusable = !gate_up_quantized && !w.gate_up_int.w8a8 && !gemma_;
     cudaError_t fused = cudaErrorNotSupported;
+    bool down_quantized = false;
     if (fusable && w.gate_up_int.on()) {
       // INT weights never reach the 16-bit GEMV below; the fused kernel takes one row (trying it
       // for more would also gather act-order columns twice).
@@ -337,15 +338,25 @@ class ForwardPass {
     } else {
       linear(m_.x_normed.get(), w.gate_up, w.gate_up_fp8, w.gate_up_int, m_.x_gate_up.get(),
              2 * inter, m_.hidden, nullptr, gate_up_quantized);
-      // SiLU-and-mul leaves the down projection's quantization to fp8_linear: fused, one block
-      // per row (for the row's scale) ran no faster than the two kernels (docs/PERF.md).
-      check(cuda::silu_and_mul({m_.dt, m_.x_gate_up.get(), m_.x_act.get(), n_, inter, gemma_},
-                               m_.stream),
-            "silu_and_mul");
+      down_quantized = silu_and_mul_for_down(w);
     }
     linear(m_.x_act.get(), w.down, w.down_fp8, w.down_int, m_.x_proj.get(), m_.hidden, inter,
-           nullptr);
+           nullptr, down_quantized);
     if (gemma_) normalize_proj(w.mlp_out_norm);
+  }
+
+  // SiLU-and-mul (Gemma: GeLU-tanh) of x_gate_up into x_act, or, where the down projection takes
+  // an FP8 input on the tensor cores, straight into its quantized input (kernels.h
+  // SiluAndMulParams::fp8). Returns whether it did the latter.
+  bool silu_and_mul_for_down(const LayerWeights& w) {
+    cuda::SiluAndMulParams p{m_.dt, m_.x_gate_up.get(), m_.x_act.get(), n_, m_.inter, gemma_};
+    p.fp8 = fused_fp8_input(w.down, w.down_fp8, m_.x_proj.get(), m_.hidden, m_.inter, nullptr);
+    if (p.fp8.on() && cuda::silu_and_mul_fp8_valid(p))
+      p.out = nullptr;
+    else
+      p.fp8 = {};
+    check(cuda::silu_and_mul(p, m_.stream), "silu_and_mul");
+    return p.fp8.on();
   }
 
   // The norm after layer l: the next layer's input norm, or the final norm at the end of the last

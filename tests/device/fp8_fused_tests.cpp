@@ -3,6 +3,8 @@
 //    per 128-column group) with an FP8 copy gives the bytes and scales of the plain kernel
 //    followed by quantize_fp8_per_token, bit for bit, and the same 16-bit output when it also
 //    writes it;
+//  - silu_and_mul (and GeLU-tanh-and-mul) with an FP8 copy likewise, per row and per group, and
+//    refuses the shapes it cannot take;
 //  - fp8_linear on the pre-quantized input (x_quantized) gives the bits of the unfused call, and
 //    fp8_linear_quantizes_x answers as the path the call takes.
 // fp8_fused_bench (cuda_kernel_tests --fp8-fused-bench-only) times the fused norm against the
@@ -104,6 +106,47 @@ void test_norm(Suite& s, DType t, int rows, int hidden, bool residual, int group
                (res_same ? "" : ", residual differs"));
 }
 
+// silu_and_mul with an FP8 copy against silu_and_mul, then quantize_fp8_per_token on its output;
+// with keep_out the fused kernel also writes the 16-bit rows, which must equal the plain kernel's.
+void test_silu(Suite& s, DType t, int rows, int inner, int group, bool keep_out, bool gelu) {
+  char name[128];
+  std::snprintf(name, sizeof name, "fp8 fused silu_and_mul %s rows=%d inner=%d%s%s%s", dname(t),
+                rows, inner, group ? " group128" : "", keep_out ? " +out" : "",
+                gelu ? " gelu" : "");
+  if (!s.selected(name)) return;
+  const size_t n = size_t(rows) * inner, bytes = n * dsize(t);
+  DevMem x, out_a(bytes), out_b(bytes), q(n), scale(size_t(rows) * (inner / 128 + 1) * 4);
+  put(x, random_bytes(t, 2 * n, 6.f));
+  SiluAndMulParams plain{t, x.ptr, out_a.ptr, rows, inner, gelu};
+  CK(silu_and_mul(plain, nullptr));
+  SiluAndMulParams fused = plain;
+  fused.out = keep_out ? out_b.ptr : nullptr;
+  fused.fp8 = {q.ptr, static_cast<float*>(scale.ptr), group};
+  const bool valid = silu_and_mul_fp8_valid(fused);
+  CK(silu_and_mul(fused, nullptr));
+  CK(cudaDeviceSynchronize());
+  const QuantCheck c = check_against_unfused(t, out_a, rows, inner, group, q, scale);
+  const bool out_same = !keep_out || fetch(out_a, bytes) == fetch(out_b, bytes);
+  s.report(name, valid && c.bad_q == 0 && c.bad_s == 0 && out_same,
+           c.detail() + (out_same ? "" : ", 16-bit rows differ") + (valid ? "" : ", refused"));
+}
+
+// Shapes the FP8 copy cannot take: refused with cudaErrorInvalidValue, nothing launched.
+void test_silu_refusals(Suite& s) {
+  const char* name = "fp8 fused silu_and_mul refusals";
+  if (!s.selected(name)) return;
+  DevMem x(size_t(4) * 2 * 200000 * 2), q(size_t(4) * 200000), scale(4096);
+  auto refused = [&](DType t, int inner, int group) {
+    SiluAndMulParams p{t, x.ptr, nullptr, 4, inner, false};
+    p.fp8 = {q.ptr, static_cast<float*>(scale.ptr), group};
+    return !silu_and_mul_fp8_valid(p) && silu_and_mul(p, nullptr) == cudaErrorInvalidValue;
+  };
+  const bool ok = refused(DType::kF32, 1024, 0) && refused(DType::kBF16, 1000, 0) &&
+                  refused(DType::kBF16, 1040, kFp8Block) && refused(DType::kBF16, 1024, 64) &&
+                  refused(DType::kF16, 100000, 0);
+  s.report(name, ok, ok ? "all refused" : "a bad shape was accepted");
+}
+
 // fp8_linear with x_quantized (the scratch filled by quantize_fp8_per_token, as a fused kernel
 // would) against the unfused call: the same output bits; and fp8_linear_quantizes_x's answer.
 void test_prequantized_linear(Suite& s, GemmContext* ctx, DType t, int m, int n, int k,
@@ -169,7 +212,16 @@ void fp8_fused_suite(const std::string& filter, int& passed, int& failed) {
       test_norm(s, t, 300, 2048, true, group, true);
     }
     test_norm(s, t, 5, 1040, true, 0, true);  // not a multiple of 128: per row only
+    for (int group : {0, kFp8Block}) {
+      // 14336: Llama-3.1-8B's inner size; 384: one partial warp round; 65536: a 128 KB staging.
+      for (int inner : {14336, 384, 2048, 65536}) test_silu(s, t, 33, inner, group, false, false);
+      test_silu(s, t, 1, 14336, group, true, false);
+      test_silu(s, t, 300, 1536, group, true, false);
+      test_silu(s, t, 7, 2048, group, false, true);
+    }
+    test_silu(s, t, 5, 1040, 0, true, false);  // not a multiple of 128: per row only
   }
+  test_silu_refusals(s);
   cudaError_t err;
   GemmContext* ctx = gemm_create(32 << 20, &err);
   CK(err);
@@ -222,6 +274,11 @@ void prefill_elementwise_bench() {
     SiluAndMulParams silu{t, gu.ptr, act.ptr, m, inner, false};
     line("silu_and_mul", m,
          1e3 * time_graph_ms([&](cudaStream_t st) { CK(silu_and_mul(silu, st)); }), 3 * act_bytes);
+    SiluAndMulParams silu_q = silu;
+    silu_q.out = nullptr, silu_q.fp8 = {q.ptr, scale, 0};
+    line("silu_and_mul -> fp8", m,
+         1e3 * time_graph_ms([&](cudaStream_t st) { CK(silu_and_mul(silu_q, st)); }),
+         2.5 * act_bytes);
     line("quantize rows (k 14336)", m,
          1e3 * time_graph_ms([&](cudaStream_t st) {
            CK(quantize_fp8_per_token({t, act.ptr, q.ptr, scale, m, inner, 0}, st));
@@ -275,10 +332,11 @@ void fp8_fused_bench() {
       RmsNormParams norm{t, x.ptr, res.ptr, w.ptr, out.ptr, m, hidden, 1e-5f};
       RmsNormParams norm_q = norm;
       norm_q.out = nullptr, norm_q.fp8 = {q.ptr, scale, group};
-      const double us = 1e3 * time_graph_ms([&](cudaStream_t st) {
-        CK(rms_norm(norm, st));
-        CK(quantize_fp8_per_token({t, out.ptr, q.ptr, scale, m, hidden, group}, st));
-      });
+      const double us =
+          1e3 * time_graph_ms([&](cudaStream_t st) {
+            CK(rms_norm(norm, st));
+            CK(quantize_fp8_per_token({t, out.ptr, q.ptr, scale, m, hidden, group}, st));
+          });
       const double fused_us =
           1e3 * time_graph_ms([&](cudaStream_t st) { CK(rms_norm(norm_q, st)); });
       std::printf("m=%5d %-9s add+rms_norm+quantize %8.1f  fused %8.1f\n", m,

@@ -51,13 +51,16 @@ std::vector<float> random_rows(DType t, int rows, int cols) {
 
 // Rows that stress the conversion: magnitudes over 2^-30..2^0 of the row max (e4m3 subnormals and
 // underflow to zero), an all-zero row, a NaN, ±inf (f16 only reaches 65504, so inf comes from
-// encode), and one huge row.
+// encode), one huge row, and rows scaled by 2^-100..2^100 (f16: 2^-12..2^12), so that the
+// kernels' quotients (fp8_act_quant.cuh fp8_quotient) meet scales of every exponent.
 std::vector<float> quantize_inputs(DType t, int m, int k) {
   std::vector<float> x = random_rows(t, m, k);
   std::uniform_real_distribution<float> expo(-30.f, 0.f), sign(-1.f, 1.f);
+  const int max_shift = t == DType::kF16 ? 12 : 100;
+  std::uniform_int_distribution<int> shift(-max_shift, max_shift);
   for (int i = 0; i < m; ++i) {
     float* row = &x[size_t(i) * k];
-    switch (i % 6) {
+    switch (i % 8) {
       case 1:
         for (int j = 0; j < k; ++j)
           row[j] = round_to(t, std::copysign(std::exp2(expo(g_rng)), sign(g_rng)));
@@ -75,6 +78,12 @@ std::vector<float> quantize_inputs(DType t, int m, int k) {
       case 5:
         for (int j = 0; j < k; ++j) row[j] = round_to(t, row[j] * 4000.f);  // f16 stays finite
         break;
+      case 6:
+      case 7: {
+        const int e = shift(g_rng);
+        for (int j = 0; j < k; ++j) row[j] = round_to(t, std::ldexp(row[j], e));
+        break;
+      }
       default:
         break;
     }
@@ -501,6 +510,9 @@ void fp8_suite(const std::string& filter, int& passed, int& failed) {
     test_quantize(s, t, 5, 8192, 0);   // four 16-byte slices per thread
     test_quantize(s, t, 3, 20480, 0);  // past eight: the two-pass loop
     test_quantize(s, t, 97, 4096, 1);
+    test_quantize(s, t, 400, 2048, 0);  // 100 rows of each exponent sweep
+    test_quantize(s, t, 400, 2048, 1);
+    test_quantize(s, t, 400, 2048, 2);
     test_quantize(s, t, 1, 128, 2);
     test_quantize(s, t, 37, 4096, 2);
     test_quantize(s, t, 300, 640, 2);

@@ -70,8 +70,9 @@ cudaError_t embedding(const EmbeddingParams& p, cudaStream_t stream);
 // An FP8 (e4m3) copy of a kernel's output rows for the FP8 GEMM that reads them next: the dynamic
 // activation quantization of fp8_linear (gemm/fp8_gemm.h: QuantizeFp8Params, Fp8LinearParams::
 // x_quantized) done by the kernel that writes the activation (RMSNorm), with the same bytes and
-// scales as quantize_fp8_per_token on its 16-bit output. q [rows, cols] codes (16-byte aligned); scale
-// [rows], or with group 128 one per 128-column group, [cols / 128, rows] (cols a multiple of 128).
+// scales as quantize_fp8_per_token on its 16-bit output. q [rows, cols] codes (16-byte aligned);
+// scale [rows], or with group 128 one per 128-column group, [cols / 128, rows] (cols a multiple of
+// 128).
 struct Fp8Out {
   void* q = nullptr;
   float* scale = nullptr;
@@ -149,12 +150,19 @@ cudaError_t rope_cos_sin_cache(DType dtype, const float* inv_freq, int head_dim,
 struct SiluAndMulParams {
   DType dtype = DType::kBF16;
   const void* x = nullptr;  // [num_tokens, 2 * inner]
-  void* out = nullptr;      // [num_tokens, inner]
+  void* out = nullptr;      // [num_tokens, inner]; may be null with fp8 on (not written)
   int num_tokens = 0;
   int inner = 0;
   bool gelu_tanh = false;
+  // The down projection's FP8 input, quantized on the way out: the bytes and scales of
+  // quantize_fp8_per_token on the 16-bit output. Only where silu_and_mul_fp8_valid; else
+  // cudaErrorInvalidValue.
+  Fp8Out fp8{};
 };
 cudaError_t silu_and_mul(const SiluAndMulParams& p, cudaStream_t stream);
+// Whether silu_and_mul can write p.fp8 (set): 16-bit rows, inner a multiple of 16 (of 128 with
+// group scales; at most 80 K columns with a row scale), 16-byte aligned x, out and codes.
+bool silu_and_mul_fp8_valid(const SiluAndMulParams& p);
 
 // x = cap * tanh(x / cap) over `count` elements of dtype, in place (Gemma 2's final logit cap).
 cudaError_t soft_cap(DType dtype, void* x, int64_t count, float cap, cudaStream_t stream);
@@ -241,10 +249,10 @@ struct AttentionParams {
 struct AttentionPlanHost {
   std::vector<int32_t> split_items;  // [num_split_items, 2]: (token, seq)
   std::vector<int32_t> tile_items;   // [num_tile_items, 2]: (seq, first query row of the tile)
-  int tile_rows = 64;  // query rows per tile item: kAttentionTileRows or kSm90TileRows
-  int num_splits = 1;                // KV splits per split item; each splits its own context evenly
-  std::size_t workspace_bytes = 0;   // device scratch for split partials (0 when num_splits == 1)
-  std::size_t split_counters = 0;    // u32 counters AttentionPlan::split_counters must hold
+  int tile_rows = 64;               // query rows per tile item: kAttentionTileRows or kSm90TileRows
+  int num_splits = 1;               // KV splits per split item; each splits its own context evenly
+  std::size_t workspace_bytes = 0;  // device scratch for split partials (0 when num_splits == 1)
+  std::size_t split_counters = 0;   // u32 counters AttentionPlan::split_counters must hold
 };
 
 // Device view of a plan.
@@ -290,7 +298,7 @@ cudaError_t run_attention(const AttentionParams& p, const AttentionPlan& plan, v
 constexpr int kSampleSortMax = 2048;
 struct SampleParams {
   DType dtype = DType::kBF16;
-  const void* logits = nullptr;   // [num_rows, vocab]
+  const void* logits = nullptr;  // [num_rows, vocab]
   int num_rows = 0;
   int vocab = 0;
   const SampleRow* rows = nullptr;  // [num_rows]
@@ -318,9 +326,9 @@ cudaError_t fill_constant(DType dtype, void* out, int64_t count, float value, cu
 
 // ---- convert.cu --------------------------------------------------------------------------------
 // dst[i] = src[i] converted from src_dtype to dst_dtype (weights of a checkpoint whose dtype is not
-// the runner's), bit for bit like common/dtype.h on the host: f16/bf16 -> f32 exact, f32 -> f16/bf16
-// rounded to nearest even (NaN stays NaN with the host's bits), f16 <-> bf16 through f32, equal
-// dtypes copied unchanged. src and dst must be aligned to their element sizes.
+// the runner's), bit for bit like common/dtype.h on the host: f16/bf16 -> f32 exact, f32 ->
+// f16/bf16 rounded to nearest even (NaN stays NaN with the host's bits), f16 <-> bf16 through f32,
+// equal dtypes copied unchanged. src and dst must be aligned to their element sizes.
 cudaError_t convert_dtype(DType src_dtype, const void* src, DType dst_dtype, void* dst,
                           int64_t count, cudaStream_t stream);
 

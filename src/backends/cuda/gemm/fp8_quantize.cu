@@ -44,10 +44,11 @@ __global__ void __launch_bounds__(kThreads)
     }
     const float s = fp8_act_scale(block_max(amax, scratch));
     if (threadIdx.x == 0) scale[row] = s;
+    const Fp8Divisor d = fp8_divisor(s);
 #pragma unroll
     for (int j = 0; j < kSlices; ++j) {
       const int v = threadIdx.x + j * kThreads;
-      if (v < num_vec) store_e4m3(qr + v * 8, f[j], s);
+      if (v < num_vec) store_e4m3(qr + v * 8, f[j], d);
     }
   } else {
     for (int v = threadIdx.x; v < num_vec; v += kThreads) {
@@ -57,10 +58,11 @@ __global__ void __launch_bounds__(kThreads)
     }
     const float s = fp8_act_scale(block_max(amax, scratch));
     if (threadIdx.x == 0) scale[row] = s;
+    const Fp8Divisor d = fp8_divisor(s);
     for (int v = threadIdx.x; v < num_vec; v += kThreads) {
       float f[8];
       load16(xr + v * 8, f);
-      store_e4m3(qr + v * 8, f, s);
+      store_e4m3(qr + v * 8, f, d);
     }
   }
 }
@@ -105,7 +107,7 @@ __global__ void __launch_bounds__(kQuantThreads)
   if (!valid) return;
   const float s = fp8_act_scale(amax);
   if ((threadIdx.x & 15) == 0) scale[int64_t{g} * m + row] = s;
-  store_e4m3(xq + offset, f, s);
+  store_e4m3(xq + offset, f, fp8_divisor(s));
 }
 
 cudaError_t quantize_groups(DType dtype, const void* x, int m, int k, void* xq, float* scale,
