@@ -1,7 +1,6 @@
 // SiLU-and-mul, the gated activation of Llama-family MLPs (gelu-tanh-and-mul for Gemma), with an
 // optional FP8 copy of its output for the down projection, and the soft cap of Gemma 2's logits.
 #include <algorithm>
-#include <mutex>
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/fp8_act_quant.cuh"
@@ -134,12 +133,14 @@ cudaError_t launch_silu_and_mul_fp8(const SiluAndMulParams& p, cudaStream_t stre
     const dim3 grid(p.num_tokens, std::min((p.inner + kThreads * 8 - 1) / (kThreads * 8), 65535));
     return launch_kernel(silu_and_mul_fp8_groups_kernel<T>, grid, kThreads, 0, stream, p);
   }
-  static std::once_flag opted_in;
-  std::call_once(opted_in, [] {
-    cudaFuncSetAttribute(silu_and_mul_fp8_rows_kernel<T>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxStagedBytes);
-  });
+  // Past 48 KB the launch needs the opt-in, which is per device: set with every such launch, as
+  // the sampler does.
   const size_t staged = size_t(p.inner) * sizeof(T);
+  if (staged > 48 * 1024) {
+    const cudaError_t err = cudaFuncSetAttribute(
+        silu_and_mul_fp8_rows_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(staged));
+    if (err != cudaSuccess) return err;
+  }
   return launch_kernel(silu_and_mul_fp8_rows_kernel<T>, dim3(p.num_tokens), kThreads, staged,
                        stream, p);
 }

@@ -69,10 +69,10 @@ cudaError_t embedding(const EmbeddingParams& p, cudaStream_t stream);
 
 // An FP8 (e4m3) copy of a kernel's output rows for the FP8 GEMM that reads them next: the dynamic
 // activation quantization of fp8_linear (gemm/fp8_gemm.h: QuantizeFp8Params, Fp8LinearParams::
-// x_quantized) done by the kernel that writes the activation (RMSNorm), with the same bytes and
-// scales as quantize_fp8_per_token on its 16-bit output. q [rows, cols] codes (16-byte aligned);
-// scale [rows], or with group 128 one per 128-column group, [cols / 128, rows] (cols a multiple of
-// 128).
+// x_quantized) done by the kernel that writes the activation (RMSNorm, SiLU-and-mul), with the
+// same bytes and scales as quantize_fp8_per_token on its 16-bit output. q [rows, cols] codes
+// (16-byte aligned); scale [rows], or with group 128 one per 128-column group, [cols / 128, rows]
+// (cols a multiple of 128).
 struct Fp8Out {
   void* q = nullptr;
   float* scale = nullptr;
