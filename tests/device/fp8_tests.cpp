@@ -510,7 +510,7 @@ void fp8_suite(const std::string& filter, int& passed, int& failed) {
     test_quantize(s, t, 5, 8192, 0);   // four 16-byte slices per thread
     test_quantize(s, t, 3, 20480, 0);  // past eight: the two-pass loop
     test_quantize(s, t, 97, 4096, 1);
-    test_quantize(s, t, 400, 2048, 0);  // 100 rows of each exponent sweep
+    test_quantize(s, t, 400, 2048, 0);  // 100 of the rows scaled by 2^-100..2^100
     test_quantize(s, t, 400, 2048, 1);
     test_quantize(s, t, 400, 2048, 2);
     test_quantize(s, t, 1, 128, 2);
