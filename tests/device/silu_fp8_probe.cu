@@ -20,18 +20,10 @@
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/fp8_act_quant.cuh"
 #include "backends/cuda/gemm/fp8_gemm.h"
+#include "device_test_util.h"  // CK
 
 using namespace pagellm;
 using namespace pagellm::cuda;
-
-#define CK(x)                                                                     \
-  do {                                                                            \
-    const cudaError_t e = (x);                                                    \
-    if (e != cudaSuccess) {                                                       \
-      std::printf("CUDA error %s at line %d\n", cudaGetErrorString(e), __LINE__); \
-      std::exit(1);                                                               \
-    }                                                                             \
-  } while (0)
 
 using T = __nv_bfloat16;
 
