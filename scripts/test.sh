@@ -20,19 +20,20 @@ stage "unit tests"
 (cd build && ctest --output-on-failure -j "$JOBS")
 
 if [ $FAST = 0 ]; then
-  stage "unit tests under ASan + UBSan"
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPAGELLM_SANITIZE=ON >/dev/null
-  cmake --build build-asan -j "$JOBS" --target unit_tests
+  # One clang tree for both stages: the library is compiled once, with the sanitizers and the
+  # fuzzers' coverage instrumentation, and serves the unit tests and the fuzz targets alike.
+  stage "unit tests under ASan + UBSan (clang; the same build makes the fuzz targets)"
+  CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+     -DPAGELLM_SANITIZE=ON -DPAGELLM_FUZZ=ON -DPAGELLM_PYTHON=OFF >/dev/null
+  # Only the unit tests and fuzz targets (not the CLI, benchmarks or Python module, built and
+  # tested above).
+  fuzz_targets=$(for f in fuzz/*_fuzz.cpp; do basename "$f" .cpp; done)
+  # shellcheck disable=SC2086
+  cmake --build build-asan -j "$JOBS" --target unit_tests $fuzz_targets
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest --output-on-failure -j "$JOBS")
 
   stage "fuzzing (${FUZZ_SECONDS}s per target)"
-  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-     -DPAGELLM_FUZZ=ON >/dev/null
-  # Only the fuzz targets (not the CLI, benchmarks or Python module, built and tested above).
-  fuzz_targets=$(for f in fuzz/*_fuzz.cpp; do basename "$f" .cpp; done)
-  # shellcheck disable=SC2086
-  cmake --build build-fuzz -j "$JOBS" --target $fuzz_targets
   # JOBS targets at a time (one core each), each logged apart and printed in turn; any failure
   # (a crash, a leak, a timeout) fails the stage once all have run.
   fuzz_logs=$(mktemp -d)
@@ -50,7 +51,7 @@ if [ $FAST = 0 ]; then
   }
   fuzz_failed=0
   running=()
-  for target in build-fuzz/*_fuzz; do
+  for target in build-asan/*_fuzz; do
     fuzz_one "$target" &
     running+=($!)
     if [ ${#running[@]} -ge "$JOBS" ]; then
@@ -59,7 +60,7 @@ if [ $FAST = 0 ]; then
     fi
   done
   for pid in "${running[@]}"; do wait "$pid" || fuzz_failed=1; done
-  for target in build-fuzz/*_fuzz; do
+  for target in build-asan/*_fuzz; do
     echo "fuzz: $(basename "$target")"
     tail -n 3 "$fuzz_logs/$(basename "$target").log"
   done
