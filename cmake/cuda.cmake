@@ -77,6 +77,7 @@ add_executable(cuda_kernel_tests ${CMAKE_SOURCE_DIR}/tests/device/kernel_tests.c
                                  ${CMAKE_SOURCE_DIR}/tests/device/fp8_fused_tests.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/fp8_bench.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/int_tests.cpp
+                                 ${CMAKE_SOURCE_DIR}/tests/device/w8a8_tests.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/moe_tests.cpp
                                  ${CMAKE_SOURCE_DIR}/tests/device/kernel_bench.cu
                                  ${CMAKE_SOURCE_DIR}/src/common/dtype.cpp  # host reference of convert.cu

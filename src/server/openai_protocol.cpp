@@ -110,7 +110,9 @@ int64_t as_int(const json& v, const std::string& name, int64_t lo, int64_t hi) {
     if (!std::isfinite(d) || std::floor(d) != d) {
       throw_bad_request("'" + name + "' must be an integer, got " + v.dump(), name);
     }
-    if (d >= static_cast<double>(lo) && d <= static_cast<double>(hi)) return static_cast<int64_t>(d);
+    // Below 2^63: a double of 2^63 compares equal to INT64_MAX but does not convert to int64.
+    if (d >= static_cast<double>(lo) && d <= static_cast<double>(hi) && d < 9223372036854775808.0)
+      return static_cast<int64_t>(d);
   } else {
     throw_bad_request("'" + name + "' must be an integer, got " + type_name(v), name);
   }

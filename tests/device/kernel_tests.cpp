@@ -2,7 +2,7 @@
 // kernel_reference.cpp. Runs on the GPU machine (no gtest, no Debian libraries there):
 //   cuda_kernel_tests [--filter SUBSTRING] [--bench | --bench-only] [--sampler-bench]
 //                     [--fp8-bench | --fp8-bench-only] [--int-bench-only]
-//                     [--attention-bench-only] [--moe-bench-only]
+//                     [--attention-bench-only] [--moe-bench-only] [--w8a8-bench-only]
 // (--filter fp8: only the FP8 linear tests; --fp8-bench-only: only their benchmark)
 // Every output buffer is poisoned with NaN before the kernel runs, every input is fresh random
 // data, and NaN never passes. Exit status 0 only if every case passed.
@@ -420,6 +420,8 @@ void fp8_fused_bench();                                                     // f
 void fp8_bench();                                                         // fp8_bench.cpp
 void int_suite(const std::string& filter, int& passed, int& failed);      // int_tests.cpp
 void int_bench();                                                         // int_tests.cpp
+void w8a8_suite(const std::string& filter, int& passed, int& failed);     // w8a8_tests.cpp
+void w8a8_bench();                                                        // w8a8_tests.cpp
 void prefill_attention_bench();                                           // kernel_bench.cu
 void moe_suite(const std::string& filter, int& passed, int& failed);      // moe_tests.cpp
 void moe_bench();                                                         // moe_tests.cpp
@@ -430,7 +432,7 @@ int main(int argc, char** argv) {
   using namespace pagellm::cuda::test;
   bool bench = false, tests = true, sampler_only_bench = false, fp8_only_bench = false,
        int_only_bench = false, fused_only_bench = false, attention_only_bench = false,
-       moe_only_bench = false;
+       moe_only_bench = false, w8a8_only_bench = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--filter" && i + 1 < argc)
@@ -459,11 +461,14 @@ int main(int argc, char** argv) {
     } else if (a == "--int-bench-only") {
       int_only_bench = true;
       tests = false;
+    } else if (a == "--w8a8-bench-only") {
+      w8a8_only_bench = true;
+      tests = false;
     } else {
       std::fprintf(stderr,
                    "usage: %s [--filter SUBSTRING] [--bench | --bench-only] [--sampler-bench] "
                    "[--fp8-bench | --fp8-bench-only] [--fp8-fused-bench-only] [--int-bench-only] "
-                   "[--attention-bench-only] [--moe-bench-only]\n",
+                   "[--attention-bench-only] [--moe-bench-only] [--w8a8-bench-only]\n",
                    argv[0]);
       return 2;
     }
@@ -483,6 +488,7 @@ int main(int argc, char** argv) {
     kv_fp8_suite(g_filter, g_passed, g_failed);
     fp8_fused_suite(g_filter, g_passed, g_failed);
     int_suite(g_filter, g_passed, g_failed);
+    w8a8_suite(g_filter, g_passed, g_failed);
     moe_suite(g_filter, g_passed, g_failed);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -495,5 +501,6 @@ int main(int argc, char** argv) {
   if (bench || int_only_bench) int_bench();
   if (bench || fused_only_bench) fp8_fused_bench();
   if (bench || moe_only_bench) moe_bench();
+  if (bench || w8a8_only_bench) w8a8_bench();
   return g_failed == 0 ? 0 : 1;
 }

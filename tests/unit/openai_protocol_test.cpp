@@ -114,6 +114,7 @@ TEST(OpenAIProtocol, RejectsMalformedCompletions) {
   bad(R"({"prompt":"x","stop":[1]})", "stop");
   bad(R"({"prompt":"x","stop_token_ids":"a"})", "stop_token_ids");
   bad(R"({"prompt":"x","seed":"s"})", "seed");
+  bad(R"({"prompt":"x","seed":9223372036854775808.0})", "seed");  // 2^63: no int64
   bad(R"({"prompt":"x","presence_penalty":2.5})", "presence_penalty");
   bad(R"({"prompt":"x","frequency_penalty":-3})", "frequency_penalty");
   bad(R"({"prompt":"x","repetition_penalty":0})", "repetition_penalty");

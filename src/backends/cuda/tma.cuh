@@ -71,6 +71,16 @@ __device__ __forceinline__ void load_3d(void* dst, const CUtensorMap& map, uint6
       : "memory");
 }
 
+// The 2-D form of load_3d: the box at (c0, c1) (innermost first).
+__device__ __forceinline__ void load_2d(void* dst, const CUtensorMap& map, uint64_t* bar, int c0,
+                                        int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(shared_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(&map)), "r"(shared_addr(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+
 // Named block barriers (1-15; 0 is __syncthreads): `threads` in all, some waiting (sync), some only
 // arriving.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {

@@ -1,10 +1,14 @@
-// W8A8-INT8 linear (gemm/int_gemm.h): per-token int8 quantization of the activations, cuBLASLt's
-// int8 GEMM with int32 sums, and an epilogue that applies both scales and the bias. cuBLASLt is
+// W8A8-INT8 linear (gemm/int_gemm.h): per-token int8 quantization of the activations, then on
+// Hopper, where its tiles fill the GPU, the wgmma GEMM with the scales and bias in its epilogue
+// (int8_gemm_sm90.cu), elsewhere cuBLASLt's int8 GEMM with int32 sums and an epilogue kernel that
+// applies both scales and the bias. cuBLASLt is
 // column-major, so the row-major acc[m, n] = xq[m, k] · wq[n, k]ᵀ is computed as accᵀ = wq · xqᵀ
 // (A = wq read transposed, the "TN" layout the int8 kernels want).
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/gemm/int_gemm.h"
@@ -48,8 +52,9 @@ __global__ void scale_int32(const int32_t* __restrict__ acc, const float* __rest
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= int64_t{rows} * n) return;
   const int r = static_cast<int>(i / n), j = static_cast<int>(i % n);
-  float v = static_cast<float>(acc[i]) * x_scale[r] * w_scale[j];
-  if (bias) v += to_float(bias[j]);
+  // Rounded operation by operation (no contraction), as the wgmma kernel's epilogue.
+  float v = __fmul_rn(__fmul_rn(static_cast<float>(acc[i]), x_scale[r]), w_scale[j]);
+  if (bias) v = __fadd_rn(v, to_float(bias[j]));
   y[i] = from_float<T>(v);
 }
 
@@ -70,12 +75,40 @@ const GemmContext::Fp8Algo& find_algo(GemmContext* ctx, const Int8LinearParams& 
   return cached_lt_algo(ctx, key, d, 0, 0);
 }
 
+// PAGELLM_W8A8_GEMM=cublaslt or =wgmma at start pins kAuto's choice (A/B runs; wgmma still only
+// where it fits).
+Int8LinearParams::Path env_path() {
+  static const Int8LinearParams::Path path = [] {
+    const char* v = std::getenv("PAGELLM_W8A8_GEMM");
+    if (v && std::strcmp(v, "cublaslt") == 0) return Int8LinearParams::Path::kCublasLt;
+    if (v && std::strcmp(v, "wgmma") == 0) return Int8LinearParams::Path::kWgmma;
+    return Int8LinearParams::Path::kAuto;
+  }();
+  return path;
+}
+
+bool use_wgmma(const Int8LinearParams& p) {
+  switch (p.path) {
+    case Int8LinearParams::Path::kCublasLt:
+      return false;
+    case Int8LinearParams::Path::kWgmma:
+      return true;
+    case Int8LinearParams::Path::kAuto:
+      break;
+  }
+  const Int8LinearParams::Path pinned = env_path();
+  if (pinned == Int8LinearParams::Path::kCublasLt) return false;
+  return (pinned == Int8LinearParams::Path::kWgmma || int8_gemm_sm90_pays(p)) &&
+         int8_gemm_sm90_fits(p);
+}
+
 template <typename T>
 cudaError_t run(GemmContext* ctx, const Int8LinearParams& p, cudaStream_t stream) {
   quantize_int8_rows<T>
       <<<p.m, kThreads, 0, stream>>>(static_cast<const T*>(p.x), p.xq_work, p.x_scale_work, p.k);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
+  if (use_wgmma(p)) return int8_gemm_sm90(p, stream);
   for (int r0 = 0; r0 < p.m; r0 += p.acc_rows) {
     const int rows = std::min(p.acc_rows, p.m - r0);
     LtDescs d;
@@ -107,6 +140,8 @@ cudaError_t int8_linear(GemmContext* ctx, const Int8LinearParams& p, cudaStream_
   if (!p.x || !p.wq || !p.w_scale || !p.y || !p.xq_work || !p.x_scale_work || !p.acc_work ||
       p.acc_rows <= 0 || !aligned16(p.x) || !aligned16(p.wq) || !aligned16(p.xq_work) ||
       !aligned16(p.acc_work))
+    return cudaErrorInvalidValue;
+  if (p.path == Int8LinearParams::Path::kWgmma && !int8_gemm_sm90_fits(p))
     return cudaErrorInvalidValue;
   if (p.dtype == DType::kBF16) return run<__nv_bfloat16>(ctx, p, stream);
   if (p.dtype == DType::kF16) return run<__half>(ctx, p, stream);

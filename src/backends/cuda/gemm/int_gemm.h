@@ -118,9 +118,21 @@ struct Int8LinearParams {
   float* x_scale_work = nullptr;  // [m]
   int32_t* acc_work = nullptr;    // [acc_rows, n]: the GEMM runs in slices of acc_rows rows
   int acc_rows = 0;
+  // Which GEMM: kAuto picks (Hopper's wgmma kernel where it fits and pays, else cuBLASLt); the
+  // others pin one (tests and benchmarks; kWgmma where it does not fit: cudaErrorInvalidValue).
+  enum class Path { kAuto, kCublasLt, kWgmma } path = Path::kAuto;
 };
 // Graph-capturable once each shape has run eagerly (the cuBLASLt choice is cached in ctx).
 // cudaErrorNotSupported when cuBLASLt has no int8 algorithm for the shape.
 cudaError_t int8_linear(GemmContext* ctx, const Int8LinearParams& p, cudaStream_t stream);
+
+// The Hopper GEMM of int8_linear (gemm/int8_gemm_sm90.cu) over p's already quantized activations
+// (xq_work, x_scale_work), scales and bias in its epilogue; acc_work is not used. Whether it serves
+// p: a compute capability 9.0 device with TMA, k a multiple of 16, n even, xq_work and wq 16-byte
+// and y 4-byte aligned.
+bool int8_gemm_sm90_fits(const Int8LinearParams& p);
+// Whether int8_linear gives p to it: enough tiles to fill most of the GPU.
+bool int8_gemm_sm90_pays(const Int8LinearParams& p);
+cudaError_t int8_gemm_sm90(const Int8LinearParams& p, cudaStream_t stream);
 
 }  // namespace pagellm::cuda
