@@ -81,6 +81,16 @@ inline double copy_gbs() {
   return 2.0 * bytes / (ms * 1e6);
 }
 
+// Llama-3.1-8B's projections (n x k): the shapes the GEMM benchmarks time.
+struct ProjectionShape {
+  const char* name;
+  int n, k;
+};
+inline constexpr ProjectionShape kLlamaProjections[] = {{"qkv 6144x4096", 6144, 4096},
+                                                        {"o 4096x4096", 4096, 4096},
+                                                        {"gu 28672x4096", 28672, 4096},
+                                                        {"down 4096x14336", 4096, 14336}};
+
 inline double bf16_gemm_tflops(GemmContext* ctx) {
   const int s = 8192;
   DevMem x(size_t(s) * s * 2), w(size_t(s) * s * 2), y(size_t(s) * s * 2);

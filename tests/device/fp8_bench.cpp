@@ -55,19 +55,11 @@ void fp8_bench() {
               ceil.copy_gbs, ceil.gemm_tflops);
   std::printf("%-15s %5s  %-28s %9s %8s %8s %7s %8s %7s\n", "n x k", "m", "path", "us(1)",
               "us(graph)", "W GB/s", "of copy", "TFLOP/s", "of bf16");
-  struct Shape {
-    const char* name;
-    int n, k;
-  };
-  const Shape shapes[] = {{"qkv 6144x4096", 6144, 4096},
-                          {"o 4096x4096", 4096, 4096},
-                          {"gu 28672x4096", 28672, 4096},
-                          {"down 4096x14336", 4096, 14336}};
   const int ms_list[] = {1, 2, 4, 8, 12, 16, 32, 64, 128, 256, 1024, 8192};
   std::vector<Row> rows;
   // Block-scaled rows run in a second pass, after every per-channel row is on record.
   for (const bool block_pass : {false, true})
-    for (const Shape& sh : shapes) {
+    for (const ProjectionShape& sh : kLlamaProjections) {
       const size_t w16 = size_t(sh.n) * sh.k * 2, w8 = w16 / 2;
       const int copies16 = int((size_t(512) << 20) / w16 + 1),
                 copies8 = int((size_t(512) << 20) / w8 + 1);

@@ -368,18 +368,10 @@ void int_bench() {
   std::printf("ceiling: d2d copy (read+write) %.0f GB/s\n", copy);
   std::printf("%-15s %5s %6s %9s %9s %8s %7s\n", "n x k", "m", "bits/tiles", "us", "bf16 us",
               "speedup", "W%copy");
-  struct Shape {
-    const char* name;
-    int n, k;
-  };
-  const Shape shapes[] = {{"qkv 6144x4096", 6144, 4096},
-                          {"o 4096x4096", 4096, 4096},
-                          {"gu 28672x4096", 28672, 4096},
-                          {"down 4096x14336", 4096, 14336}};
   // PAGELLM_INT_BENCH_SHAPE / _M restrict the run to one shape (name prefix) and one m (profiling).
   const char* only_shape = std::getenv("PAGELLM_INT_BENCH_SHAPE");
   const char* only_m = std::getenv("PAGELLM_INT_BENCH_M");
-  for (const Shape& sh : shapes) {
+  for (const ProjectionShape& sh : kLlamaProjections) {
     if (only_shape && std::string(sh.name).rfind(only_shape, 0) != 0) continue;
     const size_t w16 = size_t(sh.n) * sh.k * 2;
     const int copies16 = int((size_t(512) << 20) / w16 + 1);

@@ -172,19 +172,12 @@ void w8a8_bench() {
   cudaError_t err;
   GemmContext* ctx = gemm_create(32 << 20, &err);
   CK(err);
-  std::printf("ceiling: d2d copy (read+write) %.0f GB/s\n", copy_gbs());
+  std::printf("ceilings: d2d copy (read+write) %.0f GB/s; cuBLASLt bf16 GEMM 8192^3 %.0f TFLOP/s\n",
+              copy_gbs(), bf16_gemm_tflops(ctx));
   std::printf("%-15s %5s %10s %10s %10s %10s %9s %9s\n", "n x k", "m", "bf16 us", "cublas us",
               "wgmma us", "gemm us", "TOP/s", "vs bf16");
-  struct Shape {
-    const char* name;
-    int n, k;
-  };
-  const Shape shapes[] = {{"qkv 6144x4096", 6144, 4096},
-                          {"o 4096x4096", 4096, 4096},
-                          {"gu 28672x4096", 28672, 4096},
-                          {"down 4096x14336", 4096, 14336}};
   constexpr int kMaxM = 8192, kAccRows = 1024;
-  for (const Shape& sh : shapes) {
+  for (const ProjectionShape& sh : kLlamaProjections) {
     const size_t w16 = size_t(sh.n) * sh.k * 2;
     const int copies = int((size_t(512) << 20) / (w16 / 2) + 1);
     std::vector<DevMem> wb(static_cast<size_t>(copies)), wq(static_cast<size_t>(copies));
